@@ -1,0 +1,257 @@
+// tessera/exchange/protocol.hpp: the one wire protocol between the host, tiles and backends.
+//
+// Every message is a ZeroMQ multipart message: frame 0 is a msgpack header
+//   [magic, protocol_version, msg_type, body...]
+// and frames 1..n are raw tensor payloads (little-endian fp32 or int32 bytes), never msgpack
+// arrays of numbers. One struct per message type below; all msgpack code is in codec.cpp,
+// and decoding checks every field (see codec.hpp).
+//
+//   exchange::exchange_data d{.program_id = 1, .batch_id = 9, .superstep = 3, .src_tile = 0,
+//                             .dst_tile = 2, .tag = 5, .elements = 4096};
+//   envelope e = encode(d, std::move(payload_frame));
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/common/status.hpp"
+
+namespace tessera::exchange {
+
+inline constexpr uint32_t protocol_magic = 0x54535241;  // "TSRA"
+inline constexpr uint16_t protocol_version = 1;
+
+/// Hard limits: no message can make a process allocate beyond these while decoding.
+inline constexpr uint32_t max_tiles = 4096;
+inline constexpr uint32_t max_header_bytes = 4u << 20;        // 4 MiB of msgpack per header
+inline constexpr uint32_t max_tensor_rank = 8;
+inline constexpr uint64_t max_tensor_bytes = 1ull << 34;      // 16 GiB
+inline constexpr uint32_t max_program_ops = 1u << 20;
+inline constexpr uint32_t max_batch_sequences = 1u << 16;
+
+/// Message types. Values travel on the wire: append only.
+enum class msg_type : uint8_t {
+  register_tile = 1,    ///< tile -> host: I am tile t, incarnation i, my exchange endpoint is e
+  peer_directory = 2,   ///< host -> tile: every tile's exchange endpoint
+  alloc_tensor = 3,     ///< host -> tile: allocate a tensor (payload frame = its data, optional)
+  free_tensors = 4,     ///< host -> tile: release tensors
+  load_program = 5,     ///< host -> tile: a static BSP program
+  run_program = 6,      ///< host -> tile: run a program on one batch (payload frames = inputs)
+  exchange_data = 7,    ///< tile -> tile: one slice of one superstep (payload frame = the slice)
+  sync_token = 8,       ///< tile -> tile: one round of the superstep barrier
+  run_done = 9,         ///< tile -> host: result of a run, counters (payload frames = outputs)
+  heartbeat = 10,       ///< tile -> host: alive, with memory figures
+  shutdown = 11,        ///< host -> tile: exit cleanly
+  ack = 12,             ///< tile -> host: status of a control request
+  abort_run = 13,       ///< host -> tile: stop the current run (a peer failed)
+  fetch_tensor = 14,    ///< host -> tile: send a tensor back (reply: ack + payload frame)
+  infer_batch = 20,     ///< host -> backend process: a tokenized batch
+  infer_result = 21,    ///< backend process -> host: logits of a batch (payload frame)
+};
+
+std::string_view msg_type_name(msg_type t);
+
+enum class dtype : uint8_t { f32 = 0, i32 = 1 };
+inline constexpr uint64_t dtype_size(dtype) { return 4; }
+
+/// A tensor as named in tile memory.
+struct tensor_desc {
+  uint32_t id = 0;
+  std::string name;
+  dtype type = dtype::f32;
+  std::vector<int64_t> shape;
+  uint64_t elements() const;
+  uint64_t bytes() const { return elements() * dtype_size(type); }
+};
+
+/// Which part of a tensor a send or receive covers.
+/// fixed:      elements [offset, offset + count)
+/// token_rows: the tensor is [token_budget, row_width] row-major; rows [0, active_tokens)
+/// token_part: rows of part `part` of `parts` of [0, active_tokens) (see token_partition())
+enum class slice_kind : uint8_t { fixed = 0, token_rows = 1, token_part = 2 };
+
+struct slice_ref {
+  uint32_t tensor_id = 0;
+  slice_kind kind = slice_kind::fixed;
+  uint64_t offset = 0;     ///< fixed: first element
+  uint64_t count = 0;      ///< fixed: elements; token_*: row width in elements
+  uint32_t part = 0;       ///< token_part only
+  uint32_t parts = 1;      ///< token_part only
+};
+
+/// Rows [begin, end) of part `part` of `parts` when `rows` rows are split as evenly as possible.
+struct row_range { int64_t begin, end; };
+row_range token_partition(int64_t rows, uint32_t part, uint32_t parts);
+
+/// One kernel invocation of a compute set.
+struct kernel_call {
+  std::string kernel;               ///< registry name, e.g. "matmul"
+  std::vector<uint32_t> inputs;     ///< tensor ids
+  std::vector<uint32_t> outputs;    ///< tensor ids
+  std::vector<int64_t> params;      ///< kernel-specific integers
+  std::vector<float> fparams;       ///< kernel-specific reals
+};
+
+struct send_op {
+  uint32_t peer = 0;
+  uint32_t tag = 0;  ///< unique per (superstep, src, dst): pairs a send with its receive
+  slice_ref src;
+};
+/// accumulate: add the received slice into dst instead of overwriting (reductions).
+struct recv_op {
+  uint32_t peer = 0;
+  uint32_t tag = 0;
+  slice_ref dst;
+  bool accumulate = false;
+};
+
+/// One BSP superstep: compute set, then exchange, then sync.
+struct superstep {
+  std::vector<kernel_call> compute;
+  std::vector<send_op> sends;
+  std::vector<recv_op> recvs;
+  bool sync = true;  ///< barrier with every tile of the program after the exchange
+};
+
+struct program {
+  uint32_t id = 0;
+  std::vector<uint32_t> tiles;            ///< the tiles that run it (barrier members)
+  std::vector<tensor_desc> temporaries;   ///< allocated when the program is loaded
+  std::vector<superstep> steps;
+};
+
+// ---- messages ----
+
+struct register_tile {
+  uint32_t tile_id = 0;
+  uint32_t incarnation = 0;   ///< grows with every restart of the same tile id
+  int32_t pid = 0;
+  std::string exchange_endpoint;
+  std::string hostname;
+  uint64_t memory_capacity = 0;
+};
+
+struct peer_directory {
+  std::vector<std::string> endpoints;  ///< index = tile id
+  std::vector<uint32_t> incarnations;  ///< index = tile id
+};
+
+struct alloc_tensor {
+  uint64_t request_id = 0;
+  tensor_desc desc;
+  bool has_data = false;  ///< a payload frame of desc.bytes() follows
+  bool zero = true;       ///< zero-fill when there is no data
+};
+
+struct free_tensors {
+  uint64_t request_id = 0;
+  std::vector<uint32_t> ids;
+};
+
+struct load_program {
+  uint64_t request_id = 0;
+  program prog;
+};
+
+struct run_program {
+  uint32_t program_id = 0;
+  uint64_t batch_id = 0;
+  std::vector<int32_t> seq_lengths;     ///< real lengths of the batch's sequences (may be empty)
+  int64_t active_tokens = 0;            ///< sum of seq_lengths, or the demo's row count
+  std::vector<slice_ref> inputs;        ///< one payload frame each, written before superstep 0
+  std::vector<slice_ref> outputs;       ///< returned in run_done, in this order
+  bool collect_counters = true;
+};
+
+/// Per-superstep counters of one tile.
+struct superstep_counters {
+  uint64_t compute_ns = 0;
+  uint64_t exchange_ns = 0;  ///< sending, and waiting for the slices this tile expects
+  uint64_t sync_ns = 0;      ///< waiting at the barrier
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+};
+
+struct run_done {
+  uint32_t program_id = 0;
+  uint64_t batch_id = 0;
+  uint32_t tile_id = 0;
+  errc code = errc::ok;
+  std::string message;
+  std::vector<superstep_counters> counters;
+  uint64_t memory_used = 0;
+  uint64_t memory_high_water = 0;
+  uint32_t outputs = 0;  ///< payload frames that follow
+};
+
+struct exchange_data {
+  uint32_t program_id = 0;
+  uint64_t batch_id = 0;
+  uint32_t superstep = 0;
+  uint32_t src_tile = 0;
+  uint32_t dst_tile = 0;
+  uint32_t tag = 0;
+  uint64_t elements = 0;  ///< the payload frame holds elements * 4 bytes
+};
+
+struct sync_token {
+  uint32_t program_id = 0;
+  uint64_t batch_id = 0;
+  uint32_t superstep = 0;
+  uint32_t round = 0;
+  uint32_t src_tile = 0;
+};
+
+struct heartbeat {
+  uint32_t tile_id = 0;
+  uint32_t incarnation = 0;
+  uint64_t memory_used = 0;
+  uint64_t memory_high_water = 0;
+  uint64_t bad_messages = 0;  ///< messages this tile rejected so far
+};
+
+struct shutdown {
+  std::string reason;
+};
+
+struct ack {
+  uint64_t request_id = 0;
+  uint32_t tile_id = 0;
+  errc code = errc::ok;
+  std::string message;
+  uint32_t payloads = 0;
+};
+
+struct abort_run {
+  uint32_t program_id = 0;
+  uint64_t batch_id = 0;
+  std::string reason;
+};
+
+struct fetch_tensor {
+  uint64_t request_id = 0;
+  slice_ref slice;
+  int64_t active_tokens = 0;
+};
+
+/// A tokenized batch for a backend process (GPU baseline). Payload frames: token ids (i32),
+/// token type ids (i32), both concatenated over sequences.
+struct infer_batch {
+  uint64_t batch_id = 0;
+  std::vector<int32_t> seq_lengths;
+  uint8_t layout = 0;          ///< host::batch_layout
+  int32_t padded_length = 0;
+};
+
+/// Payload frame: logits [num_sequences, num_labels] f32 (absent on failure).
+struct infer_result {
+  uint64_t batch_id = 0;
+  errc code = errc::ok;
+  std::string message;
+  int32_t num_labels = 0;
+  double wall_seconds = 0;
+  double modelled_seconds = 0;
+};
+
+}  // namespace tessera::exchange

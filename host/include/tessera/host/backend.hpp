@@ -1,0 +1,80 @@
+// tessera/host/backend.hpp: what the serving side (HTTP, batcher, router) sees of a place
+// that runs model forwards: a tile group, a GPU baseline process, or an in-process engine.
+//
+// A backend takes whole batches (already tokenized, already formed by a batching policy) and
+// answers each batch exactly once through its callback, with a status and, on success, one
+// logits row per sequence. Callbacks may run on any thread of the backend.
+//
+//   backend& b = ...;
+//   batch_request req{.batch_id = 7, .sequences = {{{101, 2023, 102}, {}}}};
+//   b.submit(std::move(req), [](batch_result r) { if (r.st) use(r.logits); });
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tessera/common/status.hpp"
+
+namespace tessera::host {
+
+/// One tokenized sequence ([CLS] ... [SEP] already added). Empty token_type_ids means all zero.
+struct sequence_input {
+  std::vector<int32_t> token_ids;
+  std::vector<int32_t> token_type_ids;
+};
+
+/// How the batch should be laid out by the backend (set by the batching policy).
+enum class batch_layout : uint8_t {
+  packed = 0,  ///< tokens concatenated, no padding (token-budget packing)
+  padded = 1,  ///< padded to `padded_length` (>= the longest sequence); padding is computed
+};
+
+struct batch_request {
+  uint64_t batch_id = 0;
+  std::vector<sequence_input> sequences;
+  batch_layout layout = batch_layout::packed;
+  int32_t padded_length = 0;  ///< only for batch_layout::padded
+};
+
+/// Times of one batch, both clocks.
+struct batch_timing {
+  double wall_seconds = 0;      ///< measured on the backend, submit to answer
+  double modelled_seconds = 0;  ///< the emulated hardware's time from the timing model (0 if off)
+  int64_t supersteps = 0;       ///< tile groups only
+  int64_t bytes_exchanged = 0;  ///< tile groups only
+};
+
+struct batch_result {
+  uint64_t batch_id = 0;
+  status st;                  ///< not ok: no logits; the caller retries elsewhere or fails requests
+  int32_t num_labels = 0;
+  std::vector<float> logits;  ///< [num_sequences, num_labels], row-major
+  batch_timing timing;
+};
+
+/// Static facts the batcher and router need.
+struct backend_info {
+  std::string name;              ///< e.g. "tiles0", "gpu0"
+  std::string kind;              ///< "tiles" | "gpu" | "reference"
+  int32_t max_sequence_length = 512;
+  int32_t token_budget = 0;      ///< tokens per packed batch (tile groups); 0 = no token limit
+  int32_t max_batch_sequences = 0;  ///< 0 = no limit
+  int32_t num_labels = 2;
+};
+
+/// Any place that runs forwards. Implementations are thread-safe.
+class backend {
+ public:
+  virtual ~backend() = default;
+  virtual backend_info info() const = 0;
+  /// Queues a batch. `done` is called exactly once, also on failure or shutdown.
+  virtual void submit(batch_request request, std::function<void(batch_result)> done) = 0;
+  /// Tokens submitted and not yet answered (for least-outstanding-work routing).
+  virtual int64_t outstanding_tokens() const = 0;
+  /// False while the backend cannot serve (a tile group recovering, a process gone).
+  virtual bool healthy() const = 0;
+};
+
+}  // namespace tessera::host

@@ -1,0 +1,76 @@
+// tessera/tile/kernel_registry.hpp: kernels by name, as a tile's compute sets call them.
+//
+// A kernel is a function over tensors in tile memory plus integer and real parameters. Kernels
+// know nothing of supersteps, exchange or placement (PopLibs' codelets); the registry checks
+// arity when a program is loaded and the kernel checks shapes when it runs. A shape mistake in
+// a program is a status (the host compiled something wrong), never an abort of the tile.
+//
+//   kernel_registry reg = kernel_registry::with_builtins();
+//   reg.add("my_fill", {.min_inputs = 0, .min_outputs = 1}, [](const kernel_args& a) { ...; return status::ok(); });
+//   status st = reg.run(call, memory, ctx);
+#pragma once
+
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+
+#include "tessera/common/status.hpp"
+#include "tessera/exchange/protocol.hpp"
+#include "tessera/tile/tile_memory.hpp"
+
+namespace tessera::tile {
+
+/// What a kernel may know of the batch being run.
+struct kernel_context {
+  uint32_t tile_id = 0;
+  int64_t active_tokens = 0;            ///< real tokens of this batch (rows of token tensors)
+  std::span<const int32_t> seq_lengths;  ///< real lengths of the batch's sequences
+  std::span<const int32_t> seq_offsets;  ///< prefix sums, size seq_lengths.size() + 1
+};
+
+struct kernel_args {
+  const kernel_context& ctx;
+  std::span<tile_tensor* const> inputs;
+  std::span<tile_tensor* const> outputs;
+  std::span<const int64_t> params;
+  std::span<const float> fparams;
+};
+
+using kernel_fn = std::function<status(const kernel_args&)>;
+
+struct kernel_signature {
+  size_t min_inputs = 0;
+  size_t max_inputs = 64;
+  size_t min_outputs = 1;
+  size_t max_outputs = 1;
+};
+
+class kernel_registry {
+ public:
+  /// A registry holding copy, add, scale, reduce_sum, matmul and (bert_kernels.cpp) BERT's kernels.
+  static kernel_registry with_builtins();
+
+  void add(std::string name, kernel_signature sig, kernel_fn fn);
+  bool has(const std::string& name) const { return kernels_.count(name) != 0; }
+  std::vector<std::string> names() const;
+
+  /// Checks that the kernel exists and the call's arity fits (at program load).
+  status check(const exchange::kernel_call& call) const;
+  /// Runs a call; tensors are looked up in `memory` by id.
+  status run(const exchange::kernel_call& call, tile_memory& memory, const kernel_context& ctx) const;
+
+ private:
+  struct entry {
+    kernel_signature sig;
+    kernel_fn fn;
+  };
+  std::map<std::string, entry> kernels_;
+};
+
+/// Registers the elementary kernels (copy, add, scale, reduce_sum, matmul).
+void register_basic_kernels(kernel_registry& reg);
+/// Registers BERT's kernels (embed, linear, layer_norm, gelu, attention, classifier, ...).
+void register_bert_kernels(kernel_registry& reg);
+
+}  // namespace tessera::tile

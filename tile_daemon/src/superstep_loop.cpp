@@ -1,0 +1,225 @@
+#include "tessera/tile/superstep_loop.hpp"
+
+#include <cstring>
+
+#include "tessera/common/log.hpp"
+
+namespace tessera::tile {
+
+using namespace tessera::exchange;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+uint64_t ns_since(clock_type::time_point t0) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - t0).count());
+}
+}  // namespace
+
+result<slice_span> resolve_slice(const slice_ref& s, tile_memory& memory, int64_t active_tokens) {
+  tile_tensor* t = memory.find(s.tensor_id);
+  if (!t) return status::not_found("slice names tensor id " + std::to_string(s.tensor_id) + ", which tile " +
+                                   std::to_string(memory.tile_id()) + " does not hold");
+  const uint64_t n = t->elements();
+  uint64_t begin = 0, count = 0;
+  switch (s.kind) {
+    case slice_kind::fixed:
+      begin = s.offset;
+      count = s.count;
+      break;
+    case slice_kind::token_rows:
+      begin = 0;
+      count = static_cast<uint64_t>(active_tokens) * s.count;
+      break;
+    case slice_kind::token_part: {
+      auto r = token_partition(active_tokens, s.part, s.parts);
+      begin = static_cast<uint64_t>(r.begin) * s.count;
+      count = static_cast<uint64_t>(r.end - r.begin) * s.count;
+      break;
+    }
+  }
+  if (begin > n || count > n - begin)
+    return status::invalid("slice [" + std::to_string(begin) + ", +" + std::to_string(count) + ") overruns tensor '" +
+                           t->desc.name + "' of " + std::to_string(n) + " elements");
+  return slice_span{t->f32() + begin, count};
+}
+
+superstep_runner::superstep_runner(uint32_t self, transport& t, tile_memory& memory, const kernel_registry& registry,
+                                   run_limits limits)
+    : self_(self), transport_(t), memory_(memory), registry_(registry), limits_(limits) {}
+
+void superstep_runner::accept(envelope&& e) {
+  auto type = peek_type(e);
+  if (!type) {
+    ++bad_;
+    TESSERA_LOG_WARN("dropped a bad exchange message: " << type.error().message());
+    return;
+  }
+  key k;
+  if (*type == msg_type::exchange_data) {
+    exchange_data d;
+    if (auto st = decode(e, d); !st) {
+      ++bad_;
+      TESSERA_LOG_WARN("dropped a bad exchange message: " << st.message());
+      return;
+    }
+    if (d.dst_tile != self_) {
+      ++bad_;
+      TESSERA_LOG_WARN("dropped a slice addressed to tile " << d.dst_tile << " (this is tile " << self_ << ")");
+      return;
+    }
+    k = {d.batch_id, d.superstep, 0, d.src_tile, d.tag};
+    if (finished_any_ && d.batch_id <= finished_batch_) {
+      ++stale_;
+      return;
+    }
+  } else if (*type == msg_type::sync_token) {
+    sync_token s;
+    if (auto st = decode(e, s); !st) {
+      ++bad_;
+      TESSERA_LOG_WARN("dropped a bad sync token: " << st.message());
+      return;
+    }
+    k = {s.batch_id, s.superstep, 1, s.src_tile, s.round};
+    if (finished_any_ && s.batch_id <= finished_batch_) {
+      ++stale_;
+      return;
+    }
+  } else {
+    ++bad_;
+    TESSERA_LOG_WARN("dropped a " << msg_type_name(*type) << " message on the exchange socket");
+    return;
+  }
+  if (inbox_.size() >= limits_.max_inbox) {
+    ++bad_;
+    return;
+  }
+  if (!inbox_.emplace(k, std::move(e)).second) ++stale_;  // a duplicate of one not yet consumed
+}
+
+void superstep_runner::purge_finished() {
+  for (auto it = inbox_.begin(); it != inbox_.end();) {
+    if (std::get<0>(it->first) <= finished_batch_) {
+      it = inbox_.erase(it);
+      ++stale_;
+    } else {
+      ++it;
+    }
+  }
+}
+
+result<envelope> superstep_runner::wait_for(const key& k, const std::function<bool()>& interrupted, const char* what) {
+  auto deadline = clock_type::now() + limits_.exchange_timeout;
+  for (;;) {
+    auto it = inbox_.find(k);
+    if (it != inbox_.end()) {
+      envelope e = std::move(it->second);
+      inbox_.erase(it);
+      return e;
+    }
+    if (interrupted && interrupted()) return status{errc::cancelled, "run aborted by the host"};
+    auto now = clock_type::now();
+    if (now >= deadline)
+      return status::timeout("tile " + std::to_string(self_) + " waited " +
+                             std::to_string(limits_.exchange_timeout.count()) + " ms for " + what + " from tile " +
+                             std::to_string(std::get<3>(k)) + " (batch " + std::to_string(std::get<0>(k)) +
+                             ", superstep " + std::to_string(std::get<1>(k)) + ")");
+    auto wait = std::min(limits_.poll_tick, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+                                                std::chrono::milliseconds(1));
+    envelope e;
+    auto got = transport_.recv(e, wait);
+    if (!got) return got.error();
+    if (*got) accept(std::move(e));
+  }
+}
+
+status superstep_runner::exchange_phase(const program& prog, const run_program& run, uint32_t step,
+                                        superstep_counters& c, const std::function<bool()>& interrupted) {
+  const superstep& s = prog.steps[step];
+  for (const send_op& op : s.sends) {
+    auto src = resolve_slice(op.src, memory_, run.active_tokens);
+    if (!src) return src.error().with_context("send to tile " + std::to_string(op.peer));
+    exchange_data d{prog.id, run.batch_id, step, self_, op.peer, op.tag, src->elements};
+    envelope e = encode(d, copy_frame(src->data, src->elements * 4));
+    c.bytes_sent += src->elements * 4;
+    TESSERA_RETURN_IF_ERROR(transport_.send(op.peer, std::move(e)));
+  }
+  for (const recv_op& op : s.recvs) {
+    auto dst = resolve_slice(op.dst, memory_, run.active_tokens);
+    if (!dst) return dst.error().with_context("receive from tile " + std::to_string(op.peer));
+    auto e = wait_for({run.batch_id, step, 0, op.peer, op.tag}, interrupted, "a slice");
+    if (!e) return e.error();
+    const zmq::message_t& payload = e->payloads[0];
+    if (payload.size() != dst->elements * 4)
+      return status::bad_message("tile " + std::to_string(op.peer) + " sent " + std::to_string(payload.size() / 4) +
+                                 " elements for tag " + std::to_string(op.tag) + ", tile " + std::to_string(self_) +
+                                 " expects " + std::to_string(dst->elements));
+    const float* in = payload.data<float>();
+    if (op.accumulate) {
+      for (uint64_t i = 0; i < dst->elements; ++i) dst->data[i] += in[i];
+    } else {
+      std::memcpy(dst->data, in, payload.size());
+    }
+    c.bytes_received += payload.size();
+  }
+  return status::ok();
+}
+
+status superstep_runner::sync_phase(const program& prog, const run_program& run, uint32_t step,
+                                    const std::function<bool()>& interrupted) {
+  const uint32_t n = static_cast<uint32_t>(prog.tiles.size());
+  if (n <= 1) return status::ok();
+  uint32_t rank = n;
+  for (uint32_t i = 0; i < n; ++i)
+    if (prog.tiles[i] == self_) rank = i;
+  if (rank == n) return status::invalid("tile " + std::to_string(self_) + " is not a member of program " +
+                                        std::to_string(prog.id));
+  // Dissemination barrier: in round k, signal rank + 2^k and wait for rank - 2^k.
+  for (uint32_t round = 0, dist = 1; dist < n; ++round, dist <<= 1) {
+    uint32_t to = prog.tiles[(rank + dist) % n];
+    uint32_t from = prog.tiles[(rank + n - dist) % n];
+    TESSERA_RETURN_IF_ERROR(transport_.send(to, encode(sync_token{prog.id, run.batch_id, step, round, self_})));
+    auto e = wait_for({run.batch_id, step, 1, from, round}, interrupted, "the barrier");
+    if (!e) return e.error();
+  }
+  return status::ok();
+}
+
+result<std::vector<superstep_counters>> superstep_runner::run(const program& prog, const run_program& run,
+                                                              const std::function<bool()>& interrupted) {
+  if (finished_any_ && run.batch_id <= finished_batch_)
+    return status::invalid("batch id " + std::to_string(run.batch_id) + " is not newer than the last batch " +
+                           std::to_string(finished_batch_) + " on tile " + std::to_string(self_));
+  std::vector<int32_t> offsets(run.seq_lengths.size() + 1, 0);
+  for (size_t i = 0; i < run.seq_lengths.size(); ++i) offsets[i + 1] = offsets[i] + run.seq_lengths[i];
+  kernel_context ctx{self_, run.active_tokens, run.seq_lengths, offsets};
+
+  std::vector<superstep_counters> counters(prog.steps.size());
+  status result_status;
+  for (uint32_t step = 0; step < prog.steps.size() && result_status; ++step) {
+    superstep_counters& c = counters[step];
+    auto t0 = clock_type::now();
+    for (const kernel_call& call : prog.steps[step].compute) {
+      result_status = registry_.run(call, memory_, ctx);
+      if (!result_status) {
+        result_status = result_status.with_context("tile " + std::to_string(self_) + " superstep " + std::to_string(step));
+        break;
+      }
+    }
+    c.compute_ns = ns_since(t0);
+    if (!result_status) break;
+    auto t1 = clock_type::now();
+    result_status = exchange_phase(prog, run, step, c, interrupted);
+    c.exchange_ns = ns_since(t1);
+    if (!result_status || !prog.steps[step].sync) continue;
+    auto t2 = clock_type::now();
+    result_status = sync_phase(prog, run, step, interrupted);
+    c.sync_ns = ns_since(t2);
+  }
+  finished_batch_ = run.batch_id;
+  finished_any_ = true;
+  purge_finished();
+  if (!result_status) return result_status;
+  return counters;
+}
+
+}  // namespace tessera::tile
