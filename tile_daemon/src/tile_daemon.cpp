@@ -263,7 +263,7 @@ struct tile_daemon::impl {
     register_tile reg{cfg.tile_id, cfg.incarnation, static_cast<int32_t>(getpid()),
                       fabric->endpoint(cfg.advertise_host), host_name(), cfg.memory_capacity};
     send_envelope(control, encode(reg));
-    TESSERA_LOG_INFO("registered at " << cfg.host_endpoint << ", exchange " << reg.exchange_endpoint << ", memory "
+    TESSERA_LOG_DEBUG("registered at " << cfg.host_endpoint << ", exchange " << reg.exchange_endpoint << ", memory "
                                       << format_bytes(cfg.memory_capacity));
     std::thread hb([this] { heartbeat_loop(); });
     bool keep = true;
@@ -302,7 +302,7 @@ struct tile_daemon::impl {
     }
     heartbeat_stop = true;
     hb.join();
-    TESSERA_LOG_INFO("shutting down (" << (g_stop ? "signal" : "host request") << ")");
+    TESSERA_LOG_DEBUG("shutting down (" << (g_stop ? "signal" : "host request") << ")");
     return 0;
   }
 };
