@@ -1,0 +1,96 @@
+// tessera/serving/service.hpp: the HTTP API without the sockets: routes, JSON in and out,
+// validation, tokenization, submission to the router, error mapping. http_server.hpp puts it on
+// a socket; tests may call it directly.
+//
+// Routes (Hugging Face text-embeddings-inference where they overlap, and KServe v2):
+//   POST /predict   {"inputs": "text" | ["a", "b"] (two inputs) | [["q", "p"]] (a pair),
+//                    "truncate": bool, "raw_scores": bool}
+//                   -> [{"label","score"}] sorted by score (softmax, or raw logits), a list per
+//                      input when "inputs" is a list
+//   POST /tokenize  {"inputs": same forms} -> [[ids...], ...] (one list per input)
+//   GET  /info, /health, /metrics (Prometheus text)
+//   GET  /v2/health/ready, /v2/health/live, /v2/models/{name}, /v2/models/{name}/ready
+//   POST /v2/models/{name}/infer  (BYTES "text" input, shape [N] or [N,2] for pairs; or INT32/INT64
+//                                  "input_ids" [N,L] with optional token_type_ids/attention_mask)
+// Errors: {"error": "...", "error_type": "..."}: 400 empty / malformed JSON, 404 unknown route or
+// model, 405 wrong method, 413 body too large (http_server), 422 validation / too long without
+// truncation / too many inputs / tokenizer, 429 overloaded, 503 unhealthy, 504 timeout,
+// 500 backend.
+//
+//   service svc(service_config{}, router, make_toy_tokenizer(), model_info{.model_id = "toy"}, m);
+//   svc.handle("POST", "/predict", R"({"inputs":"hi"})", [](http_reply r) { send(r); });
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/serving/clock.hpp"
+#include "tessera/serving/metrics.hpp"
+#include "tessera/serving/router.hpp"
+#include "tessera/serving/tokenizer.hpp"
+
+namespace tessera::serving {
+
+/// What /info and /v2/models/{name} say about the model.
+struct model_info {
+  std::string model_id = "bert";        ///< also the KServe model name
+  std::vector<std::string> labels;      ///< id2label; LABEL_i when shorter than num_labels
+  int32_t max_input_length = 512;       ///< tokens, specials included
+  int32_t vocab_size = 0;               ///< token ids given over KServe must be below it (0 = unchecked)
+};
+
+struct service_config {
+  int32_t max_client_batch_size = 32;   ///< inputs per request; more -> 422
+  duration request_timeout = std::chrono::seconds(30);  ///< per-sequence deadline; 0 = none
+  bool auto_truncate = false;           ///< truncate when the request does not say
+  size_t max_body_bytes = 2 << 20;      ///< reported in /info; enforced by http_server
+};
+
+struct call_state;  // one request's fan-in of sequence answers (service.cpp)
+
+struct http_reply {
+  unsigned status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::string allow;  ///< the Allow header of a 405
+};
+
+using reply_fn = std::function<void(http_reply)>;
+
+class service {
+ public:
+  service(service_config cfg, router& r, std::shared_ptr<const tokenizer> tok, model_info info,
+          serving_metrics& metrics);
+
+  /// Handles one request. `reply` is called exactly once, on this thread or a backend's.
+  void handle(std::string_view method, std::string_view target, std::string_view body,
+              reply_fn reply);
+
+  /// {"error": message, "error_type": type} with `status`; counts the failure in the metrics.
+  http_reply error_reply(unsigned status, std::string_view type, std::string_view message);
+
+  const service_config& config() const { return cfg_; }
+  serving_metrics& metrics() { return metrics_; }
+
+ private:
+  friend struct call_state;
+  void submit_all(std::shared_ptr<call_state> call, std::vector<host::sequence_input> seqs);
+  void predict(std::string_view body, bool tokenize_only, reply_fn reply);
+  void kserve_infer(std::string_view name, std::string_view body, reply_fn reply);
+  http_reply info_reply() const;
+  http_reply kserve_model_reply() const;
+  std::string label(int32_t i) const;
+
+  service_config cfg_;
+  router& router_;
+  std::shared_ptr<const tokenizer> tokenizer_;
+  model_info info_;
+  serving_metrics& metrics_;
+};
+
+}  // namespace tessera::serving

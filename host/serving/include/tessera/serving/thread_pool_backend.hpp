@@ -1,0 +1,69 @@
+// tessera/serving/thread_pool_backend.hpp: a backend in this process: a queue of batches and a
+// few worker threads, each running a forward function on whole batches. The reference backend
+// (reference_backend.hpp) and the toy backend of the tests are this class with different
+// forward functions; the GPU baseline process serves one over its wire protocol.
+//
+//   auto b = std::make_shared<thread_pool_backend>(
+//       host::backend_info{.name = "ref0", .kind = "reference"}, /*threads=*/2,
+//       [](const host::batch_request& req) -> result<std::vector<float>> { ... });
+//   b->submit(std::move(req), [](host::batch_result r) { ... });
+//   b->set_healthy(false);                 // fault injection for tests
+//   b->fail_next_batches(1, status::peer_failed("injected"));
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tessera/host/backend.hpp"
+
+namespace tessera::serving {
+
+/// Runs a whole batch: returns [num_sequences, num_labels] logits, row-major.
+using forward_fn = std::function<result<std::vector<float>>(const host::batch_request&)>;
+
+class thread_pool_backend : public host::backend {
+ public:
+  thread_pool_backend(host::backend_info info, int threads, forward_fn forward);
+  ~thread_pool_backend() override;
+
+  host::backend_info info() const override { return info_; }
+  void submit(host::batch_request request, std::function<void(host::batch_result)> done) override;
+  int64_t outstanding_tokens() const override { return outstanding_.load(); }
+  bool healthy() const override { return healthy_.load(); }
+
+  /// Stops the workers; queued batches are answered with `cancelled`.
+  void stop();
+  void set_healthy(bool h) { healthy_.store(h); }
+  /// The next `n` batches fail with `st` without running (fault injection).
+  void fail_next_batches(int n, status st);
+  /// Batches run so far (successful or not).
+  int64_t batches_run() const { return batches_run_.load(); }
+
+ private:
+  struct job {
+    host::batch_request request;
+    std::function<void(host::batch_result)> done;
+    int64_t tokens = 0;
+  };
+  void work();
+
+  host::backend_info info_;
+  forward_fn forward_;
+  std::atomic<int64_t> outstanding_{0};
+  std::atomic<bool> healthy_{true};
+  std::atomic<int64_t> batches_run_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<job> jobs_;
+  int fail_next_ = 0;
+  status fail_status_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace tessera::serving

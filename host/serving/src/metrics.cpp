@@ -1,0 +1,154 @@
+// Prometheus text exposition of the serving metrics.
+#include "tessera/serving/metrics.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+namespace tessera::serving {
+
+namespace {
+
+std::string format_number(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+void write_header(std::string& out, std::string_view name, std::string_view help,
+                  std::string_view type) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += help;
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+void write_counter(std::string& out, std::string_view name, std::string_view help, uint64_t v) {
+  write_header(out, name, help, "counter");
+  out += name;
+  out += ' ';
+  out += std::to_string(v);
+  out += '\n';
+}
+
+}  // namespace
+
+histogram::histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)),
+      buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
+  for (size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0);
+}
+
+void histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_.fetch_add(v, std::memory_order_relaxed);
+}
+
+void histogram::write(std::string& out, std::string_view name, std::string_view help) const {
+  write_header(out, name, help, "histogram");
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += buckets_[i].load(std::memory_order_relaxed);
+    out += name;
+    out += "_bucket{le=\"";
+    out += i < bounds_.size() ? format_number(bounds_[i]) : "+Inf";
+    out += "\"} ";
+    out += std::to_string(cumulative);
+    out += '\n';
+  }
+  out += name;
+  out += "_sum ";
+  out += format_number(sum());
+  out += '\n';
+  out += name;
+  out += "_count ";
+  out += std::to_string(cumulative);
+  out += '\n';
+}
+
+std::vector<double> histogram::seconds_buckets() {
+  return {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
+          50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0};
+}
+
+std::vector<double> histogram::powers_of_two(double max) {
+  std::vector<double> b;
+  for (double v = 1; v <= max; v *= 2) b.push_back(v);
+  return b;
+}
+
+serving_metrics::serving_metrics()
+    : tokenization_duration(histogram::seconds_buckets()),
+      queue_duration(histogram::seconds_buckets()),
+      inference_duration(histogram::seconds_buckets()),
+      request_duration(histogram::seconds_buckets()),
+      batch_size(histogram::powers_of_two(1024)),
+      batch_tokens(histogram::powers_of_two(65536)),
+      request_input_length(histogram::powers_of_two(1024)) {}
+
+void serving_metrics::count_failure(std::string_view kind) {
+  std::lock_guard lock(failures_mu_);
+  auto it = failures_.find(kind);
+  if (it == failures_.end()) it = failures_.emplace(std::string(kind), 0).first;
+  ++it->second;
+}
+
+uint64_t serving_metrics::failures(std::string_view kind) const {
+  std::lock_guard lock(failures_mu_);
+  auto it = failures_.find(kind);
+  return it == failures_.end() ? 0 : it->second;
+}
+
+std::string serving_metrics::to_prometheus(const std::vector<gauge_sample>& gauges) const {
+  std::string out;
+  out.reserve(8192);
+  write_counter(out, "tessera_request_count", "Inference requests received", request_count.load());
+  write_counter(out, "tessera_request_success", "Inference requests answered successfully",
+                request_success.load());
+  write_header(out, "tessera_request_failure", "Failed requests by kind of error", "counter");
+  {
+    std::lock_guard lock(failures_mu_);
+    for (const auto& [kind, n] : failures_)
+      out += "tessera_request_failure{err=\"" + kind + "\"} " + std::to_string(n) + "\n";
+  }
+  write_counter(out, "tessera_sequence_count", "Sequences admitted to the router",
+                sequence_count.load());
+  write_counter(out, "tessera_batch_count", "Batches sent to backends", batch_count.load());
+  write_counter(out, "tessera_batch_failures", "Batches a backend answered with an error",
+                batch_failures.load());
+  write_counter(out, "tessera_retries", "Sequences retried on another backend", retries.load());
+  write_counter(out, "tessera_batch_tokens_total", "Real tokens sent to backends",
+                batch_tokens_total.load());
+  write_counter(out, "tessera_padding_tokens_total", "Padding positions sent to backends",
+                padding_tokens.load());
+  tokenization_duration.write(out, "tessera_request_tokenization_duration",
+                              "Tokenization time per request (seconds)");
+  queue_duration.write(out, "tessera_request_queue_duration",
+                       "Time a sequence waited in the batch queue (seconds)");
+  inference_duration.write(out, "tessera_request_inference_duration",
+                           "Backend time of the batch a sequence rode in (seconds)");
+  request_duration.write(out, "tessera_request_duration", "End-to-end request time (seconds)");
+  batch_size.write(out, "tessera_batch_next_size", "Sequences per batch");
+  batch_tokens.write(out, "tessera_batch_next_tokens", "Real tokens per batch");
+  request_input_length.write(out, "tessera_request_input_length", "Tokens per sequence");
+  std::string last_name;
+  for (const auto& g : gauges) {
+    std::string base = g.name.substr(0, g.name.find('{'));
+    if (base != last_name) {
+      write_header(out, base, g.help, "gauge");
+      last_name = base;
+    }
+    out += g.name + " " + format_number(g.value) + "\n";
+  }
+  return out;
+}
+
+}  // namespace tessera::serving

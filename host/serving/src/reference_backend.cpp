@@ -1,0 +1,122 @@
+// The reference backend and the tessera_models adapters. See reference_backend.hpp.
+#include "tessera/serving/reference_backend.hpp"
+
+#include <algorithm>
+
+#include "tessera/models/forward.hpp"
+#include "tessera/models/kernels.hpp"
+
+namespace tessera::serving {
+
+namespace {
+
+models::packed_batch to_packed(const host::batch_request& req) {
+  models::packed_batch b;
+  for (const auto& s : req.sequences) b.append(s.token_ids, s.token_type_ids);
+  return b;
+}
+
+class model_tokenizer final : public tokenizer {
+ public:
+  model_tokenizer(models::wordpiece_tokenizer untruncated, models::wordpiece_tokenizer truncating,
+                  int32_t sep)
+      : untruncated_(std::move(untruncated)), truncating_(std::move(truncating)), sep_(sep) {}
+
+  result<host::sequence_input> encode(std::string_view text, int32_t max_length) const override {
+    auto e = pick(max_length).encode(text);
+    if (!e) return e.error();
+    return finish(std::move(*e), max_length);
+  }
+  result<host::sequence_input> encode_pair(std::string_view a, std::string_view b,
+                                           int32_t max_length) const override {
+    auto e = pick(max_length).encode_pair(a, b);
+    if (!e) return e.error();
+    return finish(std::move(*e), max_length);
+  }
+  int32_t sep_id() const override { return sep_; }
+
+ private:
+  const models::wordpiece_tokenizer& pick(int32_t max_length) const {
+    return max_length > 0 && max_length >= truncating_.options().max_length ? truncating_
+                                                                             : untruncated_;
+  }
+  result<host::sequence_input> finish(models::encoding e, int32_t max_length) const {
+    host::sequence_input s{std::move(e.token_ids), std::move(e.token_type_ids)};
+    if (max_length > 0) truncate_sequence(s, max_length, sep_);
+    return s;
+  }
+  models::wordpiece_tokenizer untruncated_;
+  models::wordpiece_tokenizer truncating_;
+  int32_t sep_;
+};
+
+}  // namespace
+
+std::shared_ptr<thread_pool_backend> make_reference_backend(
+    std::shared_ptr<const models::bert_model> model, reference_backend_options opts) {
+  host::backend_info info;
+  info.name = opts.name;
+  info.kind = opts.kind;
+  info.max_sequence_length = model->config.max_position_embeddings;
+  info.token_budget = opts.token_budget;
+  info.max_batch_sequences = opts.max_batch_sequences;
+  info.num_labels = model->config.num_labels;
+  int omp = std::max(1, opts.omp_threads);
+  forward_fn fwd = [model, omp](const host::batch_request& req) -> result<std::vector<float>> {
+    models::set_num_threads(omp);  // per calling thread (OpenMP ICV)
+    models::packed_batch b = to_packed(req);
+    const int n = b.num_seqs();
+    if (n == 0) return std::vector<float>{};
+    if (auto st = models::validate_batch(model->config, b); !st) return st;
+    if (req.layout == host::batch_layout::padded) {
+      if (req.padded_length > b.max_seq_len()) {
+        // Widen the rectangle to padded_length with a dummy row; its logits are dropped.
+        std::vector<int32_t> dummy(static_cast<size_t>(req.padded_length), 0);
+        dummy[0] = 101;
+        b.append(dummy);
+        auto logits = models::padded_forward(*model, b, 0);
+        logits.resize(static_cast<size_t>(n) * model->config.num_labels);
+        return logits;
+      }
+      return models::padded_forward(*model, b, 0);
+    }
+    return models::reference_forward(*model, b);
+  };
+  return std::make_shared<thread_pool_backend>(std::move(info), std::max(1, opts.threads),
+                                               std::move(fwd));
+}
+
+result<std::shared_ptr<const tokenizer>> make_model_tokenizer(const models::bert_model& model) {
+  if (!model.vocab)
+    return status::invalid("model " + model.source +
+                           " has no vocab.txt; the server needs one to tokenize text");
+  models::tokenizer_options untrunc;
+  untrunc.lower_case = model.lower_case;
+  untrunc.max_length = 1 << 30;
+  models::tokenizer_options trunc = untrunc;
+  trunc.max_length = model.config.max_position_embeddings;
+  auto a = models::wordpiece_tokenizer::create(model.vocab, untrunc);
+  if (!a) return a.error();
+  auto b = models::wordpiece_tokenizer::create(model.vocab, trunc);
+  if (!b) return b.error();
+  int32_t sep = model.vocab->id("[SEP]");
+  return std::shared_ptr<const tokenizer>(
+      std::make_shared<model_tokenizer>(std::move(*a), std::move(*b), sep >= 0 ? sep : 102));
+}
+
+model_info model_info_of(const models::bert_model& model, std::string model_id) {
+  model_info info;
+  info.model_id = std::move(model_id);
+  info.labels = model.config.id2label;
+  info.max_input_length = model.config.max_position_embeddings;
+  info.vocab_size = model.config.vocab_size;
+  return info;
+}
+
+std::vector<float> reference_logits(const models::bert_model& model, const host::sequence_input& s) {
+  models::packed_batch b;
+  b.append(s.token_ids, s.token_type_ids);
+  return models::reference_forward(model, b);
+}
+
+}  // namespace tessera::serving

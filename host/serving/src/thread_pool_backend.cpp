@@ -1,0 +1,99 @@
+// An in-process backend: batch queue + worker threads. See thread_pool_backend.hpp.
+#include "tessera/serving/thread_pool_backend.hpp"
+
+#include <chrono>
+
+#include "tessera/common/check.hpp"
+
+namespace tessera::serving {
+
+thread_pool_backend::thread_pool_backend(host::backend_info info, int threads, forward_fn forward)
+    : info_(std::move(info)), forward_(std::move(forward)) {
+  TESSERA_CHECK(threads >= 1) << "thread_pool_backend needs a worker thread";
+  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+}
+
+thread_pool_backend::~thread_pool_backend() { stop(); }
+
+void thread_pool_backend::stop() {
+  std::deque<job> left;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    left.swap(jobs_);
+  }
+  cv_.notify_all();
+  for (auto& w : workers_)
+    if (w.joinable()) w.join();
+  for (auto& j : left) {
+    outstanding_.fetch_sub(j.tokens);
+    host::batch_result r;
+    r.batch_id = j.request.batch_id;
+    r.st = status(errc::cancelled, "backend " + info_.name + " stopped");
+    j.done(std::move(r));
+  }
+}
+
+void thread_pool_backend::fail_next_batches(int n, status st) {
+  std::lock_guard lock(mu_);
+  fail_next_ = n;
+  fail_status_ = std::move(st);
+}
+
+void thread_pool_backend::submit(host::batch_request request,
+                                 std::function<void(host::batch_result)> done) {
+  int64_t tokens = 0;
+  for (const auto& s : request.sequences) tokens += static_cast<int64_t>(s.token_ids.size());
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_) {
+      outstanding_.fetch_add(tokens);
+      jobs_.push_back({std::move(request), std::move(done), tokens});
+      cv_.notify_one();
+      return;
+    }
+  }
+  host::batch_result r;
+  r.batch_id = request.batch_id;
+  r.st = status(errc::cancelled, "backend " + info_.name + " stopped");
+  done(std::move(r));
+}
+
+void thread_pool_backend::work() {
+  for (;;) {
+    job j;
+    status injected;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      j = std::move(jobs_.front());
+      jobs_.pop_front();
+      if (fail_next_ > 0) {
+        --fail_next_;
+        injected = fail_status_;
+      }
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    host::batch_result r;
+    r.batch_id = j.request.batch_id;
+    if (!injected) {
+      r.st = injected;
+    } else {
+      auto logits = forward_(j.request);
+      if (logits) {
+        r.logits = std::move(*logits);
+        r.num_labels = info_.num_labels;
+      } else {
+        r.st = logits.error();
+      }
+    }
+    r.timing.wall_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    batches_run_.fetch_add(1);
+    outstanding_.fetch_sub(j.tokens);
+    j.done(std::move(r));
+  }
+}
+
+}  // namespace tessera::serving
