@@ -1,0 +1,87 @@
+// tessera/models/kernels.hpp: BERT compute kernels over raw fp32 pointers.
+//
+// Kernels know nothing of scheduling or placement: a tile process calls them on its slices, the
+// reference forward on whole tensors. Matrices are row-major; `ld*` arguments are row strides in
+// elements (pass the column count for dense rows). GEMMs go through oneDNN (matmul primitives
+// cached by shape, and dnnl_sgemm for the per-sequence attention products). Every kernel runs with
+// the oneDNN/OpenMP thread count set by set_num_threads (tiles use 1).
+//
+//   set_num_threads(1);
+//   linear(x, T, 768, w.query_w, w.query_b, 768, q);          // q = x W^T + b
+//   attention_packed({q, 768}, {k, 768}, {v, 768}, offsets, num_seqs, 12, 64, {ctx, 768});
+//   add_layer_norm(ctx_proj, x, T, 768, gamma, beta, 1e-12f, x);
+//
+// Tensor-parallel tiles: a tile holding heads [h0, h1) passes q + h0*head_dim (and k, v, out
+// likewise) with the full row stride and num_heads = h1 - h0; any contiguous head range works,
+// whatever the tile count.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::models {
+
+/// Sets oneDNN/OpenMP threads for the calling process (tiles 1, the reference 2). n >= 1.
+void set_num_threads(int n);
+int num_threads();
+
+/// Activation fused after a linear layer.
+enum class activation { none, gelu_erf, gelu_tanh, relu };
+
+/// y[T, out] = act(x[T, in] W^T + bias), W [out, in] row-major (HF Linear), bias [out] or nullptr.
+/// ldx/ldy are row strides of x and y (0 = dense). T may vary from call to call.
+void linear(const float* x, int64_t T, int64_t in, const float* W, const float* bias, int64_t out,
+            float* y, activation act = activation::none, int64_t ldx = 0, int64_t ldy = 0);
+
+/// y = LayerNorm(x) over rows of n: (x - mean) / sqrt(var + eps) * gamma + beta. y may equal x.
+void layer_norm(const float* x, int64_t T, int64_t n, const float* gamma, const float* beta,
+                float eps, float* y);
+/// y = LayerNorm(x + residual), the post-LN residual step. y may alias x or residual.
+void add_layer_norm(const float* x, const float* residual, int64_t T, int64_t n,
+                    const float* gamma, const float* beta, float eps, float* y);
+
+/// y = x * 0.5 * (1 + erf(x / sqrt(2))), elementwise over n values (y may equal x).
+void gelu_erf(const float* x, int64_t n, float* y);
+/// y = a + b elementwise (y may alias a or b).
+void add(const float* a, const float* b, int64_t n, float* y);
+/// In-place softmax over each of `rows` rows of n values (row stride ld, 0 = n).
+void softmax(float* x, int64_t rows, int64_t n, int64_t ld = 0);
+
+/// out[T, hidden] = word[token] + position[p] + token_type[type], where p restarts at 0 at every
+/// seq_offsets boundary. No LayerNorm (call layer_norm after).
+void embed(const int32_t* token_ids, const int32_t* token_type_ids, const int32_t* seq_offsets,
+           int num_seqs, const float* word, const float* position, const float* token_type,
+           int64_t hidden, float* out);
+
+/// A row-major matrix operand: data and row stride.
+struct strided {
+  const float* data;
+  int64_t ld;
+};
+struct strided_out {
+  float* data;
+  int64_t ld;
+};
+
+/// Multi-head self-attention over a packed batch: for each sequence s and head h,
+/// out_h = softmax(q_h k_h^T / sqrt(head_dim)) v_h, using only rows of s (no cross-sequence
+/// attention, no padding). Head h occupies columns [h*head_dim, (h+1)*head_dim) of q/k/v/out.
+void attention_packed(strided q, strided k, strided v, const int32_t* seq_offsets, int num_seqs,
+                      int num_heads, int head_dim, strided_out out);
+
+/// Padded attention, GPU style: q/k/v/out hold batch x max_len rows (row b*max_len + i); keys at
+/// positions >= lengths[b] are masked out (additive -inf mask); padded query rows are computed
+/// too (as a GPU does) but never read by valid rows.
+void attention_padded(strided q, strided k, strided v, const int32_t* lengths, int batch,
+                      int max_len, int num_heads, int head_dim, strided_out out);
+
+/// logits[s, num_labels] = classifier(tanh(pooler(hidden[cls_rows[s]]))) for num_seqs sequences.
+/// hidden has row stride ld; cls_rows are row indices of each sequence's first token.
+void pooler_classifier(const float* hidden, int64_t ld, const int32_t* cls_rows, int num_seqs,
+                       int64_t hidden_size, const float* pooler_w, const float* pooler_b,
+                       const float* classifier_w, const float* classifier_b, int num_labels,
+                       float* logits);
+
+/// oneDNN's sgemm alone (C = A B^T, A [M,K], B [N,K]), for benches: the roofline to compare with.
+void sgemm_abt(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K);
+
+}  // namespace tessera::models

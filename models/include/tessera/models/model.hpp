@@ -1,0 +1,45 @@
+// tessera/models/model.hpp: a BERT model = config + weights + optional vocab, from a Hugging Face
+// folder or a built-in preset.
+//
+// A Hugging Face folder holds config.json, model.safetensors (memory-mapped; tensor names with or
+// without "bert."), and optionally vocab.txt and tokenizer_config.json (do_lower_case).
+//
+//   auto m = tessera::models::load_model("tests/data/models/tiny-odd");   // or "bert-base"
+//   if (!m) { std::cerr << m.error().to_string() << "\n"; return 2; }
+//   auto tok = m->make_tokenizer();   // needs a vocab (presets carry the built-in one)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "tessera/common/status.hpp"
+#include "tessera/models/config.hpp"
+#include "tessera/models/tokenizer.hpp"
+#include "tessera/models/weights.hpp"
+
+namespace tessera::models {
+
+struct bert_model {
+  bert_config config;
+  bert_weights weights;
+  std::shared_ptr<const vocabulary> vocab;  ///< nullptr when the folder has no vocab.txt
+  bool lower_case = true;                   ///< from tokenizer_config.json (default true)
+  std::string source;                       ///< folder path or "preset:<name>:seed=<n>"
+
+  /// A tokenizer over the model's vocab, max_length = max_position_embeddings.
+  result<wordpiece_tokenizer> make_tokenizer() const;
+};
+
+/// A preset (see preset_config) with make_preset_weights(seed) and the built-in vocab.
+result<bert_model> make_preset_model(std::string_view preset, uint64_t seed = 0);
+
+/// Loads a Hugging Face folder, or a preset when `path_or_preset` names one (seed `preset_seed`).
+/// Errors name the file, the tensor and the expected shape.
+result<bert_model> load_model(std::string_view path_or_preset, uint64_t preset_seed = 0);
+
+/// Writes a model as a Hugging Face folder (config.json, model.safetensors, vocab.txt if any).
+status save_model(const bert_model& model, const std::string& dir);
+
+}  // namespace tessera::models

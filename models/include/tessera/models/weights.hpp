@@ -1,0 +1,111 @@
+// tessera/models/weights.hpp: BERT weights, fp32, in Hugging Face layout.
+//
+// Every tensor is addressed by its HF name without the "bert." prefix
+// ("embeddings.word_embeddings.weight", "encoder.layer.3.attention.self.query.weight",
+// "pooler.dense.weight", "classifier.weight"); Linear weights are [out, in] row-major. The same
+// pointers are also reachable through typed structs (embeddings(), layer(i), head()).
+// Storage is shared and immutable: copying a bert_weights is cheap and keeps it alive (it may be
+// a memory-mapped safetensors file).
+//
+//   auto w = tessera::models::make_preset_weights(cfg, /*seed=*/0);
+//   const float* wq = w->layer(3).query_w;                       // [hidden, hidden]
+//   auto t = w->tensor("encoder.layer.3.attention.self.query.weight");   // same data, with shape
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/common/status.hpp"
+#include "tessera/models/config.hpp"
+
+namespace tessera::models {
+
+/// A named, shaped, read-only view of fp32 data owned by a bert_weights.
+struct tensor_view {
+  std::vector<int64_t> shape;
+  const float* data = nullptr;
+  int64_t numel() const;
+};
+
+struct embedding_weights {
+  const float* word = nullptr;        ///< [vocab_size, hidden]
+  const float* position = nullptr;    ///< [max_position_embeddings, hidden]
+  const float* token_type = nullptr;  ///< [type_vocab_size, hidden]
+  const float* ln_gamma = nullptr;    ///< [hidden]
+  const float* ln_beta = nullptr;     ///< [hidden]
+};
+
+/// One encoder layer; *_w are [out, in], *_b are [out].
+struct layer_weights {
+  const float *query_w = nullptr, *query_b = nullptr;        ///< [hidden, hidden]
+  const float *key_w = nullptr, *key_b = nullptr;            ///< [hidden, hidden]
+  const float *value_w = nullptr, *value_b = nullptr;        ///< [hidden, hidden]
+  const float *attn_out_w = nullptr, *attn_out_b = nullptr;  ///< [hidden, hidden]
+  const float *attn_ln_gamma = nullptr, *attn_ln_beta = nullptr;
+  const float *ffn_in_w = nullptr, *ffn_in_b = nullptr;      ///< [intermediate, hidden]
+  const float *ffn_out_w = nullptr, *ffn_out_b = nullptr;    ///< [hidden, intermediate]
+  const float *out_ln_gamma = nullptr, *out_ln_beta = nullptr;
+};
+
+struct head_weights {
+  const float *pooler_w = nullptr, *pooler_b = nullptr;          ///< [hidden, hidden]
+  const float *classifier_w = nullptr, *classifier_b = nullptr;  ///< [num_labels, hidden]
+};
+
+/// Name and shape of one tensor a config needs.
+struct tensor_spec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+/// Every tensor a BERT-for-sequence-classification of this config has, in HF order.
+std::vector<tensor_spec> expected_tensors(const bert_config& cfg);
+
+/// "[768, 3072]".
+std::string shape_string(const std::vector<int64_t>& shape);
+
+class bert_weights {
+ public:
+  bert_weights() = default;
+
+  /// Binds named tensors (names with or without "bert.") to a config: every expected tensor must
+  /// be present with its exact shape; extras are ignored. `storage` keeps the data alive.
+  /// `source` names the file in error messages.
+  static result<bert_weights> bind(const bert_config& cfg, std::map<std::string, tensor_view> tensors,
+                                   std::shared_ptr<const void> storage, std::string_view source);
+
+  /// The tensor of that HF name (with or without the "bert." prefix), or nullptr.
+  const tensor_view* find(std::string_view hf_name) const;
+  /// Same, as a status naming the tensor when absent.
+  result<tensor_view> tensor(std::string_view hf_name) const;
+  /// Canonical names (without "bert."), sorted.
+  std::vector<std::string> names() const;
+
+  const embedding_weights& embeddings() const { return embeddings_; }
+  const layer_weights& layer(int i) const { return layers_.at(static_cast<size_t>(i)); }
+  const head_weights& head() const { return head_; }
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+
+ private:
+  std::shared_ptr<const void> storage_;
+  std::map<std::string, tensor_view, std::less<>> tensors_;
+  embedding_weights embeddings_;
+  std::vector<layer_weights> layers_;
+  head_weights head_;
+};
+
+/// Seeded random weights for any config, bit-identical on every machine (splitmix64 per tensor,
+/// seeded from `seed` and the tensor name; 24-bit uniform integers mapped to floats with exact
+/// IEEE float arithmetic, no std:: distributions). Linear weights ~U(-0.0346, 0.0346) (std 0.02, as HF's init),
+/// biases ~U(-0.01, 0.01), LayerNorm gamma 1 + U(-0.05, 0.05), beta U(-0.02, 0.02).
+result<bert_weights> make_preset_weights(const bert_config& cfg, uint64_t seed);
+
+/// Fills `out` (numel of the spec) with the seeded values of one tensor; make_preset_weights uses
+/// it for every tensor, so a tile can generate just its own slices' tensors.
+void fill_preset_tensor(const tensor_spec& spec, uint64_t seed, float* out);
+
+}  // namespace tessera::models

@@ -1,0 +1,86 @@
+// Multi-head attention, packed (per sequence, no padding) and padded (GPU style, masked).
+// Each (sequence, head) pair is two oneDNN sgemm calls (S = Q K^T, O = P V) around a row softmax;
+// pairs run in parallel, longest first, and sgemm runs single-threaded inside the parallel loop.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "kernels_internal.hpp"
+#include "tessera/common/check.hpp"
+#include "tessera/models/kernels.hpp"
+
+namespace tessera::models {
+namespace {
+
+// One head of one sequence: rows [row0, row0 + len) of q/k/v/out; keys beyond `valid` masked.
+void attend_one(const strided& q, const strided& k, const strided& v, const strided_out& out, int64_t row0,
+                int64_t len, int64_t valid, int64_t col0, int head_dim, float scale, std::vector<float>& scores) {
+  scores.resize(static_cast<size_t>(len * len));
+  float* s = scores.data();
+  const float* qh = q.data + row0 * q.ld + col0;
+  const float* kh = k.data + row0 * k.ld + col0;
+  const float* vh = v.data + row0 * v.ld + col0;
+  float* oh = out.data + row0 * out.ld + col0;
+  dnnl_status_t st = dnnl_sgemm('N', 'T', len, len, head_dim, scale, qh, q.ld, kh, k.ld, 0.0f, s, len);
+  TESSERA_CHECK(st == dnnl_success) << "attention sgemm QK^T failed";
+  for (int64_t i = 0; i < len; ++i) {
+    float* row = s + i * len;
+    for (int64_t j = valid; j < len; ++j) row[j] = -INFINITY;
+    detail::softmax_row(row, len);
+  }
+  st = dnnl_sgemm('N', 'N', len, head_dim, len, 1.0f, s, len, vh, v.ld, 0.0f, oh, out.ld);
+  TESSERA_CHECK(st == dnnl_success) << "attention sgemm PV failed";
+}
+
+struct work_item {
+  int64_t row0, len, valid;
+  int head;
+};
+
+void run_items(std::vector<work_item>& items, const strided& q, const strided& k, const strided& v,
+               const strided_out& out, int head_dim) {
+  // Longest first so the dynamic schedule balances the tail.
+  std::stable_sort(items.begin(), items.end(), [](const work_item& a, const work_item& b) { return a.len > b.len; });
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t n = static_cast<int64_t>(items.size());
+#pragma omp parallel if (n > 1)
+  {
+    std::vector<float> scores;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n; ++i) {
+      const auto& it = items[static_cast<size_t>(i)];
+      attend_one(q, k, v, out, it.row0, it.len, it.valid, int64_t{it.head} * head_dim, head_dim, scale, scores);
+    }
+  }
+}
+
+}  // namespace
+
+void attention_packed(strided q, strided k, strided v, const int32_t* seq_offsets, int num_seqs, int num_heads,
+                      int head_dim, strided_out out) {
+  std::vector<work_item> items;
+  items.reserve(static_cast<size_t>(num_seqs) * num_heads);
+  for (int s = 0; s < num_seqs; ++s) {
+    const int64_t len = seq_offsets[s + 1] - seq_offsets[s];
+    TESSERA_CHECK(len >= 0) << "seq_offsets decrease at sequence " << s;
+    if (len == 0) continue;
+    for (int h = 0; h < num_heads; ++h) items.push_back({seq_offsets[s], len, len, h});
+  }
+  run_items(items, q, k, v, out, head_dim);
+}
+
+void attention_padded(strided q, strided k, strided v, const int32_t* lengths, int batch, int max_len,
+                      int num_heads, int head_dim, strided_out out) {
+  std::vector<work_item> items;
+  items.reserve(static_cast<size_t>(batch) * num_heads);
+  for (int b = 0; b < batch; ++b) {
+    TESSERA_CHECK(lengths[b] >= 1 && lengths[b] <= max_len) << "padded length " << lengths[b] << " of " << max_len;
+    for (int h = 0; h < num_heads; ++h) items.push_back({int64_t{b} * max_len, max_len, lengths[b], h});
+  }
+  run_items(items, q, k, v, out, head_dim);
+}
+
+}  // namespace tessera::models

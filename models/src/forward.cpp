@@ -1,0 +1,126 @@
+// The single-process reference forward (packed) and the padded GPU-style forward.
+#include "tessera/models/forward.hpp"
+
+#include <algorithm>
+#include <functional>
+
+#include "tessera/common/check.hpp"
+#include "tessera/models/kernels.hpp"
+
+namespace tessera::models {
+namespace {
+
+activation act_of(const bert_config& c) {
+  if (c.hidden_act == "gelu") return activation::gelu_erf;
+  if (c.hidden_act == "relu") return activation::relu;
+  return activation::gelu_tanh;  // gelu_new, gelu_pytorch_tanh (validate() rejects the rest)
+}
+
+using attention_fn = std::function<void(const float* qkv, int64_t ld, float* ctx)>;
+
+// Embeddings + all layers over T rows; seq_offsets delimit position restarts. Returns [T, hidden].
+std::vector<float> run_encoder(const bert_model& m, const int32_t* ids, const int32_t* types,
+                               const int32_t* seq_offsets, int num_rows_groups, int64_t T,
+                               const attention_fn& attend) {
+  const bert_config& c = m.config;
+  const int64_t h = c.hidden_size, f = c.intermediate_size;
+  const auto& e = m.weights.embeddings();
+  std::vector<float> x(static_cast<size_t>(T * h)), qkv(static_cast<size_t>(T * 3 * h)),
+      ctx(static_cast<size_t>(T * h)), tmp(static_cast<size_t>(T * h)), ffn(static_cast<size_t>(T * f));
+  embed(ids, types, seq_offsets, num_rows_groups, e.word, e.position, e.token_type, h, x.data());
+  layer_norm(x.data(), T, h, e.ln_gamma, e.ln_beta, c.layer_norm_eps, x.data());
+  const activation act = act_of(c);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const layer_weights& w = m.weights.layer(l);
+    linear(x.data(), T, h, w.query_w, w.query_b, h, qkv.data(), activation::none, h, 3 * h);
+    linear(x.data(), T, h, w.key_w, w.key_b, h, qkv.data() + h, activation::none, h, 3 * h);
+    linear(x.data(), T, h, w.value_w, w.value_b, h, qkv.data() + 2 * h, activation::none, h, 3 * h);
+    attend(qkv.data(), 3 * h, ctx.data());
+    linear(ctx.data(), T, h, w.attn_out_w, w.attn_out_b, h, tmp.data());
+    add_layer_norm(tmp.data(), x.data(), T, h, w.attn_ln_gamma, w.attn_ln_beta, c.layer_norm_eps, x.data());
+    linear(x.data(), T, h, w.ffn_in_w, w.ffn_in_b, f, ffn.data(), act);
+    linear(ffn.data(), T, f, w.ffn_out_w, w.ffn_out_b, h, tmp.data());
+    add_layer_norm(tmp.data(), x.data(), T, h, w.out_ln_gamma, w.out_ln_beta, c.layer_norm_eps, x.data());
+  }
+  return x;
+}
+
+void check_batch(const bert_model& m, const packed_batch& b) {
+  const status st = validate_batch(m.config, b);
+  TESSERA_CHECK(st.is_ok()) << "forward on an invalid batch (call validate_batch first): " << st.to_string();
+}
+
+}  // namespace
+
+std::vector<float> reference_encoder(const bert_model& m, const packed_batch& b) {
+  check_batch(m, b);
+  const int64_t h = m.config.hidden_size;
+  const int num_heads = m.config.num_heads, head_dim = m.config.head_dim();
+  const int32_t* offsets = b.seq_offsets.data();
+  const int n = b.num_seqs();
+  return run_encoder(m, b.token_ids.data(), b.token_type_ids.data(), offsets, n, b.num_tokens(),
+                     [&](const float* qkv, int64_t ld, float* ctx) {
+                       attention_packed({qkv, ld}, {qkv + h, ld}, {qkv + 2 * h, ld}, offsets, n, num_heads,
+                                        head_dim, {ctx, h});
+                     });
+}
+
+std::vector<float> reference_forward(const bert_model& m, const packed_batch& b) {
+  const std::vector<float> x = reference_encoder(m, b);
+  const auto& hw = m.weights.head();
+  std::vector<float> logits(static_cast<size_t>(b.num_seqs()) * m.config.num_labels);
+  pooler_classifier(x.data(), m.config.hidden_size, b.seq_offsets.data(), b.num_seqs(), m.config.hidden_size,
+                    hw.pooler_w, hw.pooler_b, hw.classifier_w, hw.classifier_b, m.config.num_labels,
+                    logits.data());
+  return logits;
+}
+
+std::vector<float> padded_forward(const bert_model& m, const packed_batch& b, int batch_size) {
+  check_batch(m, b);
+  const bert_config& c = m.config;
+  const int64_t h = c.hidden_size;
+  const int n = b.num_seqs();
+  if (batch_size <= 0) batch_size = std::max(n, 1);
+  std::vector<float> logits(static_cast<size_t>(n) * c.num_labels);
+  for (int first = 0; first < n; first += batch_size) {
+    const int count = std::min(batch_size, n - first);
+    int max_len = 0;
+    for (int s = first; s < first + count; ++s) max_len = std::max(max_len, b.seq_len(s));
+    const int64_t T = int64_t{count} * max_len;
+    // Padding rows hold [PAD] (id 0), type 0; every row of the rectangle is computed.
+    std::vector<int32_t> ids(static_cast<size_t>(T), 0), types(static_cast<size_t>(T), 0), lengths, rows, offsets;
+    for (int i = 0; i < count; ++i) {
+      const int s = first + i, len = b.seq_len(s);
+      std::copy_n(b.token_ids.begin() + b.seq_offsets[s], len, ids.begin() + int64_t{i} * max_len);
+      std::copy_n(b.token_type_ids.begin() + b.seq_offsets[s], len, types.begin() + int64_t{i} * max_len);
+      lengths.push_back(len);
+      rows.push_back(i * max_len);
+      offsets.push_back(i * max_len);
+    }
+    offsets.push_back(static_cast<int32_t>(T));
+    const auto x = run_encoder(m, ids.data(), types.data(), offsets.data(), count, T,
+                               [&](const float* qkv, int64_t ld, float* ctx) {
+                                 attention_padded({qkv, ld}, {qkv + h, ld}, {qkv + 2 * h, ld}, lengths.data(),
+                                                  count, max_len, c.num_heads, c.head_dim(), {ctx, h});
+                               });
+    const auto& hw = m.weights.head();
+    pooler_classifier(x.data(), h, rows.data(), count, h, hw.pooler_w, hw.pooler_b, hw.classifier_w,
+                      hw.classifier_b, c.num_labels, logits.data() + int64_t{first} * c.num_labels);
+  }
+  return logits;
+}
+
+double linear_flops(const bert_config& c, int64_t tokens) {
+  const double h = c.hidden_size, f = c.intermediate_size;
+  return 2.0 * static_cast<double>(tokens) * c.num_layers * (4 * h * h + 2 * h * f);
+}
+
+double forward_flops(const bert_config& c, const std::vector<int>& lengths) {
+  const double h = c.hidden_size;
+  double total = 0;
+  for (int L : lengths)
+    total += linear_flops(c, L) + c.num_layers * 4.0 * L * L * h + 2.0 * h * h + 2.0 * h * c.num_labels;
+  return total;
+}
+
+}  // namespace tessera::models

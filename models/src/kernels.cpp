@@ -1,0 +1,199 @@
+// Elementwise, normalisation and linear kernels. GEMMs go through oneDNN matmul primitives,
+// cached by shape (T varies per batch, so a batch of new lengths builds a few new primitives).
+#include "tessera/models/kernels.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "tessera/common/check.hpp"
+#include "kernels_internal.hpp"
+
+namespace tessera::models {
+
+void set_num_threads(int n) {
+  TESSERA_CHECK(n >= 1) << "set_num_threads(" << n << ")";
+  omp_set_num_threads(n);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+namespace detail {
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+}  // namespace detail
+
+namespace {
+
+struct linear_key {
+  int64_t T, in, out, ldx, ldy;
+  bool bias;
+  activation act;
+  bool operator==(const linear_key& o) const {
+    return std::tie(T, in, out, ldx, ldy, bias, act) == std::tie(o.T, o.in, o.out, o.ldx, o.ldy, o.bias, o.act);
+  }
+};
+struct linear_key_hash {
+  size_t operator()(const linear_key& k) const {
+    size_t h = 1469598103934665603ull;
+    for (int64_t v : {k.T, k.in, k.out, k.ldx, k.ldy, int64_t{k.bias}, static_cast<int64_t>(k.act)})
+      h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
+    return h;
+  }
+};
+
+struct linear_primitive {
+  dnnl::matmul prim;
+  dnnl::memory::desc src, wei, bias, dst;
+};
+
+std::mutex cache_mutex;
+std::unordered_map<linear_key, std::shared_ptr<linear_primitive>, linear_key_hash> cache;
+
+std::shared_ptr<linear_primitive> get_linear(const linear_key& k) {
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = cache.find(k);
+    if (it != cache.end()) return it->second;
+  }
+  using dims = dnnl::memory::dims;
+  using dt = dnnl::memory::data_type;
+  auto p = std::make_shared<linear_primitive>();
+  p->src = dnnl::memory::desc(dims{k.T, k.in}, dt::f32, dims{k.ldx, 1});
+  p->wei = dnnl::memory::desc(dims{k.in, k.out}, dt::f32, dims{1, k.in});  // W^T of HF's [out, in]
+  p->dst = dnnl::memory::desc(dims{k.T, k.out}, dt::f32, dims{k.ldy, 1});
+  if (k.bias) p->bias = dnnl::memory::desc(dims{1, k.out}, dt::f32, dims{k.out, 1});
+  dnnl::primitive_attr attr;
+  if (k.act != activation::none) {
+    dnnl::post_ops ops;
+    const auto alg = k.act == activation::gelu_erf    ? dnnl::algorithm::eltwise_gelu_erf
+                     : k.act == activation::gelu_tanh ? dnnl::algorithm::eltwise_gelu_tanh
+                                                      : dnnl::algorithm::eltwise_relu;
+    ops.append_eltwise(1.0f, alg, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  auto desc = k.bias ? dnnl::matmul::desc(p->src, p->wei, p->bias, p->dst) : dnnl::matmul::desc(p->src, p->wei, p->dst);
+  p->prim = dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, detail::cpu_engine()));
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  if (cache.size() > 512) cache.clear();  // many distinct T: start over rather than grow without bound
+  cache.emplace(k, p);
+  return p;
+}
+
+}  // namespace
+
+void linear(const float* x, int64_t T, int64_t in, const float* W, const float* bias, int64_t out, float* y,
+            activation act, int64_t ldx, int64_t ldy) {
+  if (T == 0) return;
+  if (ldx == 0) ldx = in;
+  if (ldy == 0) ldy = out;
+  TESSERA_CHECK(T > 0 && in > 0 && out > 0 && ldx >= in && ldy >= out)
+      << "linear T=" << T << " in=" << in << " out=" << out << " ldx=" << ldx << " ldy=" << ldy;
+  auto p = get_linear({T, in, out, ldx, ldy, bias != nullptr, act});
+  auto& eng = detail::cpu_engine();
+  dnnl::memory src(p->src, eng, const_cast<float*>(x));
+  dnnl::memory wei(p->wei, eng, const_cast<float*>(W));
+  dnnl::memory dst(p->dst, eng, y);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p->bias, eng, const_cast<float*>(bias)));
+  auto& s = detail::thread_stream();
+  p->prim.execute(s, args);
+  s.wait();
+}
+
+namespace {
+
+inline void layer_norm_row(const float* x, const float* r, int64_t n, const float* gamma, const float* beta,
+                           float eps, float* y) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += r ? x[i] + r[i] : x[i];
+  const float mean = sum / static_cast<float>(n);
+  float var = 0.0f;
+#pragma omp simd reduction(+ : var)
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = (r ? x[i] + r[i] : x[i]) - mean;
+    var += d * d;
+  }
+  const float inv = 1.0f / std::sqrt(var / static_cast<float>(n) + eps);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = ((r ? x[i] + r[i] : x[i]) - mean) * inv * gamma[i] + beta[i];
+}
+
+}  // namespace
+
+void layer_norm(const float* x, int64_t T, int64_t n, const float* gamma, const float* beta, float eps, float* y) {
+#pragma omp parallel for schedule(static) if (T * n > 32768)
+  for (int64_t t = 0; t < T; ++t) layer_norm_row(x + t * n, nullptr, n, gamma, beta, eps, y + t * n);
+}
+
+void add_layer_norm(const float* x, const float* residual, int64_t T, int64_t n, const float* gamma,
+                    const float* beta, float eps, float* y) {
+#pragma omp parallel for schedule(static) if (T * n > 32768)
+  for (int64_t t = 0; t < T; ++t) layer_norm_row(x + t * n, residual + t * n, n, gamma, beta, eps, y + t * n);
+}
+
+void gelu_erf(const float* x, int64_t n, float* y) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+}
+
+void add(const float* a, const float* b, int64_t n, float* y) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+void softmax(float* x, int64_t rows, int64_t n, int64_t ld) {
+  if (ld == 0) ld = n;
+#pragma omp parallel for schedule(static) if (rows * n > 65536)
+  for (int64_t r = 0; r < rows; ++r) detail::softmax_row(x + r * ld, n);
+}
+
+void embed(const int32_t* token_ids, const int32_t* token_type_ids, const int32_t* seq_offsets, int num_seqs,
+           const float* word, const float* position, const float* token_type, int64_t hidden, float* out) {
+#pragma omp parallel for schedule(dynamic, 1) if (num_seqs > 1)
+  for (int s = 0; s < num_seqs; ++s) {
+    for (int64_t t = seq_offsets[s]; t < seq_offsets[s + 1]; ++t) {
+      const float* w = word + int64_t{token_ids[t]} * hidden;
+      const float* p = position + (t - seq_offsets[s]) * hidden;
+      const float* ty = token_type + int64_t{token_type_ids ? token_type_ids[t] : 0} * hidden;
+      float* o = out + t * hidden;
+#pragma omp simd
+      for (int64_t i = 0; i < hidden; ++i) o[i] = w[i] + p[i] + ty[i];
+    }
+  }
+}
+
+void pooler_classifier(const float* hidden, int64_t ld, const int32_t* cls_rows, int num_seqs, int64_t hidden_size,
+                       const float* pooler_w, const float* pooler_b, const float* classifier_w,
+                       const float* classifier_b, int num_labels, float* logits) {
+  if (num_seqs == 0) return;
+  std::vector<float> cls(static_cast<size_t>(num_seqs * hidden_size)), pooled(cls.size());
+  for (int s = 0; s < num_seqs; ++s)
+    std::copy_n(hidden + int64_t{cls_rows[s]} * ld, hidden_size, cls.data() + s * hidden_size);
+  linear(cls.data(), num_seqs, hidden_size, pooler_w, pooler_b, hidden_size, pooled.data());
+  for (float& v : pooled) v = std::tanh(v);
+  linear(pooled.data(), num_seqs, hidden_size, classifier_w, classifier_b, num_labels, logits);
+}
+
+void sgemm_abt(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K) {
+  const auto st = dnnl_sgemm('N', 'T', M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+  TESSERA_CHECK(st == dnnl_success) << "dnnl_sgemm failed: " << static_cast<int>(st);
+}
+
+}  // namespace tessera::models

@@ -1,0 +1,131 @@
+// Loading a model from a Hugging Face folder or a preset; saving one as a folder.
+#include "tessera/models/model.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tessera/models/safetensors.hpp"
+
+namespace tessera::models {
+namespace fs = std::filesystem;
+
+namespace {
+
+result<std::string> read_text_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) return status::not_found(p.string() + ": cannot open");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+result<wordpiece_tokenizer> bert_model::make_tokenizer() const {
+  if (!vocab) return status::invalid(source + ": the model has no vocab.txt; add one to tokenize text");
+  tokenizer_options o;
+  o.lower_case = lower_case;
+  o.max_length = config.max_position_embeddings;
+  return wordpiece_tokenizer::create(vocab, o);
+}
+
+result<bert_model> make_preset_model(std::string_view preset, uint64_t seed) {
+  auto cfg = preset_config(preset);
+  if (!cfg) return cfg.error();
+  auto w = make_preset_weights(*cfg, seed);
+  if (!w) return w.error();
+  bert_model m;
+  m.config = std::move(*cfg);
+  m.weights = std::move(*w);
+  m.vocab = std::make_shared<const vocabulary>(vocabulary::builtin(m.config.vocab_size));
+  m.lower_case = true;
+  m.source = "preset:" + std::string(preset) + ":seed=" + std::to_string(seed);
+  return m;
+}
+
+result<bert_model> load_model(std::string_view path_or_preset, uint64_t preset_seed) {
+  const fs::path dir{std::string(path_or_preset)};
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    for (const auto& n : preset_names())
+      if (n == path_or_preset) return make_preset_model(path_or_preset, preset_seed);
+    std::string known;
+    for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+    return status::not_found("\"" + std::string(path_or_preset) +
+                             "\" is neither a model folder (config.json, model.safetensors, vocab.txt) nor a "
+                             "preset (" + known + ")");
+  }
+  bert_model m;
+  m.source = dir.string();
+  const fs::path config_path = dir / "config.json";
+  auto text = read_text_file(config_path);
+  if (!text) return text.error();
+  auto cfg = parse_config_json(*text);
+  if (!cfg) return cfg.error().with_context(config_path.string());
+  m.config = std::move(*cfg);
+
+  const fs::path st_path = dir / "model.safetensors";
+  if (!fs::exists(st_path, ec)) {
+    std::string hint = fs::exists(dir / "pytorch_model.bin", ec)
+                           ? "; only pytorch_model.bin is present: convert it to safetensors"
+                           : "";
+    return status::not_found(st_path.string() + ": missing" + hint);
+  }
+  auto st = map_safetensors(st_path.string());
+  if (!st) return st.error();
+  auto w = bert_weights::bind(m.config, std::move(st->tensors), st->storage, st_path.string());
+  if (!w) return w.error();
+  m.weights = std::move(*w);
+
+  const fs::path vocab_path = dir / "vocab.txt";
+  if (fs::exists(vocab_path, ec)) {
+    auto v = vocabulary::from_file(vocab_path.string());
+    if (!v) return v.error();
+    if (v->size() > m.config.vocab_size)
+      return status::invalid(vocab_path.string() + ": " + std::to_string(v->size()) +
+                             " tokens but config.json vocab_size is " + std::to_string(m.config.vocab_size));
+    m.vocab = std::make_shared<const vocabulary>(std::move(*v));
+  }
+  const fs::path tc_path = dir / "tokenizer_config.json";
+  if (fs::exists(tc_path, ec)) {
+    auto tc = read_text_file(tc_path);
+    if (!tc) return tc.error();
+    try {
+      const auto j = nlohmann::json::parse(*tc);
+      if (j.contains("do_lower_case") && j["do_lower_case"].is_boolean()) m.lower_case = j["do_lower_case"].get<bool>();
+    } catch (const nlohmann::json::exception& e) {
+      return status::invalid(tc_path.string() + ": not valid JSON: " + e.what());
+    }
+  }
+  return m;
+}
+
+status save_model(const bert_model& model, const std::string& dir_str) {
+  const fs::path dir{dir_str};
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return status::io_error(dir_str + ": cannot create: " + ec.message());
+  {
+    std::ofstream f(dir / "config.json");
+    f << to_config_json(model.config);
+    if (!f) return status::io_error((dir / "config.json").string() + ": write failed");
+  }
+  std::map<std::string, tensor_view> tensors;
+  for (const auto& spec : expected_tensors(model.config)) {
+    const std::string stored = spec.name.rfind("classifier", 0) == 0 ? spec.name : "bert." + spec.name;
+    tensors[stored] = *model.weights.find(spec.name);
+  }
+  TESSERA_RETURN_IF_ERROR(write_safetensors((dir / "model.safetensors").string(), tensors));
+  if (model.vocab) {
+    std::ofstream f(dir / "vocab.txt", std::ios::binary);
+    f << model.vocab->to_text();
+    std::ofstream t(dir / "tokenizer_config.json");
+    t << "{\"do_lower_case\": " << (model.lower_case ? "true" : "false") << "}\n";
+    if (!f || !t) return status::io_error(dir_str + ": writing vocab failed");
+  }
+  return {};
+}
+
+}  // namespace tessera::models

@@ -1,0 +1,347 @@
+// WordPiece tokenizer: UTF-8 decoding, BERT's basic tokenizer, greedy longest-match WordPiece.
+// Normalisation follows Hugging Face's BertNormalizer + BertPreTokenizer (the fast tokenizer, and
+// its JS port): clean -> space out CJK -> lower-case -> NFD + drop Mn -> split on whitespace and
+// punctuation. Pair truncation follows BertTokenizer's longest_first (one token at a time).
+#include "tessera/models/tokenizer.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "unicode.hpp"
+
+namespace tessera::models {
+
+// ---- Unicode helpers over the generated tables ----
+namespace unicode {
+
+uint8_t char_class(char32_t cp) {
+  const auto* first = tables::class_runs;
+  const auto* last = tables::class_runs + tables::class_runs_size;
+  const auto* it = std::upper_bound(first, last, cp, [](char32_t c, const tables::class_run& r) { return c < r.first; });
+  return it == first ? 0 : (it - 1)->bits;
+}
+
+char32_t to_lower(char32_t cp) {
+  if (cp < 128) return (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp;
+  const auto* first = tables::lower_map;
+  const auto* last = tables::lower_map + tables::lower_map_size;
+  const auto* it = std::lower_bound(first, last, cp, [](const tables::code_pair& p, char32_t c) { return p.from < c; });
+  return (it != last && it->from == cp) ? it->to : cp;
+}
+
+void append_nfd(char32_t cp, std::u32string& out) {
+  constexpr char32_t s_base = 0xAC00, l_base = 0x1100, v_base = 0x1161, t_base = 0x11A7;
+  constexpr char32_t t_count = 28, n_count = 21 * 28;
+  if (cp >= s_base && cp < s_base + 11172) {  // Hangul syllable: algorithmic decomposition
+    const char32_t s = cp - s_base;
+    out.push_back(l_base + s / n_count);
+    out.push_back(v_base + (s % n_count) / t_count);
+    if (s % t_count) out.push_back(t_base + s % t_count);
+    return;
+  }
+  if (cp < 0xC0) {
+    out.push_back(cp);
+    return;
+  }
+  const auto* first = tables::nfd_map;
+  const auto* last = tables::nfd_map + tables::nfd_map_size;
+  const auto* it = std::lower_bound(first, last, cp, [](const tables::decomposition& d, char32_t c) { return d.cp < c; });
+  if (it != last && it->cp == cp) out.append(tables::nfd_pool + it->offset, it->length);
+  else out.push_back(cp);
+}
+
+bool is_cjk(char32_t cp) {
+  return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
+         (cp >= 0x2A700 && cp <= 0x2B73F) || (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B820 && cp <= 0x2CEAF) ||
+         (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
+}  // namespace unicode
+
+namespace {
+
+result<std::u32string> decode_utf8(std::string_view s) {
+  std::u32string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  auto bad = [&](const char* why) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(s[i]));
+    return status::invalid(std::string("invalid UTF-8 at byte ") + std::to_string(i) + " (" + hex + "): " + why +
+                           "; pass UTF-8 text");
+  };
+  while (i < s.size()) {
+    const auto b0 = static_cast<unsigned char>(s[i]);
+    if (b0 < 0x80) {
+      out.push_back(b0);
+      ++i;
+      continue;
+    }
+    int n;
+    char32_t cp, min;
+    if ((b0 & 0xE0) == 0xC0) { n = 1; cp = b0 & 0x1F; min = 0x80; }
+    else if ((b0 & 0xF0) == 0xE0) { n = 2; cp = b0 & 0x0F; min = 0x800; }
+    else if ((b0 & 0xF8) == 0xF0) { n = 3; cp = b0 & 0x07; min = 0x10000; }
+    else return bad("not a valid leading byte");
+    if (i + static_cast<size_t>(n) >= s.size()) return bad("sequence truncated at the end of the text");
+    for (int k = 1; k <= n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xC0) != 0x80) return bad("missing continuation byte");
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    if (cp < min) return bad("overlong encoding");
+    if (cp >= 0xD800 && cp <= 0xDFFF) return bad("encodes a UTF-16 surrogate");
+    if (cp > 0x10FFFF) return bad("code point above U+10FFFF");
+    out.push_back(cp);
+    i += static_cast<size_t>(n) + 1;
+  }
+  return out;
+}
+
+void append_utf8(char32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+// Unicode's Final_Sigma condition for the capital sigma at position i.
+bool is_final_sigma(const std::u32string& t, size_t i) {
+  using namespace unicode;
+  size_t j = i;
+  bool before = false;
+  while (j > 0) {
+    const uint8_t c = char_class(t[--j]);
+    if (c & case_ignorable) continue;
+    before = (c & cased) != 0;
+    break;
+  }
+  if (!before) return false;
+  for (size_t k = i + 1; k < t.size(); ++k) {
+    const uint8_t c = char_class(t[k]);
+    if (c & case_ignorable) continue;
+    return (c & cased) == 0;
+  }
+  return true;
+}
+
+}  // namespace
+
+// ---- vocabulary ----
+
+result<vocabulary> vocabulary::from_text(std::string_view text, std::string_view source) {
+  vocabulary v;
+  size_t pos = 0;
+  int line = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view tok = text.substr(pos, end - pos);
+    if (!tok.empty() && tok.back() == '\r') tok.remove_suffix(1);
+    ++line;
+    auto dec = decode_utf8(tok);
+    if (!dec) return dec.error().with_context(std::string(source) + " line " + std::to_string(line));
+    // A duplicated token maps to its last line, as HF's load_vocab.
+    v.ids_[std::string(tok)] = static_cast<int32_t>(v.tokens_.size());
+    v.tokens_.emplace_back(tok);
+    pos = end + 1;
+  }
+  if (v.tokens_.empty()) return status::invalid(std::string(source) + ": empty vocab");
+  return v;
+}
+
+result<vocabulary> vocabulary::from_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return status::not_found(path + ": cannot open");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return from_text(ss.str(), path);
+}
+
+int32_t vocabulary::id(std::string_view token) const {
+  auto it = ids_.find(std::string(token));
+  return it == ids_.end() ? -1 : it->second;
+}
+
+std::string vocabulary::to_text() const {
+  std::string s;
+  for (const auto& t : tokens_) s += t + "\n";
+  return s;
+}
+
+// ---- tokenizer ----
+
+result<wordpiece_tokenizer> wordpiece_tokenizer::create(std::shared_ptr<const vocabulary> vocab, tokenizer_options opts) {
+  if (!vocab) return status::invalid("tokenizer needs a vocab");
+  wordpiece_tokenizer t;
+  t.vocab_ = std::move(vocab);
+  t.opts_ = opts;
+  t.unk_ = t.vocab_->id("[UNK]");
+  t.cls_ = t.vocab_->id("[CLS]");
+  t.sep_ = t.vocab_->id("[SEP]");
+  if (t.unk_ < 0 || t.cls_ < 0 || t.sep_ < 0)
+    return status::invalid("vocab lacks [UNK], [CLS] or [SEP]; is it a BERT vocab.txt?");
+  if (opts.max_length < 2) return status::invalid("max_length must be at least 2 ([CLS] and [SEP])");
+  return t;
+}
+
+result<wordpiece_tokenizer> wordpiece_tokenizer::from_vocab_file(const std::string& path, tokenizer_options opts) {
+  auto v = vocabulary::from_file(path);
+  if (!v) return v.error();
+  return create(std::make_shared<const vocabulary>(std::move(*v)), opts);
+}
+
+result<std::vector<std::string>> wordpiece_tokenizer::tokenize(std::string_view text) const {
+  using namespace unicode;
+  auto dec = decode_utf8(text);
+  if (!dec) return dec.error();
+  // 1. clean (drop NUL, U+FFFD and control chars; whitespace to ' ') and space out CJK ideographs.
+  std::u32string t;
+  t.reserve(dec->size());
+  for (char32_t cp : *dec) {
+    if (cp == 0 || cp == 0xFFFD) continue;
+    const uint8_t c = char_class(cp);
+    if (c & control) continue;
+    if (c & whitespace) {
+      t.push_back(U' ');
+    } else if (opts_.tokenize_chinese_chars && is_cjk(cp)) {
+      t.append({U' ', cp, U' '});
+    } else {
+      t.push_back(cp);
+    }
+  }
+  // 2. lower-case (full mapping: U+0130 -> "i\u0307", final sigma) and strip accents.
+  const bool strip = opts_.strip_accents < 0 ? opts_.lower_case : opts_.strip_accents == 1;
+  if (opts_.lower_case) {
+    std::u32string l;
+    l.reserve(t.size());
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t[i] == 0x130) l.append({U'i', 0x307});
+      else if (t[i] == 0x3A3) l.push_back(is_final_sigma(t, i) ? 0x3C2 : 0x3C3);
+      else l.push_back(to_lower(t[i]));
+    }
+    t.swap(l);
+  }
+  if (strip) {
+    std::u32string d, s;
+    for (char32_t cp : t) append_nfd(cp, d);
+    s.reserve(d.size());
+    for (char32_t cp : d)
+      if (!(char_class(cp) & nonspacing_mark)) s.push_back(cp);
+    t.swap(s);
+  }
+  // 3. split on whitespace and punctuation, 4. WordPiece each word.
+  std::vector<std::string> pieces;
+  std::u32string word;
+  std::string candidate;
+  auto flush = [&]() {
+    if (word.empty()) return;
+    if (static_cast<int>(word.size()) > opts_.max_input_chars_per_word) {
+      pieces.push_back("[UNK]");
+      word.clear();
+      return;
+    }
+    std::vector<std::string> out;
+    size_t start = 0;
+    bool ok = true;
+    while (start < word.size()) {
+      size_t end = word.size();
+      bool found = false;
+      while (start < end) {
+        candidate = start > 0 ? "##" : "";
+        for (size_t k = start; k < end; ++k) append_utf8(word[k], candidate);
+        if (vocab_->id(candidate) >= 0) {
+          found = true;
+          break;
+        }
+        --end;
+      }
+      if (!found) {
+        ok = false;
+        break;
+      }
+      out.push_back(candidate);
+      start = end;
+    }
+    if (ok) pieces.insert(pieces.end(), out.begin(), out.end());
+    else pieces.push_back("[UNK]");
+    word.clear();
+  };
+  for (char32_t cp : t) {
+    const uint8_t c = char_class(cp);
+    if (c & whitespace) {
+      flush();
+    } else if (c & punctuation) {
+      flush();
+      word.push_back(cp);
+      flush();
+    } else {
+      word.push_back(cp);
+    }
+  }
+  flush();
+  return pieces;
+}
+
+result<std::vector<int32_t>> wordpiece_tokenizer::token_ids(std::string_view text) const {
+  auto pieces = tokenize(text);
+  if (!pieces) return pieces.error();
+  std::vector<int32_t> ids;
+  ids.reserve(pieces->size());
+  for (const auto& p : *pieces) {
+    const int32_t id = vocab_->id(p);
+    ids.push_back(id >= 0 ? id : unk_);
+  }
+  return ids;
+}
+
+result<encoding> wordpiece_tokenizer::encode(std::string_view text) const {
+  auto ids = token_ids(text);
+  if (!ids) return ids.error();
+  const size_t budget = static_cast<size_t>(opts_.max_length - 2);
+  if (ids->size() > budget) ids->resize(budget);
+  encoding e;
+  e.token_ids.push_back(cls_);
+  e.token_ids.insert(e.token_ids.end(), ids->begin(), ids->end());
+  e.token_ids.push_back(sep_);
+  e.token_type_ids.assign(e.token_ids.size(), 0);
+  return e;
+}
+
+result<encoding> wordpiece_tokenizer::encode_pair(std::string_view a, std::string_view b) const {
+  auto ia = token_ids(a);
+  if (!ia) return ia.error().with_context("first text");
+  auto ib = token_ids(b);
+  if (!ib) return ib.error().with_context("second text");
+  if (opts_.max_length < 3) return status::invalid("max_length must be at least 3 for a pair");
+  // BertTokenizer's longest_first: drop one token at a time from the longer (ties: the second).
+  const size_t budget = static_cast<size_t>(opts_.max_length - 3);
+  while (ia->size() + ib->size() > budget) {
+    if (ia->size() > ib->size()) ia->pop_back();
+    else ib->pop_back();
+  }
+  encoding e;
+  e.token_ids.push_back(cls_);
+  e.token_ids.insert(e.token_ids.end(), ia->begin(), ia->end());
+  e.token_ids.push_back(sep_);
+  e.token_type_ids.assign(e.token_ids.size(), 0);
+  e.token_ids.insert(e.token_ids.end(), ib->begin(), ib->end());
+  e.token_ids.push_back(sep_);
+  e.token_type_ids.resize(e.token_ids.size(), 1);
+  return e;
+}
+
+}  // namespace tessera::models

@@ -1,0 +1,182 @@
+// Every kernel against a plain loop reference (double accumulation). Tolerances stated per test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "tessera/models/batch.hpp"
+#include "tessera/models/kernels.hpp"
+
+namespace tessera::models {
+namespace {
+
+std::vector<float> random_vec(size_t n, uint64_t seed, float amp = 1.0f) {
+  splitmix64 r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = (2.0f * r.next_unit_float() - 1.0f) * amp;
+  return v;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+TEST(kernels, linear_matches_loops_with_bias_gelu_and_strides) {
+  set_num_threads(2);
+  for (int64_t T : {1, 7, 130}) {
+    const int64_t in = 37, out = 53, ldx = 41, ldy = 60;
+    auto x = random_vec(T * ldx, 1), W = random_vec(out * in, 2), b = random_vec(out, 3);
+    std::vector<float> y(T * ldy, 0.0f), ref(T * ldy, 0.0f);
+    for (activation act : {activation::none, activation::gelu_erf, activation::relu}) {
+      linear(x.data(), T, in, W.data(), b.data(), out, y.data(), act, ldx, ldy);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t o = 0; o < out; ++o) {
+          double s = b[o];
+          for (int64_t i = 0; i < in; ++i) s += double(x[t * ldx + i]) * W[o * in + i];
+          if (act == activation::gelu_erf) s = 0.5 * s * (1 + std::erf(s / std::sqrt(2.0)));
+          if (act == activation::relu) s = std::max(s, 0.0);
+          ref[t * ldy + o] = float(s);
+        }
+      EXPECT_LT(max_abs_diff(y, ref), 1e-5f) << "T=" << T << " act=" << int(act);
+    }
+  }
+  // No bias.
+  auto x = random_vec(5 * 8, 4), W = random_vec(3 * 8, 5);
+  std::vector<float> y(15);
+  linear(x.data(), 5, 8, W.data(), nullptr, 3, y.data());
+  double s = 0;
+  for (int i = 0; i < 8; ++i) s += double(x[8 + i]) * W[2 * 8 + i];
+  EXPECT_NEAR(y[1 * 3 + 2], s, 1e-5);
+}
+
+TEST(kernels, layer_norm_add_gelu_softmax) {
+  const int64_t T = 9, n = 50;
+  auto x = random_vec(T * n, 6, 3.0f), r = random_vec(T * n, 7), g = random_vec(n, 8), b = random_vec(n, 9);
+  std::vector<float> y(T * n), y2(T * n);
+  add_layer_norm(x.data(), r.data(), T, n, g.data(), b.data(), 1e-12f, y.data());
+  add(x.data(), r.data(), T * n, y2.data());
+  layer_norm(y2.data(), T, n, g.data(), b.data(), 1e-12f, y2.data());  // in place
+  for (int64_t t = 0; t < T; ++t) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n; ++i) mean += double(x[t * n + i]) + r[t * n + i];
+    mean /= n;
+    for (int64_t i = 0; i < n; ++i) var += std::pow(double(x[t * n + i]) + r[t * n + i] - mean, 2);
+    var /= n;
+    for (int64_t i = 0; i < n; ++i) {
+      const double ref = (double(x[t * n + i]) + r[t * n + i] - mean) / std::sqrt(var + 1e-12) * g[i] + b[i];
+      EXPECT_NEAR(y[t * n + i], ref, 1e-5);
+      EXPECT_NEAR(y2[t * n + i], ref, 1e-5);
+    }
+  }
+  std::vector<float> ge(T * n);
+  gelu_erf(x.data(), T * n, ge.data());
+  for (int64_t i = 0; i < T * n; ++i)
+    EXPECT_NEAR(ge[i], 0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0))), 1e-6);
+  std::vector<float> sm = x;
+  softmax(sm.data(), T, n);
+  for (int64_t t = 0; t < T; ++t) {
+    double z = 0;
+    for (int64_t i = 0; i < n; ++i) z += std::exp(double(x[t * n + i]));
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(sm[t * n + i], std::exp(double(x[t * n + i])) / z, 1e-6);
+  }
+}
+
+TEST(kernels, embed_restarts_positions_per_sequence) {
+  const int64_t h = 4;
+  std::vector<float> word = random_vec(10 * h, 10), pos = random_vec(8 * h, 11), typ = random_vec(2 * h, 12);
+  std::vector<int32_t> ids{1, 2, 3, 9, 8}, types{0, 0, 1, 1, 0}, offs{0, 3, 5};
+  std::vector<float> out(5 * h);
+  embed(ids.data(), types.data(), offs.data(), 2, word.data(), pos.data(), typ.data(), h, out.data());
+  const int p_of[] = {0, 1, 2, 0, 1};
+  for (int t = 0; t < 5; ++t)
+    for (int i = 0; i < h; ++i)
+      EXPECT_FLOAT_EQ(out[t * h + i], word[ids[t] * h + i] + pos[p_of[t] * h + i] + typ[types[t] * h + i]);
+}
+
+// Plain attention over one sequence and head, double precision.
+void reference_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                         int64_t ld, int64_t row0, int64_t len, int64_t col0, int d, std::vector<float>& out,
+                         int64_t ldo) {
+  for (int64_t i = 0; i < len; ++i) {
+    std::vector<double> s(len);
+    double mx = -1e300;
+    for (int64_t j = 0; j < len; ++j) {
+      double dot = 0;
+      for (int c = 0; c < d; ++c) dot += double(q[(row0 + i) * ld + col0 + c]) * k[(row0 + j) * ld + col0 + c];
+      s[j] = dot / std::sqrt(double(d));
+      mx = std::max(mx, s[j]);
+    }
+    double z = 0;
+    for (auto& x : s) z += (x = std::exp(x - mx));
+    for (int c = 0; c < d; ++c) {
+      double acc = 0;
+      for (int64_t j = 0; j < len; ++j) acc += s[j] / z * v[(row0 + j) * ld + col0 + c];
+      out[(row0 + i) * ldo + col0 + c] = float(acc);
+    }
+  }
+}
+
+TEST(kernels, attention_packed_stays_within_sequences_and_head_subsets) {
+  set_num_threads(2);
+  const int heads = 6, d = 16;
+  const int64_t ld = heads * d;
+  const std::vector<int32_t> offs{0, 1, 9, 40, 41, 100};
+  const int64_t T = offs.back();
+  auto q = random_vec(T * ld, 20, 2.0f), k = random_vec(T * ld, 21, 2.0f), v = random_vec(T * ld, 22);
+  std::vector<float> out(T * ld, 0.0f), ref(T * ld, 0.0f);
+  attention_packed({q.data(), ld}, {k.data(), ld}, {v.data(), ld}, offs.data(), 5, heads, d, {out.data(), ld});
+  for (int s = 0; s < 5; ++s)
+    for (int h = 0; h < heads; ++h) reference_attention(q, k, v, ld, offs[s], offs[s + 1] - offs[s], h * d, d, ref, ld);
+  EXPECT_LT(max_abs_diff(out, ref), 2e-5f);
+  // A tile holding heads [2, 5) of 6 (3 tiles would not divide... any contiguous range works).
+  std::vector<float> part(T * 3 * d, 0.0f);
+  attention_packed({q.data() + 2 * d, ld}, {k.data() + 2 * d, ld}, {v.data() + 2 * d, ld}, offs.data(), 5, 3, d,
+                   {part.data(), 3 * d});
+  float m = 0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int c = 0; c < 3 * d; ++c) m = std::max(m, std::fabs(part[t * 3 * d + c] - ref[t * ld + 2 * d + c]));
+  EXPECT_LT(m, 2e-5f);
+}
+
+TEST(kernels, attention_padded_equals_packed_on_valid_rows) {
+  const int heads = 2, d = 8, max_len = 12;
+  const int64_t ld = heads * d;
+  const std::vector<int32_t> lengths{12, 3, 7};
+  auto q = random_vec(3 * max_len * ld, 30), k = random_vec(3 * max_len * ld, 31), v = random_vec(3 * max_len * ld, 32);
+  std::vector<float> out(3 * max_len * ld), ref(3 * max_len * ld);
+  attention_padded({q.data(), ld}, {k.data(), ld}, {v.data(), ld}, lengths.data(), 3, max_len, heads, d,
+                   {out.data(), ld});
+  for (int b = 0; b < 3; ++b)
+    for (int h = 0; h < heads; ++h) reference_attention(q, k, v, ld, b * max_len, lengths[b], h * d, d, ref, ld);
+  for (int b = 0; b < 3; ++b)
+    for (int i = 0; i < lengths[b]; ++i)
+      for (int c = 0; c < ld; ++c) EXPECT_NEAR(out[(b * max_len + i) * ld + c], ref[(b * max_len + i) * ld + c], 2e-5);
+}
+
+TEST(kernels, pooler_classifier_uses_cls_rows) {
+  const int64_t h = 6;
+  const int labels = 3;
+  auto x = random_vec(10 * h, 40), pw = random_vec(h * h, 41), pb = random_vec(h, 42), cw = random_vec(labels * h, 43),
+       cb = random_vec(labels, 44);
+  const std::vector<int32_t> rows{0, 4, 9};
+  std::vector<float> logits(3 * labels);
+  pooler_classifier(x.data(), h, rows.data(), 3, h, pw.data(), pb.data(), cw.data(), cb.data(), labels, logits.data());
+  for (int s = 0; s < 3; ++s) {
+    std::vector<double> pooled(h);
+    for (int o = 0; o < h; ++o) {
+      double a = pb[o];
+      for (int i = 0; i < h; ++i) a += double(x[rows[s] * h + i]) * pw[o * h + i];
+      pooled[o] = std::tanh(a);
+    }
+    for (int l = 0; l < labels; ++l) {
+      double a = cb[l];
+      for (int i = 0; i < h; ++i) a += pooled[i] * cw[l * h + i];
+      EXPECT_NEAR(logits[s * labels + l], a, 1e-5);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::models
