@@ -177,8 +177,8 @@ kernel_estimator gelu() {
   return e;
 }
 
-double softmax_cycles(double rows, double cols, dtype t, const ipu_preset& p, double tiles) {
-  const double n = rows * cols;
+// Softmax of `n` scores in `rows` rows.
+double softmax_cycles(double rows, double n, dtype t, const ipu_preset& p, double tiles) {
   return vector_cycles(0, n, tiles, lanes(p, t), softmax_cpv) +
          vector_cycles(0, n, tiles, std::max(1.0, lanes(p, t) / 2), softmax_exp_cpv) +
          std::ceil(rows / tiles) * per_row_cycles;
@@ -191,7 +191,7 @@ kernel_estimator softmax() {
   e.ipu_cycles = [](const kernel_query& q, const ipu_preset& p, double tiles) -> result<double> {
     TRY_GET(r, q, "rows");
     TRY_GET(c, q, "cols");
-    return overhead(p) + softmax_cycles(r, c, q.type, p, tiles);
+    return overhead(p) + softmax_cycles(r, r * c, q.type, p, tiles);
   };
   e.gpu_work = [](const kernel_query& q, bool) -> result<gpu_list> {
     TRY_GET(r, q, "rows");
@@ -237,7 +237,7 @@ kernel_estimator attention() {
     if (!s) return s.error();
     const double macs = 2 * s->sum_l2 * s->head_dim * s->heads;
     return overhead(p) + amp_cycles(std::ceil(macs / tiles), 1, 1, q.type, p) +
-           softmax_cycles(s->sum_l * s->heads, s->sum_l2 / std::max(1.0, s->sum_l), q.type, p, tiles);
+           softmax_cycles(s->sum_l * s->heads, s->sum_l2 * s->heads, q.type, p, tiles);
   };
   e.gpu_work = [](const kernel_query& q, bool fused) -> result<gpu_list> {
     auto s = attention_shape(q);

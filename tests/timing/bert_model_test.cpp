@@ -1,0 +1,118 @@
+// The BERT op list and the batch models (GPU padded, IPU packed by default).
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "tessera/timing/bert_model.hpp"
+#include "test_presets.hpp"
+
+namespace tessera::timing {
+namespace {
+
+bert_shape base() { return *bert_shape_by_name("bert-base"); }
+
+TEST(bert_ops, shapes_and_parameter_count) {
+  EXPECT_EQ(base().parameters(), 109483778);  // 109,482,240 (HF bert-base-uncased with pooler) + 2-label head
+  EXPECT_EQ(bert_shape_by_name("bert-large")->layers, 24);
+  auto bad = bert_shape_by_name("gpt-2");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("bert-base"), std::string::npos);
+  bert_shape odd = base();
+  odd.heads = 7;
+  EXPECT_FALSE(odd.validate());
+}
+
+TEST(bert_ops, one_forward_lists_every_kernel_in_order) {
+  auto ops = bert_forward_ops(base(), bert_batch::uniform(2, 128), dtype::fp16);
+  ASSERT_TRUE(ops) << ops.error().to_string();
+  ASSERT_EQ(ops->size(), 2u + 10 * 12 + 1);
+  EXPECT_EQ((*ops)[0].kernel, "embed");
+  EXPECT_EQ((*ops)[2].kernel, "linear");
+  EXPECT_EQ(*(*ops)[2].get("out"), 3 * 768);
+  EXPECT_EQ((*ops)[3].kernel, "attention");
+  EXPECT_EQ((*ops)[3].seq_lens, (std::vector<int64_t>{128, 128}));
+  EXPECT_EQ(*(*ops)[7].get("out"), 3072);
+  EXPECT_EQ(ops->back().kernel, "classifier");
+  EXPECT_EQ(*ops->back().get("seqs"), 2);
+  EXPECT_FALSE(bert_forward_ops(base(), bert_batch::uniform(1, 600), dtype::fp16));  // > max_positions
+  EXPECT_FALSE(bert_forward_ops(base(), bert_batch{}, dtype::fp16));
+}
+
+TEST(bert_ops, padding_changes_tokens_and_attention) {
+  bert_batch b{{100, 20}, 0};
+  EXPECT_EQ(b.computed_tokens(), 120);
+  EXPECT_EQ(b.padded_to_longest().computed_tokens(), 200);
+  bert_batch padded{{100, 20}, 128};
+  EXPECT_EQ(padded.computed_tokens(), 256);
+  EXPECT_EQ(padded.real_tokens(), 120);
+  EXPECT_FALSE((bert_batch{{200}, 128}).validate());
+}
+
+TEST(bert_model, gpu_flops_match_the_textbook_count) {
+  auto a100 = load_gpu_preset("a100-40gb");
+  ASSERT_TRUE(a100);
+  auto e = model_gpu_batch(*a100, base(), bert_batch::uniform(1, 128), dtype::fp16);
+  ASSERT_TRUE(e) << e.error().to_string();
+  const double linear = 2.0 * 128 * 12 * (4 * 768 * 768 + 2 * 768 * 3072);
+  const double attention = 4.0 * 128 * 128 * 768 * 12;
+  EXPECT_NEAR(e->flops, linear + attention, (linear + attention) * 0.02);
+}
+
+TEST(bert_model, gpu_pads_to_the_longest_sequence) {
+  auto a100 = load_gpu_preset("a100-40gb");
+  ASSERT_TRUE(a100);
+  auto mixed = model_gpu_batch_seconds(*a100, base(), bert_batch{{128, 16, 40}, 0}, dtype::fp16);
+  auto full = model_gpu_batch_seconds(*a100, base(), bert_batch::uniform(3, 128), dtype::fp16);
+  ASSERT_TRUE(mixed && full);
+  EXPECT_DOUBLE_EQ(*mixed, *full);
+}
+
+TEST(bert_model, ipu_packing_saves_the_padding) {
+  auto c600 = load_ipu_preset("ipu-c600");
+  ASSERT_TRUE(c600);
+  std::vector<int64_t> lens = {384, 64, 64, 32, 200, 100, 16, 300};
+  auto packed = model_ipu_batch(*c600, base(), bert_batch{lens, 0}, dtype::fp16);
+  auto padded = model_ipu_batch(*c600, base(), bert_batch{lens, 384}, dtype::fp16);
+  ASSERT_TRUE(packed && padded) << (packed ? padded.error() : packed.error()).to_string();
+  EXPECT_LT(packed->seconds, 0.6 * padded->seconds);
+  EXPECT_NEAR(packed->seconds, packed->compute_s + packed->sync_s + packed->exchange_s, 1e-12);
+  EXPECT_EQ(packed->supersteps, 123);
+  EXPECT_EQ(packed->groups, 1);
+  EXPECT_NE(packed->note.find("packed"), std::string::npos) << packed->note;
+  EXPECT_NE(padded->note.find("padded to 384"), std::string::npos) << padded->note;
+}
+
+TEST(bert_model, ipu_mapping_groups_and_memory) {
+  auto c600 = load_ipu_preset("ipu-c600");
+  ASSERT_TRUE(c600);
+  auto two = model_ipu_batch(*c600, base(), bert_batch::uniform(8, 128), dtype::fp16, {1472, 736});
+  ASSERT_TRUE(two) << two.error().to_string();
+  EXPECT_EQ(two->groups, 2);
+  EXPECT_NE(two->note.find("2 model copies x 736 tiles"), std::string::npos) << two->note;
+  // One copy of bert-large fp16 (~670 MB) does not fit on 368 tiles of 624 KiB.
+  auto big = model_ipu_batch(*c600, *bert_shape_by_name("bert-large"), bert_batch::uniform(4, 128), dtype::fp16,
+                             {1472, 368});
+  ASSERT_FALSE(big);
+  EXPECT_EQ(big.error().code(), errc::out_of_memory);
+  EXPECT_FALSE(model_ipu_batch(*c600, base(), bert_batch::uniform(1, 8), dtype::fp16, {2000, 0}));
+  EXPECT_FALSE(model_ipu_batch(*c600, base(), bert_batch::uniform(1, 8), dtype::fp16, {100, 200}));
+}
+
+TEST(bert_model, bigger_batches_take_longer_but_amortise) {
+  auto a100 = load_gpu_preset("a100-40gb");
+  auto mk2 = load_ipu_preset("ipu-mk2");
+  ASSERT_TRUE(a100 && mk2);
+  double g1 = *model_gpu_batch_seconds(*a100, base(), bert_batch::uniform(1, 128), dtype::fp16);
+  double g32 = *model_gpu_batch_seconds(*a100, base(), bert_batch::uniform(32, 128), dtype::fp16);
+  EXPECT_GT(g32, g1);
+  EXPECT_LT(g32 / 32, g1);
+  double i1 = *model_ipu_batch_seconds(*mk2, base(), bert_batch::uniform(1, 128), dtype::fp16);
+  double i32 = *model_ipu_batch_seconds(*mk2, base(), bert_batch::uniform(32, 128), dtype::fp16);
+  EXPECT_GT(i32, i1);
+  EXPECT_LT(i32 / 32, i1);
+  double f32 = *model_ipu_batch_seconds(*mk2, base(), bert_batch::uniform(32, 128), dtype::fp32);
+  EXPECT_GT(f32, i32);
+}
+
+}  // namespace
+}  // namespace tessera::timing
