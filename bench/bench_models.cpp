@@ -1,0 +1,168 @@
+// bench_models: throughput of the reference BERT forward on the seed workload, packed
+// (padding-free) vs padded batches, against oneDNN sgemm alone on the same GEMM shapes.
+//
+//   build-models/bin/tessera-bench-models --model bert-base --threads 2
+//
+// Workload: --requests lengths from seed_workload (60% U[8,64] + 40% U[200,512], seed 0), synthetic
+// token ids. Modes: a = packed batches of --batch requests in arrival order (one GEMM per linear
+// layer over all tokens of the batch), b = padded batches of --batch in arrival order, c = padded
+// after sorting by length, d = oneDNN sgemm alone on mode a's GEMM shapes (one layer per batch).
+// Prints a table and RESULT lines (key=value, as ../shared/peers/summarize.py reads).
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "tessera/models/forward.hpp"
+#include "tessera/models/kernels.hpp"
+
+namespace po = boost::program_options;
+using namespace tessera::models;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct row {
+  std::string mode;
+  double secs, useful_flops, executed_flops;
+  int64_t tokens, padded_tokens;
+};
+
+double sgemm_seconds(const bert_config& c, const std::vector<int64_t>& batch_tokens, double& flops) {
+  const int64_t h = c.hidden_size, f = c.intermediate_size;
+  int64_t max_t = *std::max_element(batch_tokens.begin(), batch_tokens.end());
+  std::vector<float> x(max_t * f, 0.01f), y(max_t * f), w_hh(h * h, 0.02f), w_fh(f * h, 0.02f);
+  double secs = 0;
+  flops = 0;
+  for (int64_t T : batch_tokens) {
+    const double t0 = now();
+    for (int i = 0; i < 4; ++i) sgemm_abt(x.data(), w_hh.data(), y.data(), T, h, h);  // Q, K, V, out
+    sgemm_abt(x.data(), w_fh.data(), y.data(), T, f, h);                             // FFN in
+    sgemm_abt(x.data(), w_fh.data(), y.data(), T, h, f);                             // FFN out
+    secs += now() - t0;
+    flops += linear_flops(c, T) / c.num_layers;
+  }
+  return secs;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_name, modes;
+  int threads, requests, batch_size;
+  double long_share;
+  uint64_t seed;
+  po::options_description opts("tessera-bench-models: BERT forward throughput, packed vs padded");
+  opts.add_options()("help", "this help")(
+      "model", po::value(&model_name)->default_value("bert-base"), "preset name or Hugging Face folder")(
+      "threads", po::value(&threads)->default_value(2), "oneDNN/OpenMP threads")(
+      "requests", po::value(&requests)->default_value(256), "number of requests")(
+      "long-share", po::value(&long_share)->default_value(0.4), "share of U[200,512] requests (rest U[8,64])")(
+      "seed", po::value(&seed)->default_value(0), "workload seed")(
+      "batch", po::value(&batch_size)->default_value(32), "requests per batch")(
+      "modes", po::value(&modes)->default_value("abcd"), "a packed, b padded, c padded sorted, d sgemm alone");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n" << opts;
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << opts;
+    return 0;
+  }
+  if (threads < 1 || requests < 1 || batch_size < 1) {
+    std::cerr << "--threads, --requests and --batch must be positive\n";
+    return 2;
+  }
+  auto model = load_model(model_name);
+  if (!model) {
+    std::cerr << model.error().to_string() << "\n";
+    return 2;
+  }
+  set_num_threads(threads);
+  const bert_config& cfg = model->config;
+  const std::vector<int> lens = seed_workload(requests, long_share, seed);
+  const packed_batch all = synthetic_batch(lens, cfg.vocab_size);
+  const int64_t tokens = all.num_tokens();
+  const double useful = forward_flops(cfg, lens);
+  std::printf("model %s (%d layers, hidden %d), %d threads, %d requests, %lld tokens (mean %.1f), batch %d\n",
+              model->source.c_str(), cfg.num_layers, cfg.hidden_size, threads, requests,
+              static_cast<long long>(tokens), double(tokens) / requests, batch_size);
+  (void)reference_forward(*model, all.slice(0, std::min(4, requests)));  // warm-up: thread pool, primitives
+  std::vector<row> rows;
+
+  std::vector<int64_t> batch_tokens;
+  for (int first = 0; first < requests; first += batch_size) {
+    const int count = std::min(batch_size, requests - first);
+    batch_tokens.push_back(all.seq_offsets[first + count] - all.seq_offsets[first]);
+  }
+  if (modes.find('a') != std::string::npos) {
+    const double t0 = now();
+    for (int first = 0; first < requests; first += batch_size)
+      (void)reference_forward(*model, all.slice(first, std::min(batch_size, requests - first)));
+    rows.push_back({"a_packed", now() - t0, useful, useful, tokens, tokens});
+  }
+  auto padded_row = [&](const std::string& name, const std::vector<int>& order) {
+    packed_batch b;
+    std::vector<int> ordered_lens;
+    for (int i : order) {
+      b.append(std::span(all.token_ids).subspan(all.seq_offsets[i], all.seq_len(i)),
+               std::span(all.token_type_ids).subspan(all.seq_offsets[i], all.seq_len(i)));
+      ordered_lens.push_back(lens[i]);
+    }
+    double executed = 0;
+    int64_t padded = 0;
+    for (int first = 0; first < requests; first += batch_size) {
+      const int count = std::min(batch_size, requests - first);
+      const int mx = *std::max_element(ordered_lens.begin() + first, ordered_lens.begin() + first + count);
+      executed += forward_flops(cfg, std::vector<int>(count, mx));
+      padded += int64_t{count} * mx;
+    }
+    const double t0 = now();
+    (void)padded_forward(*model, b, batch_size);
+    rows.push_back({name, now() - t0, useful, executed, tokens, padded});
+  };
+  std::vector<int> order(requests);
+  std::iota(order.begin(), order.end(), 0);
+  if (modes.find('b') != std::string::npos) padded_row("b_padded_arrival", order);
+  if (modes.find('c') != std::string::npos) {
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return lens[x] < lens[y]; });
+    padded_row("c_padded_sorted", order);
+  }
+  double sgemm_gflops = 0;
+  if (modes.find('d') != std::string::npos) {
+    double flops = 0;
+    const double secs = sgemm_seconds(cfg, batch_tokens, flops);
+    sgemm_gflops = flops / secs / 1e9;
+  }
+
+  std::printf("\n%-18s %8s %8s %10s %14s %14s %14s\n", "mode", "secs", "req/s", "tokens/s", "useful GFLOP/s",
+              "exec GFLOP/s", "padded tokens");
+  for (const auto& r : rows)
+    std::printf("%-18s %8.2f %8.2f %10.0f %14.1f %14.1f %14lld\n", r.mode.c_str(), r.secs, requests / r.secs,
+                r.tokens / r.secs, r.useful_flops / r.secs / 1e9, r.executed_flops / r.secs / 1e9,
+                static_cast<long long>(r.padded_tokens));
+  if (sgemm_gflops > 0) std::printf("%-18s %8s %8s %10s %14.1f\n", "d_sgemm_alone", "-", "-", "-", sgemm_gflops);
+  for (const auto& r : rows) {
+    if (r.mode == "a_packed" && sgemm_gflops > 0)
+      std::printf("packed forward at %.0f%% of oneDNN sgemm GFLOP/s on its shapes\n",
+                  100.0 * r.useful_flops / r.secs / 1e9 / sgemm_gflops);
+  }
+  std::printf("\n");
+  for (const auto& r : rows)
+    std::printf("RESULT impl=tessera mode=%s threads=%d secs=%.3f req_per_s=%.2f tok_per_s=%.0f real_tokens=%lld "
+                "padded_tokens=%lld useful_gflops=%.1f padded_gflops=%.1f\n",
+                r.mode.c_str(), threads, r.secs, requests / r.secs, r.tokens / r.secs,
+                static_cast<long long>(r.tokens), static_cast<long long>(r.padded_tokens),
+                r.useful_flops / r.secs / 1e9, r.executed_flops / r.secs / 1e9);
+  if (sgemm_gflops > 0) std::printf("RESULT impl=onednn_sgemm mode=d threads=%d gflops=%.1f\n", threads, sgemm_gflops);
+  return 0;
+}
