@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     ("exchange-timeout-ms", po::value(&exchange_timeout_ms)->default_value(exchange_timeout_ms),
      "fail a run when a slice or barrier takes longer")
     ("host-silence-ms", po::value(&silence_ms)->default_value(silence_ms), "exit after this long without the host (0 = never)")
+    ("threads", po::value(&cfg.compute_threads)->default_value(1), "compute threads of this tile")
     ("die-with-parent", "exit when the parent process exits (local launches)");
   po::variables_map vm;
   try {

@@ -29,6 +29,7 @@ tile_group::tile_group(tile_group_config cfg) : cfg_(std::move(cfg)) {
   tiles_.resize(cfg_.tiles);
   routes_.resize(cfg_.tiles);
   for (uint32_t i = 0; i < cfg_.tiles; ++i) tiles_[i].id = i;
+  publish();
 }
 
 result<std::unique_ptr<tile_group>> tile_group::start(tile_group_config cfg) {
@@ -91,6 +92,7 @@ status tile_group::bind_and_launch() {
     tiles_[i].pid = *pid;
     tiles_[i].local = true;
   }
+  publish();
   return status::ok();
 }
 
@@ -141,6 +143,10 @@ void tile_group::mark_failed(uint32_t tile, const std::string& why) {
 }
 
 void tile_group::check_liveness() {
+  struct publish_on_exit {
+    tile_group* g;
+    ~publish_on_exit() { g->publish(); }
+  } on_exit{this};
   auto now = steady::now();
   for (auto& t : tiles_) {
     if (t.failed) continue;
@@ -176,9 +182,9 @@ bool tile_group::pump_until(const std::function<bool()>& done, steady::time_poin
 void tile_group::pump_once(std::chrono::milliseconds wait) {
   zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
   try {
-    if (zmq::poll(&item, 1, wait) == 0) return;
+    if (zmq::poll(&item, 1, wait) == 0) return publish();
   } catch (const zmq::error_t&) {
-    return;
+    return publish();
   }
   for (int i = 0; i < 10000; ++i) {
     envelope e;
@@ -189,9 +195,10 @@ void tile_group::pump_once(std::chrono::milliseconds wait) {
       TESSERA_LOG_WARN("dropped a bad control message: " << got.error().message());
       continue;
     }
-    if (!*got) return;
+    if (!*got) break;
     dispatch(route, std::move(e));
   }
+  publish();
 }
 
 void tile_group::dispatch(std::vector<zmq::message_t>& route, envelope&& e) {
@@ -460,16 +467,20 @@ result<run_result> tile_group::run(const batch_spec& spec) {
   return out;
 }
 
+void tile_group::publish() {
+  std::lock_guard lk(snapshot_mu_);
+  snapshot_ = tiles_;
+}
+
 std::vector<tile_info> tile_group::tiles() const {
-  std::lock_guard lk(mu_);
-  return tiles_;
+  std::lock_guard lk(snapshot_mu_);
+  return snapshot_;
 }
 
 status tile_group::health() const {
-  std::lock_guard lk(mu_);
   std::vector<uint32_t> failed;
   std::string why;
-  for (const auto& t : tiles_)
+  for (const auto& t : tiles())
     if (t.failed) {
       failed.push_back(t.id);
       why += "; tile " + std::to_string(t.id) + " " + t.failure;
@@ -479,10 +490,10 @@ status tile_group::health() const {
 }
 
 status tile_group::signal_tile(uint32_t tile, int sig) {
-  std::lock_guard lk(mu_);
-  if (tile >= cfg_.tiles || !tiles_[tile].local || tiles_[tile].pid <= 0)
+  auto snapshot = tiles();
+  if (tile >= cfg_.tiles || !snapshot[tile].local || snapshot[tile].pid <= 0)
     return status::invalid("tile " + std::to_string(tile) + " is not a running local tile");
-  if (kill(tiles_[tile].pid, sig) != 0) return status::io_error("kill failed");
+  if (kill(snapshot[tile].pid, sig) != 0) return status::io_error("kill failed");
   return status::ok();
 }
 
@@ -503,6 +514,7 @@ void tile_group::shutdown() {
       t.pid = 0;
     }
   }
+  publish();
   if (!run_dir_.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(run_dir_, ec);

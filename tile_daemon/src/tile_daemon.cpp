@@ -1,5 +1,6 @@
 #include "tessera/tile/tile_daemon.hpp"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <deque>
@@ -312,6 +313,8 @@ tile_daemon::~tile_daemon() = default;
 
 int tile_daemon::run() {
   log::set_prefix("tile " + std::to_string(cfg_.tile_id));
+  // A tile is one emulated processor: its kernels use the threads it was given, no more.
+  omp_set_num_threads(cfg_.compute_threads);
   try {
     impl i(cfg_);
     return i.serve();

@@ -160,6 +160,8 @@ class tile_group {
   status send_to(uint32_t tile, exchange::envelope&& e);
   result<exchange::ack> await_ack(uint64_t request_id, uint32_t tile);
   void monitor_loop();
+  /// Copies tiles_ into the snapshot that tiles() and health() read without waiting for a run.
+  void publish();
 
   tile_group_config cfg_;
   zmq::context_t ctx_{1};
@@ -176,6 +178,8 @@ class tile_group {
   uint64_t next_batch_ = 1;
   uint64_t bad_messages_ = 0;
   bool shut_ = false;
+  mutable std::mutex snapshot_mu_;
+  std::vector<tile_info> snapshot_;  // guarded by snapshot_mu_
   std::atomic<bool> monitor_stop_{false};
   std::thread monitor_;
 };

@@ -56,8 +56,9 @@ class http_server {
   uint16_t port() const;
   service& api();
 
+  struct impl;  ///< defined in http_server.cpp
+
  private:
-  struct impl;
   std::unique_ptr<impl> impl_;
 };
 

@@ -1,0 +1,325 @@
+// Codec round trips for every message type, and every way decoding must refuse a message.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <msgpack.hpp>
+
+#include "tessera/exchange/codec.hpp"
+
+using namespace tessera;
+using namespace tessera::exchange;
+
+namespace {
+
+zmq::message_t floats(std::vector<float> v) { return zmq::message_t(v.data(), v.size() * 4); }
+
+// Re-packs a header from an arbitrary msgpack value.
+template <class T>
+envelope raw_header(const T& value, std::vector<zmq::message_t> payloads = {}) {
+  msgpack::sbuffer b;
+  msgpack::pack(b, value);
+  envelope e;
+  e.header = zmq::message_t(b.data(), b.size());
+  e.payloads = std::move(payloads);
+  return e;
+}
+
+envelope copy(const envelope& e) {
+  envelope c;
+  c.header = zmq::message_t(e.header.data(), e.header.size());
+  for (const auto& p : e.payloads) c.payloads.emplace_back(p.data(), p.size());
+  return c;
+}
+
+program sample_program() {
+  program p;
+  p.id = 7;
+  p.tiles = {0, 1, 2};
+  p.temporaries.push_back({5, "scratch", dtype::f32, {128, 64}});
+  superstep s;
+  s.compute.push_back({"matmul", {1, 2}, {5}, {1, -3}, {0.5f}});
+  s.sends.push_back({1, 9, {5, slice_kind::token_part, 0, 64, 1, 3}});
+  s.recvs.push_back({2, 4, {5, slice_kind::fixed, 16, 32, 0, 1}, true});
+  s.sync = false;
+  p.steps.push_back(s);
+  p.steps.push_back(superstep{});
+  return p;
+}
+
+}  // namespace
+
+TEST(Codec, RegisterRoundTrip) {
+  register_tile m{3, 2, 4242, "ipc:///tmp/x/tile-3.sock", "node7", 1 << 20};
+  register_tile out;
+  ASSERT_TRUE(decode(encode(m), out));
+  EXPECT_EQ(out.tile_id, 3u);
+  EXPECT_EQ(out.incarnation, 2u);
+  EXPECT_EQ(out.pid, 4242);
+  EXPECT_EQ(out.exchange_endpoint, m.exchange_endpoint);
+  EXPECT_EQ(out.hostname, "node7");
+  EXPECT_EQ(out.memory_capacity, 1u << 20);
+}
+
+TEST(Codec, ProgramRoundTripKeepsEveryField) {
+  load_program m{11, sample_program()};
+  load_program out;
+  ASSERT_TRUE(decode(encode(m), out));
+  EXPECT_EQ(out.request_id, 11u);
+  ASSERT_EQ(out.prog.steps.size(), 2u);
+  EXPECT_EQ(out.prog.tiles, (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_EQ(out.prog.temporaries[0].shape, (std::vector<int64_t>{128, 64}));
+  const auto& s = out.prog.steps[0];
+  EXPECT_EQ(s.compute[0].kernel, "matmul");
+  EXPECT_EQ(s.compute[0].params, (std::vector<int64_t>{1, -3}));
+  EXPECT_FLOAT_EQ(s.compute[0].fparams[0], 0.5f);
+  EXPECT_EQ(s.sends[0].src.kind, slice_kind::token_part);
+  EXPECT_EQ(s.sends[0].src.parts, 3u);
+  EXPECT_EQ(s.recvs[0].dst.offset, 16u);
+  EXPECT_TRUE(s.recvs[0].accumulate);
+  EXPECT_FALSE(s.sync);
+  EXPECT_TRUE(out.prog.steps[1].sync);
+}
+
+TEST(Codec, ExchangeDataCarriesRawPayload) {
+  std::vector<float> v{1.f, -2.f, 3.5f};
+  exchange_data m{1, 99, 4, 0, 2, 17, 3};
+  envelope e = encode(m, floats(v));
+  ASSERT_EQ(e.payloads.size(), 1u);
+  EXPECT_EQ(e.payloads[0].size(), 12u);
+  exchange_data out;
+  ASSERT_TRUE(decode(e, out));
+  EXPECT_EQ(out.batch_id, 99u);
+  EXPECT_EQ(out.tag, 17u);
+  EXPECT_EQ(std::memcmp(e.payloads[0].data(), v.data(), 12), 0);
+}
+
+TEST(Codec, RunAndRunDoneRoundTrip) {
+  run_program m{3, 12, {5, 7}, 12, {{1, slice_kind::token_rows, 0, 8, 0, 1}}, {{2, slice_kind::fixed, 0, 4, 0, 1}}, true};
+  std::vector<zmq::message_t> in;
+  in.push_back(floats(std::vector<float>(96, 1.f)));
+  run_program out;
+  ASSERT_TRUE(decode(encode(m, std::move(in)), out));
+  EXPECT_EQ(out.seq_lengths, (std::vector<int32_t>{5, 7}));
+  EXPECT_EQ(out.inputs[0].kind, slice_kind::token_rows);
+
+  run_done d{3, 12, 1, errc::timeout, "slow", {{1, 2, 3, 4, 5}}, 100, 200, 1};
+  std::vector<zmq::message_t> outs;
+  outs.push_back(floats({1.f}));
+  run_done dout;
+  ASSERT_TRUE(decode(encode(d, std::move(outs)), dout));
+  EXPECT_EQ(dout.code, errc::timeout);
+  EXPECT_EQ(dout.message, "slow");
+  EXPECT_EQ(dout.counters[0].bytes_received, 5u);
+  EXPECT_EQ(dout.memory_high_water, 200u);
+}
+
+TEST(Codec, SmallMessagesRoundTrip) {
+  heartbeat h{2, 1, 10, 20, 3};
+  heartbeat hout;
+  ASSERT_TRUE(decode(encode(h), hout));
+  EXPECT_EQ(hout.bad_messages, 3u);
+  sync_token s{1, 2, 3, 4, 5};
+  sync_token sout;
+  ASSERT_TRUE(decode(encode(s), sout));
+  EXPECT_EQ(sout.round, 4u);
+  ack a{77, 1, errc::out_of_memory, "full"};
+  ack aout;
+  ASSERT_TRUE(decode(encode(a), aout));
+  EXPECT_EQ(aout.code, errc::out_of_memory);
+  peer_directory pd{{"a", "b"}, {0, 1}};
+  peer_directory pdout;
+  ASSERT_TRUE(decode(encode(pd), pdout));
+  EXPECT_EQ(pdout.endpoints[1], "b");
+  infer_batch ib{5, {2, 1}, 1, 4};
+  std::vector<int32_t> ids{1, 2, 3}, types{0, 0, 0};
+  infer_batch ibout;
+  ASSERT_TRUE(decode(encode(ib, zmq::message_t(ids.data(), 12), zmq::message_t(types.data(), 12)), ibout));
+  EXPECT_EQ(ibout.padded_length, 4);
+  infer_result ir{5, errc::ok, "", 2, 0.5, 0.25};
+  infer_result irout;
+  ASSERT_TRUE(decode(encode(ir, floats({1, 2, 3, 4})), irout));
+  EXPECT_DOUBLE_EQ(irout.modelled_seconds, 0.25);
+  alloc_tensor at{9, {4, "w", dtype::f32, {2, 2}}, true, false};
+  alloc_tensor atout;
+  ASSERT_TRUE(decode(encode(at, floats({1, 2, 3, 4})), atout));
+  EXPECT_EQ(atout.desc.name, "w");
+}
+
+// ---- every decode error ----
+
+TEST(CodecErrors, EmptyHeader) {
+  envelope e;
+  EXPECT_EQ(peek_type(e).error().code(), errc::bad_message);
+}
+
+TEST(CodecErrors, NotMsgpack) {
+  envelope e;
+  const char junk[] = "\xc1\xc1\xc1 garbage";
+  e.header = zmq::message_t(junk, sizeof junk);
+  auto t = peek_type(e);
+  ASSERT_FALSE(t);
+  EXPECT_EQ(t.error().code(), errc::bad_message);
+}
+
+TEST(CodecErrors, TruncatedHeader) {
+  envelope good = encode(register_tile{1, 0, 1, "ipc:///x", "h", 100});
+  envelope e;
+  e.header = zmq::message_t(good.header.data(), good.header.size() - 3);
+  register_tile out;
+  auto st = decode(e, out);
+  EXPECT_EQ(st.code(), errc::bad_message) << st.to_string();
+}
+
+TEST(CodecErrors, TrailingBytes) {
+  envelope good = encode(exchange::shutdown{"x"});
+  std::string h(good.header.data<char>(), good.header.size());
+  h += "zz";
+  envelope e;
+  e.header = zmq::message_t(h.data(), h.size());
+  EXPECT_FALSE(peek_type(e));
+}
+
+TEST(CodecErrors, BadMagicVersionAndType) {
+  auto magic = raw_header(std::make_tuple(0x1234u, protocol_version, 11, std::vector<int>{}));
+  EXPECT_NE(peek_type(magic).error().message().find("magic"), std::string::npos);
+  auto version = raw_header(std::make_tuple(protocol_magic, 99, 11, std::vector<int>{}));
+  EXPECT_NE(peek_type(version).error().message().find("version"), std::string::npos);
+  auto type = raw_header(std::make_tuple(protocol_magic, protocol_version, 200, std::vector<int>{}));
+  EXPECT_NE(peek_type(type).error().message().find("type"), std::string::npos);
+}
+
+TEST(CodecErrors, WrongTypeForDecoder) {
+  heartbeat out;
+  auto st = decode(encode(exchange::shutdown{"bye"}), out);
+  EXPECT_EQ(st.code(), errc::bad_message);
+  EXPECT_NE(st.message().find("expected a heartbeat"), std::string::npos);
+}
+
+TEST(CodecErrors, WrongFieldTypeAndCount) {
+  // heartbeat body with a string where an integer belongs.
+  auto e = raw_header(std::make_tuple(protocol_magic, protocol_version, uint8_t(msg_type::heartbeat),
+                                      std::make_tuple(std::string("x"), 1, 2, 3, 4)));
+  heartbeat out;
+  auto st = decode(e, out);
+  EXPECT_EQ(st.code(), errc::bad_message);
+  EXPECT_NE(st.message().find("tile_id"), std::string::npos) << st.message();
+  auto short_body = raw_header(std::make_tuple(protocol_magic, protocol_version, uint8_t(msg_type::heartbeat),
+                                               std::make_tuple(1, 2)));
+  EXPECT_FALSE(decode(short_body, out));
+}
+
+TEST(CodecErrors, PayloadLengthMustMatchShape) {
+  exchange_data m{1, 1, 0, 0, 1, 0, 4};
+  envelope e = encode(m, floats({1, 2, 3}));  // 3 floats, header claims 4
+  exchange_data out;
+  auto st = decode(e, out);
+  EXPECT_EQ(st.code(), errc::bad_message);
+  EXPECT_NE(st.message().find("payload"), std::string::npos);
+
+  alloc_tensor at{1, {4, "w", dtype::f32, {3, 3}}, true, false};
+  alloc_tensor atout;
+  EXPECT_FALSE(decode(encode(at, floats({1, 2})), atout));
+}
+
+TEST(CodecErrors, MissingOrExtraPayloadFrames) {
+  envelope e = encode(exchange_data{1, 1, 0, 0, 1, 0, 1}, floats({1}));
+  e.payloads.clear();
+  exchange_data out;
+  EXPECT_FALSE(decode(e, out));
+  envelope s = encode(sync_token{1, 1, 0, 0, 0});
+  s.payloads.push_back(floats({1}));
+  sync_token sout;
+  EXPECT_FALSE(decode(s, sout));
+}
+
+TEST(CodecErrors, HugeTensorIsRefusedBeforeAllocating) {
+  alloc_tensor at{1, {4, "big", dtype::f32, {1ll << 30, 1ll << 30}}, false, true};
+  alloc_tensor out;
+  auto st = decode(encode(at), out);
+  EXPECT_EQ(st.code(), errc::bad_message);
+  EXPECT_NE(st.message().find("limit"), std::string::npos) << st.message();
+  alloc_tensor neg{1, {4, "neg", dtype::f32, {-1, 4}}, false, true};
+  EXPECT_FALSE(decode(encode(neg), out));
+}
+
+TEST(CodecErrors, TileIdsOutOfRange) {
+  register_tile m{max_tiles + 5, 0, 1, "x", "h", 1};
+  register_tile out;
+  EXPECT_FALSE(decode(encode(m), out));
+  EXPECT_FALSE(check_tile_id(4, 4, "peer"));
+  EXPECT_TRUE(check_tile_id(3, 4, "peer"));
+}
+
+TEST(CodecErrors, BatchLengthsMustAddUp) {
+  run_program m{1, 1, {3, 4}, 8, {}, {}, false};
+  run_program out;
+  auto st = decode(encode(m, {}), out);
+  EXPECT_EQ(st.code(), errc::bad_message);
+  EXPECT_NE(st.message().find("active_tokens"), std::string::npos);
+  run_program zero{1, 1, {3, 0}, 3, {}, {}, false};
+  EXPECT_FALSE(decode(encode(zero, {}), out));
+}
+
+TEST(CodecErrors, SliceWithBadPartIsRefused) {
+  load_program m{1, sample_program()};
+  m.prog.steps[0].sends[0].src.part = 5;  // part >= parts
+  load_program out;
+  EXPECT_FALSE(decode(encode(m), out));
+}
+
+TEST(CodecErrors, OversizedHeaderIsRefused) {
+  std::string big(max_header_bytes + 10, 'x');
+  envelope e;
+  e.header = zmq::message_t(big.data(), big.size());
+  auto t = peek_type(e);
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.error().message().find("exceeds"), std::string::npos);
+}
+
+TEST(CodecErrors, DeepNestingAndLongStringsAreRefused) {
+  // 20 levels of nested arrays exceed the parser's depth limit.
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> p(&b);
+  for (int i = 0; i < 20; ++i) p.pack_array(1);
+  p.pack(1);
+  envelope e;
+  e.header = zmq::message_t(b.data(), b.size());
+  EXPECT_FALSE(peek_type(e));
+  register_tile m{1, 0, 1, std::string(600, 'e'), "h", 1};  // endpoint > 512 bytes
+  register_tile out;
+  EXPECT_FALSE(decode(encode(m), out));
+}
+
+TEST(CodecErrors, FuzzedHeadersNeverCrash) {
+  envelope good = encode(load_program{1, sample_program()});
+  std::string h(good.header.data<char>(), good.header.size());
+  uint64_t x = 12345;
+  int rejected = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string m = h;
+    for (int f = 0; f < 3; ++f) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      m[(x >> 33) % m.size()] = static_cast<char>(x >> 56);
+    }
+    envelope e;
+    e.header = zmq::message_t(m.data(), m.size());
+    load_program out;
+    if (!decode(e, out)) ++rejected;
+  }
+  EXPECT_GT(rejected, 0);
+}
+
+TEST(Partition, CoversAllRowsEvenly) {
+  for (int64_t rows : {0, 1, 7, 100}) {
+    for (uint32_t parts : {1u, 3u, 8u}) {
+      int64_t next = 0;
+      for (uint32_t p = 0; p < parts; ++p) {
+        auto r = token_partition(rows, p, parts);
+        EXPECT_EQ(r.begin, next);
+        EXPECT_LE(r.end - r.begin, rows / parts + 1);
+        next = r.end;
+      }
+      EXPECT_EQ(next, rows);
+    }
+  }
+}

@@ -1,0 +1,229 @@
+// Integration: real tile processes, real sockets. Demo programs against single-process
+// references; memory caps; malformed and foreign messages; a tile killed mid-run.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <cmath>
+#include <future>
+#include <thread>
+
+#include "tessera/exchange/zmq_transport.hpp"
+#include "tessera/host/demo_programs.hpp"
+#include "tessera/host/tile_group.hpp"
+
+using namespace tessera;
+using namespace tessera::host;
+using namespace std::chrono_literals;
+
+namespace {
+
+tile_group_config small_group(uint32_t tiles, uint64_t memory = 16 << 20) {
+  tile_group_config c;
+  c.tiles = tiles;
+  c.tile_memory = memory;
+  c.register_timeout = 30000ms;
+  c.heartbeat_interval = 100ms;
+  c.heartbeat_timeout = 3000ms;
+  c.run_timeout = 60000ms;
+  return c;
+}
+
+double matmul_error(const demo_program& d, const std::vector<float>& c) {
+  double e = 0;
+  for (int64_t i = 0; i < d.m; ++i)
+    for (int64_t j = 0; j < d.n; ++j) {
+      double s = 0;
+      for (int64_t q = 0; q < d.k; ++q) s += double(d.a[i * d.k + q]) * d.b[q * d.n + j];
+      e = std::max(e, std::abs(c[i * d.n + j] - s));
+    }
+  return e;
+}
+
+}  // namespace
+
+class TileGroupN : public ::testing::TestWithParam<uint32_t> {};
+
+// For N in {1,2,3,4,8}: the three matmul splits and the all-reduce equal the single-process
+// reference. Tolerance 1e-4: K = 96 fp32 products of values in [-1,1) round to ~1e-6.
+TEST_P(TileGroupN, DistributedMatmulAndAllReduceEqualReference) {
+  const uint32_t n = GetParam();
+  auto g = tile_group::start(small_group(n));
+  ASSERT_TRUE(g) << g.error().to_string();
+  uint32_t program = 0;
+  for (auto split : {matmul_split::rows, matmul_split::columns, matmul_split::inner}) {
+    auto d = make_matmul_demo(split, n, 61, 96, 45, 11);
+    // Each demo gets its own program id and fresh tensor ids on the tiles: free the previous ones.
+    ++program;
+    for (auto& [t, p] : d.programs) p.id = 100 + program;
+    d.batch.program_id = 100 + program;
+    ASSERT_TRUE((*g)->alloc_many(d.allocations));
+    ASSERT_TRUE((*g)->load(d.programs));
+    for (int rep = 0; rep < 2; ++rep) {
+      auto r = (*g)->run(d.batch);
+      ASSERT_TRUE(r) << r.error().to_string();
+      EXPECT_LT(matmul_error(d, assemble_matmul(d, r->outputs)), 1e-4) << "split " << int(split);
+      EXPECT_EQ(r->counters.size(), n);
+    }
+    for (uint32_t t = 0; t < n; ++t) ASSERT_TRUE((*g)->free(t, {1, 2, 3}));
+  }
+  auto d = make_allreduce_demo(n, 1000, 5);
+  ASSERT_TRUE((*g)->load(d.programs));
+  auto r = (*g)->run(d.batch);
+  ASSERT_TRUE(r) << r.error().to_string();
+  auto xs = allreduce_inputs(d);
+  for (size_t i = 0; i < 1000; ++i) {
+    double s = 0;
+    for (auto& x : xs) s += x[i];
+    for (uint32_t t = 0; t < n; ++t) ASSERT_NEAR(r->outputs[t][i], s, 1e-5);
+  }
+  // Bytes: reduce-scatter + all-gather move 2 (N-1)/N of the vector per tile.
+  if (n > 1) {
+    uint64_t sent = 0;
+    for (auto& c : r->counters[0]) sent += c.bytes_sent;
+    EXPECT_NEAR(double(sent), 2.0 * (n - 1) / n * 4000, 8.0 * n);
+  }
+  EXPECT_TRUE((*g)->health());
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, TileGroupN, ::testing::Values(1u, 2u, 3u, 4u, 8u));
+
+TEST(TileGroup, TcpExchangeWorksToo) {
+  auto cfg = small_group(3);
+  cfg.local_exchange = "tcp";
+  auto g = tile_group::start(cfg);
+  ASSERT_TRUE(g) << g.error().to_string();
+  auto d = make_matmul_demo(matmul_split::inner, 3, 20, 30, 10, 1);
+  ASSERT_TRUE((*g)->alloc_many(d.allocations));
+  ASSERT_TRUE((*g)->load(d.programs));
+  auto r = (*g)->run(d.batch);
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_LT(matmul_error(d, assemble_matmul(d, r->outputs)), 1e-4);
+}
+
+TEST(TileGroup, ProgramOverMemoryIsRefusedNamingTheTile) {
+  auto g = tile_group::start(small_group(2, 64 << 10));  // 64 KiB tiles
+  ASSERT_TRUE(g) << g.error().to_string();
+  // C of 200 x 100 floats = 78 KiB does not fit on tile 1's 64 KiB.
+  auto d = make_matmul_demo(matmul_split::columns, 2, 200, 8, 200, 1);
+  ASSERT_TRUE((*g)->alloc_many(d.allocations));
+  auto st = (*g)->load(d.programs);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.code(), errc::out_of_memory);
+  EXPECT_NE(st.message().find("tile 0"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("64.0 KiB capacity"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("'C'"), std::string::npos) << st.message();
+  // A too-large tensor upload is refused the same way, and the tile keeps serving.
+  auto big = (*g)->alloc(1, {50, "too_big", exchange::dtype::f32, {100000}}, nullptr);
+  EXPECT_EQ(big.code(), errc::out_of_memory);
+  EXPECT_TRUE((*g)->health());
+  auto small = make_matmul_demo(matmul_split::rows, 2, 4, 4, 4, 2);
+  for (auto& [t, p] : small.programs) p.id = 9;
+  small.batch.program_id = 9;
+  for (uint32_t t = 0; t < 2; ++t) ASSERT_TRUE((*g)->free(t, {1, 2}));
+  ASSERT_TRUE((*g)->alloc_many(small.allocations));
+  ASSERT_TRUE((*g)->load(small.programs));
+  EXPECT_TRUE((*g)->run(small.batch));
+}
+
+TEST(TileGroup, MalformedAndForeignMessagesAreRejectedAndTileKeepsWorking) {
+  auto g = tile_group::start(small_group(2));
+  ASSERT_TRUE(g) << g.error().to_string();
+  auto d = make_allreduce_demo(2, 64, 3);
+  ASSERT_TRUE((*g)->load(d.programs));
+  ASSERT_TRUE((*g)->run(d.batch));
+  // Throw junk at tile 1's exchange socket: garbage bytes, a wrong protocol version, a message
+  // of the wrong kind, a slice for another tile, an exchange_data with a short payload.
+  zmq::context_t ctx;
+  zmq::socket_t intruder(ctx, zmq::socket_type::push);
+  intruder.set(zmq::sockopt::linger, 1000);
+  intruder.connect((*g)->tiles()[1].exchange_endpoint);
+  intruder.send(zmq::str_buffer("garbage"), zmq::send_flags::none);
+  exchange::envelope wrong_kind = exchange::encode(exchange::shutdown{"hijack"});
+  exchange::send_envelope(intruder, std::move(wrong_kind));
+  std::vector<float> v(4, 1.f);
+  exchange::send_envelope(intruder, exchange::encode(exchange::exchange_data{2, 999, 0, 0, 0, 1, 4},
+                                                     exchange::copy_frame(v.data(), 16)));
+  auto short_payload = exchange::encode(exchange::exchange_data{2, 999, 0, 0, 1, 1, 8}, exchange::copy_frame(v.data(), 16));
+  exchange::send_envelope(intruder, std::move(short_payload));
+  // The tile reports them in its heartbeat and still computes correctly.
+  bool counted = false;
+  for (int i = 0; i < 100 && !counted; ++i) {
+    std::this_thread::sleep_for(50ms);
+    counted = (*g)->tiles()[1].bad_messages >= 4;
+  }
+  EXPECT_TRUE(counted) << "bad messages counted: " << (*g)->tiles()[1].bad_messages;
+  auto r = (*g)->run(d.batch);
+  ASSERT_TRUE(r) << r.error().to_string();
+  auto xs = allreduce_inputs(d);
+  EXPECT_NEAR(r->outputs[1][10], xs[0][10] + xs[1][10], 1e-6);
+  EXPECT_TRUE((*g)->health());
+}
+
+TEST(TileGroup, TileKilledMidRunIsReportedWithinBoundedTime) {
+  auto g = tile_group::start(small_group(3, 512 << 20));
+  ASSERT_TRUE(g) << g.error().to_string();
+  // A run long enough to be interrupted: 40 matmuls of 800^3 on each tile (about a second on
+  // one core each), then an all-reduce of C.
+  auto d = make_matmul_demo(matmul_split::inner, 3, 800, 2400, 800, 1);
+  for (auto& [t, p] : d.programs) {
+    auto call = p.steps[0].compute[0];
+    for (int i = 0; i < 40; ++i) p.steps[0].compute.push_back(call);
+  }
+  ASSERT_TRUE((*g)->alloc_many(d.allocations));
+  ASSERT_TRUE((*g)->load(d.programs));
+  auto fut = std::async(std::launch::async, [&] { return (*g)->run(d.batch); });
+  std::this_thread::sleep_for(150ms);
+  const pid_t victim = (*g)->tiles()[2].pid;
+  ASSERT_GT(victim, 0);
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  ASSERT_EQ(fut.wait_for(20s), std::future_status::ready) << "the run hung after a tile died";
+  auto r = fut.get();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(r) << "the run succeeded although tile 2 was killed";
+  EXPECT_EQ(r.error().code(), errc::peer_failed);
+  EXPECT_NE(r.error().message().find("tile 2"), std::string::npos) << r.error().message();
+  // Bounded: detected through the child's exit (or at worst the heartbeat timeout of 3 s),
+  // plus the matmul the survivors were finishing.
+  EXPECT_LT(seconds, 15.0);
+  auto h = (*g)->health();
+  EXPECT_EQ(h.code(), errc::peer_failed);
+  // The group refuses new runs clearly instead of hanging.
+  auto again = (*g)->run(d.batch);
+  EXPECT_EQ(again.error().code(), errc::peer_failed);
+}
+
+TEST(TileGroup, StoppedTileIsDetectedByHeartbeat) {
+  auto cfg = small_group(2);
+  cfg.heartbeat_timeout = 600ms;
+  auto g = tile_group::start(cfg);
+  ASSERT_TRUE(g) << g.error().to_string();
+  ASSERT_TRUE((*g)->signal_tile(1, SIGSTOP));
+  auto t0 = std::chrono::steady_clock::now();
+  while ((*g)->health() && std::chrono::steady_clock::now() - t0 < 10s) std::this_thread::sleep_for(20ms);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto h = (*g)->health();
+  EXPECT_EQ(h.code(), errc::peer_failed);
+  EXPECT_NE(h.message().find("no heartbeat"), std::string::npos) << h.message();
+  EXPECT_LT(seconds, 3.0);
+  (void)(*g)->signal_tile(1, SIGKILL);
+}
+
+TEST(TileGroup, MissingExternalTilesAreNamed) {
+  auto cfg = small_group(3);
+  cfg.launch_local = false;
+  cfg.register_timeout = 300ms;
+  auto g = tile_group::start(cfg);
+  ASSERT_FALSE(g);
+  EXPECT_EQ(g.error().code(), errc::timeout);
+  EXPECT_NE(g.error().message().find("tiles 0, 1, 2 did not register"), std::string::npos) << g.error().message();
+}
+
+TEST(TileGroup, MissingTileBinaryIsAClearError) {
+  auto cfg = small_group(1);
+  cfg.launcher.tile_binary = "/nonexistent/tessera-tile";
+  auto g = tile_group::start(cfg);
+  ASSERT_FALSE(g);
+  EXPECT_NE(g.error().message().find("/nonexistent/tessera-tile"), std::string::npos);
+}

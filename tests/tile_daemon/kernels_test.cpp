@@ -1,0 +1,71 @@
+// The elementary kernels against plain loops.
+#include <gtest/gtest.h>
+
+#include "tessera/tile/kernel_registry.hpp"
+
+using namespace tessera;
+using namespace tessera::tile;
+using exchange::kernel_call;
+
+namespace {
+struct fixture {
+  tile_memory mem{0, 1 << 20};
+  kernel_registry reg = kernel_registry::with_builtins();
+  kernel_context ctx;
+  float* make(uint32_t id, std::vector<int64_t> shape, std::vector<float> values = {}) {
+    auto t = mem.allocate({id, "t" + std::to_string(id), exchange::dtype::f32, shape});
+    EXPECT_TRUE(t);
+    for (size_t i = 0; i < values.size(); ++i) (*t)->f32()[i] = values[i];
+    return (*t)->f32();
+  }
+};
+}  // namespace
+
+TEST(Kernels, CopyAddScaleReduce) {
+  fixture f;
+  f.make(1, {4}, {1, 2, 3, 4});
+  f.make(2, {4}, {10, 20, 30, 40});
+  float* o = f.make(3, {4});
+  ASSERT_TRUE(f.reg.run({"add", {1, 2}, {3}, {}, {}}, f.mem, f.ctx));
+  EXPECT_EQ(o[3], 44.f);
+  ASSERT_TRUE(f.reg.run({"scale", {1}, {3}, {}, {0.5f}}, f.mem, f.ctx));
+  EXPECT_EQ(o[1], 1.f);
+  ASSERT_TRUE(f.reg.run({"reduce_sum", {1, 2, 1}, {3}, {}, {}}, f.mem, f.ctx));
+  EXPECT_EQ(o[2], 36.f);
+  ASSERT_TRUE(f.reg.run({"copy", {2}, {3}, {}, {}}, f.mem, f.ctx));
+  EXPECT_EQ(o[0], 10.f);
+}
+
+TEST(Kernels, MatmulMatchesLoops) {
+  fixture f;
+  const int M = 37, K = 19, N = 23;
+  std::vector<float> a(M * K), b(K * N);
+  for (int i = 0; i < M * K; ++i) a[i] = float((i * 7) % 11) - 5;
+  for (int i = 0; i < K * N; ++i) b[i] = float((i * 5) % 13) - 6;
+  f.make(1, {M, K}, a);
+  f.make(2, {K, N}, b);
+  float* c = f.make(3, {M, N});
+  ASSERT_TRUE(f.reg.run({"matmul", {1, 2}, {3}, {}, {}}, f.mem, f.ctx));
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = 0;
+      for (int k = 0; k < K; ++k) s += a[i * K + k] * b[k * N + j];
+      ASSERT_NEAR(c[i * N + j], s, 1e-4) << i << "," << j;  // small integers: exact in fp32
+    }
+}
+
+TEST(Kernels, ShapeMistakesAreStatusesNotCrashes) {
+  fixture f;
+  f.make(1, {4, 3});
+  f.make(2, {4, 3});
+  f.make(3, {4, 3});
+  f.make(4, {5});
+  auto st = f.reg.run({"matmul", {1, 2}, {3}, {}, {}}, f.mem, f.ctx);
+  EXPECT_EQ(st.code(), errc::invalid_argument);
+  EXPECT_NE(st.message().find("matmul"), std::string::npos);
+  EXPECT_FALSE(f.reg.run({"add", {1, 4}, {3}, {}, {}}, f.mem, f.ctx));
+  EXPECT_EQ(f.reg.run({"add", {1, 77}, {3}, {}, {}}, f.mem, f.ctx).code(), errc::not_found);
+  EXPECT_EQ(f.reg.run({"no_such_kernel", {1}, {3}, {}, {}}, f.mem, f.ctx).code(), errc::not_found);
+  EXPECT_FALSE(f.reg.check({"add", {1}, {3}, {}, {}}));  // arity
+  EXPECT_FALSE(f.reg.run({"scale", {1}, {3}, {}, {}}, f.mem, f.ctx));  // missing factor
+}

@@ -1,0 +1,158 @@
+// The superstep loop over the in-process fabric: N tiles as threads, the same programs the
+// integration tests run over real processes.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tessera/exchange/inproc_transport.hpp"
+#include "tessera/host/demo_programs.hpp"
+#include "tessera/tile/superstep_loop.hpp"
+
+using namespace tessera;
+using namespace tessera::tile;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Runs a demo on `tiles` threads; returns the outputs in batch order.
+std::vector<std::vector<float>> run_inproc(const host::demo_program& d, uint32_t tiles, uint64_t batch_id = 1,
+                                           std::vector<status>* statuses = nullptr) {
+  exchange::inproc_fabric fabric(tiles);
+  kernel_registry reg = kernel_registry::with_builtins();
+  std::vector<std::vector<float>> outputs(d.batch.outputs.size());
+  std::vector<status> st(tiles);
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < tiles; ++t) {
+    threads.emplace_back([&, t] {
+      tile_memory mem(t, 16 << 20);
+      auto tr = fabric.endpoint(t);
+      for (const auto& a : d.allocations)
+        if (a.tile == t) {
+          auto x = mem.allocate(a.desc);
+          std::memcpy((*x)->data, a.data, a.desc.bytes());
+        }
+      const auto& prog = d.programs.at(t);
+      for (const auto& tmp : prog.temporaries) (void)mem.allocate(tmp);
+      for (const auto& in : d.batch.inputs)
+        if (in.tile == t) std::memcpy(resolve_slice(in.dst, mem, 0)->data, in.data, in.bytes);
+      exchange::run_program run{prog.id, batch_id, {}, d.batch.active_tokens, {}, {}, true};
+      superstep_runner runner(t, *tr, mem, reg, {.exchange_timeout = 5000ms, .poll_tick = 10ms});
+      auto r = runner.run(prog, run, {});
+      st[t] = r ? status::ok() : r.error();
+      for (size_t j = 0; j < d.batch.outputs.size(); ++j)
+        if (d.batch.outputs[j].tile == t) {
+          auto s = resolve_slice(d.batch.outputs[j].src, mem, 0);
+          outputs[j].assign(s->data, s->data + s->elements);
+        }
+    });
+  }
+  for (auto& th : threads) th.join();
+  if (statuses) *statuses = st;
+  for (auto& s : st) EXPECT_TRUE(s) << s.to_string();
+  return outputs;
+}
+
+double max_matmul_error(const host::demo_program& d, const std::vector<float>& c) {
+  double e = 0;
+  for (int64_t i = 0; i < d.m; ++i)
+    for (int64_t j = 0; j < d.n; ++j) {
+      double s = 0;
+      for (int64_t q = 0; q < d.k; ++q) s += double(d.a[i * d.k + q]) * d.b[q * d.n + j];
+      e = std::max(e, std::abs(c[i * d.n + j] - s));
+    }
+  return e;
+}
+
+}  // namespace
+
+TEST(SuperstepLoop, MatmulSplitsEqualReferenceInProcess) {
+  for (auto split : {host::matmul_split::rows, host::matmul_split::columns, host::matmul_split::inner}) {
+    for (uint32_t tiles : {1u, 3u, 5u}) {
+      auto d = host::make_matmul_demo(split, tiles, 29, 17, 13, 3);
+      auto out = run_inproc(d, tiles);
+      // fp32 sums of 17 products of values in [-1,1): 1e-5 is far above rounding, far below a wrong slice.
+      EXPECT_LT(max_matmul_error(d, host::assemble_matmul(d, out)), 1e-5) << int(split) << " on " << tiles;
+    }
+  }
+}
+
+TEST(SuperstepLoop, AllReduceEqualsSum) {
+  const uint32_t tiles = 4;
+  auto d = host::make_allreduce_demo(tiles, 103, 9);
+  auto out = run_inproc(d, tiles);
+  auto xs = host::allreduce_inputs(d);
+  for (size_t i = 0; i < 103; ++i) {
+    double s = 0;
+    for (auto& x : xs) s += x[i];
+    for (uint32_t t = 0; t < tiles; ++t) ASSERT_NEAR(out[t][i], s, 1e-6);
+  }
+}
+
+TEST(SuperstepLoop, EarlyStaleAndDuplicateMessagesAreHandled) {
+  exchange::inproc_fabric fabric(2);
+  auto t0 = fabric.endpoint(0), t1 = fabric.endpoint(1);
+  tile_memory mem(1, 1 << 16);
+  ASSERT_TRUE(mem.allocate({1, "x", exchange::dtype::f32, {4}}));
+  kernel_registry reg = kernel_registry::with_builtins();
+  superstep_runner runner(1, *t1, mem, reg, {.exchange_timeout = 2000ms, .poll_tick = 5ms});
+  exchange::program p;
+  p.id = 1;
+  p.tiles = {0, 1};
+  exchange::superstep s;
+  s.recvs.push_back({0, 7, {1, exchange::slice_kind::fixed, 0, 4, 0, 1}, false});
+  s.sync = false;
+  p.steps.push_back(s);
+  std::vector<float> v{1, 2, 3, 4}, w{9, 9, 9, 9};
+  // A message for a later batch arrives first, then the one for this batch, then a duplicate.
+  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 6, 0, 0, 1, 7, 4}, exchange::copy_frame(w.data(), 16))));
+  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 5, 0, 0, 1, 7, 4}, exchange::copy_frame(v.data(), 16))));
+  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 5, 0, 0, 1, 7, 4}, exchange::copy_frame(w.data(), 16))));
+  ASSERT_TRUE(runner.run(p, {1, 5, {}, 0, {}, {}, true}, {}));
+  EXPECT_EQ(mem.find(1)->f32()[3], 4.f);  // batch 5's data, not batch 6's
+  ASSERT_TRUE(runner.run(p, {1, 6, {}, 0, {}, {}, true}, {}));
+  EXPECT_EQ(mem.find(1)->f32()[3], 9.f);  // the early message was kept for batch 6
+  // A message for an old batch is dropped as stale.
+  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 2, 0, 0, 1, 7, 4}, exchange::copy_frame(v.data(), 16))));
+  exchange::envelope e;
+  if (auto got = t1->recv(e, 100ms); got && *got) runner.accept(std::move(e));
+  EXPECT_GE(runner.dropped_stale(), 1u);
+  // Old batch ids are refused outright.
+  EXPECT_FALSE(runner.run(p, {1, 4, {}, 0, {}, {}, true}, {}));
+}
+
+TEST(SuperstepLoop, MissingPeerTimesOutWithNames) {
+  exchange::inproc_fabric fabric(2);
+  auto t1 = fabric.endpoint(1);
+  tile_memory mem(1, 1 << 16);
+  ASSERT_TRUE(mem.allocate({1, "x", exchange::dtype::f32, {4}}));
+  kernel_registry reg = kernel_registry::with_builtins();
+  superstep_runner runner(1, *t1, mem, reg, {.exchange_timeout = 100ms, .poll_tick = 5ms});
+  exchange::program p;
+  p.id = 1;
+  p.tiles = {0, 1};
+  exchange::superstep s;
+  s.recvs.push_back({0, 7, {1, exchange::slice_kind::fixed, 0, 4, 0, 1}, false});
+  p.steps.push_back(s);
+  auto r = runner.run(p, {1, 1, {}, 0, {}, {}, true}, {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), errc::timeout);
+  EXPECT_NE(r.error().message().find("from tile 0"), std::string::npos) << r.error().message();
+  // An interrupt stops a waiting run quickly.
+  auto r2 = runner.run(p, {1, 2, {}, 0, {}, {}, true}, [] { return true; });
+  ASSERT_FALSE(r2);
+  EXPECT_EQ(r2.error().code(), errc::cancelled);
+}
+
+TEST(SuperstepLoop, TokenSlicesFollowActiveTokens) {
+  tile_memory mem(0, 1 << 16);
+  ASSERT_TRUE(mem.allocate({1, "h", exchange::dtype::f32, {10, 4}}));
+  auto rows = resolve_slice({1, exchange::slice_kind::token_rows, 0, 4, 0, 1}, mem, 7);
+  ASSERT_TRUE(rows);
+  EXPECT_EQ(rows->elements, 28u);
+  auto part = resolve_slice({1, exchange::slice_kind::token_part, 0, 4, 2, 3}, mem, 7);
+  ASSERT_TRUE(part);
+  EXPECT_EQ(part->elements, 8u);  // rows 5..6 of 7
+  EXPECT_EQ(part->data, mem.find(1)->f32() + 20);
+  EXPECT_FALSE(resolve_slice({1, exchange::slice_kind::token_rows, 0, 4, 0, 1}, mem, 11));  // over the budget
+  EXPECT_FALSE(resolve_slice({1, exchange::slice_kind::fixed, 38, 4, 0, 1}, mem, 0));
+}
