@@ -2,6 +2,7 @@
 // cached by shape (T varies per batch, so a batch of new lengths builds a few new primitives).
 #include "tessera/models/kernels.hpp"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -25,6 +26,69 @@ void set_num_threads(int n) {
 int num_threads() { return omp_get_max_threads(); }
 
 namespace detail {
+
+namespace {
+
+void softmax_row_scalar(float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+// exp(v) for v <= 0: Cephes' expf polynomial (rel. error ~2e-7), 2^n applied by vscalefps;
+// below -87.3 (incl. -inf) the result is exactly 0.
+__attribute__((target("avx512f"))) inline __m512 exp_nonpositive(__m512 v) {
+  const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-87.3f), _CMP_GE_OQ);
+  v = _mm512_max_ps(v, _mm512_set1_ps(-87.3f));
+  const __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(fn, _mm512_set1_ps(0.693359375f), v);
+  r = _mm512_fnmadd_ps(fn, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, fn));
+}
+
+__attribute__((target("avx512f"))) void softmax_row_avx512(float* x, int64_t n) {
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, x + i));
+  }
+  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mx));
+    _mm512_mask_storeu_ps(x + i, m, e);
+    vsum = _mm512_mask_add_ps(vsum, m, vsum, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+  }
+}
+
+const bool has_avx512 = __builtin_cpu_supports("avx512f");
+
+}  // namespace
+
+void softmax_row(float* x, int64_t n) {
+  if (has_avx512) softmax_row_avx512(x, n);
+  else softmax_row_scalar(x, n);
+}
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
