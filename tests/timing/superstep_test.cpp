@@ -62,3 +62,32 @@ TEST(superstep, tile_share_says_what_each_emulated_tile_stands_for) {
 
 }  // namespace
 }  // namespace tessera::timing
+
+namespace tessera::timing {
+namespace {
+
+TEST(superstep, model_superstep_costs_what_the_tiles_ran) {
+  auto p = testing::round_ipu();  // 4 tiles
+  auto share = make_tile_share(p, 2);  // each emulated tile stands for 2
+  ASSERT_TRUE(share);
+  std::vector<tile_step> steps(2);
+  steps[0].kernels = {kernel_query("add", {{"elements", 1000}}), kernel_query("scale", {{"elements", 1000}})};
+  steps[0].exchange_bytes_received = 80;
+  steps[1].kernels = {kernel_query("add", {{"elements", 100}})};
+  steps[1].exchange_bytes_received = 800;
+  auto s = model_superstep(p, *share, steps);
+  ASSERT_TRUE(s) << s.error().to_string();
+  // tile 0: 500 elements per physical tile: add 10 + 125 * 2 = 260; scale 10 + 125 = 135.
+  // tile 1 receives 800 bytes over 2 links of 4 bytes/cycle.
+  EXPECT_DOUBLE_EQ(s->compute_cycles, 260 + 135);
+  EXPECT_DOUBLE_EQ(s->exchange_cycles, 100);
+  EXPECT_EQ(s->slowest_exchange_tile, 1u);
+  EXPECT_DOUBLE_EQ(s->total_cycles, 395 + 100 + 100);
+  steps[1].kernels.push_back(kernel_query("fft", {}));
+  auto bad = model_superstep(p, *share, steps);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("tile 1"), std::string::npos) << bad.error().message();
+}
+
+}  // namespace
+}  // namespace tessera::timing

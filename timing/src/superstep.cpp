@@ -54,4 +54,19 @@ result<superstep_cost> superstep_cycles(const ipu_preset& p, std::span<const dou
   return c;
 }
 
+result<superstep_cost> model_superstep(const ipu_preset& p, const tile_share& share, std::span<const tile_step> tiles,
+                                       const estimator_registry& r) {
+  if (tiles.empty()) return status::invalid("model_superstep needs at least one tile");
+  std::vector<double> compute(tiles.size(), 0.0), bytes(tiles.size(), 0.0);
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    for (const kernel_query& q : tiles[i].kernels) {
+      auto c = estimate_tile_cycles(q, p, share.physical_per_emulated, r);
+      if (!c) return c.error().with_context("tile " + std::to_string(i));
+      compute[i] += *c;
+    }
+    bytes[i] = tiles[i].exchange_bytes_received;
+  }
+  return superstep_cycles(p, compute, bytes, share.physical_per_emulated);
+}
+
 }  // namespace tessera::timing

@@ -3,6 +3,7 @@
 //   tessera-timing --validate
 //   tessera-timing --preset a100-40gb --model-shape bert-base --batch 32 --seq 128 --dtype fp16
 //   tessera-timing --preset ipu-c600 --seq-lens 384,200,17 --tiles-used 1472 --tp-width 736
+//   tessera-timing --preset ipu-mk2 --batch 8 --seq 128 --format json
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include <variant>
 
 #include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
 
 #include "tessera/timing/bert_model.hpp"
 #include "tessera/timing/estimator.hpp"
@@ -57,7 +59,8 @@ int main(int argc, char** argv) {
       "tiles-used", po::value<int64_t>()->default_value(0), "IPU: tiles in use (0: all)")(
       "tp-width", po::value<int64_t>()->default_value(0), "IPU: tiles per model copy (0: tiles-used)")(
       "emulated-tiles", po::value<int64_t>()->default_value(0), "IPU: also print the share N emulated tiles model")(
-      "ops", "print the per-kernel breakdown");
+      "ops", "print the per-kernel breakdown")(
+      "format", po::value<std::string>()->default_value("text"), "text or json");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -70,10 +73,23 @@ int main(int argc, char** argv) {
     std::cout << opts << "\npresets folder: " << presets_dir().string() << "\n";
     return 0;
   }
+  const std::string format = vm["format"].as<std::string>();
+  if (format != "text" && format != "json")
+    return fail(tessera::status::invalid("--format must be text or json, got '" + format + "'"));
+  const bool json_out = format == "json";
   if (vm.count("validate")) {
     auto rows = validation_table();
     if (!rows) return fail(rows.error());
-    std::cout << validation_markdown(*rows);
+    if (!json_out) {
+      std::cout << validation_markdown(*rows);
+      return 0;
+    }
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : *rows)
+      out.push_back({{"case", r.name}, {"unit", r.unit}, {"model", r.model}, {"reference", r.reference},
+                     {"error_percent", r.error_percent()}, {"tolerance_percent", r.tolerance_percent},
+                     {"within_tolerance", r.within_tolerance()}, {"source", r.source}});
+    std::cout << out.dump(2) << "\n";
     return 0;
   }
   if (vm.count("list-presets")) {
@@ -105,6 +121,19 @@ int main(int argc, char** argv) {
   if (auto* gpu = std::get_if<gpu_preset>(&*preset)) {
     auto est = model_gpu_batch(*gpu, *shape, batch, *type);
     if (!est) return fail(est.error());
+    if (json_out) {
+      nlohmann::json out = {{"preset", gpu->name}, {"kind", "gpu"}, {"model_shape", shape->name},
+                            {"dtype", dtype_name(*type)}, {"sequences", batch.seq_lens.size()},
+                            {"padded_to", batch.padded_to_longest().pad_to}, {"fused", est->fused},
+                            {"seconds", est->seconds}, {"launches", est->launches}, {"flops", est->flops},
+                            {"hbm_bytes", est->hbm_bytes},
+                            {"sequences_per_s", double(batch.seq_lens.size()) / est->seconds}};
+      if (vm.count("ops"))
+        for (const auto& k : est->kernels)
+          out["kernels"].push_back({{"name", k.name}, {"seconds", k.seconds}, {"memory_bound", k.memory_bound}});
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
     std::printf("%s on %s, %zu sequences padded to %lld, %s%s\n", shape->name.c_str(), gpu->name.c_str(),
                 batch.seq_lens.size(), (long long)batch.padded_to_longest().pad_to, std::string(dtype_name(*type)).c_str(),
                 est->fused ? ", fused kernels" : ", unfused");
@@ -120,6 +149,27 @@ int main(int argc, char** argv) {
   ipu_mapping m{vm["tiles-used"].as<int64_t>(), vm["tp-width"].as<int64_t>()};
   auto est = model_ipu_batch(ipu, *shape, batch, *type, m);
   if (!est) return fail(est.error());
+  if (json_out) {
+    nlohmann::json out = {{"preset", ipu.name}, {"kind", "ipu"}, {"model_shape", shape->name},
+                          {"dtype", dtype_name(*type)}, {"sequences", batch.seq_lens.size()},
+                          {"padded_to", batch.pad_to}, {"seconds", est->seconds}, {"compute_s", est->compute_s},
+                          {"sync_s", est->sync_s}, {"exchange_s", est->exchange_s}, {"supersteps", est->supersteps},
+                          {"groups", est->groups}, {"tensor_parallel_width", est->tensor_parallel_width},
+                          {"tiles_used", est->tiles_used}, {"memory_bytes_per_tile", est->memory_bytes_per_tile},
+                          {"note", est->note}, {"sequences_per_s", double(batch.seq_lens.size()) / est->seconds}};
+    if (int64_t n = vm["emulated-tiles"].as<int64_t>(); n > 0) {
+      auto share = make_tile_share(ipu, n);
+      if (!share) return fail(share.error());
+      out["tile_share"] = {{"emulated_tiles", n}, {"physical_per_emulated", share->physical_per_emulated},
+                           {"note", share->note}};
+    }
+    if (vm.count("ops"))
+      for (const auto& o : est->ops)
+        out["supersteps_detail"].push_back({{"kernel", o.kernel}, {"plan", o.plan}, {"compute_cycles", o.compute_cycles},
+                                            {"sync_cycles", o.sync_cycles}, {"exchange_cycles", o.exchange_cycles}});
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
   std::printf("%s\n", est->note.c_str());
   std::printf("modelled time: %.3f ms (compute %.3f, sync %.3f, exchange %.3f)\n", est->seconds * 1e3,
               est->compute_s * 1e3, est->sync_s * 1e3, est->exchange_s * 1e3);

@@ -14,13 +14,20 @@
 //   std::vector<double> bytes = {65536, 70000, ...};          // exchange bytes received per tile
 //   auto step = tessera::timing::superstep_cycles(mk2, compute, bytes, share->physical_per_emulated);
 //   double s = step->seconds;
+//   // or let the timing layer cost the kernels each tile ran:
+//   std::vector<tessera::timing::tile_step> steps(8);
+//   steps[0].kernels.push_back(tessera::timing::kernel_query("add", {{"elements", 4096}}));
+//   auto step2 = tessera::timing::model_superstep(mk2, *share, steps);
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "tessera/common/status.hpp"
+#include "tessera/timing/estimator.hpp"
+#include "tessera/timing/kernel_query.hpp"
 #include "tessera/timing/preset.hpp"
 
 namespace tessera::timing {
@@ -60,5 +67,18 @@ struct superstep_cost {
 result<superstep_cost> superstep_cycles(const ipu_preset& p, std::span<const double> compute_cycles_per_tile,
                                         std::span<const double> exchange_bytes_per_tile,
                                         double physical_per_emulated = 1);
+
+/// What one emulated tile did in one superstep: the kernels of its compute set (with its local
+/// shapes) and the bytes it received in the exchange that followed.
+struct tile_step {
+  std::vector<kernel_query> kernels;
+  double exchange_bytes_received = 0;
+};
+
+/// Superstep cost straight from what the emulated tiles report: each tile's kernels are costed
+/// with estimate_tile_cycles(q, p, share.physical_per_emulated) and summed, then combined as in
+/// superstep_cycles. An unknown kernel or bad shape is the estimator's status.
+result<superstep_cost> model_superstep(const ipu_preset& p, const tile_share& share, std::span<const tile_step> tiles,
+                                       const estimator_registry& r = estimator_registry::builtin());
 
 }  // namespace tessera::timing

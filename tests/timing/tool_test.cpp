@@ -1,0 +1,56 @@
+// tessera-timing: --help, --validate, an estimate, and a user mistake exiting 2.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace {
+
+std::string tool() {
+  const char* dir = std::getenv("TESSERA_BIN_DIR");
+  return dir == nullptr ? "" : std::string(dir) + "/tessera-timing";
+}
+
+// Runs the tool with `args`; returns the exit code and fills `out` with stdout.
+int run(const std::string& args, std::string& out) {
+  out.clear();
+  FILE* f = ::popen((tool() + " " + args + " 2>/dev/null").c_str(), "r");
+  if (f == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  int rc = ::pclose(f);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+class tool_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (tool().empty() || !std::filesystem::exists(tool())) GTEST_SKIP() << "tessera-timing not built (TESSERA_BIN_DIR)";
+  }
+};
+
+TEST_F(tool_test, help_validate_and_estimate) {
+  std::string out;
+  EXPECT_EQ(run("--help", out), 0);
+  EXPECT_NE(out.find("--preset"), std::string::npos);
+  EXPECT_EQ(run("--validate", out), 0);
+  EXPECT_NE(out.find("a100-40gb BERT-base seq 128 batch 32 fp16"), std::string::npos) << out;
+  EXPECT_EQ(out.find("| NO |"), std::string::npos) << out;
+  EXPECT_EQ(run("--preset a100-40gb --model-shape bert-base --batch 32 --seq 128 --dtype fp16", out), 0);
+  EXPECT_NE(out.find("modelled time:"), std::string::npos) << out;
+  EXPECT_EQ(run("--preset ipu-mk2 --batch 4 --seq 64 --emulated-tiles 8 --format json", out), 0);
+  EXPECT_NE(out.find("\"physical_per_emulated\": 184.0"), std::string::npos) << out;
+}
+
+TEST_F(tool_test, user_mistakes_exit_2) {
+  std::string out;
+  EXPECT_EQ(run("--preset no-such-chip", out), 2);
+  EXPECT_EQ(run("--preset a100-40gb --dtype bf8", out), 2);
+  EXPECT_EQ(run("--preset a100-40gb --seq-lens 12,x", out), 2);
+  EXPECT_EQ(run("--bogus-flag", out), 2);
+}
+
+}  // namespace
