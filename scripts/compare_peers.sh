@@ -1,0 +1,54 @@
+#!/bin/bash
+# compare_peers.sh: tessera's BERT-base bench and ONNX Runtime (../shared/peers/run.sh ort), back to back
+# on the same machine, same workload shape (256 requests, 60% U[8,64] + 40% U[200,512], fp32, 2 threads).
+#
+#   scripts/compare_peers.sh                 # needs build/bin/tessera-bench-models (BUILD_DIR to override)
+#   REPS=1 MODES=a scripts/compare_peers.sh  # quicker: one ORT repetition, tessera's packed mode only
+#
+# Prints both tables, then the ratio of tessera's packed req/s to ORT's best case (median over reps).
+# Results: $OUT (default /tmp/tessera-compare)/{tessera,ort}.txt. Takes ~15 min (ORT ~10 min).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+bench=$build/bin/tessera-bench-models
+peers=${PEERS_DIR:-$root/../shared/peers}
+threads=${THREADS:-2}
+out=${OUT:-/tmp/tessera-compare}
+if [ ! -x "$bench" ]; then
+  echo "missing $bench; build it: cmake --build $build --target tessera-bench-models" >&2
+  exit 2
+fi
+[ -x "$peers/run.sh" ] || { echo "missing $peers/run.sh (set PEERS_DIR)" >&2; exit 2; }
+mkdir -p "$out"
+
+echo "== tessera ($bench --threads $threads)"
+"$bench" --model bert-base --threads "$threads" --modes "${MODES:-abcd}" | tee "$out/tessera.txt"
+echo
+echo "== ONNX Runtime ($peers/run.sh ort, REPS=${REPS:-3})"
+REPS=${REPS:-3} "$peers/run.sh" ort | tee "$out/ort.txt"
+echo
+python3 - "$out/tessera.txt" "$out/ort.txt" <<'PY'
+import collections, statistics, sys
+def results(path):
+    rows = []
+    for line in open(path):
+        if line.startswith("RESULT"):
+            rows.append(dict(t.split("=", 1) for t in line.split()[1:]))
+    return rows
+tess = {r["mode"]: float(r["req_per_s"]) for r in results(sys.argv[1]) if "mode" in r and "req_per_s" in r}
+ort = collections.defaultdict(list)
+peer_file = sys.argv[2]
+import os
+work = os.environ.get("PEERS_WORK", "/tmp/tessera-peers")
+if os.path.exists(os.path.join(work, "results", "ort.txt")):
+    peer_file = os.path.join(work, "results", "ort.txt")
+for r in results(peer_file):
+    if "case" in r and "req_per_s" in r:
+        ort[r["case"]].append(float(r["req_per_s"]))
+best_case, best = max(((c, statistics.median(v)) for c, v in ort.items() if c != "a"), key=lambda x: x[1],
+                      default=(None, 0.0))
+print("tessera req/s:", ", ".join(f"{m} {v:.2f}" for m, v in tess.items()))
+print("ORT median req/s:", ", ".join(f"case {c} {statistics.median(v):.2f}" for c, v in sorted(ort.items())))
+if best and "a_packed" in tess:
+    print(f"tessera packed / ORT best (case {best_case}) = {tess['a_packed'] / best:.2f}x (target >= 1.1x)")
+PY
