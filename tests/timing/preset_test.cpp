@@ -133,10 +133,12 @@ TEST(preset, ipu_peaks_reproduce_published_figures) {
     EXPECT_NEAR(p->peak_flops_per_s(dtype::fp16) / *p->published.fp16_flops_per_s, 1.0, 0.01) << name;
     ASSERT_TRUE(p->published.memory_bytes) << name;
     EXPECT_NEAR(double(p->memory_bytes()) / *p->published.memory_bytes, 1.0, 0.01) << name;
-    if (p->published.fp32_flops_per_s)
+    if (p->published.fp32_flops_per_s) {
       EXPECT_NEAR(p->peak_flops_per_s(dtype::fp32) / *p->published.fp32_flops_per_s, 1.0, 0.01) << name;
-    if (p->published.exchange_bytes_per_s)
+    }
+    if (p->published.exchange_bytes_per_s) {
       EXPECT_NEAR(p->exchange_bytes_per_s() / *p->published.exchange_bytes_per_s, 1.0, 0.03) << name;
+    }
   }
 }
 

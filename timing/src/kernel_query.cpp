@@ -27,7 +27,10 @@ std::string kernel_query::to_string() const {
   }
   if (!seq_lens.empty()) {
     s += std::string(first ? "" : ",") + "seq_lens=[";
-    for (size_t i = 0; i < seq_lens.size(); ++i) s += (i ? "," : "") + std::to_string(seq_lens[i]);
+    for (size_t i = 0; i < seq_lens.size(); ++i) {
+      if (i > 0) s += ',';
+      s += std::to_string(seq_lens[i]);
+    }
     s += "]";
   }
   return s + "} " + std::string(dtype_name(type));
