@@ -23,13 +23,15 @@ void put(packer& p, const tensor_desc& d) {
 }
 
 void put(packer& p, const slice_ref& s) {
-  p.pack_array(6);
+  p.pack_array(8);
   p.pack(s.tensor_id);
   p.pack(static_cast<uint8_t>(s.kind));
   p.pack(s.offset);
   p.pack(s.count);
   p.pack(s.part);
   p.pack(s.parts);
+  p.pack(s.micro);
+  p.pack(s.micros);
 }
 
 void put(packer& p, const kernel_call& k) {
@@ -98,7 +100,7 @@ void get(wire_reader& r, tensor_desc& d) {
 }
 
 void get(wire_reader& r, slice_ref& s) {
-  wire_reader a = r.array("slice", 6);
+  wire_reader a = r.array("slice", 8);
   s.tensor_id = a.u32("slice.tensor_id");
   uint8_t k = a.u8("slice.kind");
   if (k > static_cast<uint8_t>(slice_kind::token_part)) a.fail("slice.kind " + std::to_string(k) + " is unknown");
@@ -107,7 +109,10 @@ void get(wire_reader& r, slice_ref& s) {
   s.count = a.u64("slice.count", max_tensor_bytes / 4);
   s.part = a.u32("slice.part");
   s.parts = a.u32("slice.parts");
+  s.micro = a.u32("slice.micro");
+  s.micros = a.u32("slice.micros", 1u << 16);
   if (s.parts == 0 || s.part >= s.parts) a.fail("slice.part must be below slice.parts (>0)");
+  if (s.micros == 0 || s.micro >= s.micros) a.fail("slice.micro must be below slice.micros (>0)");
 }
 
 void get(wire_reader& r, kernel_call& k) {
@@ -233,6 +238,34 @@ row_range token_partition(int64_t rows, uint32_t part, uint32_t parts) {
   int64_t begin = part * base + std::min<int64_t>(part, extra);
   int64_t len = base + (static_cast<int64_t>(part) < extra ? 1 : 0);
   return {begin, begin + len};
+}
+
+std::vector<int32_t> micro_batch_bounds(const std::vector<int32_t>& offsets, uint32_t parts) {
+  const int32_t n = offsets.empty() ? 0 : static_cast<int32_t>(offsets.size()) - 1;
+  const int64_t total = n > 0 ? offsets[n] : 0;
+  std::vector<int32_t> b(parts + 1, n);
+  b[0] = 0;
+  int32_t i = 0;
+  for (uint32_t k = 1; k < parts; ++k) {
+    // The first sequence starting at or after the k-th equal share of the tokens.
+    const int64_t target = (total * k + parts / 2) / parts;
+    while (i < n && offsets[i] < target) ++i;
+    b[k] = std::max(b[k - 1], i);
+  }
+  return b;
+}
+
+row_range batch_rows::micro_seqs(uint32_t micro, uint32_t micros) const {
+  if (seq_offsets.size() < 2) return {0, 0};
+  auto b = micro_batch_bounds(seq_offsets, micros);
+  return {b[micro], b[micro + 1]};
+}
+
+row_range batch_rows::micro_rows(uint32_t micro, uint32_t micros) const {
+  if (micros <= 1) return {0, active_tokens};
+  if (seq_offsets.size() < 2) return micro == 0 ? row_range{0, active_tokens} : row_range{0, 0};
+  auto s = micro_seqs(micro, micros);
+  return {seq_offsets[static_cast<size_t>(s.begin)], seq_offsets[static_cast<size_t>(s.end)]};
 }
 
 uint64_t envelope::payload_bytes() const {

@@ -16,6 +16,12 @@ uint64_t ns_since(clock_type::time_point t0) {
 }  // namespace
 
 result<slice_span> resolve_slice(const slice_ref& s, tile_memory& memory, int64_t active_tokens) {
+  batch_rows rows;
+  rows.active_tokens = active_tokens;
+  return resolve_slice(s, memory, rows);
+}
+
+result<slice_span> resolve_slice(const slice_ref& s, tile_memory& memory, const batch_rows& rows) {
   tile_tensor* t = memory.find(s.tensor_id);
   if (!t) return status::not_found("slice names tensor id " + std::to_string(s.tensor_id) + ", which tile " +
                                    std::to_string(memory.tile_id()) + " does not hold");
@@ -26,13 +32,16 @@ result<slice_span> resolve_slice(const slice_ref& s, tile_memory& memory, int64_
       begin = s.offset;
       count = s.count;
       break;
-    case slice_kind::token_rows:
-      begin = 0;
-      count = static_cast<uint64_t>(active_tokens) * s.count;
+    case slice_kind::token_rows: {
+      auto m = rows.micro_rows(s.micro, s.micros);
+      begin = static_cast<uint64_t>(m.begin) * s.count;
+      count = static_cast<uint64_t>(m.end - m.begin) * s.count;
       break;
+    }
     case slice_kind::token_part: {
-      auto r = token_partition(active_tokens, s.part, s.parts);
-      begin = static_cast<uint64_t>(r.begin) * s.count;
+      auto m = rows.micro_rows(s.micro, s.micros);
+      auto r = token_partition(m.end - m.begin, s.part, s.parts);
+      begin = static_cast<uint64_t>(m.begin + r.begin) * s.count;
       count = static_cast<uint64_t>(r.end - r.begin) * s.count;
       break;
     }
@@ -136,7 +145,7 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
                                         superstep_counters& c, const std::function<bool()>& interrupted) {
   const superstep& s = prog.steps[step];
   for (const send_op& op : s.sends) {
-    auto src = resolve_slice(op.src, memory_, run.active_tokens);
+    auto src = resolve_slice(op.src, memory_, rows_);
     if (!src) return src.error().with_context("send to tile " + std::to_string(op.peer));
     exchange_data d{prog.id, run.batch_id, step, self_, op.peer, op.tag, src->elements};
     envelope e = encode(d, copy_frame(src->data, src->elements * 4));
@@ -144,7 +153,7 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
     TESSERA_RETURN_IF_ERROR(transport_.send(op.peer, std::move(e)));
   }
   for (const recv_op& op : s.recvs) {
-    auto dst = resolve_slice(op.dst, memory_, run.active_tokens);
+    auto dst = resolve_slice(op.dst, memory_, rows_);
     if (!dst) return dst.error().with_context("receive from tile " + std::to_string(op.peer));
     auto e = wait_for({run.batch_id, step, 0, op.peer, op.tag}, interrupted, "a slice");
     if (!e) return e.error();
@@ -191,7 +200,9 @@ result<std::vector<superstep_counters>> superstep_runner::run(const program& pro
                            std::to_string(finished_batch_) + " on tile " + std::to_string(self_));
   std::vector<int32_t> offsets(run.seq_lengths.size() + 1, 0);
   for (size_t i = 0; i < run.seq_lengths.size(); ++i) offsets[i + 1] = offsets[i] + run.seq_lengths[i];
-  kernel_context ctx{self_, run.active_tokens, run.seq_lengths, offsets};
+  rows_.active_tokens = run.active_tokens;
+  rows_.seq_offsets = run.seq_lengths.empty() ? std::vector<int32_t>{} : offsets;
+  kernel_context ctx{self_, run.active_tokens, run.seq_lengths, offsets, &rows_};
 
   std::vector<superstep_counters> counters(prog.steps.size());
   status result_status;

@@ -174,10 +174,16 @@ struct tile_daemon::impl {
     done.tile_id = cfg.tile_id;
     std::vector<zmq::message_t> outputs;
     status st;
+    batch_rows rows;
+    rows.active_tokens = m.active_tokens;
+    if (!m.seq_lengths.empty()) {
+      rows.seq_offsets.assign(1, 0);
+      for (int32_t len : m.seq_lengths) rows.seq_offsets.push_back(rows.seq_offsets.back() + len);
+    }
     auto it = programs.find(m.program_id);
     if (it == programs.end()) st = status::not_found("program " + std::to_string(m.program_id) + " is not loaded");
     for (size_t i = 0; st && i < m.inputs.size(); ++i) {
-      auto s = resolve_slice(m.inputs[i], memory, m.active_tokens);
+      auto s = resolve_slice(m.inputs[i], memory, rows);
       if (!s) st = s.error().with_context("input " + std::to_string(i));
       else if (s->elements * 4 != e.payloads[i].size())
         st = status::invalid("input " + std::to_string(i) + " has " + std::to_string(e.payloads[i].size()) +
@@ -190,7 +196,7 @@ struct tile_daemon::impl {
       else if (m.collect_counters) done.counters = std::move(*counters);
     }
     for (size_t i = 0; st && i < m.outputs.size(); ++i) {
-      auto s = resolve_slice(m.outputs[i], memory, m.active_tokens);
+      auto s = resolve_slice(m.outputs[i], memory, rows);
       if (!s) st = s.error().with_context("output " + std::to_string(i));
       else outputs.push_back(copy_frame(s->data, s->elements * 4));
     }

@@ -65,10 +65,11 @@ struct tensor_desc {
   uint64_t bytes() const { return elements() * dtype_size(type); }
 };
 
-/// Which part of a tensor a send or receive covers.
+/// Which part of a tensor a send or receive covers. The token kinds follow the batch being run:
 /// fixed:      elements [offset, offset + count)
-/// token_rows: the tensor is [token_budget, row_width] row-major; rows [0, active_tokens)
-/// token_part: rows of part `part` of `parts` of [0, active_tokens) (see token_partition())
+/// token_rows: the tensor is [token_budget, row_width] row-major; the rows of micro-batch
+///             `micro` of `micros` (all rows [0, active_tokens) when micros == 1)
+/// token_part: part `part` of `parts` of those rows (see token_partition())
 enum class slice_kind : uint8_t { fixed = 0, token_rows = 1, token_part = 2 };
 
 struct slice_ref {
@@ -78,11 +79,28 @@ struct slice_ref {
   uint64_t count = 0;      ///< fixed: elements; token_*: row width in elements
   uint32_t part = 0;       ///< token_part only
   uint32_t parts = 1;      ///< token_part only
+  uint32_t micro = 0;      ///< token_*: which micro-batch
+  uint32_t micros = 1;     ///< token_*: how many micro-batches the batch is cut into
 };
 
 /// Rows [begin, end) of part `part` of `parts` when `rows` rows are split as evenly as possible.
 struct row_range { int64_t begin, end; };
 row_range token_partition(int64_t rows, uint32_t part, uint32_t parts);
+
+/// Cuts a batch of sequences (prefix offsets, size n + 1) into `parts` micro-batches of whole
+/// sequences with balanced tokens. Returns `parts` + 1 sequence indices; micro-batch
+/// k owns sequences [b[k], b[k+1]). Deterministic: host and tiles compute the same cut.
+std::vector<int32_t> micro_batch_bounds(const std::vector<int32_t>& seq_offsets, uint32_t parts);
+
+/// The rows of a batch as slices and kernels see them.
+struct batch_rows {
+  int64_t active_tokens = 0;
+  std::vector<int32_t> seq_offsets;  ///< may be empty (then the batch is one block of rows)
+  /// Rows of micro-batch `micro` of `micros`.
+  row_range micro_rows(uint32_t micro, uint32_t micros) const;
+  /// Sequences [begin, end) of micro-batch `micro` of `micros`.
+  row_range micro_seqs(uint32_t micro, uint32_t micros) const;
+};
 
 /// One kernel invocation of a compute set.
 struct kernel_call {

@@ -27,6 +27,7 @@ struct kernel_context {
   int64_t active_tokens = 0;            ///< real tokens of this batch (rows of token tensors)
   std::span<const int32_t> seq_lengths;  ///< real lengths of the batch's sequences
   std::span<const int32_t> seq_offsets;  ///< prefix sums, size seq_lengths.size() + 1
+  const exchange::batch_rows* rows = nullptr;  ///< micro-batch row ranges of this batch
 };
 
 struct kernel_args {

@@ -35,6 +35,8 @@ struct slice_span {
   float* data = nullptr;
   uint64_t elements = 0;
 };
+result<slice_span> resolve_slice(const exchange::slice_ref& s, tile_memory& memory, const exchange::batch_rows& rows);
+/// For slices that do not depend on sequences (demo programs, fetches).
 result<slice_span> resolve_slice(const exchange::slice_ref& s, tile_memory& memory, int64_t active_tokens);
 
 class superstep_runner {
@@ -68,6 +70,7 @@ class superstep_runner {
   /// Waits until `k` is in the inbox; returns it.
   result<exchange::envelope> wait_for(const key& k, const std::function<bool()>& interrupted, const char* what);
   void purge_finished();
+  exchange::batch_rows rows_;  // of the batch being run
 
   uint32_t self_;
   exchange::transport& transport_;
