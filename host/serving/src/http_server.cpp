@@ -1,6 +1,7 @@
 // The Beast HTTP/1.1 server. The only translation unit of tessera_serving that includes Beast.
 #include "tessera/serving/http_server.hpp"
 
+#include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
 #include <array>
 #include <atomic>
 #include <optional>

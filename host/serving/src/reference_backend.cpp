@@ -2,6 +2,7 @@
 #include "tessera/serving/reference_backend.hpp"
 
 #include <algorithm>
+#include <mutex>
 
 #include "tessera/models/forward.hpp"
 #include "tessera/models/kernels.hpp"
@@ -9,6 +10,15 @@
 namespace tessera::serving {
 
 namespace {
+
+// models::reference_forward/padded_forward give wrong logits now and then when two threads run
+// them at once (tests/serving/reference_backend_test.cpp, DISABLED_RawForwardsAreThreadSafe;
+// likely oneDNN's library scratchpad shared between primitives). Until tessera_models fixes
+// that, forwards in this process take turns; OpenMP threads inside one forward still help.
+std::mutex& forward_mutex() {
+  static std::mutex mu;
+  return mu;
+}
 
 models::packed_batch to_packed(const host::batch_request& req) {
   models::packed_batch b;
@@ -68,6 +78,7 @@ std::shared_ptr<thread_pool_backend> make_reference_backend(
     const int n = b.num_seqs();
     if (n == 0) return std::vector<float>{};
     if (auto st = models::validate_batch(model->config, b); !st) return st;
+    std::lock_guard lock(forward_mutex());
     if (req.layout == host::batch_layout::padded) {
       if (req.padded_length > b.max_seq_len()) {
         // Widen the rectangle to padded_length with a dummy row; its logits are dropped.
@@ -116,6 +127,7 @@ model_info model_info_of(const models::bert_model& model, std::string model_id) 
 std::vector<float> reference_logits(const models::bert_model& model, const host::sequence_input& s) {
   models::packed_batch b;
   b.append(s.token_ids, s.token_type_ids);
+  std::lock_guard lock(forward_mutex());
   return models::reference_forward(model, b);
 }
 

@@ -11,6 +11,8 @@
 // Layouts: packed batches run models::reference_forward; padded batches run
 // models::padded_forward, padded to request.padded_length (a dummy row of that length makes the
 // rectangle as wide as the batching policy asked; its logits are dropped).
+// Forwards in one process take turns (a process-wide mutex): models::reference_forward is not
+// yet safe to run from two threads at once. OpenMP threads inside a forward (omp_threads) help.
 #pragma once
 
 #include <memory>
@@ -42,7 +44,8 @@ result<std::shared_ptr<const tokenizer>> make_model_tokenizer(const models::bert
 /// Labels, max input length and vocab size of a model, named `model_id`.
 model_info model_info_of(const models::bert_model& model, std::string model_id);
 
-/// The reference logits of one sequence alone (the oracle of the serving tests).
+/// The reference logits of one sequence alone (the oracle of the serving tests); takes the
+/// same turn as the backends' forwards.
 std::vector<float> reference_logits(const models::bert_model& model, const host::sequence_input& s);
 
 }  // namespace tessera::serving

@@ -1,0 +1,480 @@
+// Every endpoint and every error code over a real socket, against a real server (reference
+// backend on bert-tiny when tessera_models is built, else the toy model).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "http_client.hpp"
+#include "test_server.hpp"
+
+using namespace tessera;
+using namespace tessera::serving;
+using namespace tessera::serving::test_support;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Batched forwards agree with a forward of the sequence alone to this absolute tolerance
+// (float32 GEMMs blocked differently for different batch shapes).
+constexpr float logits_tolerance = 2e-4f;
+
+class HttpApi : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    test_server_options o;
+    o.api.max_client_batch_size = 8;
+    o.api.max_body_bytes = 64 << 10;
+    server_ = new test_server(o);
+    std::cout << "[ serving ] model under test: " << server_->info().model_id << "\n";
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  http_response post(const std::string& target, const std::string& body) {
+    return conn_.request("POST", target, body);
+  }
+  http_response get(const std::string& target) { return conn_.request("GET", target); }
+  void expect_error(const http_response& r, unsigned status, const std::string& type) {
+    EXPECT_EQ(r.status, status) << r.body << r.error;
+    auto j = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << r.body;
+    EXPECT_EQ(j.value("error_type", ""), type) << r.body;
+    EXPECT_FALSE(j.value("error", "").empty());
+  }
+
+  static test_server* server_;
+  http_connection conn_{"127.0.0.1", server_->port()};
+};
+
+test_server* HttpApi::server_ = nullptr;
+
+std::string long_text(int words) {
+  std::string s;
+  for (int i = 0; i < words; ++i) s += "word ";
+  return s;
+}
+
+}  // namespace
+
+TEST_F(HttpApi, Health) {
+  auto r = get("/health");
+  EXPECT_EQ(r.status, 200u);
+  EXPECT_TRUE(r.keep_alive);
+  r = get("/v2/health/ready");
+  EXPECT_EQ(r.status, 200u);
+  EXPECT_EQ(json::parse(r.body)["ready"], true);
+  EXPECT_EQ(get("/v2/health/live").status, 200u);
+}
+
+TEST_F(HttpApi, Info) {
+  auto r = get("/info");
+  ASSERT_EQ(r.status, 200u);
+  auto j = json::parse(r.body);
+  EXPECT_EQ(j["model_id"], server_->info().model_id);
+  EXPECT_EQ(j["max_input_length"], 512);
+  EXPECT_EQ(j["max_client_batch_size"], 8);
+  EXPECT_EQ(j["model_type"]["classifier"]["id2label"]["0"], "LABEL_0");
+  EXPECT_EQ(j["backends"].size(), 1u);
+}
+
+TEST_F(HttpApi, PredictSingleIsSoftmaxSortedDescending) {
+  auto r = post("/predict", R"({"inputs": "I like you. I love you"})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  auto j = json::parse(r.body);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 2u);
+  double sum = 0;
+  for (auto& p : j) sum += p["score"].get<double>();
+  EXPECT_NEAR(sum, 1.0, 1e-5);
+  EXPECT_GE(j[0]["score"].get<double>(), j[1]["score"].get<double>());
+  // The winning label is the reference's argmax.
+  auto seq = server_->tok().encode("I like you. I love you", 0).value();
+  auto want = server_->expected_logits(seq);
+  std::string top = want[1] > want[0] ? "LABEL_1" : "LABEL_0";
+  EXPECT_EQ(j[0]["label"], top);
+}
+
+TEST_F(HttpApi, PredictBatchAndPairsAndRawScores) {
+  auto r = post("/predict", R"({"inputs": ["first text", "second one"], "raw_scores": true})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  auto j = json::parse(r.body);
+  ASSERT_EQ(j.size(), 2u);
+  const char* texts[] = {"first text", "second one"};
+  for (int i = 0; i < 2; ++i) {
+    auto want = server_->expected_logits(server_->tok().encode(texts[i], 0).value());
+    ASSERT_EQ(j[i].size(), 2u);
+    for (auto& p : j[i]) {
+      int label = p["label"] == "LABEL_0" ? 0 : 1;
+      EXPECT_NEAR(p["score"].get<float>(), want[label], logits_tolerance);
+    }
+  }
+  r = post("/predict", R"({"inputs": [["what is it?", "it is a test"]], "raw_scores": true})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  j = json::parse(r.body);
+  ASSERT_EQ(j.size(), 1u);
+  auto want = server_->expected_logits(server_->tok().encode_pair("what is it?", "it is a test", 0).value());
+  for (auto& p : j[0]) {
+    int label = p["label"] == "LABEL_0" ? 0 : 1;
+    EXPECT_NEAR(p["score"].get<float>(), want[label], logits_tolerance);
+  }
+}
+
+TEST_F(HttpApi, Tokenize) {
+  auto r = post("/tokenize", R"({"inputs": ["hello world", ["a question", "an answer"]]})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  auto j = json::parse(r.body);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0].get<std::vector<int32_t>>(), server_->tok().encode("hello world", 0)->token_ids);
+  EXPECT_EQ(j[1].get<std::vector<int32_t>>(),
+            server_->tok().encode_pair("a question", "an answer", 0)->token_ids);
+  EXPECT_EQ(j[0][0], 101);
+}
+
+TEST_F(HttpApi, Metrics) {
+  post("/predict", R"({"inputs": "count me"})");
+  auto r = get("/metrics");
+  ASSERT_EQ(r.status, 200u);
+  EXPECT_NE(r.content_type.find("text/plain"), std::string::npos);
+  for (const char* name :
+       {"tessera_request_count ", "tessera_request_success ", "tessera_queue_size ",
+        "tessera_batch_next_size_bucket{le=", "tessera_batch_next_tokens_count ",
+        "tessera_request_queue_duration_bucket", "tessera_request_inference_duration_sum",
+        "tessera_request_duration_count", "# TYPE tessera_request_duration histogram",
+        "tessera_backend_healthy{backend="})
+    EXPECT_NE(r.body.find(name), std::string::npos) << name;
+  post("/predict", R"({"inputs": ""})");
+  r = get("/metrics");
+  EXPECT_NE(r.body.find("tessera_request_failure{err=\"empty\"}"), std::string::npos);
+}
+
+TEST_F(HttpApi, KServeModelMetadataAndReady) {
+  std::string name = server_->info().model_id;
+  auto r = get("/v2/models/" + name);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  auto j = json::parse(r.body);
+  EXPECT_EQ(j["name"], name);
+  EXPECT_EQ(j["outputs"][0]["name"], "logits");
+  EXPECT_EQ(get("/v2/models/" + name + "/ready").status, 200u);
+  expect_error(get("/v2/models/no-such-model"), 404, "not_found");
+  expect_error(post("/v2/models/no-such-model/infer", "{}"), 404, "not_found");
+}
+
+TEST_F(HttpApi, KServeInferText) {
+  std::string name = server_->info().model_id;
+  json req = {{"id", "req-7"},
+              {"inputs", {{{"name", "text"}, {"shape", {2}}, {"datatype", "BYTES"},
+                           {"data", {"alpha beta", "gamma"}}}}}};
+  auto r = post("/v2/models/" + name + "/infer", req.dump());
+  ASSERT_EQ(r.status, 200u) << r.body;
+  auto j = json::parse(r.body);
+  EXPECT_EQ(j["id"], "req-7");
+  EXPECT_EQ(j["model_name"], name);
+  auto& out = j["outputs"][0];
+  EXPECT_EQ(out["datatype"], "FP32");
+  EXPECT_EQ(out["shape"], json({2, 2}));
+  auto data = out["data"].get<std::vector<float>>();
+  auto want0 = server_->expected_logits(server_->tok().encode("alpha beta", 0).value());
+  auto want1 = server_->expected_logits(server_->tok().encode("gamma", 0).value());
+  EXPECT_NEAR(data[0], want0[0], logits_tolerance);
+  EXPECT_NEAR(data[1], want0[1], logits_tolerance);
+  EXPECT_NEAR(data[2], want1[0], logits_tolerance);
+  EXPECT_NEAR(data[3], want1[1], logits_tolerance);
+}
+
+TEST_F(HttpApi, KServeInferTokenIds) {
+  std::string name = server_->info().model_id;
+  // Two sequences padded to 5 with an attention mask; INT64 and nested data.
+  json req = {{"inputs",
+               {{{"name", "input_ids"}, {"shape", {2, 5}}, {"datatype", "INT64"},
+                 {"data", {{101, 2023, 2003, 1037, 102}, {101, 7592, 102, 0, 0}}}},
+                {{"name", "attention_mask"}, {"shape", {2, 5}}, {"datatype", "INT64"},
+                 {"data", {1, 1, 1, 1, 1, 1, 1, 1, 0, 0}}}}}};
+  auto r = post("/v2/models/" + name + "/infer", req.dump());
+  ASSERT_EQ(r.status, 200u) << r.body;
+  auto data = json::parse(r.body)["outputs"][0]["data"].get<std::vector<float>>();
+  auto want0 = server_->expected_logits({{101, 2023, 2003, 1037, 102}, {}});
+  auto want1 = server_->expected_logits({{101, 7592, 102}, {}});
+  ASSERT_EQ(data.size(), 4u);
+  EXPECT_NEAR(data[0], want0[0], logits_tolerance);
+  EXPECT_NEAR(data[3], want1[1], logits_tolerance);
+  // INT32 works too; bad shapes and ids are 422.
+  req["inputs"][0]["datatype"] = "INT32";
+  EXPECT_EQ(post("/v2/models/" + name + "/infer", req.dump()).status, 200u);
+  req["inputs"][0]["shape"] = {3, 5};
+  expect_error(post("/v2/models/" + name + "/infer", req.dump()), 422, "validation");
+  json bad = {{"inputs", {{{"name", "input_ids"}, {"shape", {1, 3}}, {"datatype", "INT64"},
+                           {"data", {101, 99999999, 102}}}}}};
+  if (!server_->is_toy())
+    expect_error(post("/v2/models/" + name + "/infer", bad.dump()), 422, "validation");
+  expect_error(post("/v2/models/" + name + "/infer", R"({"inputs": []})"), 422, "validation");
+}
+
+TEST_F(HttpApi, EmptyInputIs400) {
+  expect_error(post("/predict", R"({"inputs": ""})"), 400, "empty");
+  expect_error(post("/predict", R"({"inputs": []})"), 400, "empty");
+  expect_error(post("/predict", R"({"inputs": [["", "x"]]})"), 400, "empty");
+}
+
+TEST_F(HttpApi, MalformedJsonIs400AndWrongShapeIs422) {
+  expect_error(post("/predict", R"({"inputs": "unterminated)"), 400, "bad_request");
+  expect_error(post("/predict", "not json at all"), 400, "bad_request");
+  expect_error(post("/predict", R"({"text": "no inputs field"})"), 422, "validation");
+  expect_error(post("/predict", R"({"inputs": 42})"), 422, "validation");
+  expect_error(post("/predict", R"({"inputs": [["a", "b", "c"]]})"), 422, "validation");
+  expect_error(post("/predict", R"({"inputs": "x", "truncate": "yes"})"), 422, "validation");
+  expect_error(post("/predict", R"({"inputs": "x", "raw_scores": 1})"), 422, "validation");
+}
+
+TEST_F(HttpApi, TooLongWithoutTruncationIs422AndTruncationServesIt) {
+  std::string body = json{{"inputs", long_text(600)}}.dump();
+  auto r = post("/predict", body);
+  expect_error(r, 422, "validation");
+  EXPECT_NE(r.body.find("truncate"), std::string::npos);
+  r = post("/predict", json{{"inputs", long_text(600)}, {"truncate", true}}.dump());
+  EXPECT_EQ(r.status, 200u) << r.body;
+  r = post("/tokenize", json{{"inputs", long_text(600)}, {"truncate", true}}.dump());
+  ASSERT_EQ(r.status, 200u);
+  auto ids = json::parse(r.body)[0];
+  EXPECT_EQ(ids.size(), 512u);
+  EXPECT_EQ(ids.back(), 102);
+}
+
+TEST_F(HttpApi, TooManyInputsIs422) {
+  json many = json::array();
+  for (int i = 0; i < 9; ++i) many.push_back("text " + std::to_string(i));
+  auto r = post("/predict", json{{"inputs", many}}.dump());
+  expect_error(r, 422, "validation");
+  EXPECT_NE(r.body.find("batch size 9"), std::string::npos);
+}
+
+TEST_F(HttpApi, BodyTooLargeIs413) {
+  std::string big = json{{"inputs", std::string(100 << 10, 'a')}}.dump();
+  auto r = post("/predict", big);
+  expect_error(r, 413, "payload_too_large");
+  EXPECT_FALSE(r.keep_alive);
+  // The server still serves new connections afterwards.
+  EXPECT_EQ(get("/health").status, 200u);
+}
+
+TEST_F(HttpApi, UnknownRouteIs404AndWrongMethodIs405) {
+  expect_error(get("/nope"), 404, "not_found");
+  expect_error(post("/v1/embeddings", "{}"), 404, "not_found");
+  auto r = get("/predict");
+  expect_error(r, 405, "method_not_allowed");
+  EXPECT_EQ(r.allow, "POST");
+  expect_error(post("/health", ""), 405, "method_not_allowed");
+  expect_error(conn_.request("DELETE", "/info"), 405, "method_not_allowed");
+}
+
+TEST_F(HttpApi, MalformedHttpIs400) {
+  http_connection raw("127.0.0.1", server_->port());
+  auto r = raw.raw("THIS IS NOT HTTP\r\n\r\n");
+  EXPECT_EQ(r.status, 400u) << r.error;
+}
+
+TEST_F(HttpApi, KeepAliveServesManyRequestsOnOneConnection) {
+  for (int i = 0; i < 50; ++i) {
+    auto r = post("/predict", json{{"inputs", "request number " + std::to_string(i)}}.dump());
+    ASSERT_EQ(r.status, 200u);
+    ASSERT_TRUE(r.keep_alive);
+  }
+}
+
+// 1,000 requests over 16 connections, each answered exactly once and equal to the reference
+// forward of its sequence alone.
+TEST_F(HttpApi, ThousandRequestsEachAnsweredOnceEqualToReference) {
+  constexpr int total = 1000, conns = 16;
+  std::atomic<int> next{0}, ok{0}, bad{0};
+  std::mutex report_mu;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < conns; ++c) {
+    threads.emplace_back([&] {
+      http_connection conn("127.0.0.1", server_->port());
+      for (int i = next++; i < total; i = next++) {
+        std::string text = "request " + std::to_string(i) + " " + long_text(i % 60);
+        auto r = conn.request("POST", "/predict",
+                              json{{"inputs", text}, {"raw_scores", true}}.dump());
+        bool good = r.status == 200;
+        if (good) {
+          auto j = json::parse(r.body);
+          auto want = server_->expected_logits(server_->tok().encode(text, 0).value());
+          for (auto& p : j) {
+            int label = p["label"] == "LABEL_0" ? 0 : 1;
+            float diff = std::fabs(p["score"].get<float>() - want[label]);
+            if (diff > logits_tolerance) {
+              std::lock_guard lock(report_mu);
+              ADD_FAILURE() << "request " << i << " label " << label << " differs by " << diff;
+              good = false;
+            }
+          }
+        } else {
+          std::lock_guard lock(report_mu);
+          ADD_FAILURE() << "request " << i << ": " << r.status << " " << r.body << r.error;
+        }
+        (good ? ok : bad)++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), total);
+  EXPECT_EQ(bad.load(), 0);
+}
+
+// --- Servers with special settings ---------------------------------------------------------
+
+TEST(HttpServer, OverloadedQueueIs429) {
+  test_server_options o;
+  o.toy = true;
+  o.toy_per_token = std::chrono::microseconds(200);  // slow backend
+  o.batching = {.kind = policy_kind::dynamic_padded, .max_batch_size = 1,
+                .max_queue_delay = 0ms, .max_queue_requests = 1, .max_inflight_batches = 1};
+  test_server s(o);
+  std::atomic<int> ok{0}, overloaded{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 8; ++c)
+    threads.emplace_back([&] {
+      http_connection conn("127.0.0.1", s.port());
+      for (int i = 0; i < 5; ++i) {
+        auto r = conn.request("POST", "/predict", json{{"inputs", long_text(40)}}.dump());
+        if (r.status == 200) ok++;
+        else if (r.status == 429 && json::parse(r.body)["error_type"] == "overloaded") overloaded++;
+        else other++;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_GT(overloaded.load(), 0);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(s.metrics().failures("overloaded"), static_cast<uint64_t>(overloaded.load()));
+}
+
+TEST(HttpServer, UnhealthyBackendIs503) {
+  test_server_options o;
+  o.toy = true;
+  test_server s(o);
+  http_connection conn("127.0.0.1", s.port());
+  EXPECT_EQ(conn.request("GET", "/health").status, 200u);
+  s.backend().set_healthy(false);
+  EXPECT_EQ(conn.request("GET", "/health").status, 503u);
+  EXPECT_EQ(conn.request("GET", "/v2/health/ready").status, 503u);
+  auto r = conn.request("POST", "/predict", R"({"inputs": "hi"})");
+  EXPECT_EQ(r.status, 503u);
+  EXPECT_EQ(json::parse(r.body)["error_type"], "unhealthy");
+  s.backend().set_healthy(true);
+  EXPECT_EQ(conn.request("POST", "/predict", R"({"inputs": "hi"})").status, 200u);
+}
+
+TEST(HttpServer, DeadlineInQueueIs504Timeout) {
+  test_server_options o;
+  o.toy = true;
+  o.toy_per_token = std::chrono::microseconds(2000);  // ~100 ms a batch of 50 tokens
+  o.batching = {.kind = policy_kind::dynamic_padded, .max_batch_size = 1,
+                .max_queue_delay = 0ms, .max_inflight_batches = 1};
+  o.api.request_timeout = 20ms;
+  test_server s(o);
+  std::atomic<int> ok{0}, timeouts{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 4; ++c)
+    threads.emplace_back([&] {
+      http_connection conn("127.0.0.1", s.port());
+      auto r = conn.request("POST", "/predict", json{{"inputs", long_text(48)}}.dump());
+      if (r.status == 200) ok++;
+      else if (r.status == 504 && json::parse(r.body)["error_type"] == "timeout") timeouts++;
+      else other++;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_GE(ok.load(), 1);
+  EXPECT_GE(timeouts.load(), 1);
+  EXPECT_EQ(other.load(), 0);
+}
+
+TEST(HttpServer, FailedBatchIsRetriedOnAnotherReplica) {
+  test_server_options o;
+  o.toy = true;
+  o.replicas = 2;
+  test_server s(o);
+  s.backend(0).fail_next_batches(1000, status::peer_failed("injected"));
+  http_connection conn("127.0.0.1", s.port());
+  for (int i = 0; i < 20; ++i) {
+    auto r = conn.request("POST", "/predict", json{{"inputs", "retry me " + std::to_string(i)}}.dump());
+    EXPECT_EQ(r.status, 200u) << r.body;
+  }
+  // Both replicas failing: the error reaches the client as a backend failure, never silence.
+  s.backend(1).fail_next_batches(1000, status::internal("injected too"));
+  auto r = conn.request("POST", "/predict", R"({"inputs": "doomed"})");
+  EXPECT_TRUE(r.status == 500u || r.status == 503u) << r.status << r.body;
+}
+
+TEST(HttpServer, StopAnswersEveryAcceptedRequest) {
+  test_server_options o;
+  o.toy = true;
+  o.toy_per_token = std::chrono::microseconds(300);
+  o.batching = {.kind = policy_kind::dynamic_padded, .max_batch_size = 4,
+                .max_queue_delay = 0ms, .max_inflight_batches = 1};
+  test_server s(o);
+  std::atomic<int> answered{0}, refused{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 12; ++c)
+    threads.emplace_back([&] {
+      http_connection conn("127.0.0.1", s.port());
+      auto r = conn.request("POST", "/predict", json{{"inputs", long_text(30)}}.dump());
+      if (r.status == 200) answered++;
+      else refused++;
+    });
+  std::this_thread::sleep_for(20ms);  // requests read, most still queued
+  s.stop();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(answered.load() + refused.load(), 12);
+  EXPECT_GE(answered.load(), 1);
+  EXPECT_EQ(s.metrics().request_count.load(),
+            s.metrics().request_success.load() + s.metrics().failures("unhealthy"));
+}
+
+// A wrk run: many connections, keep-alive, no errors.
+TEST(HttpServer, WrkDrivenRunHasNoErrors) {
+  const char* wrk = "/usr/bin/wrk";
+  if (!std::filesystem::exists(wrk)) {
+    std::cout << "[ SKIPPED ] wrk is not installed (" << wrk << "); apt-get install wrk\n";
+    GTEST_SKIP() << "wrk binary missing";
+  }
+  test_server s;
+  auto dir = std::filesystem::temp_directory_path() /
+             ("tessera-wrk-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream lua(dir / "predict.lua");
+    lua << "wrk.method = \"POST\"\n"
+           "wrk.body = '{\"inputs\":\"the quick brown fox jumps over the lazy dog\"}'\n"
+           "wrk.headers[\"Content-Type\"] = \"application/json\"\n"
+           "done = function(summary, latency, requests)\n"
+           "  io.write(string.format(\"WRK requests=%d non2xx=%d errors=%d\\n\", summary.requests,\n"
+           "    summary.errors.status, summary.errors.connect + summary.errors.read +\n"
+           "    summary.errors.write + summary.errors.timeout))\n"
+           "end\n";
+  }
+  std::string out = (dir / "wrk.out").string();
+  std::string cmd = std::string(wrk) + " -t2 -c32 -d2s -s " + (dir / "predict.lua").string() +
+                    " http://127.0.0.1:" + std::to_string(s.port()) + "/predict > " + out + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  std::cout << text;
+  auto at = text.find("WRK requests=");
+  ASSERT_NE(at, std::string::npos) << text;
+  long requests = 0, non2xx = -1, errors = -1;
+  std::sscanf(text.c_str() + at, "WRK requests=%ld non2xx=%ld errors=%ld", &requests, &non2xx, &errors);
+  EXPECT_GT(requests, 100);
+  EXPECT_EQ(non2xx, 0);
+  EXPECT_EQ(errors, 0);
+  // wrk counts only the answers that arrived within its window.
+  EXPECT_GE(s.metrics().request_success.load(), static_cast<uint64_t>(requests));
+  std::filesystem::remove_all(dir);
+}

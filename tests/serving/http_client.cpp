@@ -1,0 +1,98 @@
+// The test HTTP client. See http_client.hpp.
+#include "http_client.hpp"
+
+#include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace tessera::serving::test_support {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+struct http_connection::impl {
+  std::string host;
+  uint16_t port;
+  net::io_context ioc;
+  std::unique_ptr<beast::tcp_stream> stream;
+  beast::flat_buffer buffer;
+
+  void connect() {
+    stream = std::make_unique<beast::tcp_stream>(ioc);
+    stream->connect(tcp::endpoint(net::ip::make_address(host), port));
+    buffer.clear();
+  }
+
+  http_response read_response() {
+    http_response out;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64 << 20);
+    beast::error_code ec;
+    stream->expires_after(std::chrono::seconds(60));
+    http::read(*stream, buffer, parser, ec);
+    if (ec) {
+      out.error = ec.message();
+      stream.reset();
+      return out;
+    }
+    auto& res = parser.get();
+    out.status = res.result_int();
+    out.body = res.body();
+    out.content_type = std::string(res[http::field::content_type]);
+    out.allow = std::string(res[http::field::allow]);
+    out.keep_alive = res.keep_alive();
+    if (!out.keep_alive) stream.reset();
+    return out;
+  }
+};
+
+http_connection::http_connection(std::string host, uint16_t port) : impl_(std::make_unique<impl>()) {
+  impl_->host = std::move(host);
+  impl_->port = port;
+}
+
+http_connection::~http_connection() = default;
+
+http_response http_connection::request(const std::string& method, const std::string& target,
+                                       const std::string& body) {
+  try {
+    if (!impl_->stream) impl_->connect();
+    http::request<http::string_body> req(http::string_to_verb(method), target, 11);
+    req.set(http::field::host, impl_->host);
+    req.set(http::field::content_type, "application/json");
+    req.keep_alive(true);
+    req.body() = body;
+    req.prepare_payload();
+    beast::error_code ec;
+    http::write(*impl_->stream, req, ec);
+    if (ec) {
+      // A closed keep-alive connection: reconnect once.
+      impl_->connect();
+      http::write(*impl_->stream, req, ec);
+      if (ec) return {0, "", "", "", false, ec.message()};
+    }
+    return impl_->read_response();
+  } catch (const std::exception& e) {
+    impl_->stream.reset();
+    return {0, "", "", "", false, e.what()};
+  }
+}
+
+http_response http_connection::raw(const std::string& bytes) {
+  try {
+    if (!impl_->stream) impl_->connect();
+    beast::error_code ec;
+    net::write(impl_->stream->socket(), net::buffer(bytes), ec);
+    if (ec) return {0, "", "", "", false, ec.message()};
+    return impl_->read_response();
+  } catch (const std::exception& e) {
+    impl_->stream.reset();
+    return {0, "", "", "", false, e.what()};
+  }
+}
+
+}  // namespace tessera::serving::test_support

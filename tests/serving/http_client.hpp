@@ -1,0 +1,33 @@
+// A small synchronous HTTP/1.1 client for the serving tests (Beast), one keep-alive connection.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tessera::serving::test_support {
+
+struct http_response {
+  unsigned status = 0;
+  std::string body;
+  std::string content_type;
+  std::string allow;
+  bool keep_alive = false;
+  std::string error;  ///< transport error, empty when a response was read
+};
+
+class http_connection {
+ public:
+  http_connection(std::string host, uint16_t port);
+  ~http_connection();
+  http_response request(const std::string& method, const std::string& target,
+                        const std::string& body = "");
+  /// Sends raw bytes and reads one response (for malformed requests).
+  http_response raw(const std::string& bytes);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace tessera::serving::test_support

@@ -1,0 +1,91 @@
+// An in-process server for the HTTP tests: router + backends + http_server on a free port.
+// With tessera_models built it serves bert-tiny with the reference backend, else the toy model.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tessera/common/check.hpp"
+#include "tessera/serving/http_server.hpp"
+#include "tessera/serving/toy_model.hpp"
+#ifdef TESSERA_SERVING_HAS_MODELS
+#include "tessera/models/model.hpp"
+#include "tessera/serving/reference_backend.hpp"
+#endif
+
+namespace tessera::serving::test_support {
+
+struct test_server_options {
+  bool toy = false;                       ///< force the toy model
+  batching_config batching{.kind = policy_kind::dynamic_padded, .max_batch_size = 32,
+                           .max_queue_delay = std::chrono::milliseconds(1)};
+  service_config api{};
+  int replicas = 1;
+  int backend_threads = 1;
+  std::chrono::nanoseconds toy_per_token{0};
+};
+
+class test_server {
+ public:
+  explicit test_server(test_server_options o = {}) : router_(routing_config{}, default_clock(), &metrics_) {
+#ifdef TESSERA_SERVING_HAS_MODELS
+    if (!o.toy) {
+      model_ = std::make_shared<const models::bert_model>(models::load_model("bert-tiny").value());
+      tok_ = make_model_tokenizer(*model_).value();
+      info_ = model_info_of(*model_, "bert-tiny");
+      for (int i = 0; i < o.replicas; ++i)
+        backends_.push_back(make_reference_backend(
+            model_, {.name = "ref" + std::to_string(i), .kind = "gpu", .threads = o.backend_threads}));
+    }
+#endif
+    if (!tok_) {
+      tok_ = make_toy_tokenizer();
+      info_.model_id = "toy";
+      for (int i = 0; i < o.replicas; ++i)
+        backends_.push_back(make_toy_backend({.name = "toy" + std::to_string(i), .kind = "gpu"},
+                                             o.backend_threads, o.toy_per_token));
+    }
+    for (auto& b : backends_) router_.add_backend(b, o.batching);
+    router_.start();
+    server_config sc;
+    sc.port = 0;
+    sc.api = o.api;
+    server_ = std::make_unique<http_server>(sc, router_, tok_, info_, metrics_);
+    status st = server_->start();
+    TESSERA_CHECK(st) << st.to_string();
+  }
+  ~test_server() { stop(); }
+  void stop() {
+    if (server_) server_->stop();
+    router_.stop();
+  }
+
+  uint16_t port() const { return server_->port(); }
+  const tokenizer& tok() const { return *tok_; }
+  const model_info& info() const { return info_; }
+  thread_pool_backend& backend(size_t i = 0) { return *backends_.at(i); }
+  serving_metrics& metrics() { return metrics_; }
+  http_server& server() { return *server_; }
+  bool is_toy() const { return info_.model_id == "toy"; }
+
+  /// The expected logits of a sequence computed alone (reference forward or toy model).
+  std::vector<float> expected_logits(const host::sequence_input& s) const {
+#ifdef TESSERA_SERVING_HAS_MODELS
+    if (model_) return reference_logits(*model_, s);
+#endif
+    return toy_logits(s, 2);
+  }
+
+ private:
+  serving_metrics metrics_;
+  router router_;
+  std::shared_ptr<const tokenizer> tok_;
+  model_info info_;
+  std::vector<std::shared_ptr<thread_pool_backend>> backends_;
+  std::unique_ptr<http_server> server_;
+#ifdef TESSERA_SERVING_HAS_MODELS
+  std::shared_ptr<const models::bert_model> model_;
+#endif
+};
+
+}  // namespace tessera::serving::test_support
