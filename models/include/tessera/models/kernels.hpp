@@ -20,7 +20,8 @@
 
 namespace tessera::models {
 
-/// Sets oneDNN/OpenMP threads for the calling process (tiles 1, the reference 2). n >= 1.
+/// Sets oneDNN/OpenMP threads (tiles 1, the reference 2), n >= 1. OpenMP keeps this per calling
+/// thread: a worker std::thread that runs kernels calls it itself.
 void set_num_threads(int n);
 int num_threads();
 
