@@ -1,0 +1,795 @@
+// tessera-bench-exchange: what tessera's exchange and sync cost on top of plain ZeroMQ.
+//
+// One run measures, between real processes on this machine:
+//   (a) raw ZeroMQ throughput: PUSH -> PULL over ipc:// (like libzmq's remote_thr/local_thr),
+//   (b) tessera's exchange goodput for the same sizes: exchange::zmq_transport, the sender doing
+//       encode(exchange_data, copy_frame(slice)) and the receiver decode + inbox + memcpy into a
+//       destination buffer, exactly as superstep_loop.cpp does per slice;
+//   (c) tessera's superstep sync: a real tile group (tessera::host::tile_group) running a program
+//       of empty supersteps with sync = true (a dissemination barrier over the exchange sockets),
+//   (d) a plain ZeroMQ barrier among as many processes: a ROUTER coordinator collects N
+//       "arrive" messages from N DEALER processes, then releases all of them.
+// Both sides of a comparison run under the same flow control (a credit window of acks from the
+// receiver) and, for (c)/(d), the same process count, interleaved per size so background load
+// hits both alike. Prints a markdown table with the targets (goodput >= 80% of raw from 64 KiB;
+// sync <= 1.5x the plain barrier); --csv PATH also writes the rows as CSV.
+//
+//   build-bench/bin/tessera-bench-exchange            # full run (~1-2 minutes)
+//   build-bench/bin/tessera-bench-exchange --quick --csv /tmp/exchange.csv
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <thread>
+#include <string>
+#include <tuple>
+#include <vector>
+#include <zmq.hpp>
+
+#include "tessera/common/log.hpp"
+#include "tessera/exchange/codec.hpp"
+#include "tessera/exchange/zmq_transport.hpp"
+#include "tessera/host/tile_group.hpp"
+
+namespace po = boost::program_options;
+using namespace tessera;
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(steady::time_point t0) { return std::chrono::duration<double>(steady::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// CPU time of this whole process (every thread, ZeroMQ's I/O thread included), seconds.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// CPU time (user + system) of another process from /proc/PID/stat, seconds (clock-tick resolution).
+double other_cpu_seconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return 0;
+  auto close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream in(line.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {  // fields 3.. after "pid (comm)"
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+struct options {
+  std::vector<size_t> sizes{4 << 10, 64 << 10, 1 << 20};
+  std::vector<uint32_t> tiles{2, 4, 8, 16};
+  double seconds = 0.75;  // per throughput measurement
+  int repeats = 3;        // throughput: best of
+  uint32_t supersteps = 200;
+  int runs = 5;           // sync: timed batches (after one warm-up batch)
+  std::string csv;
+  std::string part = "all";
+  std::string dir;        // temp dir for ipc sockets
+};
+
+// ---- child processes ----------------------------------------------------------------------
+
+// Forks; the child runs `body` and _exits with its return value. The parent must hold no ZeroMQ
+// context when calling this (contexts are not fork-safe), so every measurement forks first.
+pid_t fork_child(const std::function<int()>& body) {
+  std::cout.flush();
+  std::fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) {
+    std::perror("fork");
+    std::exit(1);
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int rc = 1;
+    try {
+      rc = body();
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "bench child: %s\n", ex.what());
+    }
+    _exit(rc);
+  }
+  return pid;
+}
+
+bool reap(pid_t pid, const char* what) {
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    std::fprintf(stderr, "tessera-bench-exchange: %s child failed (status %d)\n", what, st);
+    return false;
+  }
+  return true;
+}
+
+// ---- (a)/(b) throughput ---------------------------------------------------------------------
+
+// Flow control shared by both modes: the sender may be `window` messages ahead of the receiver,
+// which acknowledges every `ack_every` messages. Bounds memory (tessera's exchange sockets have
+// no high-water mark) without stalling the pipe.
+struct credit {
+  uint64_t window, ack_every;
+};
+credit credit_for(size_t size) {
+  uint64_t w = std::clamp<uint64_t>((32ull << 20) / size, 64, 1024);
+  return {w, w / 4};
+}
+
+constexpr auto child_idle_limit = 20s;  // a child that hears nothing this long gives up
+
+// The receiver's CPU time over the timed messages (those after the sender's warm-up window),
+// left in a file for the parent.
+struct cpu_meter {
+  std::string path;
+  uint64_t warm;
+  double start = 0;
+  void on_message(uint64_t count) {
+    if (count == warm) start = process_cpu_seconds();
+  }
+  void finish(uint64_t count) {
+    std::ofstream(path) << (process_cpu_seconds() - start) << " " << (count - warm) << "\n";
+  }
+};
+
+// Raw: PUSH/PULL with ZeroMQ's defaults; sender sends zmq_msg_init_size messages (no copy),
+// receiver drops them unread. Acks come back on a second PUSH/PULL pair.
+int raw_receiver(const std::string& dir, size_t size) {
+  zmq::context_t ctx(1);
+  zmq::socket_t in(ctx, zmq::socket_type::pull), ack(ctx, zmq::socket_type::push);
+  in.set(zmq::sockopt::linger, 0);
+  ack.set(zmq::sockopt::linger, 0);
+  in.bind("ipc://" + dir + "/raw-data.sock");
+  ack.connect("ipc://" + dir + "/raw-ack.sock");
+  const credit c = credit_for(size);
+  cpu_meter meter{dir + "/child-cpu.txt", c.window};
+  uint64_t count = 0;
+  for (;;) {
+    zmq::pollitem_t item{in.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::duration_cast<std::chrono::milliseconds>(child_idle_limit)) == 0) return 3;
+    zmq::message_t m;
+    while (in.recv(m, zmq::recv_flags::dontwait)) {
+      if (m.size() == 0) return meter.finish(count), 0;  // stop
+      if (m.size() != size) return 4;
+      meter.on_message(++count);
+      if (count % c.ack_every == 0) ack.send(zmq::buffer(&count, sizeof count));
+    }
+  }
+}
+
+// Tessera: both ends are exchange::zmq_transport (tile 0 sends, tile 1 receives). The receiver
+// does per slice what superstep_runner::accept + exchange_phase do: peek_type, decode with
+// checks, file into the inbox by (batch, superstep, kind, src, tag), find + erase, memcpy.
+// Acks are sync_tokens back over the same fabric (superstep = messages received so far).
+int tessera_receiver(const std::string& dir, size_t size) {
+  zmq::context_t ctx(1);
+  auto t = exchange::zmq_transport::bind(ctx, 1, "ipc://" + dir + "/tile-1.sock");
+  if (!t) return 5;
+  if (!(*t)->connect_peers({"ipc://" + dir + "/tile-0.sock", "ipc://" + dir + "/tile-1.sock"})) return 5;
+  const credit c = credit_for(size);
+  std::vector<float> dst(size / 4 + 16);
+  float* out = dst.data();
+  using key = std::tuple<uint64_t, uint32_t, uint8_t, uint32_t, uint32_t>;
+  std::map<key, exchange::envelope> inbox;
+  cpu_meter meter{dir + "/child-cpu.txt", c.window};
+  uint64_t count = 0;
+  auto idle_since = steady::now();
+  for (;;) {
+    exchange::envelope e;
+    auto got = (*t)->recv(e, 50ms);  // the superstep loop's poll tick
+    if (!got) return 6;
+    if (!*got) {
+      if (steady::now() - idle_since > child_idle_limit) return 3;
+      continue;
+    }
+    idle_since = steady::now();
+    auto type = exchange::peek_type(e);
+    if (!type) return 7;
+    if (*type == exchange::msg_type::sync_token) return meter.finish(count), 0;  // stop
+    exchange::exchange_data d;
+    if (!exchange::decode(e, d) || d.dst_tile != 1) return 7;
+    key k{d.batch_id, d.superstep, 0, d.src_tile, d.tag};
+    inbox.emplace(k, std::move(e));
+    auto it = inbox.find(k);
+    exchange::envelope slice = std::move(it->second);
+    inbox.erase(it);
+    const zmq::message_t& payload = slice.payloads[0];
+    if (payload.size() != size) return 8;
+    std::memcpy(out, payload.data(), payload.size());
+    meter.on_message(++count);
+    if (count % c.ack_every == 0) {
+      exchange::sync_token s{1, 1, static_cast<uint32_t>(count), 0, 1};
+      if (!(*t)->send(0, exchange::encode(s))) return 6;
+    }
+  }
+}
+
+struct throughput {
+  double rate = 0;           // payload bytes per second
+  double sender_cpu_us = 0;  // CPU per message, sender process (all threads)
+  double receiver_cpu_us = 0;
+};
+
+// Sends for ~`seconds` after a warm-up window; the rate is payload bytes per second measured at
+// the sender from the first timed send until the receiver acknowledged the last message.
+// mode 0 = raw, 1 = tessera (copy_frame, as superstep_loop.cpp), 2 = tessera with a zero-copy
+// send frame over the source buffer (diagnostic: the proposed fix, see the report).
+throughput measure_throughput(const options& o, int mode, size_t size) {
+  const bool tessera_mode = mode != 0;
+  std::filesystem::remove(o.dir + "/child-cpu.txt");
+  std::filesystem::remove(o.dir + "/raw-data.sock");
+  std::filesystem::remove(o.dir + "/raw-ack.sock");
+  std::filesystem::remove(o.dir + "/tile-0.sock");
+  std::filesystem::remove(o.dir + "/tile-1.sock");
+  pid_t child = fork_child([&] { return tessera_mode ? tessera_receiver(o.dir, size) : raw_receiver(o.dir, size); });
+  const credit c = credit_for(size);
+  throughput out;
+  {
+    zmq::context_t ctx(1);
+    uint64_t sent = 0, acked = 0;
+    std::vector<float> src(size / 4);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 1000) * 0.5f;
+
+    // Mode-specific send / wait-for-ack / stop.
+    std::unique_ptr<exchange::zmq_transport> t;
+    zmq::socket_t data(ctx, zmq::socket_type::push), ack(ctx, zmq::socket_type::pull);
+    data.set(zmq::sockopt::linger, 0);
+    ack.set(zmq::sockopt::linger, 0);
+    if (tessera_mode) {
+      auto b = exchange::zmq_transport::bind(ctx, 0, "ipc://" + o.dir + "/tile-0.sock");
+      if (!b) throw std::runtime_error(b.error().to_string());
+      t = std::move(*b);
+      auto st = t->connect_peers({"ipc://" + o.dir + "/tile-0.sock", "ipc://" + o.dir + "/tile-1.sock"});
+      if (!st) throw std::runtime_error(st.to_string());
+    } else {
+      ack.bind("ipc://" + o.dir + "/raw-ack.sock");
+      data.connect("ipc://" + o.dir + "/raw-data.sock");
+    }
+    auto send_one = [&] {
+      if (tessera_mode) {
+        exchange::exchange_data d{1, 1, static_cast<uint32_t>(sent), 0, 1, 0, size / 4};
+        zmq::message_t frame = mode == 2 ? zmq::message_t(src.data(), size, [](void*, void*) {}, nullptr)
+                                         : exchange::copy_frame(src.data(), size);
+        auto st = t->send(1, exchange::encode(d, std::move(frame)));
+        if (!st) throw std::runtime_error(st.to_string());
+      } else {
+        zmq::message_t m(size);
+        data.send(m, zmq::send_flags::none);
+      }
+      ++sent;
+    };
+    auto wait_ack = [&] {  // blocks for the next ack
+      auto t0 = steady::now();
+      for (;;) {
+        if (tessera_mode) {
+          exchange::envelope e;
+          auto got = t->recv(e, 50ms);
+          if (!got) throw std::runtime_error(got.error().to_string());
+          exchange::sync_token s;
+          if (*got && exchange::decode(e, s)) {
+            acked = s.superstep;
+            return;
+          }
+        } else {
+          zmq::pollitem_t item{ack.handle(), 0, ZMQ_POLLIN, 0};
+          if (zmq::poll(&item, 1, 50ms) > 0) {
+            zmq::message_t m;
+            if (ack.recv(m, zmq::recv_flags::dontwait) && m.size() == sizeof acked) {
+              std::memcpy(&acked, m.data(), sizeof acked);
+              return;
+            }
+          }
+        }
+        if (steady::now() - t0 > child_idle_limit) throw std::runtime_error("receiver stopped acknowledging");
+      }
+    };
+    auto send_batch = [&] {  // ack_every messages, within the credit window
+      for (uint64_t i = 0; i < c.ack_every; ++i) {
+        while (sent - acked >= c.window) wait_ack();
+        send_one();
+      }
+    };
+    auto drain = [&] {
+      while (acked < sent) wait_ack();
+    };
+
+    for (uint64_t i = 0; i < c.window / c.ack_every; ++i) send_batch();  // warm-up: connect, fault pages
+    drain();
+    const uint64_t sent0 = sent;
+    auto t0 = steady::now();
+    const double cpu0 = process_cpu_seconds();
+    while (seconds_since(t0) < o.seconds) send_batch();
+    drain();
+    const double elapsed = seconds_since(t0);
+    out.rate = static_cast<double>(sent - sent0) * static_cast<double>(size) / elapsed;
+    out.sender_cpu_us = (process_cpu_seconds() - cpu0) * 1e6 / static_cast<double>(sent - sent0);
+
+    if (tessera_mode) {
+      (void)t->send(1, exchange::encode(exchange::sync_token{1, 1, 0, 0, 0}));
+    } else {
+      zmq::message_t stop(0);
+      data.send(stop, zmq::send_flags::none);
+    }
+    // Let the stop message leave before the context closes (linger is 0).
+    std::this_thread::sleep_for(20ms);
+  }
+  if (!reap(child, tessera_mode ? "tessera receiver" : "raw receiver")) return {};
+  double cpu = 0, msgs = 0;
+  std::ifstream(o.dir + "/child-cpu.txt") >> cpu >> msgs;
+  if (msgs > 0) out.receiver_cpu_us = cpu * 1e6 / msgs;
+  return out;
+}
+
+// ---- (c) tessera sync -----------------------------------------------------------------------
+
+struct sync_figures {
+  double wall_us_per_step = 0;  // batch wall time / supersteps (median over runs)
+  double sync_us_per_step = 0;  // mean over tiles of sync_ns / supersteps (median over runs)
+  double cpu_us_per_step = 0;   // CPU of every tile plus the host, per superstep
+  bool ok = false;
+};
+
+sync_figures measure_tessera_sync(const options& o, uint32_t n) {
+  sync_figures f;
+  host::tile_group_config cfg;
+  cfg.tiles = n;
+  cfg.tile_memory = 1 << 20;
+  cfg.local_exchange = "ipc";
+  cfg.heartbeat_timeout = 10000ms;  // 16 tiles on 2 cores: be patient
+  auto g = host::tile_group::start(cfg);
+  if (!g) {
+    std::fprintf(stderr, "tessera-bench-exchange: cannot start %u tiles: %s\n", n, g.error().to_string().c_str());
+    return f;
+  }
+  std::map<uint32_t, exchange::program> progs;
+  exchange::program p;
+  p.id = 1;
+  for (uint32_t t = 0; t < n; ++t) p.tiles.push_back(t);
+  p.steps.resize(o.supersteps);  // empty compute sets, no sends, sync = true
+  for (uint32_t t = 0; t < n; ++t) progs[t] = p;
+  if (auto st = (*g)->load(progs); !st) {
+    std::fprintf(stderr, "tessera-bench-exchange: load failed: %s\n", st.to_string().c_str());
+    return f;
+  }
+  host::batch_spec b;
+  b.program_id = 1;
+  std::vector<double> walls, syncs;
+  std::vector<pid_t> pids;
+  for (const auto& t : (*g)->tiles()) pids.push_back(t.pid);
+  auto group_cpu = [&] {
+    double c = process_cpu_seconds();
+    for (pid_t p : pids) c += other_cpu_seconds(p);
+    return c;
+  };
+  double cpu0 = 0;
+  for (int r = -1; r < o.runs; ++r) {  // run -1 is a warm-up
+    if (r == 0) cpu0 = group_cpu();
+    auto res = (*g)->run(b);
+    if (!res) {
+      std::fprintf(stderr, "tessera-bench-exchange: run failed: %s\n", res.error().to_string().c_str());
+      return f;
+    }
+    if (r < 0) continue;
+    walls.push_back(res->wall_seconds * 1e6 / o.supersteps);
+    double s = 0;
+    for (const auto& [tile, cs] : res->counters)
+      for (const auto& c : cs) s += static_cast<double>(c.sync_ns);
+    syncs.push_back(s / 1e3 / n / o.supersteps);
+  }
+  f.cpu_us_per_step = (group_cpu() - cpu0) * 1e6 / (static_cast<double>(o.supersteps) * o.runs);
+  (*g)->shutdown();
+  f.wall_us_per_step = median(walls);
+  f.sync_us_per_step = median(syncs);
+  f.ok = true;
+  return f;
+}
+
+// ---- (d) plain ZeroMQ barrier ---------------------------------------------------------------
+
+int barrier_worker(const std::string& endpoint, uint64_t warm, uint64_t rounds, const std::string& cpu_file) {
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(endpoint);
+  double cpu0 = 0;
+  for (uint64_t r = 0; r < rounds; ++r) {
+    if (r == warm) cpu0 = process_cpu_seconds();
+    s.send(zmq::buffer(&r, sizeof r), zmq::send_flags::none);
+    zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::duration_cast<std::chrono::milliseconds>(child_idle_limit)) == 0) return 3;
+    zmq::message_t m;
+    if (!s.recv(m, zmq::recv_flags::none)) return 4;
+  }
+  std::ofstream(cpu_file) << (process_cpu_seconds() - cpu0) << "\n";
+  return 0;
+}
+
+struct barrier_figures {
+  double us = 0;       // wall per barrier
+  double cpu_us = 0;   // CPU of the coordinator and every worker, per barrier
+};
+
+// supersteps warm-up rounds, then `runs` chunks of supersteps rounds; us = the median chunk.
+barrier_figures measure_plain_barrier(const options& o, uint32_t n) {
+  const std::string endpoint = "ipc://" + o.dir + "/barrier.sock";
+  std::filesystem::remove(o.dir + "/barrier.sock");
+  const uint64_t warm = o.supersteps, timed = static_cast<uint64_t>(o.supersteps) * o.runs;
+  std::vector<pid_t> kids;
+  auto cpu_file = [&](uint32_t i) { return o.dir + "/barrier-cpu-" + std::to_string(i) + ".txt"; };
+  for (uint32_t i = 0; i < n; ++i)
+    kids.push_back(fork_child([&] { return barrier_worker(endpoint, warm, warm + timed, cpu_file(i)); }));
+  barrier_figures f;
+  double cpu = 0;
+  {
+    zmq::context_t ctx(1);
+    zmq::socket_t router(ctx, zmq::socket_type::router);
+    router.set(zmq::sockopt::linger, 0);
+    router.bind(endpoint);
+    std::vector<zmq::message_t> ids(n);
+    steady::time_point chunk0;
+    double cpu0 = 0;
+    std::vector<double> chunks;  // us per barrier over each run-sized chunk of rounds
+    for (uint64_t r = 0; r < warm + timed; ++r) {
+      if (r == warm) chunk0 = steady::now(), cpu0 = process_cpu_seconds();
+      if (r > warm && (r - warm) % o.supersteps == 0) {
+        chunks.push_back(seconds_since(chunk0) * 1e6 / o.supersteps);
+        chunk0 = steady::now();
+      }
+      for (uint32_t i = 0; i < n; ++i) {
+        zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+        if (zmq::poll(&item, 1, std::chrono::duration_cast<std::chrono::milliseconds>(child_idle_limit)) == 0)
+          throw std::runtime_error("barrier workers stopped arriving");
+        zmq::message_t body;
+        (void)router.recv(ids[i], zmq::recv_flags::none);
+        (void)router.recv(body, zmq::recv_flags::none);
+      }
+      for (uint32_t i = 0; i < n; ++i) {
+        router.send(ids[i], zmq::send_flags::sndmore);
+        router.send(zmq::buffer(&r, sizeof r), zmq::send_flags::none);
+      }
+    }
+    chunks.push_back(seconds_since(chunk0) * 1e6 / o.supersteps);
+    f.us = median(chunks);  // like tessera's: the median over runs of `supersteps` barriers
+    cpu = process_cpu_seconds() - cpu0;
+  }
+  for (pid_t k : kids)
+    if (!reap(k, "barrier worker")) f.us = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    double c = 0;
+    std::ifstream(cpu_file(i)) >> c;
+    cpu += c;
+  }
+  f.cpu_us = cpu * 1e6 / static_cast<double>(timed);
+  return f;
+}
+
+// ---- diagnostics: barrier algorithms over exchange::zmq_transport, without the tile daemon ----
+
+// N forked processes, each with a zmq_transport (PULL + one PUSH per peer, as a tile has), run
+// `rounds` barriers of sync_tokens: either the tile's dissemination barrier (ceil(log2 N) rounds
+// of one message each way, superstep_loop.cpp's sync_phase) or a central one (rank 0 collects
+// N-1 arrivals, then releases N-1 peers). Separates the cost of the algorithm from that of the
+// tile daemon and host around it.
+int transport_barrier_worker(const std::string& dir, uint32_t rank, uint32_t n, bool central, uint64_t warm,
+                             uint64_t rounds, const std::string& out_file) {
+  zmq::context_t ctx(1);
+  auto bound = exchange::zmq_transport::bind(ctx, rank, "ipc://" + dir + "/bar-" + std::to_string(rank) + ".sock");
+  if (!bound) return 5;
+  auto& t = **bound;
+  std::vector<std::string> eps;
+  for (uint32_t i = 0; i < n; ++i) eps.push_back("ipc://" + dir + "/bar-" + std::to_string(i) + ".sock");
+  if (!t.connect_peers(eps)) return 5;
+  using key = std::tuple<uint32_t, uint32_t, uint32_t>;  // (step, round, src)
+  std::map<key, exchange::envelope> inbox;
+  auto wait_for = [&](const key& k) {
+    auto idle = steady::now();
+    for (;;) {
+      if (auto it = inbox.find(k); it != inbox.end()) return inbox.erase(it), true;
+      exchange::envelope e;
+      auto got = t.recv(e, 50ms);
+      if (!got) return false;
+      if (!*got) {
+        if (steady::now() - idle > child_idle_limit) return false;
+        continue;
+      }
+      exchange::sync_token s;
+      if (!exchange::decode(e, s)) return false;
+      inbox.emplace(key{s.superstep, s.round, s.src_tile}, std::move(e));
+    }
+  };
+  auto send = [&](uint32_t to, uint32_t step, uint32_t round) {
+    return static_cast<bool>(t.send(to, exchange::encode(exchange::sync_token{1, 1, step, round, rank})));
+  };
+  steady::time_point chunk0;
+  double cpu0 = 0;
+  std::vector<double> chunks;
+  for (uint32_t step = 0; step < rounds; ++step) {
+    if (step == warm) chunk0 = steady::now(), cpu0 = process_cpu_seconds();
+    if (step > warm && (step - warm) % warm == 0) {
+      chunks.push_back(seconds_since(chunk0));
+      chunk0 = steady::now();
+    }
+    if (central) {
+      if (rank == 0) {
+        for (uint32_t r = 1; r < n; ++r)
+          if (!wait_for({step, 0, r})) return 3;
+        for (uint32_t r = 1; r < n; ++r)
+          if (!send(r, step, 1)) return 4;
+      } else {
+        if (!send(0, step, 0) || !wait_for({step, 1, 0})) return 3;
+      }
+    } else {
+      for (uint32_t round = 0, dist = 1; dist < n; ++round, dist <<= 1) {
+        if (!send((rank + dist) % n, step, round)) return 4;
+        if (!wait_for({step, round, (rank + n - dist) % n})) return 3;
+      }
+    }
+  }
+  chunks.push_back(seconds_since(chunk0));
+  std::ofstream(out_file) << median(chunks) / static_cast<double>(warm) << " " << (process_cpu_seconds() - cpu0) << "\n";
+  std::this_thread::sleep_for(50ms);  // let the last tokens leave before linger-0 close
+  return 0;
+}
+
+barrier_figures measure_transport_barrier(const options& o, uint32_t n, bool central) {
+  const uint64_t warm = o.supersteps, timed = static_cast<uint64_t>(o.supersteps) * o.runs;
+  auto out_file = [&](uint32_t i) { return o.dir + "/tbar-" + std::to_string(i) + ".txt"; };
+  for (uint32_t i = 0; i < n; ++i) std::filesystem::remove(o.dir + "/bar-" + std::to_string(i) + ".sock");
+  std::vector<pid_t> kids;
+  for (uint32_t i = 0; i < n; ++i)
+    kids.push_back(fork_child(
+        [&] { return transport_barrier_worker(o.dir, i, n, central, warm, warm + timed, out_file(i)); }));
+  barrier_figures f;
+  bool ok = true;
+  for (pid_t k : kids) ok &= reap(k, "transport barrier worker");
+  if (!ok) return f;
+  double wall = 0, cpu = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    double w = 0, c = 0;
+    std::ifstream(out_file(i)) >> w >> c;
+    wall = std::max(wall, w);
+    cpu += c;
+  }
+  f.us = wall * 1e6;  // median chunk, slowest rank
+  f.cpu_us = cpu * 1e6 / static_cast<double>(timed);
+  return f;
+}
+
+// ---- report ---------------------------------------------------------------------------------
+
+struct row {
+  std::string test, param, baseline, tessera, ratio, target, verdict;
+  // CSV numbers
+  double base_value = 0, tessera_value = 0, ratio_value = 0, extra_value = 0;
+  double base_cpu_us = 0, tessera_cpu_us = 0;  // diagnostics: CPU per message / per barrier
+  barrier_figures dissemination, central;      // diagnostics: sync rows only
+  throughput zero_copy;                        // diagnostics: goodput rows only
+  std::string unit;
+};
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string size_name(size_t s) { return s >= (1 << 20) ? std::to_string(s >> 20) + " MiB" : std::to_string(s >> 10) + " KiB"; }
+
+std::vector<size_t> parse_list(const std::string& s) {
+  std::vector<size_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t mult = 1;
+    if (item.back() == 'K' || item.back() == 'k') mult = 1024, item.pop_back();
+    else if (item.back() == 'M' || item.back() == 'm') mult = 1 << 20, item.pop_back();
+    v.push_back(std::stoull(item) * mult);
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  log::init_from_env();
+  options o;
+  std::string sizes = "4K,64K,1M", tiles = "2,4,8,16";
+  po::options_description desc(
+      "tessera-bench-exchange: tessera's exchange goodput vs raw ZeroMQ, and tessera's superstep sync vs a plain\n"
+      "ZeroMQ barrier, between real processes on this machine. Prints a markdown table with targets.\n\nOptions");
+  desc.add_options()
+    ("help,h", "show this help")
+    ("quick", "a short run (0.2 s per throughput point, best of 1, 50 supersteps x 2 runs)")
+    ("csv", po::value(&o.csv), "also write the rows as CSV to this path")
+    ("sizes", po::value(&sizes)->default_value(sizes), "message sizes for (a)/(b), e.g. 4K,64K,1M (multiples of 4)")
+    ("tiles", po::value(&tiles)->default_value(tiles), "process counts for (c)/(d)")
+    ("seconds", po::value(&o.seconds)->default_value(o.seconds), "time per throughput measurement")
+    ("repeats", po::value(&o.repeats)->default_value(o.repeats), "throughput: best of this many measurements")
+    ("supersteps", po::value(&o.supersteps)->default_value(o.supersteps), "sync: supersteps per batch (= barrier rounds)")
+    ("runs", po::value(&o.runs)->default_value(o.runs), "sync: timed batches per tile count")
+    ("part", po::value(&o.part)->default_value(o.part), "what to measure: all, exchange ((a)/(b)) or sync ((c)/(d))");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) return std::cout << desc << "\n", 0;
+    po::notify(vm);
+    o.sizes = parse_list(sizes);
+    o.tiles.clear();
+    for (size_t t : parse_list(tiles)) o.tiles.push_back(static_cast<uint32_t>(t));
+  } catch (const std::exception& ex) {
+    std::cerr << "tessera-bench-exchange: " << ex.what() << "\n(see --help)\n";
+    return 2;
+  }
+  if (vm.count("quick")) {
+    if (vm["seconds"].defaulted()) o.seconds = 0.2;
+    if (vm["repeats"].defaulted()) o.repeats = 1;
+    if (vm["supersteps"].defaulted()) o.supersteps = 50;
+    if (vm["runs"].defaulted()) o.runs = 2;
+  }
+  for (size_t s : o.sizes)
+    if (s == 0 || s % 4 != 0) return std::cerr << "tessera-bench-exchange: --sizes must be positive multiples of 4\n", 2;
+  for (uint32_t t : o.tiles)
+    if (t < 2 || t > 256) return std::cerr << "tessera-bench-exchange: --tiles must be between 2 and 256\n", 2;
+  if (o.part != "all" && o.part != "exchange" && o.part != "sync")
+    return std::cerr << "tessera-bench-exchange: --part must be all, exchange or sync\n", 2;
+  if (o.seconds <= 0 || o.repeats <= 0 || o.supersteps == 0 || o.runs <= 0)
+    return std::cerr << "tessera-bench-exchange: --seconds, --repeats, --supersteps and --runs must be positive\n", 2;
+
+  char tmpl[] = "/tmp/tessera-bench-XXXXXX";
+  if (!mkdtemp(tmpl)) return std::cerr << "tessera-bench-exchange: cannot create a temp dir\n", 1;
+  o.dir = tmpl;
+  std::vector<row> rows;
+  bool all_ok = true;
+  std::fprintf(stderr, "tessera-bench-exchange: %ld cores online; measuring...\n", sysconf(_SC_NPROCESSORS_ONLN));
+
+  if (o.part == "sync") o.sizes.clear();
+  if (o.part == "exchange") o.tiles.clear();
+  for (size_t size : o.sizes) {
+    double raw = 0, tes = 0;
+    throughput raw_best, tes_best, zc_best;
+    for (int r = 0; r < o.repeats; ++r) {  // interleaved so background load hits both alike
+      auto a = measure_throughput(o, 0, size);
+      auto b = measure_throughput(o, 1, size);
+      auto z = measure_throughput(o, 2, size);
+      if (a.rate > raw) raw = a.rate, raw_best = a;
+      if (b.rate > tes) tes = b.rate, tes_best = b;
+      if (z.rate > zc_best.rate) zc_best = z;
+    }
+    row w;
+    w.test = "exchange goodput";
+    w.param = size_name(size);
+    w.base_value = raw / 1e6;
+    w.tessera_value = tes / 1e6;
+    w.ratio_value = raw > 0 ? tes / raw : 0;
+    w.unit = "MB/s";
+    w.base_cpu_us = raw_best.sender_cpu_us + raw_best.receiver_cpu_us;
+    w.tessera_cpu_us = tes_best.sender_cpu_us + tes_best.receiver_cpu_us;
+    w.zero_copy = zc_best;
+    w.baseline = fmt("%.0f MB/s", w.base_value);
+    w.tessera = fmt("%.0f MB/s", w.tessera_value);
+    w.ratio = fmt("%.0f%% of raw", 100 * w.ratio_value);
+    if (size >= (64 << 10)) {
+      w.target = ">= 80% of raw";
+      w.verdict = w.ratio_value >= 0.8 ? "PASS" : "MISS";
+    } else {
+      w.target = "(none below 64 KiB)";
+      w.verdict = "info";
+    }
+    all_ok &= raw > 0 && tes > 0;
+    rows.push_back(w);
+    std::fprintf(stderr, "  %s: raw %.0f MB/s (cpu/msg send %.1f us, recv %.1f us), tessera %.0f MB/s (send %.1f us, recv %.1f us)\n",
+                 w.param.c_str(), w.base_value, raw_best.sender_cpu_us, raw_best.receiver_cpu_us, w.tessera_value,
+                 tes_best.sender_cpu_us, tes_best.receiver_cpu_us);
+  }
+
+  for (uint32_t n : o.tiles) {
+    barrier_figures pb = measure_plain_barrier(o, n);
+    const double plain = pb.us;
+    sync_figures f = measure_tessera_sync(o, n);
+    barrier_figures dis = measure_transport_barrier(o, n, false);
+    barrier_figures cen = measure_transport_barrier(o, n, true);
+    row w;
+    w.test = "superstep sync";
+    w.param = std::to_string(n) + " tiles";
+    w.base_value = plain;
+    w.tessera_value = f.wall_us_per_step;
+    w.extra_value = f.sync_us_per_step;
+    w.ratio_value = plain > 0 ? f.wall_us_per_step / plain : 0;
+    w.unit = "us/barrier";
+    w.base_cpu_us = pb.cpu_us;
+    w.tessera_cpu_us = f.cpu_us_per_step;
+    w.dissemination = dis;
+    w.central = cen;
+    w.baseline = fmt("%.1f us", plain);
+    w.tessera = fmt("%.1f us", f.wall_us_per_step) + fmt(" (sync_ns %.1f us)", f.sync_us_per_step);
+    w.ratio = fmt("%.2fx", w.ratio_value);
+    w.target = "<= 1.5x plain";
+    w.verdict = w.ratio_value > 0 && w.ratio_value <= 1.5 ? "PASS" : "MISS";
+    all_ok &= plain > 0 && f.ok;
+    rows.push_back(w);
+    std::fprintf(stderr, "  %u tiles: plain %.1f us (cpu %.1f us), tessera %.1f us/step (sync_ns %.1f us, cpu %.1f us)\n",
+                 n, plain, pb.cpu_us, f.wall_us_per_step, f.sync_us_per_step, f.cpu_us_per_step);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(o.dir, ec);
+
+  std::printf("\n(a)/(b): %.2f s per point, best of %d; (c)/(d): %u supersteps x %d batches, median batch (tessera: batch\n"
+              "wall / supersteps; sync_ns = mean over tiles of the tiles' own sync counter; plain: rounds of the same\n"
+              "size, median)\n\n",
+              o.seconds, o.repeats, o.supersteps, o.runs);
+  std::printf("| test | size / tiles | raw ZeroMQ / plain barrier | tessera | ratio | target | result |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const auto& w : rows)
+    std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", w.test.c_str(), w.param.c_str(), w.baseline.c_str(),
+                w.tessera.c_str(), w.ratio.c_str(), w.target.c_str(), w.verdict.c_str());
+  if (!o.sizes.empty()) {
+    std::printf("\nDiagnostics: tessera's exchange with the send frame referencing the source slice (zero-copy,\n"
+                "zmq_msg_init_data) instead of copy_frame; everything else as row (b).\n\n");
+    std::printf("| size | raw | tessera (copy_frame) | tessera (zero-copy send) | zero-copy %% of raw |\n|---|---|---|---|---|\n");
+    for (const auto& w : rows)
+      if (w.test == "exchange goodput")
+        std::printf("| %s | %.0f MB/s | %.0f MB/s | %.0f MB/s | %.0f%% |\n", w.param.c_str(), w.base_value,
+                    w.tessera_value, w.zero_copy.rate / 1e6,
+                    w.base_value > 0 ? 100 * w.zero_copy.rate / 1e6 / w.base_value : 0.0);
+  }
+  std::printf("\nDiagnostics: CPU time (user + system, every process and thread involved) per message (goodput rows)\n"
+              "or per barrier (sync rows). On a machine with fewer free cores than processes, wall time follows CPU.\n\n");
+  std::printf("| test | size / tiles | raw / plain CPU | tessera CPU | ratio |\n|---|---|---|---|---|\n");
+  for (const auto& w : rows)
+    std::printf("| %s | %s | %.1f us | %.1f us | %.2fx |\n", w.test.c_str(), w.param.c_str(), w.base_cpu_us,
+                w.tessera_cpu_us, w.base_cpu_us > 0 ? w.tessera_cpu_us / w.base_cpu_us : 0.0);
+  if (!o.tiles.empty()) {
+    std::printf("\nDiagnostics: the same N processes, each with an exchange::zmq_transport and no tile daemon or\n"
+                "host, running the tile's dissemination barrier (N*log2(N) sync_tokens, log2(N) dependent rounds)\n"
+                "or a central one over the same sockets (2*(N-1) sync_tokens, 2 hops). Wall and CPU per barrier.\n\n");
+    std::printf("| tiles | plain ROUTER barrier | tessera tiles | transport, dissemination | transport, central |\n"
+                "|---|---|---|---|---|\n");
+    for (const auto& w : rows) {
+      if (w.test != "superstep sync") continue;
+      std::printf("| %s | %.1f us (cpu %.1f) | %.1f us (cpu %.1f) | %.1f us (cpu %.1f) | %.1f us (cpu %.1f) |\n",
+                  w.param.c_str(), w.base_value, w.base_cpu_us, w.tessera_value, w.tessera_cpu_us, w.dissemination.us,
+                  w.dissemination.cpu_us, w.central.us, w.central.cpu_us);
+    }
+  }
+  if (!o.csv.empty()) {
+    std::ofstream f(o.csv);
+    if (!f) return std::cerr << "tessera-bench-exchange: cannot write " << o.csv << "\n", 1;
+    f << "test,param,unit,baseline,tessera,tessera_sync_counter_us,ratio,target,result,baseline_cpu_us,tessera_cpu_us,"
+         "transport_dissemination_us,transport_central_us,tessera_zero_copy_send\n";
+    for (const auto& w : rows)
+      f << w.test << "," << w.param << "," << w.unit << "," << w.base_value << "," << w.tessera_value << ","
+        << w.extra_value << "," << w.ratio_value << "," << w.target << "," << w.verdict << "," << w.base_cpu_us
+        << "," << w.tessera_cpu_us << "," << w.dissemination.us << "," << w.central.us << ","
+        << w.zero_copy.rate / 1e6 << "\n";
+  }
+  return all_ok ? 0 : 1;
+}
