@@ -97,6 +97,7 @@ class runner {
     r.duration_seconds = std::chrono::duration<double>(end_ - start_).count();
     r.sent = sent_;
     r.errors = errors_;
+    r.unsent = unsent_;
     r.errors_by_kind = errors_by_kind_;
     summarize(r, std::move(latencies_));
     return r;
@@ -116,6 +117,7 @@ class runner {
   void stop_sending() {
     stopped_ = true;
     arrival_timer_.cancel();
+    unsent_ += static_cast<int64_t>(backlog_.size());
     backlog_.clear();
     maybe_finish();
   }
@@ -278,7 +280,7 @@ class runner {
   steady::time_point start_, end_;
   size_t next_arrival_ = 0;
   int open_connections_ = 0, max_open_ = 0;
-  int64_t sent_ = 0, in_flight_ = 0, errors_ = 0, last_ok_ = 0;
+  int64_t sent_ = 0, in_flight_ = 0, errors_ = 0, last_ok_ = 0, unsent_ = 0;
   std::map<std::string, int64_t> errors_by_kind_;
   std::vector<double> latencies_;
   bool stopped_ = false, finished_ = false;

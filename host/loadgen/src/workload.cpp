@@ -218,7 +218,9 @@ std::string to_table(const run_report& r) {
   o << "mode         " << r.mode << (r.mode == "open" ? " (" + format("%.1f", r.offered_rate) + " req/s offered)" : "")
     << "\nmix          " << r.mix << "\nconnections  " << r.connections
     << "\nduration     " << format("%.2f", r.duration_seconds) << " s"
-    << "\nsent         " << r.sent << "\nok           " << r.ok << "\nerrors       " << r.errors;
+    << "\nsent         " << r.sent;
+  if (r.unsent) o << "\nunsent       " << r.unsent << " (due, but every connection was busy at the end)";
+  o << "\nok           " << r.ok << "\nerrors       " << r.errors;
   for (const auto& [k, n] : r.errors_by_kind) o << "\n  " << k << ": " << n;
   o << "\nthroughput   " << format("%.1f", r.throughput) << " req/s"
     << "\nlatency ms   p50 " << format("%.2f", r.p50_ms) << "  p90 " << format("%.2f", r.p90_ms)
@@ -229,7 +231,7 @@ std::string to_table(const run_report& r) {
 
 std::string csv_header() {
   return "mode,mix,offered_rate,connections,duration_s,sent,ok,errors,throughput_rps,p50_ms,"
-         "p90_ms,p99_ms,mean_ms,max_ms\n";
+         "p90_ms,p99_ms,mean_ms,max_ms,unsent\n";
 }
 
 std::string to_csv_row(const run_report& r) {
@@ -238,7 +240,7 @@ std::string to_csv_row(const run_report& r) {
     << ',' << format("%.3f", r.duration_seconds) << ',' << r.sent << ',' << r.ok << ','
     << r.errors << ',' << format("%.3f", r.throughput) << ',' << format("%.3f", r.p50_ms) << ','
     << format("%.3f", r.p90_ms) << ',' << format("%.3f", r.p99_ms) << ','
-    << format("%.3f", r.mean_ms) << ',' << format("%.3f", r.max_ms) << '\n';
+    << format("%.3f", r.mean_ms) << ',' << format("%.3f", r.max_ms) << ',' << r.unsent << '\n';
   return o.str();
 }
 
@@ -247,7 +249,8 @@ std::string to_json(const run_report& r) {
   o << "{\"mode\":\"" << r.mode << "\",\"mix\":\"" << r.mix << "\",\"offered_rate\":"
     << format("%.3f", r.offered_rate) << ",\"connections\":" << r.connections
     << ",\"duration_s\":" << format("%.3f", r.duration_seconds) << ",\"sent\":" << r.sent
-    << ",\"ok\":" << r.ok << ",\"errors\":" << r.errors << ",\"errors_by_kind\":{";
+    << ",\"unsent\":" << r.unsent << ",\"ok\":" << r.ok << ",\"errors\":" << r.errors
+    << ",\"errors_by_kind\":{";
   bool first = true;
   for (const auto& [k, n] : r.errors_by_kind) {
     o << (first ? "" : ",") << '"' << k << "\":" << n;

@@ -69,6 +69,7 @@ struct run_report {
   int connections = 0;
   double duration_seconds = 0;
   int64_t sent = 0, ok = 0, errors = 0;
+  int64_t unsent = 0;          ///< open loop: due but still waiting for a connection at the end
   std::map<std::string, int64_t> errors_by_kind;  ///< "429", "503", "connect", "timeout" ...
   double throughput = 0;       ///< ok answers per second
   double p50_ms = 0, p90_ms = 0, p99_ms = 0, mean_ms = 0, max_ms = 0;
