@@ -120,7 +120,7 @@ void service::handle(std::string_view method, std::string_view target, std::stri
     r.allow = std::string(allow);
     reply(std::move(r));
   };
-  const bool get = method == "GET" || method == "HEAD";
+  const bool get = method == "GET";
   const bool post = method == "POST";
 
   if (path == "/predict" || path == "/tokenize") {

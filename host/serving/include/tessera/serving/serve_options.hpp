@@ -1,0 +1,55 @@
+// tessera/serving/serve_options.hpp: the serving command-line flags, shared by tessera-serve and
+// tessera-host (same names everywhere), and the signal handling of a serving main().
+//
+//   serve_options so;
+//   po::options_description opts("tessera-host");
+//   add_serve_options(opts, so);                  // --address --port --batching --routing ...
+//   po::store(po::parse_command_line(argc, argv, opts), vm); po::notify(vm);
+//   if (auto st = finish_serve_options(so); !st) { std::cerr << st.message(); return 2; }
+//   block_stop_signals();                         // before any thread starts
+//   router r(so.routing, default_clock(), &metrics);
+//   for (auto& b : backends) r.add_backend(b, so.batching);
+//   r.start();
+//   http_server server(so.server, r, tokenizer, info, metrics);
+//   server.start();
+//   wait_for_stop_signal();                       // SIGINT / SIGTERM
+//   server.stop(); r.stop();
+#pragma once
+
+#include <boost/program_options/options_description.hpp>
+#include <string>
+
+#include "tessera/common/status.hpp"
+#include "tessera/serving/batching_policy.hpp"
+#include "tessera/serving/http_server.hpp"
+#include "tessera/serving/router.hpp"
+
+namespace tessera::serving {
+
+struct serve_options {
+  server_config server;
+  batching_config batching;
+  routing_config routing;
+  // Raw flag values, turned into the configs above by finish_serve_options().
+  std::string batching_name = "dynamic";
+  std::string routing_name = "least-outstanding";
+  double max_queue_delay_ms = 2.0;
+  double max_age_ms = 50.0;
+  double timeout_ms = 30000.0;
+  int port = 8080;
+};
+
+/// Adds --address --port --io-threads --batching --max-batch-size --token-budget
+/// --max-queue-delay-ms --max-age-ms --max-queue --max-inflight-batches --routing
+/// --long-threshold --max-client-batch-size --timeout-ms --max-body-bytes --auto-truncate.
+void add_serve_options(boost::program_options::options_description& opts, serve_options& so);
+
+/// Parses names and units into the configs; errors say which flag to change.
+status finish_serve_options(serve_options& so);
+
+/// Blocks SIGINT and SIGTERM in this thread and every thread started after it.
+void block_stop_signals();
+/// Waits for SIGINT or SIGTERM (blocked by block_stop_signals); returns the signal.
+int wait_for_stop_signal();
+
+}  // namespace tessera::serving

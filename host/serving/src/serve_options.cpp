@@ -1,0 +1,97 @@
+// Serving flags and signals. See serve_options.hpp.
+#include "tessera/serving/serve_options.hpp"
+
+#include <pthread.h>
+
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <csignal>
+
+namespace tessera::serving {
+
+namespace po = boost::program_options;
+
+void add_serve_options(po::options_description& opts, serve_options& so) {
+  opts.add_options()
+      ("address", po::value(&so.server.address)->default_value(so.server.address),
+       "HTTP bind address (0.0.0.0 to serve other machines)")
+      ("port", po::value(&so.port)->default_value(so.port), "HTTP port (0 = any free port, printed)")
+      ("io-threads", po::value(&so.server.io_threads)->default_value(so.server.io_threads),
+       "threads running the HTTP io_context")
+      ("batching", po::value(&so.batching_name)->default_value(so.batching_name),
+       "static (fixed B, padded to max length) | dynamic (up to B or the delay, padded to the "
+       "longest) | token-budget (packed, no padding)")
+      ("max-batch-size", po::value(&so.batching.max_batch_size)->default_value(so.batching.max_batch_size),
+       "B: sequences per batch (token-budget: a cap, 0 = none)")
+      ("token-budget", po::value(&so.batching.token_budget)->default_value(so.batching.token_budget),
+       "tokens per batch (0 = the backend's); caps padded batches too")
+      ("max-queue-delay-ms", po::value(&so.max_queue_delay_ms)->default_value(so.max_queue_delay_ms),
+       "wait at most this long for a fuller batch")
+      ("max-age-ms", po::value(&so.max_age_ms)->default_value(so.max_age_ms),
+       "token-budget: sequences older than this go first (no starvation)")
+      ("max-queue", po::value(&so.batching.max_queue_requests)->default_value(so.batching.max_queue_requests),
+       "sequences queued per backend before 429")
+      ("max-inflight-batches",
+       po::value(&so.batching.max_inflight_batches)->default_value(so.batching.max_inflight_batches),
+       "batches at a backend at once")
+      ("routing", po::value(&so.routing_name)->default_value(so.routing_name),
+       "least-outstanding | hybrid (long -> tiles, short -> gpu)")
+      ("long-threshold", po::value(&so.routing.long_threshold)->default_value(so.routing.long_threshold),
+       "hybrid: sequences longer than this many tokens go to tiles")
+      ("max-client-batch-size",
+       po::value(&so.server.api.max_client_batch_size)->default_value(so.server.api.max_client_batch_size),
+       "inputs per request (422 beyond)")
+      ("timeout-ms", po::value(&so.timeout_ms)->default_value(so.timeout_ms),
+       "per-request deadline (504 when it passes in the queue; 0 = none)")
+      ("max-body-bytes", po::value(&so.server.api.max_body_bytes)->default_value(so.server.api.max_body_bytes),
+       "request body limit (413 beyond)")
+      ("auto-truncate", po::bool_switch(&so.server.api.auto_truncate),
+       "truncate long inputs unless a request says \"truncate\": false");
+}
+
+status finish_serve_options(serve_options& so) {
+  auto policy = parse_policy_kind(so.batching_name);
+  if (!policy) return policy.error();
+  so.batching.kind = *policy;
+  auto strategy = parse_routing_strategy(so.routing_name);
+  if (!strategy) return strategy.error();
+  so.routing.strategy = *strategy;
+  if (so.port < 0 || so.port > 65535) return status::invalid("--port must be in 0..65535");
+  so.server.port = static_cast<uint16_t>(so.port);
+  if (so.server.io_threads < 1) return status::invalid("--io-threads must be >= 1");
+  if (so.max_queue_delay_ms < 0 || so.max_age_ms < 0 || so.timeout_ms < 0)
+    return status::invalid("--max-queue-delay-ms, --max-age-ms and --timeout-ms must be >= 0");
+  auto us = [](double ms) { return std::chrono::microseconds(static_cast<int64_t>(ms * 1000)); };
+  so.batching.max_queue_delay = us(so.max_queue_delay_ms);
+  so.batching.max_age = us(so.max_age_ms);
+  so.server.api.request_timeout = us(so.timeout_ms);
+  if (so.server.api.max_client_batch_size < 1)
+    return status::invalid("--max-client-batch-size must be >= 1");
+  if (so.server.api.max_body_bytes < 64) return status::invalid("--max-body-bytes must be >= 64");
+  if (so.routing.long_threshold < 0) return status::invalid("--long-threshold must be >= 0");
+  return so.batching.validate();
+}
+
+namespace {
+sigset_t stop_signals() {
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGINT);
+  sigaddset(&s, SIGTERM);
+  return s;
+}
+}  // namespace
+
+void block_stop_signals() {
+  sigset_t s = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &s, nullptr);
+}
+
+int wait_for_stop_signal() {
+  sigset_t s = stop_signals();
+  int sig = 0;
+  sigwait(&s, &sig);
+  return sig;
+}
+
+}  // namespace tessera::serving

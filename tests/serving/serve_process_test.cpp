@@ -1,0 +1,95 @@
+// tessera-serve as a process: --help, starts on a free port, serves, and exits 0 on SIGTERM
+// after answering what it accepted.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "http_client.hpp"
+
+using namespace tessera::serving::test_support;
+
+namespace {
+
+std::string bin(const char* name) {
+  const char* dir = std::getenv("TESSERA_BIN_DIR");
+  return std::string(dir ? dir : "bin") + "/" + name;
+}
+
+struct child {
+  pid_t pid = -1;
+  int out_fd = -1;
+};
+
+child spawn(const std::vector<std::string>& args) {
+  int fds[2];
+  if (pipe(fds) != 0) return {};
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  return {pid, fds[0]};
+}
+
+std::string read_line(int fd) {
+  std::string line;
+  char c;
+  while (read(fd, &c, 1) == 1 && c != '\n') line += c;
+  return line;
+}
+
+}  // namespace
+
+TEST(ServeProcess, HelpExitsZero) {
+  std::string exe = bin("tessera-serve");
+  if (!std::filesystem::exists(exe)) GTEST_SKIP() << exe << " not built";
+  EXPECT_EQ(std::system((exe + " --help > /dev/null").c_str()), 0);
+  EXPECT_NE(std::system((exe + " --batching nonsense > /dev/null 2>&1").c_str()), 0);
+}
+
+TEST(ServeProcess, ServesAndStopsCleanlyOnSigterm) {
+  std::string exe = bin("tessera-serve");
+  if (!std::filesystem::exists(exe)) GTEST_SKIP() << exe << " not built";
+  child c = spawn({exe, "--model", "toy", "--port", "0", "--toy-ns-per-token", "200000",
+                   "--max-inflight-batches", "1", "--max-batch-size", "2"});
+  ASSERT_GT(c.pid, 0);
+  std::string line = read_line(c.out_fd);  // "listening on http://127.0.0.1:PORT ..."
+  auto colon = line.rfind(':', line.find(" model"));
+  ASSERT_NE(colon, std::string::npos) << line;
+  uint16_t port = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+  http_connection conn("127.0.0.1", port);
+  EXPECT_EQ(conn.request("GET", "/health").status, 200u);
+  // Slow requests in flight (20 tokens x 0.2 ms = 4 ms a batch of 1..2) when SIGTERM arrives.
+  std::vector<std::thread> clients;
+  std::atomic<int> answered{0};
+  for (int i = 0; i < 6; ++i)
+    clients.emplace_back([&] {
+      http_connection cc("127.0.0.1", port);
+      auto r = cc.request("POST", "/predict",
+                          R"({"inputs": "one two three four five six seven eight nine ten"})");
+      if (r.status == 200) answered++;
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  kill(c.pid, SIGTERM);
+  for (auto& t : clients) t.join();
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(c.pid, &wstatus, 0), c.pid);
+  EXPECT_TRUE(WIFEXITED(wstatus));
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0);
+  EXPECT_GE(answered.load(), 1);
+  close(c.out_fd);
+}
