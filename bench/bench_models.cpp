@@ -11,7 +11,10 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cctype>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <ctime>
 #include <iostream>
 #include <numeric>
@@ -63,7 +66,7 @@ double sgemm_seconds(const bert_config& c, const std::vector<int64_t>& batch_tok
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_name, modes;
+  std::string model_name, modes, lengths_file;
   int threads, requests, batch_size;
   double long_share;
   uint64_t seed;
@@ -75,7 +78,9 @@ int main(int argc, char** argv) {
       "long-share", po::value(&long_share)->default_value(0.4), "share of U[200,512] requests (rest U[8,64])")(
       "seed", po::value(&seed)->default_value(0), "workload seed")(
       "batch", po::value(&batch_size)->default_value(32), "requests per batch")(
-      "modes", po::value(&modes)->default_value("abcd"), "a packed, b padded, c padded sorted, d sgemm alone");
+      "modes", po::value(&modes)->default_value("abcd"), "a packed, b padded, c padded sorted, d sgemm alone")(
+      "lengths-file", po::value(&lengths_file),
+      "request lengths instead of the seed workload: integers separated by spaces, commas or brackets");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -99,7 +104,26 @@ int main(int argc, char** argv) {
   }
   set_num_threads(threads);
   const bert_config& cfg = model->config;
-  const std::vector<int> lens = seed_workload(requests, long_share, seed);
+  std::vector<int> lens = seed_workload(requests, long_share, seed);
+  if (!lengths_file.empty()) {
+    std::ifstream f(lengths_file);
+    if (!f) {
+      std::cerr << lengths_file << ": cannot open\n";
+      return 2;
+    }
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    for (char& c : text)
+      if (!std::isdigit(static_cast<unsigned char>(c))) c = ' ';
+    std::istringstream in(text);
+    lens.clear();
+    for (int L; in >> L;) lens.push_back(L);
+    if (lens.empty() || *std::min_element(lens.begin(), lens.end()) < 1 ||
+        *std::max_element(lens.begin(), lens.end()) > cfg.max_position_embeddings) {
+      std::cerr << lengths_file << ": needs lengths in 1.." << cfg.max_position_embeddings << "\n";
+      return 2;
+    }
+    requests = static_cast<int>(lens.size());
+  }
   const packed_batch all = synthetic_batch(lens, cfg.vocab_size);
   const int64_t tokens = all.num_tokens();
   const double useful = forward_flops(cfg, lens);

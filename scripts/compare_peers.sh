@@ -21,11 +21,19 @@ fi
 [ -x "$peers/run.sh" ] || { echo "missing $peers/run.sh (set PEERS_DIR)" >&2; exit 2; }
 mkdir -p "$out"
 
-echo "== tessera ($bench --threads $threads)"
-"$bench" --model bert-base --threads "$threads" --modes "${MODES:-abcd}" | tee "$out/tessera.txt"
-echo
 echo "== ONNX Runtime ($peers/run.sh ort, REPS=${REPS:-3})"
 REPS=${REPS:-3} "$peers/run.sh" ort | tee "$out/ort.txt"
+echo
+# The peers' exact request lengths (numpy seed 0), so both run the same tokens.
+work=${PEERS_WORK:-/tmp/tessera-peers}
+lengths=()
+if [ -f "$work/data/case_b.json" ]; then
+  python3 -c "import json,sys; print(' '.join(str(l) for b in json.load(open(sys.argv[1]))['batches'] for l in b['lens']))" \
+    "$work/data/case_b.json" > "$out/lengths.txt"
+  lengths=(--lengths-file "$out/lengths.txt")
+fi
+echo "== tessera ($bench --threads $threads ${lengths[*]})"
+"$bench" --model bert-base --threads "$threads" --modes "${MODES:-abcd}" "${lengths[@]}" | tee "$out/tessera.txt"
 echo
 python3 - "$out/tessera.txt" "$out/ort.txt" <<'PY'
 import collections, statistics, sys
@@ -37,8 +45,8 @@ def results(path):
     return rows
 tess = {r["mode"]: float(r["req_per_s"]) for r in results(sys.argv[1]) if "mode" in r and "req_per_s" in r}
 ort = collections.defaultdict(list)
-peer_file = sys.argv[2]
 import os
+peer_file = sys.argv[2]
 work = os.environ.get("PEERS_WORK", "/tmp/tessera-peers")
 if os.path.exists(os.path.join(work, "results", "ort.txt")):
     peer_file = os.path.join(work, "results", "ort.txt")
