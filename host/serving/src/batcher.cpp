@@ -147,6 +147,7 @@ std::optional<time_point> batcher::poll(bool flush) {
                                            std::memory_order_relaxed);
       }
       ++inflight_;
+      batches_sent_.fetch_add(1, std::memory_order_relaxed);
       batches.push_back(std::move(pb));
     }
     if (next_deadline != time_point::max() && !queue_.empty())
@@ -175,6 +176,7 @@ void batcher::on_batch_done(std::shared_ptr<std::vector<request_ptr>> seqs, host
   const size_t n = seqs->size();
   if (r.st && r.num_labels > 0 && r.logits.size() >= n * static_cast<size_t>(r.num_labels)) {
     const size_t labels = static_cast<size_t>(r.num_labels);
+    sequences_served_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
     for (size_t i = 0; i < n; ++i) {
       auto& req = (*seqs)[i];
       sequence_outcome o;

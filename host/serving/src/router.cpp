@@ -162,6 +162,13 @@ std::vector<gauge_sample> router::gauges() const {
   for (size_t i = 0; i < batchers_.size(); ++i)
     g.push_back({"tessera_backend_inflight_batches" + label(i), "Batches at the backend",
                  static_cast<double>(batchers_[i]->inflight_batches())});
+  for (size_t i = 0; i < batchers_.size(); ++i)
+    g.push_back({"tessera_backend_batches" + label(i), "Batches sent to the backend",
+                 static_cast<double>(batchers_[i]->batches_sent())});
+  for (size_t i = 0; i < batchers_.size(); ++i)
+    g.push_back({"tessera_backend_sequences" + label(i),
+                 "Sequences the backend answered with logits",
+                 static_cast<double>(batchers_[i]->sequences_served())});
   return g;
 }
 

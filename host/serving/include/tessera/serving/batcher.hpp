@@ -16,6 +16,7 @@
 //   b.poll();                          // the batch goes to the backend now
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -64,6 +65,9 @@ class batcher {
   size_t queue_size() const;
   int64_t queued_tokens() const;
   int inflight_batches() const;
+  /// Sequences this batcher answered with logits, and batches it sent.
+  int64_t sequences_served() const { return sequences_served_.load(std::memory_order_relaxed); }
+  int64_t batches_sent() const { return batches_sent_.load(std::memory_order_relaxed); }
   host::backend& backend() { return *backend_; }
   const host::backend& backend() const { return *backend_; }
   const batching_config& config() const { return cfg_; }
@@ -94,6 +98,8 @@ class batcher {
   uint64_t next_batch_id_ = 1;
   bool dirty_ = false;     // something changed since the last poll
   bool stopping_ = false;
+  std::atomic<int64_t> sequences_served_{0};
+  std::atomic<int64_t> batches_sent_{0};
   std::thread thread_;
 };
 
