@@ -1,5 +1,7 @@
-// Elementwise, normalisation and linear kernels. GEMMs go through oneDNN matmul primitives,
-// cached by shape (T varies per batch, so a batch of new lengths builds a few new primitives).
+// Elementwise, normalisation and linear kernels. GEMMs go through oneDNN matmul primitives with a
+// runtime row count: one primitive per (in, out, strides, bias, activation), whatever T is, so a
+// batch of a new size builds nothing (oneDNN picks its jit sgemm-based matmul, as fast as brgemm
+// here on BERT shapes).
 #include "tessera/models/kernels.hpp"
 
 #include <immintrin.h>
@@ -105,17 +107,17 @@ dnnl::stream& thread_stream() {
 namespace {
 
 struct linear_key {
-  int64_t T, in, out, ldx, ldy;
+  int64_t in, out, ldx, ldy;
   bool bias;
   activation act;
   bool operator==(const linear_key& o) const {
-    return std::tie(T, in, out, ldx, ldy, bias, act) == std::tie(o.T, o.in, o.out, o.ldx, o.ldy, o.bias, o.act);
+    return std::tie(in, out, ldx, ldy, bias, act) == std::tie(o.in, o.out, o.ldx, o.ldy, o.bias, o.act);
   }
 };
 struct linear_key_hash {
   size_t operator()(const linear_key& k) const {
     size_t h = 1469598103934665603ull;
-    for (int64_t v : {k.T, k.in, k.out, k.ldx, k.ldy, int64_t{k.bias}, static_cast<int64_t>(k.act)})
+    for (int64_t v : {k.in, k.out, k.ldx, k.ldy, int64_t{k.bias}, static_cast<int64_t>(k.act)})
       h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
     return h;
   }
@@ -123,7 +125,7 @@ struct linear_key_hash {
 
 struct linear_primitive {
   dnnl::matmul prim;
-  dnnl::memory::desc src, wei, bias, dst;
+  dnnl::memory::desc wei, bias;
 };
 
 std::mutex cache_mutex;
@@ -138,9 +140,9 @@ std::shared_ptr<linear_primitive> get_linear(const linear_key& k) {
   using dims = dnnl::memory::dims;
   using dt = dnnl::memory::data_type;
   auto p = std::make_shared<linear_primitive>();
-  p->src = dnnl::memory::desc(dims{k.T, k.in}, dt::f32, dims{k.ldx, 1});
+  const auto src = dnnl::memory::desc(dims{DNNL_RUNTIME_DIM_VAL, k.in}, dt::f32, dims{k.ldx, 1});
   p->wei = dnnl::memory::desc(dims{k.in, k.out}, dt::f32, dims{1, k.in});  // W^T of HF's [out, in]
-  p->dst = dnnl::memory::desc(dims{k.T, k.out}, dt::f32, dims{k.ldy, 1});
+  const auto dst = dnnl::memory::desc(dims{DNNL_RUNTIME_DIM_VAL, k.out}, dt::f32, dims{k.ldy, 1});
   if (k.bias) p->bias = dnnl::memory::desc(dims{1, k.out}, dt::f32, dims{k.out, 1});
   dnnl::primitive_attr attr;
   if (k.act != activation::none) {
@@ -151,10 +153,9 @@ std::shared_ptr<linear_primitive> get_linear(const linear_key& k) {
     ops.append_eltwise(1.0f, alg, 0.0f, 0.0f);
     attr.set_post_ops(ops);
   }
-  auto desc = k.bias ? dnnl::matmul::desc(p->src, p->wei, p->bias, p->dst) : dnnl::matmul::desc(p->src, p->wei, p->dst);
+  auto desc = k.bias ? dnnl::matmul::desc(src, p->wei, p->bias, dst) : dnnl::matmul::desc(src, p->wei, dst);
   p->prim = dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, detail::cpu_engine()));
   std::lock_guard<std::mutex> lock(cache_mutex);
-  if (cache.size() > 512) cache.clear();  // many distinct T: start over rather than grow without bound
   cache.emplace(k, p);
   return p;
 }
@@ -168,11 +169,13 @@ void linear(const float* x, int64_t T, int64_t in, const float* W, const float* 
   if (ldy == 0) ldy = out;
   TESSERA_CHECK(T > 0 && in > 0 && out > 0 && ldx >= in && ldy >= out)
       << "linear T=" << T << " in=" << in << " out=" << out << " ldx=" << ldx << " ldy=" << ldy;
-  auto p = get_linear({T, in, out, ldx, ldy, bias != nullptr, act});
+  auto p = get_linear({in, out, ldx, ldy, bias != nullptr, act});
   auto& eng = detail::cpu_engine();
-  dnnl::memory src(p->src, eng, const_cast<float*>(x));
+  using dims = dnnl::memory::dims;
+  using dt = dnnl::memory::data_type;
+  dnnl::memory src(dnnl::memory::desc(dims{T, in}, dt::f32, dims{ldx, 1}), eng, const_cast<float*>(x));
   dnnl::memory wei(p->wei, eng, const_cast<float*>(W));
-  dnnl::memory dst(p->dst, eng, y);
+  dnnl::memory dst(dnnl::memory::desc(dims{T, out}, dt::f32, dims{ldy, 1}), eng, y);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
   if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p->bias, eng, const_cast<float*>(bias)));
   auto& s = detail::thread_stream();

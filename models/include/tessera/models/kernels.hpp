@@ -2,8 +2,8 @@
 //
 // Kernels know nothing of scheduling or placement: a tile process calls them on its slices, the
 // reference forward on whole tensors. Matrices are row-major; `ld*` arguments are row strides in
-// elements (pass the column count for dense rows). GEMMs go through oneDNN (matmul primitives
-// cached by shape, and dnnl_sgemm for the per-sequence attention products). Every kernel runs with
+// elements (pass the column count for dense rows). GEMMs go through oneDNN (matmul primitives with
+// a runtime row count, one per weight shape, and dnnl_sgemm for the per-sequence attention products). Every kernel runs with
 // the oneDNN/OpenMP thread count set by set_num_threads (tiles use 1).
 //
 //   set_num_threads(1);
@@ -29,7 +29,8 @@ int num_threads();
 enum class activation { none, gelu_erf, gelu_tanh, relu };
 
 /// y[T, out] = act(x[T, in] W^T + bias), W [out, in] row-major (HF Linear), bias [out] or nullptr.
-/// ldx/ldy are row strides of x and y (0 = dense). T may vary from call to call.
+/// ldx/ldy are row strides of x and y (0 = dense). T may vary from call to call at no cost: the
+/// primitive is cached per (in, out, ldx, ldy, bias, act) with T bound at execution. Thread-safe.
 void linear(const float* x, int64_t T, int64_t in, const float* W, const float* bias, int64_t out,
             float* y, activation act = activation::none, int64_t ldx = 0, int64_t ldy = 0);
 
