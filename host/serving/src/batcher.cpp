@@ -174,6 +174,11 @@ void batcher::on_batch_done(std::shared_ptr<std::vector<request_ptr>> seqs, host
                             time_point dispatched) {
   const time_point now = clock_.now();
   const size_t n = seqs->size();
+  if (metrics_ && r.st) {
+    if (r.timing.wall_seconds > 0) metrics_->batch_wall_duration.observe(r.timing.wall_seconds);
+    if (r.timing.modelled_seconds > 0)
+      metrics_->batch_modelled_duration.observe(r.timing.modelled_seconds);
+  }
   if (r.st && r.num_labels > 0 && r.logits.size() >= n * static_cast<size_t>(r.num_labels)) {
     const size_t labels = static_cast<size_t>(r.num_labels);
     sequences_served_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);

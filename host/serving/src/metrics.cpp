@@ -92,7 +92,9 @@ serving_metrics::serving_metrics()
       request_duration(histogram::seconds_buckets()),
       batch_size(histogram::powers_of_two(1024)),
       batch_tokens(histogram::powers_of_two(65536)),
-      request_input_length(histogram::powers_of_two(1024)) {}
+      request_input_length(histogram::powers_of_two(1024)),
+      batch_wall_duration(histogram::seconds_buckets()),
+      batch_modelled_duration(histogram::seconds_buckets()) {}
 
 void serving_metrics::count_failure(std::string_view kind) {
   std::lock_guard lock(failures_mu_);
@@ -139,6 +141,10 @@ std::string serving_metrics::to_prometheus(const std::vector<gauge_sample>& gaug
   batch_size.write(out, "tessera_batch_next_size", "Sequences per batch");
   batch_tokens.write(out, "tessera_batch_next_tokens", "Real tokens per batch");
   request_input_length.write(out, "tessera_request_input_length", "Tokens per sequence");
+  batch_wall_duration.write(out, "tessera_batch_wall_duration",
+                            "Batch time measured by the backend (seconds, wall clock)");
+  batch_modelled_duration.write(out, "tessera_batch_modelled_duration",
+                                "Batch time of the emulated hardware (seconds, timing model)");
   std::string last_name;
   for (const auto& g : gauges) {
     std::string base = g.name.substr(0, g.name.find('{'));

@@ -68,6 +68,8 @@ struct serving_metrics {
   histogram batch_size;
   histogram batch_tokens;
   histogram request_input_length;
+  histogram batch_wall_duration;      ///< backend-measured wall time per batch
+  histogram batch_modelled_duration;  ///< emulated hardware time per batch (timing model on)
 
   /// One failed request of kind `kind` ("validation", "overloaded", "timeout", ...).
   void count_failure(std::string_view kind);
