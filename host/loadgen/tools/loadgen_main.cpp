@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
     plan = std::move(*t);
     cfg.mix_name = "trace:" + std::filesystem::path(trace).filename().string();
     if (cfg.mode == loop_mode::open && vm["duration"].defaulted()) cfg.duration_seconds = 0;
+    if (cfg.mode == loop_mode::open && plan.back().arrival_seconds > 0)
+      cfg.offered_rate = static_cast<double>(plan.size()) / plan.back().arrival_seconds;
   } else {
     auto mix = mix_preset(mix_name);
     if (!mix) {

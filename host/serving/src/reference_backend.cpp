@@ -72,13 +72,16 @@ std::shared_ptr<thread_pool_backend> make_reference_backend(
   info.max_batch_sequences = opts.max_batch_sequences;
   info.num_labels = model->config.num_labels;
   int omp = std::max(1, opts.omp_threads);
-  forward_fn fwd = [model, omp](const host::batch_request& req) -> result<std::vector<float>> {
+  const bool serialize = opts.serialize_forwards;
+  forward_fn fwd = [model, omp, serialize](const host::batch_request& req)
+      -> result<std::vector<float>> {
     models::set_num_threads(omp);  // per calling thread (OpenMP ICV)
     models::packed_batch b = to_packed(req);
     const int n = b.num_seqs();
     if (n == 0) return std::vector<float>{};
     if (auto st = models::validate_batch(model->config, b); !st) return st;
-    std::lock_guard lock(forward_mutex());
+    std::unique_lock lock(forward_mutex(), std::defer_lock);
+    if (serialize) lock.lock();
     if (req.layout == host::batch_layout::padded) {
       if (req.padded_length > b.max_seq_len()) {
         // Widen the rectangle to padded_length with a dummy row; its logits are dropped.

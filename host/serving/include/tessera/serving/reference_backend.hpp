@@ -33,6 +33,8 @@ struct reference_backend_options {
   int omp_threads = 1;              ///< oneDNN/OpenMP threads inside one forward
   int32_t token_budget = 0;         ///< advertised to the batcher (0 = none)
   int32_t max_batch_sequences = 0;  ///< advertised to the batcher (0 = none)
+  bool serialize_forwards = true;   ///< take turns process-wide (see above); false once
+                                    ///< models::reference_forward is thread-safe
 };
 
 std::shared_ptr<thread_pool_backend> make_reference_backend(
