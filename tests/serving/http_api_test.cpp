@@ -478,3 +478,46 @@ TEST(HttpServer, WrkDrivenRunHasNoErrors) {
   EXPECT_GE(s.metrics().request_success.load(), static_cast<uint64_t>(requests));
   std::filesystem::remove_all(dir);
 }
+
+// Every batching policy end to end: answers equal the reference of each sequence alone
+// (static batches carry dummy rows and pad to the model's 512; token-budget packs).
+class HttpPolicies : public ::testing::TestWithParam<policy_kind> {};
+
+TEST_P(HttpPolicies, AnswersEqualTheReference) {
+  test_server_options o;
+  o.batching = {.kind = GetParam(), .max_batch_size = 4, .token_budget = 0,
+                .max_queue_delay = 2ms};
+  test_server s(o);
+  std::atomic<int> next{0}, ok{0};
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 6; ++c)
+    threads.emplace_back([&] {
+      http_connection conn("127.0.0.1", s.port());
+      for (int i = next++; i < 60; i = next++) {
+        std::string text = "policy check " + std::to_string(i) + " " + long_text(i * 3);
+        auto r = conn.request("POST", "/predict", json{{"inputs", text}, {"raw_scores", true}}.dump());
+        std::lock_guard lock(mu);
+        ASSERT_EQ(r.status, 200u) << r.body;
+        auto want = s.expected_logits(s.tok().encode(text, 0).value());
+        for (auto& p : json::parse(r.body)) {
+          int label = p["label"] == "LABEL_0" ? 0 : 1;
+          EXPECT_NEAR(p["score"].get<float>(), want[label], logits_tolerance) << i;
+        }
+        ok++;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 60);
+  if (GetParam() == policy_kind::static_padded) EXPECT_GT(s.metrics().padding_tokens.load(), 0u);
+  if (GetParam() == policy_kind::token_budget) EXPECT_EQ(s.metrics().padding_tokens.load(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPolicies, HttpPolicies,
+                         ::testing::Values(policy_kind::static_padded, policy_kind::dynamic_padded,
+                                           policy_kind::token_budget),
+                         [](const auto& info) {
+                           std::string n(policy_kind_name(info.param));
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });

@@ -77,3 +77,15 @@ TEST(LoadgenHttp, SyntheticTextsTokenizeToTheRequestedLength) {
   }
 }
 #endif
+
+TEST(LoadgenHttp, ManyConcurrentConnections) {
+  test_server_options o;
+  o.toy = true;
+  test_server s(o);
+  driver_config cfg{.port = s.port(), .mode = loop_mode::closed, .connections = 256,
+                    .max_requests = 3000, .progress = false};
+  auto r = run_load(cfg, synthesize(*mix_preset("seed-0"), 500, 0, 5));
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->ok, 3000);
+  EXPECT_EQ(r->errors, 0);
+}
