@@ -509,8 +509,12 @@ TEST_P(HttpPolicies, AnswersEqualTheReference) {
     });
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), 60);
-  if (GetParam() == policy_kind::static_padded) EXPECT_GT(s.metrics().padding_tokens.load(), 0u);
-  if (GetParam() == policy_kind::token_budget) EXPECT_EQ(s.metrics().padding_tokens.load(), 0u);
+  if (GetParam() == policy_kind::static_padded) {
+    EXPECT_GT(s.metrics().padding_tokens.load(), 0u);
+  }
+  if (GetParam() == policy_kind::token_budget) {
+    EXPECT_EQ(s.metrics().padding_tokens.load(), 0u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPolicies, HttpPolicies,
