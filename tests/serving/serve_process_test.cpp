@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -92,4 +93,45 @@ TEST(ServeProcess, ServesAndStopsCleanlyOnSigterm) {
   EXPECT_EQ(WEXITSTATUS(wstatus), 0);
   EXPECT_GE(answered.load(), 1);
   close(c.out_fd);
+}
+
+TEST(LoadgenProcess, DrivesTesseraServeAndWritesCsvAndJson) {
+  std::string serve = bin("tessera-serve"), loadgen = bin("tessera-loadgen");
+  if (!std::filesystem::exists(serve) || !std::filesystem::exists(loadgen))
+    GTEST_SKIP() << "tessera-serve or tessera-loadgen not built";
+  EXPECT_EQ(std::system((loadgen + " --help > /dev/null").c_str()), 0);
+  EXPECT_EQ(std::system((loadgen + " --mix nonsense > /dev/null 2>&1").c_str()) >> 8, 2);
+  child c = spawn({serve, "--model", "toy", "--port", "0"});
+  ASSERT_GT(c.pid, 0);
+  std::string line = read_line(c.out_fd);
+  auto colon = line.rfind(':', line.find(" model"));
+  ASSERT_NE(colon, std::string::npos) << line;
+  std::string port = std::to_string(std::stoi(line.substr(colon + 1)));
+  auto dir = std::filesystem::temp_directory_path() / ("tessera-lg-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::string csv = (dir / "out.csv").string(), js = (dir / "out.json").string();
+  std::string cmd = loadgen + " --port " + port +
+                    " --mode open --rate 500 --duration 1 --mix seed-40 --quiet --csv " + csv +
+                    " --json " + js + " > " + (dir / "table.txt").string();
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  cmd = loadgen + " --port " + port + " --mode closed --connections 8 --requests 200 --quiet --csv " +
+        csv + " > /dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  kill(c.pid, SIGTERM);
+  int wstatus = 0;
+  waitpid(c.pid, &wstatus, 0);
+  close(c.out_fd);
+  std::ifstream in(csv);
+  std::string header, row1, row2;
+  std::getline(in, header);
+  std::getline(in, row1);
+  std::getline(in, row2);
+  EXPECT_EQ(header.substr(0, 9), "mode,mix,");
+  EXPECT_EQ(row1.substr(0, 13), "open,seed-40,");
+  EXPECT_EQ(row2.substr(0, 14), "closed,seed-0,");
+  std::ifstream jin(js);
+  std::string json((std::istreambuf_iterator<char>(jin)), {});
+  EXPECT_NE(json.find("\"throughput_rps\""), std::string::npos);
+  EXPECT_NE(json.find("\"errors\":0"), std::string::npos) << json;
+  std::filesystem::remove_all(dir);
 }

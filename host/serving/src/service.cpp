@@ -460,12 +460,13 @@ http_reply service::info_reply() const {
     label2id[label(i)] = i;
   }
   json backends = json::array();
-  int64_t max_tokens = 0, max_requests = 0;
+  int64_t max_tokens = 0, max_requests = 0, max_queued = 0;
   for (size_t i = 0; i < router_.num_backends(); ++i) {
     auto& b = router_.backend_batcher(i);
     auto bi = b.backend().info();
     max_tokens = std::max<int64_t>(max_tokens, b.config().token_budget);
     max_requests = std::max<int64_t>(max_requests, b.config().max_batch_size);
+    max_queued += static_cast<int64_t>(b.config().max_queue_requests);
     backends.push_back({{"name", bi.name},
                         {"kind", bi.kind},
                         {"healthy", b.backend().healthy()},
@@ -478,6 +479,7 @@ http_reply service::info_reply() const {
            {"model_sha", nullptr},
            {"model_dtype", "float32"},
            {"model_type", {{"classifier", {{"id2label", id2label}, {"label2id", label2id}}}}},
+           {"max_concurrent_requests", max_queued},
            {"max_input_length", info_.max_input_length},
            {"max_batch_tokens", max_tokens},
            {"max_batch_requests", max_requests},
