@@ -371,7 +371,7 @@ result<std::vector<float>> tile_group::fetch(uint32_t tile, const slice_ref& sli
 }
 
 result<run_result> tile_group::run(const batch_spec& spec) {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   auto t0 = steady::now();
   std::vector<uint32_t> parts = spec.tiles;
   if (parts.empty())
@@ -410,7 +410,22 @@ result<run_result> tile_group::run(const batch_spec& spec) {
       if (tiles_[p].failed && !done_.count({batch, p})) return true;
     return false;
   };
-  bool finished = pump_until([&] { return all_done() || any_failed(); }, t0 + cfg_.run_timeout);
+  // Wait, giving the socket up between short pumps so that runs of other replicas (other
+  // threads) can send and collect theirs.
+  bool finished = false;
+  const auto deadline = t0 + cfg_.run_timeout;
+  for (;;) {
+    if (all_done() || any_failed()) {
+      finished = true;
+      break;
+    }
+    if (steady::now() >= deadline) break;
+    pump_once(1ms);
+    check_liveness();
+    lk.unlock();
+    std::this_thread::yield();
+    lk.lock();
+  }
   auto cleanup = [&] {
     for (uint32_t p : parts) done_.erase({batch, p});
   };

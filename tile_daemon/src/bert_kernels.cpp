@@ -1,8 +1,149 @@
 // BERT's kernels for tile programs: thin adapters from tile tensors to models/kernels.hpp.
+//
+// Every kernel works on the rows of one micro-batch (params[0] = micro, params[1] = micros) of
+// the batch being run, so the unused tail of the token budget is never computed.
+//   embed             ids, types, word, position, type, gamma, beta -> x            fparams: eps
+//   linear            x, W [out,in], (bias) -> y                      params[2]: 0 none, 1 gelu
+//   attention         qkv [B, 3*h*d] -> ctx [B, h*d]                  params[2..3]: heads, head_dim
+//   bias_residual_ln  partial, bias, x, gamma, beta -> x              params[2..3]: part, parts; fparams: eps
+//   classifier        x, pooler_w, pooler_b, cls_w, cls_b -> logits [max_seqs, labels]
+#include <vector>
+
+#include "tessera/models/kernels.hpp"
 #include "tessera/tile/kernel_registry.hpp"
 
 namespace tessera::tile {
+namespace {
 
-void register_bert_kernels(kernel_registry& reg) {}
+struct micro_view {
+  int64_t r0 = 0, r1 = 0;          // rows
+  int64_t s0 = 0, s1 = 0;          // sequences
+  std::vector<int32_t> offsets;    // of sequences [s0, s1], rebased to r0
+};
+
+result<micro_view> micro_of(const kernel_args& a) {
+  if (a.params.size() < 2) return status::invalid("needs params [micro, micros, ...]");
+  if (!a.ctx.rows) return status::invalid("no batch rows in the kernel context");
+  const auto micro = static_cast<uint32_t>(a.params[0]), micros = static_cast<uint32_t>(a.params[1]);
+  if (micros == 0 || micro >= micros) return status::invalid("micro-batch index out of range");
+  micro_view v;
+  auto rows = a.ctx.rows->micro_rows(micro, micros);
+  auto seqs = a.ctx.rows->micro_seqs(micro, micros);
+  v.r0 = rows.begin, v.r1 = rows.end, v.s0 = seqs.begin, v.s1 = seqs.end;
+  for (int64_t s = v.s0; s <= v.s1 && !a.ctx.seq_offsets.empty(); ++s)
+    v.offsets.push_back(a.ctx.seq_offsets[static_cast<size_t>(s)] - static_cast<int32_t>(v.r0));
+  return v;
+}
+
+status need_rows(const tile_tensor& t, int64_t rows, int64_t width) {
+  if (t.desc.shape.size() != 2 || t.desc.shape[0] < rows || t.desc.shape[1] != width)
+    return status::invalid("tensor '" + t.desc.name + "' must be [>=" + std::to_string(rows) + ", " +
+                           std::to_string(width) + "]");
+  return status::ok();
+}
+
+status embed_kernel(const kernel_args& a) {
+  auto m = micro_of(a);
+  if (!m) return m.error();
+  if (m->r1 == m->r0) return status::ok();
+  if (a.fparams.empty()) return status::invalid("embed needs fparams [eps]");
+  auto& x = *a.outputs[0];
+  const int64_t hidden = x.desc.shape.size() == 2 ? x.desc.shape[1] : 0;
+  TESSERA_RETURN_IF_ERROR(need_rows(x, m->r1, hidden));
+  if (a.inputs[0]->elements() < static_cast<uint64_t>(m->r1)) return status::invalid("token ids shorter than the batch");
+  float* out = x.f32() + m->r0 * hidden;
+  models::embed(a.inputs[0]->i32() + m->r0, a.inputs[1]->i32() + m->r0, m->offsets.data(),
+                static_cast<int>(m->s1 - m->s0), a.inputs[2]->f32(), a.inputs[3]->f32(), a.inputs[4]->f32(), hidden, out);
+  models::layer_norm(out, m->r1 - m->r0, hidden, a.inputs[5]->f32(), a.inputs[6]->f32(), a.fparams[0], out);
+  return status::ok();
+}
+
+status linear_kernel(const kernel_args& a) {
+  auto m = micro_of(a);
+  if (!m) return m.error();
+  const auto& w = *a.inputs[1];
+  if (w.desc.shape.size() != 2) return status::invalid("weight must be [out, in]");
+  const int64_t out = w.desc.shape[0], in = w.desc.shape[1];
+  TESSERA_RETURN_IF_ERROR(need_rows(*a.inputs[0], m->r1, in));
+  TESSERA_RETURN_IF_ERROR(need_rows(*a.outputs[0], m->r1, out));
+  const float* bias = a.inputs.size() > 2 ? a.inputs[2]->f32() : nullptr;
+  if (bias && a.inputs[2]->elements() != static_cast<uint64_t>(out)) return status::invalid("bias length differs from out");
+  if (m->r1 == m->r0 || out == 0) return status::ok();
+  if (in == 0) {
+    // A lane that holds no heads or columns contributes only the bias (or nothing) to the sum.
+    float* y = a.outputs[0]->f32() + m->r0 * out;
+    for (int64_t r = 0; r < m->r1 - m->r0; ++r)
+      for (int64_t j = 0; j < out; ++j) y[r * out + j] = bias ? bias[j] : 0.f;
+    return status::ok();
+  }
+  const auto act = a.params.size() > 2 && a.params[2] == 1 ? models::activation::gelu_erf : models::activation::none;
+  models::linear(a.inputs[0]->f32() + m->r0 * in, m->r1 - m->r0, in, w.f32(), bias, out,
+                 a.outputs[0]->f32() + m->r0 * out, act);
+  return status::ok();
+}
+
+status attention_kernel(const kernel_args& a) {
+  auto m = micro_of(a);
+  if (!m) return m.error();
+  if (a.params.size() < 4) return status::invalid("attention needs params [micro, micros, heads, head_dim]");
+  const int heads = static_cast<int>(a.params[2]), head_dim = static_cast<int>(a.params[3]);
+  const int64_t width = int64_t{heads} * head_dim;
+  TESSERA_RETURN_IF_ERROR(need_rows(*a.inputs[0], m->r1, 3 * width));
+  TESSERA_RETURN_IF_ERROR(need_rows(*a.outputs[0], m->r1, width));
+  if (m->r1 == m->r0 || heads == 0) return status::ok();
+  const float* qkv = a.inputs[0]->f32() + m->r0 * 3 * width;
+  models::attention_packed({qkv, 3 * width}, {qkv + width, 3 * width}, {qkv + 2 * width, 3 * width}, m->offsets.data(),
+                           static_cast<int>(m->s1 - m->s0), heads, head_dim,
+                           {a.outputs[0]->f32() + m->r0 * width, width});
+  return status::ok();
+}
+
+status bias_residual_ln_kernel(const kernel_args& a) {
+  auto m = micro_of(a);
+  if (!m) return m.error();
+  if (a.params.size() < 4 || a.fparams.empty()) return status::invalid("needs params [micro, micros, part, parts], fparams [eps]");
+  auto part = exchange::token_partition(m->r1 - m->r0, static_cast<uint32_t>(a.params[2]), static_cast<uint32_t>(a.params[3]));
+  const int64_t r0 = m->r0 + part.begin, rows = part.end - part.begin;
+  auto& partial = *a.inputs[0];
+  auto& x = *a.outputs[0];
+  const int64_t hidden = x.desc.shape.size() == 2 ? x.desc.shape[1] : 0;
+  TESSERA_RETURN_IF_ERROR(need_rows(partial, m->r1, hidden));
+  TESSERA_RETURN_IF_ERROR(need_rows(x, m->r1, hidden));
+  if (rows == 0) return status::ok();
+  float* p = partial.f32() + r0 * hidden;
+  const float* bias = a.inputs[1]->f32();
+  for (int64_t r = 0; r < rows; ++r) models::add(p + r * hidden, bias, hidden, p + r * hidden);
+  float* xr = x.f32() + r0 * hidden;
+  models::add_layer_norm(p, xr, rows, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), a.fparams[0], xr);
+  return status::ok();
+}
+
+status classifier_kernel(const kernel_args& a) {
+  auto m = micro_of(a);
+  if (!m) return m.error();
+  auto& x = *a.inputs[0];
+  auto& logits = *a.outputs[0];
+  const int64_t hidden = x.desc.shape.size() == 2 ? x.desc.shape[1] : 0;
+  const int labels = logits.desc.shape.size() == 2 ? static_cast<int>(logits.desc.shape[1]) : 0;
+  if (logits.desc.shape.size() != 2 || logits.desc.shape[0] < m->s1)
+    return status::invalid("logits tensor holds fewer sequences than the batch (" + std::to_string(m->s1) + ")");
+  if (m->s1 == m->s0) return status::ok();
+  std::vector<int32_t> cls;
+  for (int64_t s = m->s0; s < m->s1; ++s) cls.push_back(a.ctx.seq_offsets[static_cast<size_t>(s)]);
+  models::pooler_classifier(x.f32(), hidden, cls.data(), static_cast<int>(cls.size()), hidden, a.inputs[1]->f32(),
+                            a.inputs[2]->f32(), a.inputs[3]->f32(), a.inputs[4]->f32(), labels,
+                            logits.f32() + m->s0 * labels);
+  return status::ok();
+}
+
+}  // namespace
+
+void register_bert_kernels(kernel_registry& reg) {
+  reg.add("embed", {7, 7, 1, 1}, embed_kernel);
+  reg.add("linear", {2, 3, 1, 1}, linear_kernel);
+  reg.add("attention", {1, 1, 1, 1}, attention_kernel);
+  reg.add("bias_residual_ln", {5, 5, 1, 1}, bias_residual_ln_kernel);
+  reg.add("classifier", {5, 5, 1, 1}, classifier_kernel);
+}
 
 }  // namespace tessera::tile

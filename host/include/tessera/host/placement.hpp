@@ -1,0 +1,149 @@
+// tessera/host/placement.hpp: compiles BERT onto N tiles as static bulk-synchronous programs.
+//
+// A plan is replicas x pipeline stages x tensor-parallel width (R x S x W = N). Tile
+// r*S*W + s*W + w is replica r, stage s, lane w. Within a stage, lane w holds attention heads
+// [h0, h1) and FFN columns [f0, f1) of each of the stage's layers (Megatron-style: QKV and FFN-in
+// split by output, attention-out and FFN-out split by input), so each sub-layer ends in a
+// partial sum that the exchange reduces: a reduce-scatter by token rows, bias + residual +
+// LayerNorm on the tile's own rows, then an all-gather. Stages hand the hidden state of a
+// micro-batch to the next stage; with M micro-batches, stage s works on micro-batch c - s in
+// pipeline clock c, so stages overlap. The program is shaped for a token budget T (as on the
+// emulated hardware) but every kernel and slice follows the real tokens of the batch.
+//
+// Placement knows nothing of sockets: it produces programs, tensor shards and a memory plan.
+//
+//   auto cfg = models::preset_config("bert-base");
+//   placement_request req{.tiles = 8, .tile_memory = 512 << 20, .token_budget = 4096};
+//   auto compiled = compile_bert(*cfg, req);            // automatic plan, or req.plan = {2, 1, 4}
+//   if (!compiled) std::cerr << compiled.error().message();   // includes the memory table
+//   std::cout << compiled->describe();
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/common/status.hpp"
+#include "tessera/exchange/protocol.hpp"
+#include "tessera/models/config.hpp"
+#include "tessera/models/weights.hpp"
+
+namespace tessera::host {
+
+struct plan {
+  int replicas = 1;
+  int stages = 1;
+  int width = 1;
+  int micro_batches = 1;  ///< per batch; > 1 only matters with stages > 1
+  int tiles() const { return replicas * stages * width; }
+  std::string to_string() const;  ///< "R=2 S=1 W=4 M=1"
+};
+/// Parses "R,S,W" or "R,S,W,M".
+result<plan> parse_plan(const std::string& text);
+
+/// What the cost model assumes about the machine the tiles run on.
+struct machine_model {
+  double tile_flops = 60e9;          ///< fp32 FLOP/s of one tile with a core to itself
+  int cores = 2;                     ///< tiles beyond this many share cores
+  double link_bytes_per_s = 2e9;     ///< exchange bandwidth per tile
+  double sync_seconds = 150e-6;      ///< one superstep barrier
+  double message_seconds = 30e-6;    ///< fixed cost of one exchange message
+  /// This machine: cores from the OS, the rest as measured here (see docs/placement.md).
+  static machine_model this_machine();
+};
+
+struct placement_request {
+  int tiles = 1;
+  uint64_t tile_memory = 256ull << 20;
+  int token_budget = 4096;  ///< tokens per packed batch
+  int max_sequences = 0;    ///< sequences per batch; 0 = token_budget / 8
+  std::optional<plan> forced;  ///< --plan; else the cheapest plan that fits
+  machine_model machine = machine_model::this_machine();
+};
+
+/// One row of a tile's memory plan.
+struct memory_item {
+  std::string name;
+  std::string kind;  ///< "weights", "activations", "exchange"
+  uint64_t bytes = 0;  ///< as the tile arena will hold it (rounded to its alignment)
+};
+
+struct tile_plan {
+  uint32_t tile = 0;
+  int replica = 0, stage = 0, lane = 0;
+  int layer_begin = 0, layer_end = 0;
+  int head_begin = 0, head_end = 0;
+  int ffn_begin = 0, ffn_end = 0;
+  std::vector<memory_item> memory;
+  uint64_t total_bytes() const;
+  uint64_t bytes_of(const std::string& kind) const;
+};
+
+/// How a shard is cut from the model's (Hugging Face layout) weights.
+enum class shard_kind {
+  whole,       ///< the tensor `source` as it is
+  qkv_w,       ///< rows [begin, end) * head_dim of query, key and value weights, stacked
+  qkv_b,       ///< the same of their biases
+  columns,     ///< columns [begin, end) of `source` ([out, in] -> [out, end - begin])
+  rows,        ///< rows [begin, end) of `source`
+};
+
+/// A weight shard to stream to one tile: which tensor id, and how to cut it from the model.
+struct weight_shard {
+  uint32_t tile = 0;
+  exchange::tensor_desc desc;
+  shard_kind kind = shard_kind::whole;
+  std::string source;          ///< HF tensor name (for qkv: the layer prefix "encoder.layer.N.")
+  int begin = 0, end = 0;      ///< head range (qkv) or row / column range
+};
+
+/// The shard's data, desc.elements() floats, cut from the model's weights.
+result<std::vector<float>> materialize(const models::bert_weights& w, const models::bert_config& cfg,
+                                       const weight_shard& shard);
+
+struct compiled_model {
+  models::bert_config config;
+  plan chosen;
+  int token_budget = 0;
+  int max_sequences = 0;
+  std::vector<tile_plan> tiles;
+  /// Per replica: tile id -> program.
+  std::vector<std::map<uint32_t, exchange::program>> programs;
+  std::vector<weight_shard> shards;
+  double estimated_batch_seconds = 0;   ///< the cost model's time for one full batch on a replica
+  std::vector<std::pair<plan, double>> candidates;  ///< plans that fit, with estimated tokens/s
+  uint32_t program_id = 1;
+
+  /// Tiles of replica r, stage s (lanes in order).
+  std::vector<uint32_t> stage_tiles(int replica, int stage) const;
+  /// The tile that computes the logits of replica r.
+  uint32_t output_tile(int replica) const;
+  /// Supersteps one batch takes.
+  int supersteps() const;
+  /// The plan, the per-tile memory table and the cost estimate, for people.
+  std::string describe() const;
+};
+
+/// Tensor ids in tile memory (the same on every tile that holds the tensor).
+namespace tensor_ids {
+inline constexpr uint32_t token_ids = 1, token_types = 2, hidden = 3, qkv = 4, context = 5, partial = 6, ffn = 7,
+                          logits = 8, exchange_buffer = 9;
+inline constexpr uint32_t word = 20, position = 21, token_type = 22, emb_gamma = 23, emb_beta = 24;
+inline constexpr uint32_t pooler_w = 30, pooler_b = 31, cls_w = 32, cls_b = 33;
+/// Per-layer weights: layer_base + 16 * layer + one of the offsets below.
+inline constexpr uint32_t layer_base = 100;
+inline constexpr uint32_t qkv_w = 0, qkv_b = 1, attn_out_w = 2, attn_out_b = 3, attn_gamma = 4, attn_beta = 5,
+                          ffn_in_w = 6, ffn_in_b = 7, ffn_out_w = 8, ffn_out_b = 9, out_gamma = 10, out_beta = 11;
+inline uint32_t layer(int l, uint32_t what) { return layer_base + 16 * static_cast<uint32_t>(l) + what; }
+}  // namespace tensor_ids
+
+/// Compiles; fails before anything is sent when a tile would not fit, with the per-tile table
+/// and the smallest tile count or per-tile memory that would fit.
+result<compiled_model> compile_bert(const models::bert_config& cfg, const placement_request& req);
+
+/// The cost model's estimate of one batch of `tokens` tokens on one replica of `p`.
+double estimate_batch_seconds(const models::bert_config& cfg, const plan& p, int tokens, const machine_model& m);
+
+}  // namespace tessera::host

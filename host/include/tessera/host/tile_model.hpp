@@ -1,0 +1,52 @@
+// tessera/host/tile_model.hpp: a compiled BERT deployed on a tile group.
+//
+// deploy() streams each tile only its shards (one tile's shards materialised at a time, so the
+// host never holds a second copy of the model) and loads the programs; run() sends a packed
+// batch's token ids to the first stage of a replica, runs the static program, and returns the
+// logits with the run's counters. Replicas run concurrently from different threads.
+//
+//   auto compiled = compile_bert(model.config, req);
+//   auto deployed = tile_model::deploy(group, *compiled, model, print_progress);
+//   auto out = (*deployed)->run(/*replica=*/0, batch);   // out->logits: [num_seqs, num_labels]
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "tessera/host/placement.hpp"
+#include "tessera/host/tile_group.hpp"
+#include "tessera/models/batch.hpp"
+#include "tessera/models/model.hpp"
+
+namespace tessera::host {
+
+struct tile_batch_result {
+  std::vector<float> logits;       ///< [num_seqs, num_labels]
+  double wall_seconds = 0;
+  int64_t supersteps = 0;
+  uint64_t bytes_exchanged = 0;    ///< sent by all tiles of the replica
+  /// Per tile: memory high-water reported by the tile after the run.
+  std::map<uint32_t, uint64_t> memory_high_water;
+  std::map<uint32_t, std::vector<exchange::superstep_counters>> counters;
+};
+
+class tile_model {
+ public:
+  /// progress(bytes sent, total bytes) while weights stream.
+  static result<std::unique_ptr<tile_model>> deploy(tile_group& group, compiled_model compiled,
+                                                    const models::bert_model& model,
+                                                    const std::function<void(uint64_t, uint64_t)>& progress = {});
+  /// Runs one packed batch on `replica`. Fails (invalid_argument) if the batch exceeds the token
+  /// budget or the sequence limit, or with the tile group's status if a tile fails.
+  result<tile_batch_result> run(int replica, const models::packed_batch& batch);
+
+  const compiled_model& compiled() const { return compiled_; }
+  tile_group& group() { return group_; }
+
+ private:
+  tile_model(tile_group& g, compiled_model c) : group_(g), compiled_(std::move(c)) {}
+  tile_group& group_;
+  compiled_model compiled_;
+};
+
+}  // namespace tessera::host

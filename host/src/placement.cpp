@@ -1,0 +1,511 @@
+#include "tessera/host/placement.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <thread>
+
+#include "tessera/tile/tile_memory.hpp"
+
+namespace tessera::host {
+
+using namespace tessera::exchange;
+namespace ids = tensor_ids;
+
+std::string plan::to_string() const {
+  return "R=" + std::to_string(replicas) + " S=" + std::to_string(stages) + " W=" + std::to_string(width) +
+         " M=" + std::to_string(micro_batches);
+}
+
+result<plan> parse_plan(const std::string& text) {
+  std::vector<int> v;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      int x = std::stoi(item, &used);
+      if (used != item.size() || x <= 0) throw std::invalid_argument("bad");
+      v.push_back(x);
+    } catch (const std::exception&) {
+      v.clear();
+      break;
+    }
+  }
+  if (v.size() != 3 && v.size() != 4)
+    return status::invalid("--plan '" + text + "' is not R,S,W or R,S,W,M with positive integers (e.g. 2,1,4)");
+  plan p{v[0], v[1], v[2], v.size() == 4 ? v[3] : (v[1] > 1 ? 2 * v[1] : 1)};
+  return p;
+}
+
+machine_model machine_model::this_machine() {
+  machine_model m;
+  m.cores = std::max(1u, std::thread::hardware_concurrency());
+  return m;
+}
+
+uint64_t tile_plan::total_bytes() const {
+  uint64_t n = 0;
+  for (const auto& i : memory) n += i.bytes;
+  return n;
+}
+
+uint64_t tile_plan::bytes_of(const std::string& kind) const {
+  uint64_t n = 0;
+  for (const auto& i : memory)
+    if (i.kind == kind) n += i.bytes;
+  return n;
+}
+
+std::vector<uint32_t> compiled_model::stage_tiles(int replica, int stage) const {
+  std::vector<uint32_t> v;
+  for (int w = 0; w < chosen.width; ++w)
+    v.push_back(static_cast<uint32_t>((replica * chosen.stages + stage) * chosen.width + w));
+  return v;
+}
+
+uint32_t compiled_model::output_tile(int replica) const { return stage_tiles(replica, chosen.stages - 1)[0]; }
+
+int compiled_model::supersteps() const { return programs.empty() ? 0 : static_cast<int>(programs[0].begin()->second.steps.size()); }
+
+namespace {
+
+uint64_t arena_bytes(uint64_t bytes) {
+  const uint64_t a = tile::tile_memory::alignment;
+  return std::max<uint64_t>(a, (bytes + a - 1) / a * a);
+}
+
+struct layout {
+  const models::bert_config& cfg;
+  plan p;
+  int budget;
+  int max_seqs;
+  int hd() const { return cfg.head_dim(); }
+  row_range layers_of(int stage) const { return token_partition(cfg.num_layers, stage, p.stages); }
+  row_range heads_of(int lane) const { return token_partition(cfg.num_heads, lane, p.width); }
+  row_range ffn_of(int lane) const { return token_partition(cfg.intermediate_size, lane, p.width); }
+  uint32_t tile_of(int r, int s, int w) const { return static_cast<uint32_t>((r * p.stages + s) * p.width + w); }
+};
+
+tensor_desc f32(uint32_t id, std::string name, std::vector<int64_t> shape) { return {id, std::move(name), dtype::f32, std::move(shape)}; }
+
+// Everything one tile holds: weights (as shards) and activations (as program temporaries).
+void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards, std::vector<tensor_desc>& temps) {
+  const int64_t H = L.cfg.hidden_size, T = L.budget;
+  auto heads = L.heads_of(t.lane);
+  auto ffn = L.ffn_of(t.lane);
+  auto layers = L.layers_of(t.stage);
+  t.layer_begin = static_cast<int>(layers.begin), t.layer_end = static_cast<int>(layers.end);
+  t.head_begin = static_cast<int>(heads.begin), t.head_end = static_cast<int>(heads.end);
+  t.ffn_begin = static_cast<int>(ffn.begin), t.ffn_end = static_cast<int>(ffn.end);
+  const int64_t hw = (heads.end - heads.begin) * L.hd(), fw = ffn.end - ffn.begin;
+  auto weight = [&](tensor_desc d, shard_kind kind, std::string source, int b = 0, int e = 0) {
+    t.memory.push_back({d.name, "weights", arena_bytes(d.bytes())});
+    shards.push_back({t.tile, std::move(d), kind, std::move(source), b, e});
+  };
+  auto act = [&](tensor_desc d, const char* kind = "activations") {
+    t.memory.push_back({d.name, kind, arena_bytes(d.bytes())});
+    temps.push_back(std::move(d));
+  };
+  const bool first = t.stage == 0, last = t.stage == L.p.stages - 1;
+  if (first) {
+    weight(f32(ids::word, "word_embeddings", {L.cfg.vocab_size, H}), shard_kind::whole, "embeddings.word_embeddings.weight");
+    weight(f32(ids::position, "position_embeddings", {L.cfg.max_position_embeddings, H}), shard_kind::whole,
+           "embeddings.position_embeddings.weight");
+    weight(f32(ids::token_type, "token_type_embeddings", {L.cfg.type_vocab_size, H}), shard_kind::whole,
+           "embeddings.token_type_embeddings.weight");
+    weight(f32(ids::emb_gamma, "embeddings.ln.gamma", {H}), shard_kind::whole, "embeddings.LayerNorm.weight");
+    weight(f32(ids::emb_beta, "embeddings.ln.beta", {H}), shard_kind::whole, "embeddings.LayerNorm.bias");
+  }
+  for (int l = t.layer_begin; l < t.layer_end; ++l) {
+    const std::string pre = "encoder.layer." + std::to_string(l) + ".";
+    const std::string tag = "L" + std::to_string(l) + ".";
+    weight(f32(ids::layer(l, ids::qkv_w), tag + "qkv.w", {3 * hw, H}), shard_kind::qkv_w, pre, t.head_begin, t.head_end);
+    weight(f32(ids::layer(l, ids::qkv_b), tag + "qkv.b", {3 * hw}), shard_kind::qkv_b, pre, t.head_begin, t.head_end);
+    weight(f32(ids::layer(l, ids::attn_out_w), tag + "attn_out.w", {H, hw}), shard_kind::columns,
+           pre + "attention.output.dense.weight", t.head_begin * L.hd(), t.head_end * L.hd());
+    weight(f32(ids::layer(l, ids::attn_out_b), tag + "attn_out.b", {H}), shard_kind::whole, pre + "attention.output.dense.bias");
+    weight(f32(ids::layer(l, ids::attn_gamma), tag + "attn_ln.gamma", {H}), shard_kind::whole, pre + "attention.output.LayerNorm.weight");
+    weight(f32(ids::layer(l, ids::attn_beta), tag + "attn_ln.beta", {H}), shard_kind::whole, pre + "attention.output.LayerNorm.bias");
+    weight(f32(ids::layer(l, ids::ffn_in_w), tag + "ffn_in.w", {fw, H}), shard_kind::rows, pre + "intermediate.dense.weight",
+           t.ffn_begin, t.ffn_end);
+    weight(f32(ids::layer(l, ids::ffn_in_b), tag + "ffn_in.b", {fw}), shard_kind::rows, pre + "intermediate.dense.bias",
+           t.ffn_begin, t.ffn_end);
+    weight(f32(ids::layer(l, ids::ffn_out_w), tag + "ffn_out.w", {H, fw}), shard_kind::columns, pre + "output.dense.weight",
+           t.ffn_begin, t.ffn_end);
+    weight(f32(ids::layer(l, ids::ffn_out_b), tag + "ffn_out.b", {H}), shard_kind::whole, pre + "output.dense.bias");
+    weight(f32(ids::layer(l, ids::out_gamma), tag + "out_ln.gamma", {H}), shard_kind::whole, pre + "output.LayerNorm.weight");
+    weight(f32(ids::layer(l, ids::out_beta), tag + "out_ln.beta", {H}), shard_kind::whole, pre + "output.LayerNorm.bias");
+  }
+  const bool head_tile = last && t.lane == 0;
+  if (head_tile) {
+    weight(f32(ids::pooler_w, "pooler.w", {H, H}), shard_kind::whole, "pooler.dense.weight");
+    weight(f32(ids::pooler_b, "pooler.b", {H}), shard_kind::whole, "pooler.dense.bias");
+    weight(f32(ids::cls_w, "classifier.w", {L.cfg.num_labels, H}), shard_kind::whole, "classifier.weight");
+    weight(f32(ids::cls_b, "classifier.b", {L.cfg.num_labels}), shard_kind::whole, "classifier.bias");
+  }
+  // Activations at the token budget.
+  if (first) {
+    act({ids::token_ids, "token_ids", dtype::i32, {T}});
+    act({ids::token_types, "token_types", dtype::i32, {T}});
+  }
+  act(f32(ids::hidden, "hidden", {T, H}));
+  if (t.layer_end > t.layer_begin) {
+    act(f32(ids::qkv, "qkv", {T, 3 * hw}));
+    act(f32(ids::context, "context", {T, hw}));
+    act(f32(ids::partial, "partial_sum", {T, H}));
+    act(f32(ids::ffn, "ffn", {T, fw}));
+  }
+  if (head_tile) act(f32(ids::logits, "logits", {L.max_seqs, L.cfg.num_labels}));
+  // Exchange: the most this tile receives in one superstep (reduce-scatter / all-gather parts
+  // of the stage, or a whole micro-batch from the previous stage), reserved in tile memory as
+  // the emulated hardware would.
+  const int64_t W = L.p.width;
+  int64_t part_rows = (T + W - 1) / W;
+  int64_t inbound = (W - 1) * part_rows * H;
+  if (t.stage > 0) inbound = std::max<int64_t>(inbound, T * H);
+  if (inbound > 0) act(f32(ids::exchange_buffer, "exchange_buffer", {inbound}), "exchange");
+}
+
+// Builds one replica's programs: sends and their matching receives land in the same superstep.
+struct program_builder {
+  const layout& L;
+  int replica;
+  std::map<uint32_t, program> progs;
+  uint32_t next_tag = 1;
+
+  superstep& step(uint32_t tile, size_t index) {
+    auto& p = progs[tile];
+    if (p.steps.size() <= index) p.steps.resize(index + 1);
+    return p.steps[index];
+  }
+  void connect(uint32_t from, uint32_t to, size_t index, slice_ref src, slice_ref dst, bool accumulate) {
+    const uint32_t tag = next_tag++;
+    step(from, index).sends.push_back({to, tag, src});
+    step(to, index).recvs.push_back({from, tag, dst, accumulate});
+  }
+};
+
+slice_ref part_of(uint32_t id, int64_t width, int part, int parts, int micro, int micros) {
+  return {id, slice_kind::token_part, 0, static_cast<uint64_t>(width), static_cast<uint32_t>(part),
+          static_cast<uint32_t>(parts), static_cast<uint32_t>(micro), static_cast<uint32_t>(micros)};
+}
+
+std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vector<tile_plan>& plans,
+                                          const std::vector<std::vector<tensor_desc>>& temps) {
+  program_builder b{L, r, {}};
+  const int S = L.p.stages, W = L.p.width, M = L.p.micro_batches;
+  const int64_t H = L.cfg.hidden_size;
+  int max_layers = 0;
+  for (int s = 0; s < S; ++s) {
+    auto lr = L.layers_of(s);
+    max_layers = std::max<int>(max_layers, static_cast<int>(lr.end - lr.begin));
+  }
+  const int K = 4 * max_layers + 1;  // supersteps per pipeline clock
+  const int clocks = M + S - 1;
+  const float eps = L.cfg.layer_norm_eps;
+  std::vector<uint32_t> members;
+  for (int s = 0; s < S; ++s)
+    for (int w = 0; w < W; ++w) members.push_back(L.tile_of(r, s, w));
+  for (uint32_t t : members) {
+    auto& p = b.progs[t];
+    p.id = 1;
+    p.tiles = members;
+    p.temporaries = temps[t];
+    p.steps.resize(static_cast<size_t>(clocks * K));
+  }
+  auto mp = [&](int m) { return std::vector<int64_t>{m, M}; };
+  for (int c = 0; c < clocks; ++c) {
+    for (int s = 0; s < S; ++s) {
+      const int m = c - s;
+      if (m < 0 || m >= M) continue;
+      auto lr = L.layers_of(s);
+      for (int w = 0; w < W; ++w) {
+        const uint32_t t = L.tile_of(r, s, w);
+        const tile_plan& tp = plans[t];
+        const int heads = tp.head_end - tp.head_begin;
+        auto stage_lanes = [&](auto&& fn) {
+          for (int q = 0; q < W; ++q)
+            if (q != w) fn(q, L.tile_of(r, s, q));
+        };
+        for (int l = static_cast<int>(lr.begin); l < lr.end; ++l) {
+          const size_t base = static_cast<size_t>(c * K + 4 * (l - lr.begin));
+          auto& a = b.step(t, base).compute;
+          if (s == 0 && l == lr.begin)
+            a.push_back({"embed", {ids::token_ids, ids::token_types, ids::word, ids::position, ids::token_type,
+                                   ids::emb_gamma, ids::emb_beta}, {ids::hidden}, mp(m), {eps}});
+          a.push_back({"linear", {ids::hidden, ids::layer(l, ids::qkv_w), ids::layer(l, ids::qkv_b)}, {ids::qkv}, mp(m), {}});
+          a.push_back({"attention", {ids::qkv}, {ids::context}, {m, M, heads, L.hd()}, {}});
+          a.push_back({"linear", {ids::context, ids::layer(l, ids::attn_out_w)}, {ids::partial}, mp(m), {}});
+          b.step(t, base + 1).compute.push_back({"bias_residual_ln",
+              {ids::partial, ids::layer(l, ids::attn_out_b), ids::hidden, ids::layer(l, ids::attn_gamma), ids::layer(l, ids::attn_beta)},
+              {ids::hidden}, {m, M, w, W}, {eps}});
+          auto& f = b.step(t, base + 2).compute;
+          f.push_back({"linear", {ids::hidden, ids::layer(l, ids::ffn_in_w), ids::layer(l, ids::ffn_in_b)}, {ids::ffn}, {m, M, 1}, {}});
+          f.push_back({"linear", {ids::ffn, ids::layer(l, ids::ffn_out_w)}, {ids::partial}, mp(m), {}});
+          b.step(t, base + 3).compute.push_back({"bias_residual_ln",
+              {ids::partial, ids::layer(l, ids::ffn_out_b), ids::hidden, ids::layer(l, ids::out_gamma), ids::layer(l, ids::out_beta)},
+              {ids::hidden}, {m, M, w, W}, {eps}});
+          // Reduce-scatter the partial sums by token rows; all-gather the normalised rows.
+          for (size_t sub : {size_t{0}, size_t{2}}) {
+            stage_lanes([&](int q, uint32_t peer) {
+              b.connect(t, peer, base + sub, part_of(ids::partial, H, q, W, m, M), part_of(ids::partial, H, q, W, m, M), true);
+            });
+            stage_lanes([&](int q, uint32_t peer) {
+              b.connect(t, peer, base + sub + 1, part_of(ids::hidden, H, w, W, m, M), part_of(ids::hidden, H, w, W, m, M), false);
+            });
+          }
+          // The stage's last layer hands its rows of the micro-batch to every lane of the next stage.
+          if (l == lr.end - 1 && s + 1 < S)
+            for (int q = 0; q < W; ++q)
+              b.connect(t, L.tile_of(r, s + 1, q), base + 3, part_of(ids::hidden, H, w, W, m, M),
+                        part_of(ids::hidden, H, w, W, m, M), false);
+        }
+        if (s == S - 1 && w == 0)
+          b.step(t, static_cast<size_t>(c * K + K - 1)).compute.push_back(
+              {"classifier", {ids::hidden, ids::pooler_w, ids::pooler_b, ids::cls_w, ids::cls_b}, {ids::logits}, mp(m), {}});
+      }
+    }
+  }
+  // A superstep synchronises only where some tile of the replica exchanges in it; the flag must
+  // be the same on every tile (they all take part in the barrier).
+  const size_t steps = static_cast<size_t>(clocks * K);
+  for (size_t i = 0; i < steps; ++i) {
+    bool any = false;
+    for (uint32_t t : members) any |= !b.progs[t].steps[i].sends.empty() || !b.progs[t].steps[i].recvs.empty();
+    for (uint32_t t : members) b.progs[t].steps[i].sync = any;
+  }
+  return b.progs;
+}
+
+std::string memory_table(const std::vector<tile_plan>& tiles, uint64_t cap) {
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-5s %-3s %-3s %-3s %-8s %-8s %-12s %12s %12s %12s %12s %s\n", "tile", "rep", "stg",
+                "ln", "layers", "heads", "ffn_cols", "weights", "activations", "exchange", "total", "fits");
+  os << line;
+  for (const auto& t : tiles) {
+    std::snprintf(line, sizeof line, "%-5u %-3d %-3d %-3d %-8s %-8s %-12s %12s %12s %12s %12s %s\n", t.tile, t.replica,
+                  t.stage, t.lane, (std::to_string(t.layer_begin) + "-" + std::to_string(t.layer_end)).c_str(),
+                  (std::to_string(t.head_begin) + "-" + std::to_string(t.head_end)).c_str(),
+                  (std::to_string(t.ffn_begin) + "-" + std::to_string(t.ffn_end)).c_str(),
+                  tile::format_bytes(t.bytes_of("weights")).c_str(), tile::format_bytes(t.bytes_of("activations")).c_str(),
+                  tile::format_bytes(t.bytes_of("exchange")).c_str(), tile::format_bytes(t.total_bytes()).c_str(),
+                  t.total_bytes() <= cap ? "yes" : "NO");
+    os << line;
+  }
+  return os.str();
+}
+
+struct layout_result {
+  std::vector<tile_plan> tiles;
+  std::vector<weight_shard> shards;
+  std::vector<std::vector<tensor_desc>> temps;
+  uint64_t max_bytes = 0;
+};
+
+layout_result lay_out(const layout& L) {
+  layout_result out;
+  const int n = L.p.tiles();
+  out.tiles.resize(static_cast<size_t>(n));
+  out.temps.resize(static_cast<size_t>(n));
+  for (int r = 0; r < L.p.replicas; ++r)
+    for (int s = 0; s < L.p.stages; ++s)
+      for (int w = 0; w < L.p.width; ++w) {
+        uint32_t id = L.tile_of(r, s, w);
+        tile_plan& t = out.tiles[id];
+        t.tile = id, t.replica = r, t.stage = s, t.lane = w;
+        plan_tile(L, t, out.shards, out.temps[id]);
+        out.max_bytes = std::max(out.max_bytes, t.total_bytes());
+      }
+  return out;
+}
+
+std::vector<plan> plans_for(const models::bert_config& cfg, int n) {
+  std::vector<plan> v;
+  for (int r = 1; r <= n; ++r) {
+    if (n % r) continue;
+    for (int s = 1; s <= n / r; ++s) {
+      if ((n / r) % s || s > cfg.num_layers) continue;
+      const int w = n / r / s;
+      if (w > cfg.num_heads) continue;
+      if (s == 1) v.push_back({r, s, w, 1});
+      else
+        for (int m : {s, 2 * s}) v.push_back({r, s, w, m});
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+double estimate_batch_seconds(const models::bert_config& cfg, const plan& p, int tokens, const machine_model& mm) {
+  const double H = cfg.hidden_size, F = cfg.intermediate_size, W = p.width, M = p.micro_batches;
+  const double n = p.tiles();
+  const double rate = mm.tile_flops * std::min(1.0, mm.cores / n);  // tiles beyond the cores share them
+  const double micro_tokens = tokens / M;
+  const double avg_len = 128;  // attention cost per token grows with the sequence length
+  const double layer_flops = micro_tokens * (2 * H * (4 * H + 2 * F) + 4 * avg_len * H);
+  const double layers = std::ceil(double(cfg.num_layers) / p.stages);
+  double step = layers * layer_flops / W / rate;
+  if (p.width > 1) {
+    const double bytes = 2 * 2 * (W - 1) / W * micro_tokens * H * 4;  // two all-reduces a layer
+    step += layers * (bytes / mm.link_bytes_per_s + 4 * (W - 1) * mm.message_seconds + 4 * mm.sync_seconds);
+  }
+  if (p.stages > 1) step += micro_tokens * H * 4 / mm.link_bytes_per_s + mm.sync_seconds;
+  const double embed_classifier = micro_tokens * H * 20 / rate;
+  return (M + p.stages - 1) * step + embed_classifier * M;
+}
+
+result<std::vector<float>> materialize(const models::bert_weights& w, const models::bert_config& cfg, const weight_shard& sh) {
+  std::vector<float> out(sh.desc.elements());
+  auto get = [&](const std::string& name) { return w.tensor(name); };
+  switch (sh.kind) {
+    case shard_kind::whole: {
+      auto t = get(sh.source);
+      if (!t) return t.error();
+      if (static_cast<uint64_t>(t->numel()) != out.size())
+        return status::invalid("tensor " + sh.source + " has " + std::to_string(t->numel()) + " values, the shard expects " +
+                               std::to_string(out.size()));
+      std::copy(t->data, t->data + out.size(), out.begin());
+      break;
+    }
+    case shard_kind::qkv_w:
+    case shard_kind::qkv_b: {
+      const int64_t hd = cfg.head_dim(), H = cfg.hidden_size;
+      const int64_t rows = (sh.end - sh.begin) * hd;
+      const bool is_w = sh.kind == shard_kind::qkv_w;
+      size_t at = 0;
+      for (const char* which : {"query", "key", "value"}) {
+        auto t = get(sh.source + "attention.self." + which + (is_w ? ".weight" : ".bias"));
+        if (!t) return t.error();
+        const int64_t width = is_w ? H : 1;
+        const float* src = t->data + sh.begin * hd * width;
+        std::copy(src, src + rows * width, out.begin() + static_cast<int64_t>(at));
+        at += static_cast<size_t>(rows * width);
+      }
+      break;
+    }
+    case shard_kind::rows: {
+      auto t = get(sh.source);
+      if (!t) return t.error();
+      const int64_t width = t->shape.size() == 2 ? t->shape[1] : 1;
+      std::copy(t->data + sh.begin * width, t->data + sh.end * width, out.begin());
+      break;
+    }
+    case shard_kind::columns: {
+      auto t = get(sh.source);
+      if (!t) return t.error();
+      const int64_t rows = t->shape[0], cols = t->shape[1], w = sh.end - sh.begin;
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy(t->data + r * cols + sh.begin, t->data + r * cols + sh.end, out.begin() + r * w);
+      break;
+    }
+  }
+  return out;
+}
+
+result<compiled_model> compile_bert(const models::bert_config& cfg, const placement_request& req) {
+  TESSERA_RETURN_IF_ERROR(cfg.validate());
+  if (req.tiles <= 0) return status::invalid("--tiles must be positive");
+  if (req.token_budget < 1)
+    return status::invalid("--token-budget must be positive");
+  if (req.token_budget < cfg.max_position_embeddings)
+    return status::invalid("--token-budget " + std::to_string(req.token_budget) + " is below the longest sequence (" +
+                           std::to_string(cfg.max_position_embeddings) + " tokens); raise it");
+  const int max_seqs = req.max_sequences > 0 ? req.max_sequences : std::max(1, req.token_budget / 8);
+  std::vector<plan> candidates;
+  if (req.forced) {
+    const plan& f = *req.forced;
+    if (f.tiles() != req.tiles)
+      return status::invalid("--plan " + f.to_string() + " uses " + std::to_string(f.tiles()) + " tiles, but --tiles is " +
+                             std::to_string(req.tiles) + "; R x S x W must equal the tile count");
+    if (f.stages > cfg.num_layers)
+      return status::invalid("--plan has " + std::to_string(f.stages) + " stages but the model has only " +
+                             std::to_string(cfg.num_layers) + " layers");
+    if (f.micro_batches < 1) return status::invalid("--plan needs at least one micro-batch");
+    candidates.push_back(f);
+  } else {
+    candidates = plans_for(cfg, req.tiles);
+    if (candidates.empty()) return status::invalid("no plan fits " + std::to_string(req.tiles) + " tiles");
+  }
+
+  compiled_model best;
+  double best_rate = -1;
+  std::string smallest_table;
+  uint64_t smallest_need = UINT64_MAX;
+  for (const plan& p : candidates) {
+    layout L{cfg, p, req.token_budget, max_seqs};
+    layout_result lr = lay_out(L);
+    const double secs = estimate_batch_seconds(cfg, p, req.token_budget, req.machine);
+    const double rate = p.replicas * req.token_budget / secs;
+    if (lr.max_bytes > req.tile_memory) {
+      if (lr.max_bytes < smallest_need) {
+        smallest_need = lr.max_bytes;
+        smallest_table = "plan " + p.to_string() + ":\n" + memory_table(lr.tiles, req.tile_memory);
+      }
+      continue;
+    }
+    best.candidates.push_back({p, rate});
+    // Prefer throughput; among near-equal plans (within 2%) the one with fewer replicas
+    // (lower latency per batch).
+    if (best_rate < 0 || rate > best_rate * 1.02) {
+      best.chosen = p;
+      best_rate = rate;
+      best.tiles = std::move(lr.tiles);
+      best.shards = std::move(lr.shards);
+      best.estimated_batch_seconds = secs;
+      best.programs.clear();
+      for (int r = 0; r < p.replicas; ++r) best.programs.push_back(build_replica(L, r, best.tiles, lr.temps));
+    }
+  }
+  if (best_rate < 0) {
+    // Suggest what would fit: the smallest tile count (same memory) and the memory (same count).
+    // Replicas never reduce a tile's share, and more than layers x heads tiles per replica
+    // cannot split the model further, so the search stops there.
+    std::string more_tiles = "no tile count fits with this memory (the parts that are not split, such as the "
+                             "embedding tables, need more)";
+    const int most = cfg.num_layers * cfg.num_heads;
+    for (int n = req.tiles + 1; n <= most; ++n) {
+      bool fits = false;
+      for (const plan& p : plans_for(cfg, n)) {
+        if (p.replicas != 1) continue;
+        layout L{cfg, p, req.token_budget, max_seqs};
+        if (lay_out(L).max_bytes <= req.tile_memory) {
+          more_tiles = "--tiles " + std::to_string(n) + " (plan " + p.to_string() + ")";
+          fits = true;
+          break;
+        }
+      }
+      if (fits) break;
+    }
+    return status::out_of_memory("the model does not fit: the best plan needs " + tile::format_bytes(smallest_need) +
+                                 " on its fullest tile, tiles have " + tile::format_bytes(req.tile_memory) +
+                                 ". Smallest fix: --tile-memory " + std::to_string(smallest_need) + " (" +
+                                 tile::format_bytes(smallest_need) + "), or " + more_tiles +
+                                 ", or a smaller --token-budget.\n" + smallest_table);
+  }
+  best.config = cfg;
+  best.token_budget = req.token_budget;
+  best.max_sequences = max_seqs;
+  return best;
+}
+
+std::string compiled_model::describe() const {
+  std::ostringstream os;
+  os << "plan " << chosen.to_string() << " (replicas x stages x width = " << chosen.tiles() << " tiles), token budget "
+     << token_budget << ", up to " << max_sequences << " sequences a batch, " << supersteps()
+     << " supersteps a batch; cost model: " << estimated_batch_seconds * 1e3 << " ms per full batch per replica\n";
+  if (candidates.size() > 1) {
+    os << "plans that fit (estimated tokens/s):";
+    for (const auto& [p, r] : candidates) os << "  " << p.to_string() << ": " << static_cast<int64_t>(r);
+    os << "\n";
+  }
+  uint64_t cap = 0;
+  for (const auto& t : tiles) cap = std::max(cap, t.total_bytes());
+  os << memory_table(tiles, UINT64_MAX);
+  return os.str();
+}
+
+}  // namespace tessera::host

@@ -1,0 +1,77 @@
+#include "tessera/host/tile_model.hpp"
+
+namespace tessera::host {
+
+using namespace tessera::exchange;
+namespace ids = tensor_ids;
+
+result<std::unique_ptr<tile_model>> tile_model::deploy(tile_group& group, compiled_model compiled,
+                                                       const models::bert_model& model,
+                                                       const std::function<void(uint64_t, uint64_t)>& progress) {
+  if (static_cast<uint32_t>(compiled.chosen.tiles()) != group.size())
+    return status::invalid("the plan needs " + std::to_string(compiled.chosen.tiles()) + " tiles, the group has " +
+                           std::to_string(group.size()));
+  uint64_t total = 0, done = 0;
+  for (const auto& s : compiled.shards) total += s.desc.bytes();
+  // Stream tile by tile: materialise one tile's shards, send them, drop them.
+  for (uint32_t t = 0; t < group.size(); ++t) {
+    std::vector<std::vector<float>> data;
+    std::vector<tile_group::alloc_request> reqs;
+    for (const auto& s : compiled.shards) {
+      if (s.tile != t) continue;
+      auto d = materialize(model.weights, model.config, s);
+      if (!d) return d.error().with_context("cutting " + s.desc.name + " for tile " + std::to_string(t));
+      data.push_back(std::move(*d));
+    }
+    size_t k = 0;
+    for (const auto& s : compiled.shards)
+      if (s.tile == t) reqs.push_back({t, s.desc, data[k++].data()});
+    const uint64_t before = done;
+    TESSERA_RETURN_IF_ERROR(group.alloc_many(reqs, [&](uint64_t sent, uint64_t) {
+      done = before + sent;
+      if (progress) progress(done, total);
+    }));
+  }
+  for (const auto& programs : compiled.programs) TESSERA_RETURN_IF_ERROR(group.load(programs));
+  return std::unique_ptr<tile_model>(new tile_model(group, std::move(compiled)));
+}
+
+result<tile_batch_result> tile_model::run(int replica, const models::packed_batch& batch) {
+  const auto& c = compiled_;
+  if (replica < 0 || replica >= c.chosen.replicas)
+    return status::invalid("replica " + std::to_string(replica) + " does not exist");
+  if (batch.num_seqs() == 0) return status::invalid("the batch is empty");
+  if (batch.num_tokens() > c.token_budget)
+    return status::invalid("the batch has " + std::to_string(batch.num_tokens()) + " tokens, over the token budget " +
+                           std::to_string(c.token_budget));
+  if (batch.num_seqs() > c.max_sequences)
+    return status::invalid("the batch has " + std::to_string(batch.num_seqs()) + " sequences, over the limit " +
+                           std::to_string(c.max_sequences));
+  TESSERA_RETURN_IF_ERROR(models::validate_batch(c.config, batch));
+  batch_spec spec;
+  spec.program_id = 1;
+  for (int s = 0; s < c.chosen.stages; ++s)
+    for (uint32_t t : c.stage_tiles(replica, s)) spec.tiles.push_back(t);
+  for (int i = 0; i < batch.num_seqs(); ++i) spec.seq_lengths.push_back(batch.seq_len(i));
+  spec.active_tokens = batch.num_tokens();
+  const size_t bytes = static_cast<size_t>(batch.num_tokens()) * 4;
+  for (uint32_t t : c.stage_tiles(replica, 0)) {
+    spec.inputs.push_back({t, {ids::token_ids, slice_kind::token_rows, 0, 1}, batch.token_ids.data(), bytes});
+    spec.inputs.push_back({t, {ids::token_types, slice_kind::token_rows, 0, 1}, batch.token_type_ids.data(), bytes});
+  }
+  const uint64_t logits = static_cast<uint64_t>(batch.num_seqs()) * static_cast<uint64_t>(c.config.num_labels);
+  spec.outputs.push_back({c.output_tile(replica), {ids::logits, slice_kind::fixed, 0, logits}});
+  auto r = group_.run(spec);
+  if (!r) return r.error();
+  tile_batch_result out;
+  out.logits = std::move(r->outputs[0]);
+  out.wall_seconds = r->wall_seconds;
+  out.supersteps = c.supersteps();
+  for (const auto& [t, cs] : r->counters)
+    for (const auto& s : cs) out.bytes_exchanged += s.bytes_sent;
+  out.memory_high_water = r->memory_high_water;
+  out.counters = std::move(r->counters);
+  return out;
+}
+
+}  // namespace tessera::host
