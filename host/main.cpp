@@ -1,82 +1,35 @@
-// tessera-host: starts (or awaits) a tile group and runs work on it.
+// tessera-host: starts (or awaits) a tile group, compiles a model onto it and serves it, or runs
+// a demo program. Parses options and wires parts; host/app does the work.
 #include <boost/program_options.hpp>
-#include <cmath>
-#include <cstdio>
 #include <iostream>
 
+#include "app/host_app.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/common/units.hpp"
-#include "tessera/host/demo_programs.hpp"
-#include "tessera/host/tile_group.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
-
-namespace {
-
-int run_demo(host::tile_group& g, const std::string& demo, int64_t m, int64_t k, int64_t n, int reps) {
-  const uint32_t tiles = g.size();
-  host::demo_program d = demo == "allreduce" ? host::make_allreduce_demo(tiles, m * n, 7)
-                         : demo == "matmul-columns" ? host::make_matmul_demo(host::matmul_split::columns, tiles, m, k, n, 7)
-                         : demo == "matmul-inner" ? host::make_matmul_demo(host::matmul_split::inner, tiles, m, k, n, 7)
-                                                  : host::make_matmul_demo(host::matmul_split::rows, tiles, m, k, n, 7);
-  if (auto st = g.alloc_many(d.allocations); !st) return std::cerr << "tessera-host: " << st.to_string() << "\n", 1;
-  if (auto st = g.load(d.programs); !st) return std::cerr << "tessera-host: " << st.to_string() << "\n", 1;
-  result<host::run_result> r = status::internal("no run");
-  for (int i = 0; i < reps; ++i) {
-    r = g.run(d.batch);
-    if (!r) return std::cerr << "tessera-host: " << r.error().to_string() << "\n", 1;
-  }
-  // Check against a plain single-process reference (double accumulation).
-  double max_err = 0;
-  if (demo == "allreduce") {
-    auto xs = host::allreduce_inputs(d);
-    for (size_t i = 0; i < xs[0].size(); ++i) {
-      double s = 0;
-      for (auto& x : xs) s += x[i];
-      for (auto& out : r->outputs) max_err = std::max(max_err, std::abs(out[i] - s));
-    }
-  } else {
-    auto c = host::assemble_matmul(d, r->outputs);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (int64_t q = 0; q < k; ++q) s += double(d.a[i * k + q]) * d.b[q * n + j];
-        max_err = std::max(max_err, std::abs(c[i * n + j] - s));
-      }
-  }
-  std::printf("demo %s on %u tiles: last batch %.3f ms wall, max |error| vs single-process reference %.2e\n",
-              demo.c_str(), tiles, r->wall_seconds * 1e3, max_err);
-  std::printf("%-5s %-9s %12s %12s %12s %12s %12s %12s\n", "tile", "superstep", "compute_us", "exchange_us", "sync_us",
-              "sent_B", "received_B", "mem_high_B");
-  for (const auto& [tile, cs] : r->counters)
-    for (size_t s = 0; s < cs.size(); ++s)
-      std::printf("%-5u %-9zu %12.1f %12.1f %12.1f %12llu %12llu %12llu\n", tile, s, cs[s].compute_ns / 1e3,
-                  cs[s].exchange_ns / 1e3, cs[s].sync_ns / 1e3, (unsigned long long)cs[s].bytes_sent,
-                  (unsigned long long)cs[s].bytes_received, (unsigned long long)r->memory_high_water[tile]);
-  const double tolerance = 1e-3 * std::sqrt(double(std::max<int64_t>(k, tiles)));
-  if (max_err > tolerance) {
-    std::cerr << "tessera-host: result differs from the reference by " << max_err << " (> " << tolerance << ")\n";
-    return 1;
-  }
-  return 0;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   log::init_from_env();
   log::set_prefix("host");
   host::tile_group_config cfg;
-  std::string memory = "256MiB", demo = "matmul";
-  int64_t m = 512, k = 256, n = 256, register_ms = 20000, heartbeat_timeout_ms = 3000;
-  int reps = 3;
+  host::app::demo_options demo;
+  host::app::model_options mo;
+  mo.so.batching_name = "packed";
+  mo.so.batching.token_budget = 4096;
+  std::string memory = "256MiB", plan_text;
+  int64_t register_ms = 20000, heartbeat_timeout_ms = 3000;
   po::options_description opts(
-      "tessera-host: compiles work onto a group of tile processes and runs it\n\nOptions");
+      "tessera-host: compiles work onto a group of tile processes and runs it\n\n"
+      "Examples:\n"
+      "  tessera-host --model bert-base --tiles 4 --tile-memory 512MiB --serve --port 8080\n"
+      "  tessera-host --model bert-mini --tiles 6 --plan 1,2,3 --check 3\n"
+      "  tessera-host --demo allreduce --tiles 8\n\nTile group");
   opts.add_options()
     ("help,h", "show this help")
     ("tiles", po::value(&cfg.tiles)->default_value(4), "number of tiles in the group")
-    ("tile-memory", po::value(&memory)->default_value(memory), "memory cap of each tile (e.g. 624KiB, 64MiB)")
+    ("tile-memory", po::value(&memory)->default_value(memory), "memory cap of each tile (e.g. 624KiB, 64MiB, 1GiB)")
     ("exchange", po::value(&cfg.local_exchange)->default_value("ipc"), "local tiles' exchange transport: ipc or tcp")
     ("control", po::value(&cfg.control_bind)->default_value(cfg.control_bind), "the host's control endpoint to bind")
     ("advertise", po::value(&cfg.advertise_host), "address tiles dial when --control binds a wildcard")
@@ -84,12 +37,25 @@ int main(int argc, char** argv) {
     ("register-timeout-ms", po::value(&register_ms)->default_value(register_ms), "how long to wait for tiles to register")
     ("heartbeat-timeout-ms", po::value(&heartbeat_timeout_ms)->default_value(heartbeat_timeout_ms), "declare a silent tile failed after this")
     ("log-dir", po::value(&cfg.launcher.log_dir), "write each local tile's log to DIR/tile-N.log")
-    ("pin-cores", "pin local tiles to cores round-robin")
-    ("demo", po::value(&demo)->default_value(demo), "demo program: matmul (rows split), matmul-columns, matmul-inner, allreduce")
-    ("m", po::value(&m)->default_value(m), "demo: rows of A")
-    ("k", po::value(&k)->default_value(k), "demo: inner dimension")
-    ("n", po::value(&n)->default_value(n), "demo: columns of B")
-    ("reps", po::value(&reps)->default_value(reps), "demo: batches to run");
+    ("pin-cores", "pin local tiles to cores round-robin");
+  po::options_description model_opts("Model");
+  model_opts.add_options()
+    ("model", po::value(&mo.model), "preset (bert-tiny, bert-mini, bert-small, bert-base, bert-large) or Hugging Face folder")
+    ("seed", po::value(&mo.seed)->default_value(0), "seed of a preset's random weights")
+    ("plan", po::value(&plan_text), "R,S,W[,M]: replicas, pipeline stages, tensor-parallel width, micro-batches (default: automatic)")
+    ("serve", "serve the model over HTTP until SIGINT/SIGTERM")
+    ("check", po::value(&mo.check_batches)->default_value(0), "run N mixed batches against the single-process reference")
+    ("gpu-replicas", po::value(&mo.gpu_replicas)->default_value(0), "in-process GPU-style backends beside the tiles (use --routing hybrid)");
+  po::options_description demo_opts("Demo programs (without --model)");
+  demo_opts.add_options()
+    ("demo", po::value(&demo.demo)->default_value(demo.demo), "matmul (rows split), matmul-columns, matmul-inner, allreduce")
+    ("m", po::value(&demo.m)->default_value(demo.m), "rows of A")
+    ("k", po::value(&demo.k)->default_value(demo.k), "inner dimension")
+    ("n", po::value(&demo.n)->default_value(demo.n), "columns of B")
+    ("reps", po::value(&demo.reps)->default_value(demo.reps), "batches to run");
+  po::options_description serve_opts("Serving (with --model --serve)");
+  serving::add_serve_options(serve_opts, mo.so);
+  opts.add(model_opts).add(serve_opts).add(demo_opts);
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -101,19 +67,34 @@ int main(int argc, char** argv) {
   }
   auto bytes = parse_bytes(memory);
   if (!bytes) return std::cerr << "tessera-host: --tile-memory: " << bytes.error().message() << "\n", 2;
-  if (m <= 0 || k <= 0 || n <= 0 || reps <= 0) return std::cerr << "tessera-host: --m, --k, --n and --reps must be positive\n", 2;
-  if (demo != "matmul" && demo != "matmul-columns" && demo != "matmul-inner" && demo != "allreduce")
-    return std::cerr << "tessera-host: unknown --demo '" << demo << "'; use matmul, matmul-columns, matmul-inner or allreduce\n", 2;
   cfg.tile_memory = *bytes;
   cfg.launch_local = !vm.count("external");
   cfg.launcher.pin_cores = vm.count("pin-cores") > 0;
   cfg.register_timeout = std::chrono::milliseconds(register_ms);
   cfg.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms);
-  if (!cfg.launch_local) std::cerr << "tessera-host: waiting for " << cfg.tiles << " tiles to register\n";
+  if (cfg.local_exchange != "ipc" && cfg.local_exchange != "tcp")
+    return std::cerr << "tessera-host: --exchange must be ipc or tcp\n", 2;
+  if (!cfg.launch_local)
+    std::cerr << "tessera-host: waiting for " << cfg.tiles << " tiles to register at " << cfg.control_bind << "\n";
+
+  if (!mo.model.empty()) {
+    if (!plan_text.empty()) {
+      auto p = host::parse_plan(plan_text);
+      if (!p) return std::cerr << "tessera-host: " << p.error().message() << "\n", 2;
+      mo.forced = *p;
+    }
+    if (auto st = serving::finish_serve_options(mo.so); !st) return std::cerr << "tessera-host: " << st.message() << "\n", 2;
+    mo.serve = vm.count("serve") > 0;
+    if (!mo.serve && mo.check_batches == 0) mo.check_batches = 1;
+    return host::app::run_model(cfg, mo);
+  }
+  if (demo.m <= 0 || demo.k <= 0 || demo.n <= 0 || demo.reps <= 0)
+    return std::cerr << "tessera-host: --m, --k, --n and --reps must be positive\n", 2;
+  if (demo.demo != "matmul" && demo.demo != "matmul-columns" && demo.demo != "matmul-inner" && demo.demo != "allreduce")
+    return std::cerr << "tessera-host: unknown --demo '" << demo.demo << "'; use matmul, matmul-columns, matmul-inner or allreduce\n", 2;
   auto g = host::tile_group::start(cfg);
   if (!g) return std::cerr << "tessera-host: " << g.error().to_string() << "\n", 1;
-  if (!cfg.launch_local) std::cerr << "tessera-host: control endpoint " << (*g)->control_endpoint() << "\n";
-  int rc = run_demo(**g, demo, m, k, n, reps);
+  int rc = host::app::run_demo(**g, demo);
   (*g)->shutdown();
   return rc;
 }

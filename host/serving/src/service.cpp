@@ -70,10 +70,18 @@ struct call_state {
   std::function<http_reply(std::vector<sequence_outcome>&)> build;
   service* svc = nullptr;
   time_point start;
+  std::atomic<bool> replied{false};
+  bool watched = false;  // under the service's watch_mu_
+  std::multimap<time_point, std::weak_ptr<call_state>>::iterator watch_entry;
+
+  /// True for the one caller allowed to reply.
+  bool claim_reply() { return !replied.exchange(true, std::memory_order_acq_rel); }
 
   void complete(size_t i, sequence_outcome o) {
     outcomes[i] = std::move(o);
     if (remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    svc->unwatch(*this);
+    if (!claim_reply()) return;  // the watchdog answered already
     for (const auto& out : outcomes) {
       if (!out.st) {
         api_error e = map_status(out.st);
@@ -93,8 +101,60 @@ service::service(service_config cfg, router& r, std::shared_ptr<const tokenizer>
                  model_info info, serving_metrics& metrics)
     : cfg_(cfg), router_(r), tokenizer_(std::move(tok)), info_(std::move(info)),
       metrics_(metrics) {
+  watchdog_ = std::thread([this] { run_watchdog(); });
   if (info_.max_input_length <= 0 || info_.max_input_length > router_.max_sequence_length())
     info_.max_input_length = router_.max_sequence_length();
+}
+
+service::~service() {
+  {
+    std::lock_guard lock(watch_mu_);
+    watch_stop_ = true;
+  }
+  watch_cv_.notify_all();
+  watchdog_.join();
+}
+
+void service::watch(const std::shared_ptr<call_state>& call, time_point answer_by) {
+  std::lock_guard lock(watch_mu_);
+  bool first = watched_.empty() || answer_by < watched_.begin()->first;
+  call->watch_entry = watched_.emplace(answer_by, call);
+  call->watched = true;
+  if (first) watch_cv_.notify_one();
+}
+
+void service::unwatch(call_state& call) {
+  std::lock_guard lock(watch_mu_);
+  if (!call.watched) return;
+  watched_.erase(call.watch_entry);
+  call.watched = false;
+}
+
+void service::run_watchdog() {
+  std::unique_lock lock(watch_mu_);
+  while (!watch_stop_) {
+    if (watched_.empty()) {
+      watch_cv_.wait(lock);
+      continue;
+    }
+    auto it = watched_.begin();
+    if (steady::now() < it->first) {
+      watch_cv_.wait_until(lock, it->first);
+      continue;
+    }
+    std::shared_ptr<call_state> call = it->second.lock();
+    watched_.erase(it);
+    if (!call) continue;
+    call->watched = false;
+    lock.unlock();
+    if (call->claim_reply())
+      call->reply(error_reply(504, "timeout",
+                              "no answer from the backend within the request deadline (" +
+                                  std::to_string(to_seconds(cfg_.request_timeout)) +
+                                  " s) plus " + std::to_string(to_seconds(cfg_.answer_grace)) +
+                                  " s of grace"));
+    lock.lock();
+  }
 }
 
 std::string service::label(int32_t i) const {
@@ -293,6 +353,8 @@ void service::predict(std::string_view body, bool tokenize_only, reply_fn reply)
 
 void service::submit_all(std::shared_ptr<call_state> call, std::vector<host::sequence_input> seqs) {
   const time_point now = steady::now();
+  if (cfg_.request_timeout > duration::zero())
+    watch(call, now + cfg_.request_timeout + cfg_.answer_grace);
   for (size_t i = 0; i < seqs.size(); ++i) {
     auto r = std::make_unique<inference_request>();
     r->input = std::move(seqs[i]);

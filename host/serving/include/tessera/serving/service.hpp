@@ -23,7 +23,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <condition_variable>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -47,6 +51,9 @@ struct model_info {
 struct service_config {
   int32_t max_client_batch_size = 32;   ///< inputs per request; more -> 422
   duration request_timeout = std::chrono::seconds(30);  ///< per-sequence deadline; 0 = none
+  /// A request its backend has not answered this long after its deadline (a stalled backend)
+  /// is answered 504; the late answer is dropped.
+  duration answer_grace = std::chrono::seconds(1);
   bool auto_truncate = false;           ///< truncate when the request does not say
   size_t max_body_bytes = 2 << 20;      ///< reported in /info; enforced by http_server
 };
@@ -66,6 +73,9 @@ class service {
  public:
   service(service_config cfg, router& r, std::shared_ptr<const tokenizer> tok, model_info info,
           serving_metrics& metrics);
+  ~service();
+  service(const service&) = delete;
+  service& operator=(const service&) = delete;
 
   /// Handles one request. `reply` is called exactly once, on this thread or a backend's.
   void handle(std::string_view method, std::string_view target, std::string_view body,
@@ -85,12 +95,22 @@ class service {
   http_reply info_reply() const;
   http_reply kserve_model_reply() const;
   std::string label(int32_t i) const;
+  void watch(const std::shared_ptr<call_state>& call, time_point answer_by);
+  void unwatch(call_state& call);
+  void run_watchdog();
 
   service_config cfg_;
   router& router_;
   std::shared_ptr<const tokenizer> tokenizer_;
   model_info info_;
   serving_metrics& metrics_;
+
+  // Stalled-backend watchdog: requests by the time they must be answered.
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  std::multimap<time_point, std::weak_ptr<call_state>> watched_;
+  bool watch_stop_ = false;
+  std::thread watchdog_;
 };
 
 }  // namespace tessera::serving

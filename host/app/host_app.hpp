@@ -1,0 +1,34 @@
+// host/app: what tessera-host does once its options are parsed (main.cpp only parses and wires).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "tessera/host/placement.hpp"
+#include "tessera/host/tile_group.hpp"
+#include "tessera/serving/serve_options.hpp"
+
+namespace tessera::host::app {
+
+struct demo_options {
+  std::string demo = "matmul";
+  int64_t m = 512, k = 256, n = 256;
+  int reps = 3;
+};
+/// Runs a demo program on the group and checks it against a single-process reference.
+int run_demo(tile_group& g, const demo_options& o);
+
+struct model_options {
+  std::string model;          ///< preset or Hugging Face folder
+  uint64_t seed = 0;          ///< preset weights
+  std::optional<plan> forced;
+  bool serve = false;         ///< HTTP front door until SIGINT/SIGTERM
+  int check_batches = 0;      ///< run N mixed batches against the reference and exit
+  int gpu_replicas = 0;       ///< in-process GPU-style backends beside the tiles (hybrid routing)
+  serving::serve_options so;
+};
+/// Compiles the model onto the group (printing the plan and memory table), streams the
+/// weights, then serves or checks.
+int run_model(tile_group_config group_cfg, model_options o);
+
+}  // namespace tessera::host::app

@@ -1,0 +1,120 @@
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "host_app.hpp"
+#include "tessera/common/log.hpp"
+#include "tessera/host/tile_backend.hpp"
+#include "tessera/models/forward.hpp"
+#include "tessera/serving/reference_backend.hpp"
+#include "tessera/serving/router.hpp"
+
+namespace tessera::host::app {
+
+namespace {
+
+int fail(const status& st) {
+  std::cerr << "tessera-host: " << st.to_string() << "\n";
+  return st.code() == errc::invalid_argument || st.code() == errc::not_found || st.code() == errc::out_of_memory ? 2 : 1;
+}
+
+// Mixed lengths 1..max that fill most of the budget.
+models::packed_batch check_batch(const models::bert_config& cfg, int budget, int max_seqs, uint64_t seed) {
+  models::splitmix64 rng(seed);
+  std::vector<int> lengths{1, std::min(cfg.max_position_embeddings, budget)};
+  int total = lengths[0] + lengths[1];
+  while (static_cast<int>(lengths.size()) < max_seqs) {
+    int l = static_cast<int>(rng.next_int(1, cfg.max_position_embeddings));
+    if (total + l > budget) break;
+    lengths.push_back(l);
+    total += l;
+  }
+  return models::synthetic_batch(lengths, cfg.vocab_size, seed);
+}
+
+}  // namespace
+
+int run_model(tile_group_config group_cfg, model_options o) {
+  auto loaded = models::load_model(o.model, o.seed);
+  if (!loaded) return fail(loaded.error());
+  auto model = std::make_shared<const models::bert_model>(std::move(*loaded));
+
+  placement_request req;
+  req.tiles = static_cast<int>(group_cfg.tiles);
+  req.tile_memory = group_cfg.tile_memory;
+  req.token_budget = o.so.batching.token_budget;
+  req.max_sequences = o.so.batching.max_batch_size;
+  req.forced = o.forced;
+  auto compiled = compile_bert(model->config, req);
+  if (!compiled) return fail(compiled.error());
+  std::printf("%s", compiled->describe().c_str());
+  std::fflush(stdout);
+
+  auto group = tile_group::start(group_cfg);
+  if (!group) return fail(group.error());
+  uint64_t last_pct = 0;
+  auto progress = [&](uint64_t done, uint64_t total) {
+    uint64_t pct = total ? done * 100 / total : 100;
+    if (pct >= last_pct + 10 || done == total) {
+      std::fprintf(stderr, "tessera-host: streaming weights %3llu%% (%.1f of %.1f MiB)\n", (unsigned long long)pct,
+                   done / 1048576.0, total / 1048576.0);
+      last_pct = pct;
+    }
+  };
+  auto deployed = tile_model::deploy(**group, std::move(*compiled), *model, progress);
+  if (!deployed) return fail(deployed.error());
+
+  if (o.check_batches > 0) {
+    const auto& c = (*deployed)->compiled();
+    double worst = 0;
+    for (int i = 0; i < o.check_batches; ++i) {
+      auto batch = check_batch(model->config, c.token_budget, c.max_sequences, 100 + i);
+      auto want = models::reference_forward(*model, batch);
+      auto got = (*deployed)->run(i % c.chosen.replicas, batch);
+      if (!got) return fail(got.error());
+      double diff = 0;
+      for (size_t k = 0; k < want.size(); ++k) diff = std::max(diff, double(std::abs(want[k] - got->logits[k])));
+      worst = std::max(worst, diff);
+      std::printf("check batch %d: %d sequences, %lld tokens, %.1f ms wall, %lld supersteps, %.2f MiB exchanged, "
+                  "max |logit - reference| %.2e\n",
+                  i, batch.num_seqs(), (long long)batch.num_tokens(), got->wall_seconds * 1e3, (long long)got->supersteps,
+                  got->bytes_exchanged / 1048576.0, diff);
+    }
+    if (worst > 1e-4) {
+      std::cerr << "tessera-host: logits differ from the single-process reference by " << worst << " (> 1e-4)\n";
+      return 1;
+    }
+    if (!o.serve) return 0;
+  }
+  if (!o.serve) return 0;
+
+  serving::block_stop_signals();
+  serving::serving_metrics metrics;
+  serving::router r(o.so.routing, serving::default_clock(), &metrics);
+  auto tiles = std::make_shared<tile_backend>(std::move(*deployed), "tiles0");
+  o.so.batching.max_sequence_length = model->config.max_position_embeddings;
+  if (auto st = r.add_backend(tiles, o.so.batching); !st) return fail(st);
+  for (int i = 0; i < o.gpu_replicas; ++i) {
+    auto gpu = serving::make_reference_backend(model, {.name = "gpu" + std::to_string(i), .kind = "gpu", .threads = 1,
+                                                       .omp_threads = 1});
+    if (auto st = r.add_backend(gpu, o.so.batching); !st) return fail(st);
+  }
+  r.start();
+  auto tok = serving::make_model_tokenizer(*model);
+  if (!tok) return fail(tok.error());
+  std::string id = o.model;
+  while (!id.empty() && id.back() == '/') id.pop_back();
+  if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
+  serving::http_server server(o.so.server, r, *tok, serving::model_info_of(*model, id), metrics);
+  if (auto st = server.start(); !st) return fail(st);
+  std::cout << "listening on http://" << o.so.server.address << ":" << server.port() << " model " << id << " tiles "
+            << group_cfg.tiles << std::endl;
+  int sig = serving::wait_for_stop_signal();
+  TESSERA_LOG_INFO("signal " << sig << ": answering what was accepted, then stopping");
+  server.stop();
+  r.stop();
+  tiles->stop();
+  return 0;
+}
+
+}  // namespace tessera::host::app
