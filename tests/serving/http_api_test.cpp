@@ -525,3 +525,64 @@ INSTANTIATE_TEST_SUITE_P(AllPolicies, HttpPolicies,
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
+
+namespace {
+
+// A backend that holds every batch until released: a stalled tile group.
+class stalled_backend : public host::backend {
+ public:
+  host::backend_info info() const override { return {.name = "stalled", .kind = "tiles"}; }
+  void submit(host::batch_request req, std::function<void(host::batch_result)> done) override {
+    std::lock_guard lock(mu_);
+    held_.emplace_back(std::move(req), std::move(done));
+  }
+  int64_t outstanding_tokens() const override { return 0; }
+  bool healthy() const override { return true; }
+  void release() {
+    std::vector<std::pair<host::batch_request, std::function<void(host::batch_result)>>> h;
+    {
+      std::lock_guard lock(mu_);
+      h.swap(held_);
+    }
+    for (auto& [req, done] : h) {
+      host::batch_result r;
+      r.batch_id = req.batch_id;
+      r.num_labels = 2;
+      r.logits.assign(req.sequences.size() * 2, 0.0f);
+      done(std::move(r));
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<host::batch_request, std::function<void(host::batch_result)>>> held_;
+};
+
+}  // namespace
+
+TEST(HttpServer, StalledBackendIsAnswered504AfterDeadlineAndGrace) {
+  serving_metrics metrics;
+  router r(routing_config{}, default_clock(), &metrics);
+  auto stalled = std::make_shared<stalled_backend>();
+  ASSERT_TRUE(r.add_backend(stalled, {.kind = policy_kind::dynamic_padded, .max_queue_delay = 0ms}));
+  r.start();
+  server_config sc;
+  sc.port = 0;
+  sc.api.request_timeout = 50ms;
+  sc.api.answer_grace = 50ms;
+  http_server server(sc, r, make_toy_tokenizer(), model_info{.model_id = "toy"}, metrics);
+  ASSERT_TRUE(server.start());
+  http_connection conn("127.0.0.1", server.port());
+  auto t0 = steady::now();
+  auto resp = conn.request("POST", "/predict", R"({"inputs": "anyone there?"})");
+  double waited = to_seconds(steady::now() - t0);
+  EXPECT_EQ(resp.status, 504u) << resp.body;
+  EXPECT_EQ(json::parse(resp.body)["error_type"], "timeout");
+  EXPECT_GE(waited, 0.09);
+  EXPECT_LT(waited, 5.0);
+  // The late answer is dropped; the connection keeps serving.
+  stalled->release();
+  EXPECT_EQ(conn.request("GET", "/health").status, 200u);
+  server.stop();
+  r.stop();
+}
