@@ -43,6 +43,8 @@ void add_serve_options(po::options_description& opts, serve_options& so) {
        "inputs per request (422 beyond)")
       ("timeout-ms", po::value(&so.timeout_ms)->default_value(so.timeout_ms),
        "per-request deadline (504 when it passes in the queue; 0 = none)")
+      ("answer-grace-ms", po::value(&so.answer_grace_ms)->default_value(so.answer_grace_ms),
+       "a request a stalled backend has not answered by deadline + this is answered 504")
       ("max-body-bytes", po::value(&so.server.api.max_body_bytes)->default_value(so.server.api.max_body_bytes),
        "request body limit (413 beyond)")
       ("auto-truncate", po::bool_switch(&so.server.api.auto_truncate),
@@ -59,12 +61,14 @@ status finish_serve_options(serve_options& so) {
   if (so.port < 0 || so.port > 65535) return status::invalid("--port must be in 0..65535");
   so.server.port = static_cast<uint16_t>(so.port);
   if (so.server.io_threads < 1) return status::invalid("--io-threads must be >= 1");
-  if (so.max_queue_delay_ms < 0 || so.max_age_ms < 0 || so.timeout_ms < 0)
-    return status::invalid("--max-queue-delay-ms, --max-age-ms and --timeout-ms must be >= 0");
+  if (so.max_queue_delay_ms < 0 || so.max_age_ms < 0 || so.timeout_ms < 0 || so.answer_grace_ms < 0)
+    return status::invalid(
+        "--max-queue-delay-ms, --max-age-ms, --timeout-ms and --answer-grace-ms must be >= 0");
   auto us = [](double ms) { return std::chrono::microseconds(static_cast<int64_t>(ms * 1000)); };
   so.batching.max_queue_delay = us(so.max_queue_delay_ms);
   so.batching.max_age = us(so.max_age_ms);
   so.server.api.request_timeout = us(so.timeout_ms);
+  so.server.api.answer_grace = us(so.answer_grace_ms);
   if (so.server.api.max_client_batch_size < 1)
     return status::invalid("--max-client-batch-size must be >= 1");
   if (so.server.api.max_body_bytes < 64) return status::invalid("--max-body-bytes must be >= 64");

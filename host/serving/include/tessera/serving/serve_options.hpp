@@ -36,12 +36,14 @@ struct serve_options {
   double max_queue_delay_ms = 2.0;
   double max_age_ms = 50.0;
   double timeout_ms = 30000.0;
+  double answer_grace_ms = 1000.0;
   int port = 8080;
 };
 
 /// Adds --address --port --io-threads --batching --max-batch-size --token-budget
 /// --max-queue-delay-ms --max-age-ms --max-queue --max-inflight-batches --routing
-/// --long-threshold --max-client-batch-size --timeout-ms --max-body-bytes --auto-truncate.
+/// --long-threshold --max-client-batch-size --timeout-ms --answer-grace-ms --max-body-bytes
+/// --auto-truncate.
 void add_serve_options(boost::program_options::options_description& opts, serve_options& so);
 
 /// Parses names and units into the configs; errors say which flag to change.
