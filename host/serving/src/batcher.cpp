@@ -35,6 +35,7 @@ batcher::~batcher() { stop(); }
 
 status batcher::enqueue(request_ptr& r) {
   TESSERA_CHECK(r) << "enqueue of a null request";
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
     if (stopping_) return status(errc::cancelled, "server is shutting down");
@@ -46,8 +47,11 @@ status batcher::enqueue(request_ptr& r) {
     queued_tokens_ += r->length();
     queue_.push_back(std::move(r));
     dirty_ = true;
+    // While the backend has all the batches it may have, the next answer wakes the thread;
+    // waking it per arrival would only cost a context switch per request.
+    wake = inflight_ < cfg_.max_inflight_batches;
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
   return status::ok();
 }
 
