@@ -48,6 +48,19 @@ TEST(ServeOptions, ParsesNamesAndUnits) {
   EXPECT_TRUE(so.server.api.auto_truncate);
 }
 
+TEST(ServeOptions, PolicyPerBackendKind) {
+  serve_options so;
+  ASSERT_TRUE(parse({"--batching", "dynamic", "--gpu-batching", "static", "--tiles-batching",
+                     "token-budget", "--max-batch-size", "16"},
+                    so));
+  EXPECT_EQ(so.batching_for("gpu").kind, policy_kind::static_padded);
+  EXPECT_EQ(so.batching_for("tiles").kind, policy_kind::token_budget);
+  EXPECT_EQ(so.batching_for("reference").kind, policy_kind::dynamic_padded);
+  EXPECT_EQ(so.batching_for("gpu").max_batch_size, 16);
+  serve_options bad;
+  EXPECT_FALSE(parse({"--tiles-batching", "nope"}, bad));
+}
+
 TEST(ServeOptions, MistakesSayWhatToChange) {
   serve_options a;
   auto st = parse({"--batching", "fifo"}, a);

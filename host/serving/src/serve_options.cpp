@@ -21,6 +21,10 @@ void add_serve_options(po::options_description& opts, serve_options& so) {
       ("batching", po::value(&so.batching_name)->default_value(so.batching_name),
        "static (fixed B, padded to max length) | dynamic (up to B or the delay, padded to the "
        "longest) | token-budget (packed, no padding)")
+      ("gpu-batching", po::value(&so.gpu_batching_name)->default_value(""),
+       "policy for backends of kind gpu (default: --batching)")
+      ("tiles-batching", po::value(&so.tiles_batching_name)->default_value(""),
+       "policy for backends of kind tiles (default: --batching)")
       ("max-batch-size", po::value(&so.batching.max_batch_size)->default_value(so.batching.max_batch_size),
        "B: sequences per batch (token-budget: a cap, 0 = none)")
       ("token-budget", po::value(&so.batching.token_budget)->default_value(so.batching.token_budget),
@@ -73,7 +77,17 @@ status finish_serve_options(serve_options& so) {
     return status::invalid("--max-client-batch-size must be >= 1");
   if (so.server.api.max_body_bytes < 64) return status::invalid("--max-body-bytes must be >= 64");
   if (so.routing.long_threshold < 0) return status::invalid("--long-threshold must be >= 0");
-  return so.batching.validate();
+  TESSERA_RETURN_IF_ERROR(so.batching.validate());
+  auto per_kind = [&](const std::string& name, batching_config& out) -> status {
+    out = so.batching;
+    if (name.empty()) return status::ok();
+    auto k = parse_policy_kind(name);
+    if (!k) return k.error();
+    out.kind = *k;
+    return out.validate();
+  };
+  TESSERA_RETURN_IF_ERROR(per_kind(so.gpu_batching_name, so.gpu_batching));
+  return per_kind(so.tiles_batching_name, so.tiles_batching);
 }
 
 namespace {

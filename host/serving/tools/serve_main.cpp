@@ -115,9 +115,10 @@ int main(int argc, char** argv) {
     return 2;
 #endif
   }
-  so.batching.max_sequence_length = info.max_input_length;
   for (auto& b : backends) {
-    if (auto st = r.add_backend(b, so.batching); !st) {
+    batching_config bc = so.batching_for(b->info().kind);
+    bc.max_sequence_length = info.max_input_length;
+    if (auto st = r.add_backend(b, bc); !st) {
       std::cerr << "tessera-serve: " << st.message() << "\n";
       return 2;
     }

@@ -18,6 +18,7 @@
 
 #include <boost/program_options/options_description.hpp>
 #include <string>
+#include <string_view>
 
 #include "tessera/common/status.hpp"
 #include "tessera/serving/batching_policy.hpp"
@@ -38,12 +39,24 @@ struct serve_options {
   double timeout_ms = 30000.0;
   double answer_grace_ms = 1000.0;
   int port = 8080;
+  std::string gpu_batching_name;    ///< --gpu-batching ("" = --batching)
+  std::string tiles_batching_name;  ///< --tiles-batching ("" = --batching)
+  batching_config gpu_batching;     ///< filled by finish_serve_options()
+  batching_config tiles_batching;
+
+  /// The batching of a backend of this kind ("gpu", "tiles"; any other kind gets --batching).
+  const batching_config& batching_for(std::string_view kind) const {
+    if (kind == "gpu") return gpu_batching;
+    if (kind == "tiles") return tiles_batching;
+    return batching;
+  }
 };
 
 /// Adds --address --port --io-threads --batching --max-batch-size --token-budget
 /// --max-queue-delay-ms --max-age-ms --max-queue --max-inflight-batches --routing
 /// --long-threshold --max-client-batch-size --timeout-ms --answer-grace-ms --max-body-bytes
-/// --auto-truncate.
+/// --auto-truncate, and --gpu-batching / --tiles-batching (a policy per backend kind; the
+/// other batching flags are shared).
 void add_serve_options(boost::program_options::options_description& opts, serve_options& so);
 
 /// Parses names and units into the configs; errors say which flag to change.
