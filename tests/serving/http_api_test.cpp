@@ -292,6 +292,8 @@ TEST_F(HttpApi, KeepAliveServesManyRequestsOnOneConnection) {
 // forward of its sequence alone.
 TEST_F(HttpApi, ThousandRequestsEachAnsweredOnceEqualToReference) {
   constexpr int total = 1000, conns = 16;
+  const uint64_t success_before = server_->metrics().request_success.load();
+  const uint64_t sequences_before = server_->metrics().sequence_count.load();
   std::atomic<int> next{0}, ok{0}, bad{0};
   std::mutex report_mu;
   std::vector<std::thread> threads;
@@ -326,6 +328,10 @@ TEST_F(HttpApi, ThousandRequestsEachAnsweredOnceEqualToReference) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), total);
   EXPECT_EQ(bad.load(), 0);
+  // Server side: exactly one success per request, one admitted sequence each, no retries.
+  EXPECT_EQ(server_->metrics().request_success.load() - success_before, uint64_t{total});
+  EXPECT_EQ(server_->metrics().sequence_count.load() - sequences_before, uint64_t{total});
+  EXPECT_EQ(server_->metrics().retries.load(), 0u);
 }
 
 // --- Servers with special settings ---------------------------------------------------------
