@@ -1,0 +1,268 @@
+// Modelled time of a compiled tile program: kernel calls -> timing::kernel_query, send slices ->
+// bytes received, supersteps -> slowest compute + sync + slowest exchange (docs/timing.md).
+#include "tessera/host/program_timing.hpp"
+
+#include <algorithm>
+
+#include "tessera/timing/estimator.hpp"
+
+namespace tessera::host {
+
+using exchange::batch_rows;
+using exchange::kernel_call;
+using exchange::row_range;
+using exchange::slice_kind;
+using exchange::slice_ref;
+using exchange::tensor_desc;
+using timing::kernel_query;
+
+exchange::batch_rows rows_of(const std::vector<int32_t>& seq_lengths) {
+  batch_rows r;
+  r.seq_offsets.push_back(0);
+  for (int32_t l : seq_lengths) r.seq_offsets.push_back(r.seq_offsets.back() + l);
+  r.active_tokens = r.seq_offsets.back();
+  return r;
+}
+
+uint64_t slice_elements(const slice_ref& s, const batch_rows& rows) {
+  switch (s.kind) {
+    case slice_kind::fixed:
+      return s.count;
+    case slice_kind::token_rows: {
+      auto m = rows.micro_rows(s.micro, s.micros);
+      return static_cast<uint64_t>(m.end - m.begin) * s.count;
+    }
+    case slice_kind::token_part: {
+      auto m = rows.micro_rows(s.micro, s.micros);
+      auto p = exchange::token_partition(m.end - m.begin, s.part, s.parts);
+      return static_cast<uint64_t>(p.end - p.begin) * s.count;
+    }
+  }
+  return 0;
+}
+
+namespace {
+
+using tensor_map = std::map<uint32_t, tensor_desc>;
+
+result<const tensor_desc*> find(const tensor_map& t, uint32_t id, const std::string& kernel) {
+  auto it = t.find(id);
+  if (it == t.end()) return status::not_found(kernel + ": tensor " + std::to_string(id) + " is not in the plan");
+  return &it->second;
+}
+
+int64_t dim(const tensor_desc& d, size_t i) { return d.shape.size() > i ? d.shape[i] : 0; }
+
+struct micro_span {
+  row_range rows, seqs;
+  int64_t n() const { return rows.end - rows.begin; }
+};
+
+result<micro_span> micro_of(const kernel_call& c, const batch_rows& rows) {
+  if (c.params.size() < 2 || c.params[1] <= 0 || c.params[0] < 0 || c.params[0] >= c.params[1])
+    return status::invalid(c.kernel + ": params must start with [micro, micros]");
+  const auto m = static_cast<uint32_t>(c.params[0]), ms = static_cast<uint32_t>(c.params[1]);
+  return micro_span{rows.micro_rows(m, ms), rows.micro_seqs(m, ms)};
+}
+
+}  // namespace
+
+result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const tensor_map& tensors, const batch_rows& rows,
+                                                 timing::dtype type) {
+  std::vector<kernel_query> q;
+  auto add = [&](std::string name, std::initializer_list<std::pair<const std::string, int64_t>> p) -> kernel_query& {
+    q.emplace_back(std::move(name), p, type);
+    return q.back();
+  };
+  auto in = [&](size_t i) -> result<const tensor_desc*> {
+    if (i >= c.inputs.size()) return status::invalid(c.kernel + ": missing input " + std::to_string(i));
+    return find(tensors, c.inputs[i], c.kernel);
+  };
+  auto out = [&](size_t i) -> result<const tensor_desc*> {
+    if (i >= c.outputs.size()) return status::invalid(c.kernel + ": missing output " + std::to_string(i));
+    return find(tensors, c.outputs[i], c.kernel);
+  };
+  const std::string& k = c.kernel;
+  if (k == "embed") {
+    auto m = micro_of(c, rows);
+    if (!m) return m.error();
+    auto x = out(0);
+    if (!x) return x.error();
+    const int64_t h = dim(**x, 1);
+    if (m->n() > 0 && h > 0) {
+      add("embed", {{"tokens", m->n()}, {"hidden", h}});
+      add("layer_norm", {{"tokens", m->n()}, {"hidden", h}});
+    }
+  } else if (k == "linear") {
+    auto m = micro_of(c, rows);
+    if (!m) return m.error();
+    auto w = in(1);
+    if (!w) return w.error();
+    const int64_t o = dim(**w, 0), i = dim(**w, 1), n = m->n();
+    if (n > 0 && o > 0) {
+      if (i == 0) {
+        if (c.inputs.size() > 2) add("copy", {{"elements", n * o}});
+      } else {
+        add("linear", {{"tokens", n}, {"in", i}, {"out", o}});
+        if (c.params.size() > 2 && c.params[2] == 1) add("gelu", {{"elements", n * o}});
+      }
+    }
+  } else if (k == "attention") {
+    auto m = micro_of(c, rows);
+    if (!m) return m.error();
+    if (c.params.size() < 4) return status::invalid("attention: params must be [micro, micros, heads, head_dim]");
+    const int64_t heads = c.params[2], hd = c.params[3];
+    if (m->n() > 0 && heads > 0 && hd > 0) {
+      std::vector<int64_t> lens;
+      for (int64_t s = m->seqs.begin; s < m->seqs.end; ++s)
+        lens.push_back(rows.seq_offsets[static_cast<size_t>(s + 1)] - rows.seq_offsets[static_cast<size_t>(s)]);
+      if (lens.empty()) lens.push_back(m->n());  // rows without sequence boundaries: one block
+      add("attention", {{"heads", heads}, {"head_dim", hd}}).with_seq_lens(std::move(lens));
+    }
+  } else if (k == "bias_residual_ln") {
+    auto m = micro_of(c, rows);
+    if (!m) return m.error();
+    if (c.params.size() < 4 || c.params[3] <= 0) return status::invalid("bias_residual_ln: params must be [micro, micros, part, parts]");
+    auto x = out(0);
+    if (!x) return x.error();
+    auto part = exchange::token_partition(m->n(), static_cast<uint32_t>(c.params[2]), static_cast<uint32_t>(c.params[3]));
+    const int64_t r = part.end - part.begin, h = dim(**x, 1);
+    if (r > 0 && h > 0) {
+      add("add", {{"elements", r * h}});
+      add("add", {{"elements", r * h}});
+      add("layer_norm", {{"tokens", r}, {"hidden", h}});
+    }
+  } else if (k == "classifier") {
+    auto m = micro_of(c, rows);
+    if (!m) return m.error();
+    auto x = in(0);
+    if (!x) return x.error();
+    auto l = out(0);
+    if (!l) return l.error();
+    const int64_t seqs = m->seqs.end - m->seqs.begin, h = dim(**x, 1), labels = dim(**l, 1);
+    if (seqs > 0 && h > 0 && labels > 0) add("classifier", {{"seqs", seqs}, {"hidden", h}, {"labels", labels}});
+  } else if (k == "copy" || k == "add" || k == "scale") {
+    auto y = out(0);
+    if (!y) return y.error();
+    if ((*y)->elements() > 0) add(k, {{"elements", static_cast<int64_t>((*y)->elements())}});
+  } else if (k == "reduce_sum") {
+    auto y = out(0);
+    if (!y) return y.error();
+    int64_t elements = 0;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      auto x = in(i);
+      if (!x) return x.error();
+      elements += static_cast<int64_t>((*x)->elements());
+    }
+    if (elements > 0) add(k, {{"elements", elements}, {"outputs", static_cast<int64_t>(std::max<uint64_t>(1, (*y)->elements()))}});
+  } else if (k == "matmul") {
+    auto a = in(0);
+    if (!a) return a.error();
+    auto b = in(1);
+    if (!b) return b.error();
+    const int64_t m = dim(**a, 0), kk = dim(**a, 1), n = dim(**b, 1);
+    if (m > 0 && n > 0 && kk > 0) add("matmul", {{"m", m}, {"n", n}, {"k", kk}});
+  } else {
+    return status::not_found("kernel '" + k + "' has no timing mapping");
+  }
+  return q;
+}
+
+double program_timing::tile_seconds(size_t step, uint32_t tile) const {
+  if (step >= steps.size() || clock_hz <= 0) return 0;
+  const auto& s = steps[step];
+  for (const auto& t : s.tiles)
+    if (t.tile == tile) return (t.compute_cycles + s.sync_cycles + t.exchange_cycles) / clock_hz;
+  return 0;
+}
+
+result<program_timing> time_program(const std::map<uint32_t, exchange::program>& programs, const tensor_table& tensors,
+                                    const std::vector<int32_t>& seq_lengths, const timing::ipu_preset& preset,
+                                    const program_timing_options& opt) {
+  if (programs.empty()) return status::invalid("no programs to time");
+  const int64_t emulated = opt.emulated_tiles > 0 ? opt.emulated_tiles : static_cast<int64_t>(programs.size());
+  auto share = timing::make_tile_share(preset, emulated);
+  if (!share) return share.error();
+  const double s = share->physical_per_emulated;
+  const batch_rows rows = rows_of(seq_lengths);
+  program_timing out;
+  out.preset = preset.name;
+  out.share = *share;
+  out.clock_hz = preset.clock_hz;
+  size_t steps = 0;
+  for (const auto& [t, p] : programs) steps = std::max(steps, p.steps.size());
+  static const tensor_map empty;
+  for (size_t i = 0; i < steps; ++i) {
+    superstep_timing st;
+    st.index = i;
+    st.sync = false;
+    std::map<uint32_t, size_t> slot;
+    for (const auto& [t, p] : programs) {
+      slot[t] = st.tiles.size();
+      st.tiles.push_back({.tile = t});
+    }
+    for (const auto& [t, p] : programs) {
+      if (i >= p.steps.size()) continue;
+      const auto& step = p.steps[i];
+      st.sync |= step.sync && programs.size() > 1;
+      auto& ts = st.tiles[slot[t]];
+      auto tt = tensors.find(t);
+      const tensor_map& mine = tt == tensors.end() ? empty : tt->second;
+      for (const auto& call : step.compute) {
+        ts.kernels.push_back(call.kernel);
+        auto q = kernel_queries(call, mine, rows, opt.compute);
+        if (!q) {
+          if (q.error().code() == errc::not_found) {
+            out.unmodelled.push_back("tile " + std::to_string(t) + " step " + std::to_string(i) + ": " + q.error().message());
+            continue;
+          }
+          return status::invalid("tile " + std::to_string(t) + " step " + std::to_string(i) + ": " + q.error().message());
+        }
+        for (auto& one : *q) {
+          auto cycles = timing::estimate_tile_cycles(one, preset, s);
+          if (!cycles) return cycles.error();
+          ts.compute_cycles += *cycles;
+          ts.queries.push_back(std::move(one));
+        }
+      }
+      for (const auto& send : step.sends) {
+        const double bytes = static_cast<double>(slice_elements(send.src, rows)) * opt.exchange_element_bytes;
+        ts.bytes_sent += bytes;
+        auto it = slot.find(send.peer);
+        if (it != slot.end()) st.tiles[it->second].bytes_received += bytes;
+      }
+    }
+    for (auto& ts : st.tiles) {
+      ts.exchange_cycles = ts.bytes_received > 0 ? timing::exchange_cycles(preset, ts.bytes_received, s) : 0;
+      if (ts.compute_cycles > st.compute_cycles) st.compute_cycles = ts.compute_cycles, st.slowest_compute_tile = ts.tile;
+      if (ts.exchange_cycles > st.exchange_cycles) st.exchange_cycles = ts.exchange_cycles, st.slowest_exchange_tile = ts.tile;
+    }
+    if (st.compute_cycles == 0 && !st.tiles.empty()) st.slowest_compute_tile = st.tiles.front().tile;
+    st.sync_cycles = st.sync ? timing::sync_cycles(preset) : 0;
+    st.total_cycles = st.compute_cycles + st.sync_cycles + st.exchange_cycles;
+    st.seconds = st.total_cycles / preset.clock_hz;
+    out.total_cycles += st.total_cycles;
+    out.steps.push_back(std::move(st));
+  }
+  out.total_seconds = out.total_cycles / preset.clock_hz;
+  return out;
+}
+
+tensor_table tensors_of(const compiled_model& c) {
+  tensor_table t;
+  for (const auto& sh : c.shards) t[sh.tile][sh.desc.id] = sh.desc;
+  for (const auto& replica : c.programs)
+    for (const auto& [tile, p] : replica)
+      for (const auto& d : p.temporaries) t[tile][d.id] = d;
+  return t;
+}
+
+result<program_timing> time_compiled(const compiled_model& c, int replica, const std::vector<int32_t>& seq_lengths,
+                                     const timing::ipu_preset& preset, program_timing_options opt) {
+  if (replica < 0 || replica >= static_cast<int>(c.programs.size()))
+    return status::invalid("replica " + std::to_string(replica) + " does not exist");
+  if (opt.emulated_tiles <= 0) opt.emulated_tiles = c.chosen.tiles();
+  return time_program(c.programs[static_cast<size_t>(replica)], tensors_of(c), seq_lengths, preset, opt);
+}
+
+}  // namespace tessera::host
