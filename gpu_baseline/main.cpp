@@ -1,0 +1,87 @@
+// tessera-gpu: the GPU baseline backend process. Loads a model once, binds a ROUTER and serves
+// infer_batch with a pool of worker threads until SIGINT/SIGTERM (then answers what it
+// accepted). Parses options and wires parts; gpu_server does the work.
+#include <signal.h>
+#include <sys/prctl.h>
+
+#include <atomic>
+#include <boost/program_options.hpp>
+#include <iostream>
+#include <thread>
+
+#include "tessera/common/log.hpp"
+#include "tessera/gpu/gpu_server.hpp"
+
+namespace po = boost::program_options;
+using namespace tessera;
+
+int main(int argc, char** argv) {
+  log::init_from_env();
+  log::set_prefix("gpu");
+  gpu::gpu_server_config cfg;
+  std::string model_name = "bert-tiny", dtype_name = "fp16";
+  uint64_t seed = 0;
+  po::options_description opts(
+      "tessera-gpu: the GPU baseline backend: one process, the whole model in one memory, a pool of\n"
+      "worker threads; serves infer_batch / infer_result (exchange/protocol.hpp) on a ROUTER socket.\n"
+      "Prints 'listening on <endpoint>' once ready; SIGTERM answers accepted batches, then exits 0.\n\n"
+      "Examples:\n"
+      "  tessera-gpu --model bert-tiny --bind tcp://127.0.0.1:0 --threads 2\n"
+      "  tessera-gpu --model path/to/hf-folder --bind tcp://0.0.0.0:7000 --omp-threads 4\n"
+      "  tessera-host --model bert-tiny --tiles 2 --serve --gpu-endpoint tcp://gpuhost:7000 --routing hybrid\n\n"
+      "Options");
+  opts.add_options()
+    ("help,h", "show this help")
+    ("model", po::value(&model_name)->default_value(model_name), "preset (bert-tiny, bert-mini, bert-base, ...) or Hugging Face folder")
+    ("seed", po::value(&seed)->default_value(0), "seed of a preset's random weights (must match the host's)")
+    ("bind", po::value(&cfg.bind)->default_value(cfg.bind), "ROUTER endpoint: tcp://ADDR:PORT (0 = any free port) or ipc:///path")
+    ("threads", po::value(&cfg.threads)->default_value(cfg.threads), "worker threads (batches in parallel)")
+    ("omp-threads", po::value(&cfg.omp_threads)->default_value(cfg.omp_threads), "oneDNN/OpenMP threads inside one forward")
+    ("preset", po::value(&cfg.preset)->default_value(cfg.preset), "GPU preset of the timing model (modelled_seconds)")
+    ("dtype", po::value(&dtype_name)->default_value(dtype_name), "dtype of the timing model: fp16 or fp32")
+    ("parallel-forwards", "let worker threads run forwards at the same time (default: they take turns, see reference_backend.hpp)")
+    ("max-queued-batches", po::value(&cfg.max_queued_batches)->default_value(cfg.max_queued_batches), "batches accepted at once; beyond, answered 'overloaded'")
+    ("name", po::value(&cfg.name)->default_value(cfg.name), "name in logs")
+    ("die-with-parent", "exit when the parent process exits (local launches by tessera-host)");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    if (vm.count("help")) return std::cout << opts << "\n", 0;
+    po::notify(vm);
+  } catch (const std::exception& ex) {
+    std::cerr << "tessera-gpu: " << ex.what() << "\n(see tessera-gpu --help)\n";
+    return 2;
+  }
+  if (dtype_name == "fp16") cfg.dtype = timing::dtype::fp16;
+  else if (dtype_name == "fp32") cfg.dtype = timing::dtype::fp32;
+  else return std::cerr << "tessera-gpu: --dtype must be fp16 or fp32\n", 2;
+  cfg.serialize_forwards = !vm.count("parallel-forwards");
+  if (vm.count("die-with-parent")) prctl(PR_SET_PDEATHSIG, SIGTERM);
+
+  // Block the stop signals before any thread starts; one thread waits for them.
+  sigset_t stop_set;
+  sigemptyset(&stop_set);
+  sigaddset(&stop_set, SIGINT);
+  sigaddset(&stop_set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
+
+  auto loaded = models::load_model(model_name, seed);
+  if (!loaded) return std::cerr << "tessera-gpu: " << loaded.error().to_string() << "\n", 2;
+  auto model = std::make_shared<const models::bert_model>(std::move(*loaded));
+  auto server = gpu::gpu_server::create(model, cfg);
+  if (!server) return std::cerr << "tessera-gpu: " << server.error().to_string() << "\n", 2;
+
+  std::atomic<bool> stop{false};
+  std::thread([&stop, stop_set] {
+    int sig = 0;
+    sigwait(&stop_set, &sig);
+    TESSERA_LOG_INFO("signal " << sig << ": answering accepted batches, then stopping");
+    stop.store(true);
+  }).detach();
+
+  std::cout << "listening on " << (*server)->endpoint() << std::endl;
+  (*server)->run(stop);
+  std::cerr << "tessera-gpu: answered " << (*server)->batches_answered() << " batches, rejected "
+            << (*server)->bad_messages() << " bad messages\n";
+  return 0;
+}
