@@ -4,6 +4,7 @@
 #include <cstring>
 #include <msgpack.hpp>
 
+#include "tessera/common/check.hpp"
 #include "wire_reader.hpp"
 
 namespace tessera::exchange {
@@ -275,6 +276,29 @@ uint64_t envelope::payload_bytes() const {
 }
 
 zmq::message_t copy_frame(const void* data, size_t bytes) { return zmq::message_t(data, bytes); }
+
+namespace {
+// ZeroMQ calls this (from its I/O thread, or the thread that drops the last reference) when it
+// is done with a borrowed frame. Release order: the caller's acquire load of 0 then also sees
+// that ZeroMQ's reads of the bytes are over.
+void release_borrowed(void* /*data*/, void* hint) {
+  static_cast<std::atomic<uint32_t>*>(hint)->fetch_sub(1, std::memory_order_release);
+}
+}  // namespace
+
+zmq::message_t borrow_frame(const void* data, size_t bytes, std::atomic<uint32_t>* in_flight) {
+  TESSERA_CHECK(in_flight != nullptr) << "borrow_frame needs an in-flight counter";
+  if (bytes == 0) return zmq::message_t();  // nothing to borrow
+  in_flight->fetch_add(1, std::memory_order_relaxed);
+  try {
+    // zmq_msg_init_data takes a non-const pointer; ZeroMQ only reads through it.
+    return zmq::message_t(const_cast<void*>(data), bytes, &release_borrowed, in_flight);
+  } catch (const zmq::error_t& ex) {  // ENOMEM only; the callback is not called then
+    in_flight->fetch_sub(1, std::memory_order_relaxed);
+    TESSERA_CHECK(false) << "zmq_msg_init_data failed: " << ex.what();
+    return zmq::message_t();
+  }
+}
 
 status check_tile_id(uint32_t tile_id, uint32_t group_size, const char* field) {
   if (tile_id >= group_size) {

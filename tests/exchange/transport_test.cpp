@@ -1,6 +1,8 @@
 // The same exchange checks over the in-process fabric and real ZeroMQ sockets (ipc and tcp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <thread>
 
@@ -72,7 +74,99 @@ TEST_P(ZmqTransport, PointToPoint) {
   ASSERT_TRUE((*b)->connect_peers(eps));
   ping_pong(**a, **b);
   ping_pong(**b, **a);
+  // A message to itself loops back in the process (no socket to its own PULL).
+  ASSERT_TRUE((*a)->send(0, encode(sync_token{1, 2, 3, 0, 0})));
+  envelope e;
+  auto got = (*a)->recv(e, 0ms);
+  ASSERT_TRUE(got && *got);
+  sync_token s;
+  ASSERT_TRUE(decode(e, s));
+  EXPECT_EQ(s.superstep, 3u);
   std::filesystem::remove_all(dir);
+}
+
+// ZeroMQ releases a borrowed frame once its I/O thread has written it: in_flight returns to 0
+// while the receiver has not read the message yet, and changing the source after that does
+// not change what arrives.
+TEST_P(ZmqTransport, BorrowedFrameIsReleasedAfterTheWriteAndArrivesIntact) {
+  std::atomic<uint32_t> in_flight{0};  // outlives the context (declared first)
+  zmq::context_t ctx;
+  auto dir = std::filesystem::temp_directory_path() / ("tessera-tb-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  auto ep = [&](int i) {
+    return GetParam() == "ipc" ? "ipc://" + (dir / ("t" + std::to_string(i))).string() : std::string("tcp://127.0.0.1:0");
+  };
+  auto a = zmq_transport::bind(ctx, 0, ep(0));
+  auto b = zmq_transport::bind(ctx, 1, ep(1));
+  ASSERT_TRUE(a && b);
+  std::vector<std::string> eps{(*a)->endpoint(), (*b)->endpoint()};
+  ASSERT_TRUE((*a)->connect_peers(eps));
+  const size_t n = 1 << 18;  // 1 MiB: larger than ZeroMQ's batches, written straight from the source
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = float(i % 4093);
+  for (int m = 0; m < 3; ++m)
+    ASSERT_TRUE((*a)->send(1, encode(exchange_data{1, 1, uint32_t(m), 0, 1, 3, n}, borrow_frame(v.data(), n * 4, &in_flight))));
+  EXPECT_EQ((*a)->bytes_sent(), 3 * n * 4);
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (in_flight.load() != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(in_flight.load(), 0u) << "ZeroMQ did not release the borrowed frames";
+  std::fill(v.begin(), v.end(), -1.f);  // allowed now: nothing refers to v any more
+  for (int m = 0; m < 3; ++m) {
+    envelope e;
+    auto got = (*b)->recv(e, 5000ms);
+    ASSERT_TRUE(got && *got);
+    exchange_data d;
+    ASSERT_TRUE(decode(e, d));
+    EXPECT_EQ(d.superstep, uint32_t(m));
+    const float* p = e.payloads[0].data<float>();
+    for (size_t i = 0; i < n; i += 997) ASSERT_EQ(p[i], float(i % 4093)) << i;
+    EXPECT_EQ(p[n - 1], float((n - 1) % 4093));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BorrowFrame, CallbackFiresWhenTheLastReferenceGoesInProcess) {
+  std::atomic<uint32_t> in_flight{0};
+  std::vector<float> v{1, 2, 3, 4};
+  inproc_fabric f(2);
+  auto t0 = f.endpoint(0), t1 = f.endpoint(1);
+  {
+    zmq::message_t m = borrow_frame(v.data(), 16, &in_flight);
+    EXPECT_EQ(in_flight.load(), 1u);
+    EXPECT_EQ(m.data(), static_cast<void*>(v.data()));  // no copy
+    zmq::message_t moved = std::move(m);
+    EXPECT_EQ(in_flight.load(), 1u);
+  }
+  EXPECT_EQ(in_flight.load(), 0u);
+  ASSERT_TRUE(t0->send(1, encode(exchange_data{1, 1, 0, 0, 1, 3, 4}, borrow_frame(v.data(), 16, &in_flight))));
+  EXPECT_EQ(in_flight.load(), 1u);  // in the mailbox: still referenced
+  {
+    envelope e;
+    auto got = t1->recv(e, 1000ms);
+    ASSERT_TRUE(got && *got);
+    EXPECT_EQ(e.payloads[0].data<float>()[3], 4.f);
+    EXPECT_EQ(in_flight.load(), 1u);
+  }
+  EXPECT_EQ(in_flight.load(), 0u);
+  EXPECT_EQ(borrow_frame(v.data(), 0, &in_flight).size(), 0u);  // nothing to borrow
+  EXPECT_EQ(in_flight.load(), 0u);
+}
+
+TEST(BorrowFrame, QueuedFramesAreReleasedWhenTheSocketCloses) {
+  std::atomic<uint32_t> in_flight{0};
+  std::vector<float> v(1024, 2.f);
+  {
+    zmq::context_t ctx;
+    auto a = zmq_transport::bind(ctx, 0, "tcp://127.0.0.1:0");
+    ASSERT_TRUE(a);
+    // Tile 1's endpoint has nobody listening: the frames stay queued in the PUSH socket.
+    ASSERT_TRUE((*a)->connect_peers({(*a)->endpoint(), "tcp://127.0.0.1:1"}));
+    for (int m = 0; m < 4; ++m)
+      ASSERT_TRUE((*a)->send(1, encode(exchange_data{1, 1, uint32_t(m), 0, 1, 3, 1024}, borrow_frame(v.data(), 4096, &in_flight))));
+    std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(in_flight.load(), 4u);
+  }  // linger 0: closing drops them
+  EXPECT_EQ(in_flight.load(), 0u);
 }
 
 TEST(ZmqTransportErrors, ForeignMessageIsABadMessageNotACrash) {

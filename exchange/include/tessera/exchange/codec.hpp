@@ -13,6 +13,7 @@
 //   if (auto st = decode(e, d); !st) count_bad_message(st);
 #pragma once
 
+#include <atomic>
 #include <vector>
 #include <zmq.hpp>
 
@@ -72,5 +73,19 @@ status check_tile_id(uint32_t tile_id, uint32_t group_size, const char* field);
 /// A zmq frame holding a copy of `bytes` bytes (the one copy a send needs: the source is tile
 /// memory that the next superstep may overwrite).
 zmq::message_t copy_frame(const void* data, size_t bytes);
+
+/// A zmq frame that references `bytes` bytes at `data` without copying them (zmq_msg_init_data).
+/// Increments `*in_flight` now; ZeroMQ decrements it (release order) once it no longer reads
+/// the bytes: for ipc/tcp when its I/O thread has written them to the kernel or dropped them
+/// (socket closed, linger 0), for a frame that never left the process when the last copy of
+/// the message is destroyed. Until then the caller must neither modify nor unmap the bytes,
+/// and `*in_flight` must outlive the frame (and every socket and context it may sit in).
+/// Use copy_frame when the source may change before the frame is gone. 0 bytes: an empty frame,
+/// `*in_flight` untouched.
+///
+///   std::atomic<uint32_t> in_flight{0};
+///   t.send(peer, encode(exchange_data{...}, borrow_frame(slice, n * 4, &in_flight)));
+///   ... before writing the slice again: wait until in_flight.load(std::memory_order_acquire) == 0
+zmq::message_t borrow_frame(const void* data, size_t bytes, std::atomic<uint32_t>* in_flight);
 
 }  // namespace tessera::exchange

@@ -2,9 +2,11 @@
 //
 // Each tile binds one PULL socket; it connects one PUSH socket per peer once the host sends the
 // peer directory. Multipart frames go out with sndmore and zero re-encoding; payload frames are
-// moved into ZeroMQ, never copied again by tessera.
+// moved into ZeroMQ, never copied again by tessera (a borrow_frame payload is not copied at all).
+// A message to the tile itself stays in the process (loopback queue), without a socket.
 #pragma once
 
+#include <deque>
 #include <zmq.hpp>
 
 #include "tessera/exchange/transport.hpp"
@@ -19,7 +21,7 @@ class zmq_transport final : public transport {
   /// The endpoint peers should connect to. For tcp with a wildcard address, `advertise_host`
   /// replaces the address (e.g. this machine's name or IP).
   std::string endpoint(const std::string& advertise_host = "") const;
-  /// Connects to every peer (index = tile id; own entry ignored). May be called again after a
+  /// Connects to every peer (index = tile id; own entry ignored: messages to self loop back). May be called again after a
   /// peer restarts: links whose endpoint changed are reconnected.
   status connect_peers(const std::vector<std::string>& endpoints);
 
@@ -29,9 +31,10 @@ class zmq_transport final : public transport {
   uint64_t bytes_sent() const override { return bytes_sent_; }
   uint64_t bytes_received() const override { return bytes_received_; }
 
-  /// The inbound socket, for a poller that also waits on other sockets.
+  /// The inbound socket, for a poller that also waits on other sockets. Call recv(out, 0ms)
+  /// before polling: messages to self are queued in the process, not on this socket.
   zmq::socket_t& inbound() { return inbound_; }
-  /// Receives one message that the poller says is ready.
+  /// Receives one message that is ready (loopback first), without waiting.
   result<bool> recv_ready(envelope& out) { return recv(out, std::chrono::milliseconds(0)); }
 
  private:
@@ -42,6 +45,7 @@ class zmq_transport final : public transport {
   std::string bound_;
   std::vector<std::string> peer_endpoints_;
   std::vector<std::unique_ptr<zmq::socket_t>> outbound_;
+  std::deque<envelope> loopback_;  // sent to self, not yet received
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
 };
