@@ -3,10 +3,12 @@
 // One run measures, between real processes on this machine:
 //   (a) raw ZeroMQ throughput: PUSH -> PULL over ipc:// (like libzmq's remote_thr/local_thr),
 //   (b) tessera's exchange goodput for the same sizes: exchange::zmq_transport, the sender doing
-//       encode(exchange_data, copy_frame(slice)) and the receiver decode + inbox + memcpy into a
+//       encode(exchange_data, borrow_frame(slice, &in_flight)) (no copy; it waits for in_flight
+//       to drain before the slice may change) and the receiver decode + inbox + memcpy into a
 //       destination buffer, exactly as superstep_loop.cpp does per slice;
 //   (c) tessera's superstep sync: a real tile group (tessera::host::tile_group) running a program
-//       of empty supersteps with sync = true (a dissemination barrier over the exchange sockets),
+//       of empty supersteps with sync = true (the tile's combining-tree barrier over the exchange
+//       sockets),
 //   (d) a plain ZeroMQ barrier among as many processes: a ROUTER coordinator collects N
 //       "arrive" messages from N DEALER processes, then releases all of them.
 // Both sides of a comparison run under the same flow control (a credit window of acks from the
@@ -24,6 +26,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
@@ -240,8 +243,8 @@ struct throughput {
 
 // Sends for ~`seconds` after a warm-up window; the rate is payload bytes per second measured at
 // the sender from the first timed send until the receiver acknowledged the last message.
-// mode 0 = raw, 1 = tessera (copy_frame, as superstep_loop.cpp), 2 = tessera with a zero-copy
-// send frame over the source buffer (diagnostic: the proposed fix, see the report).
+// mode 0 = raw, 1 = tessera (borrow_frame + in-flight counter, as superstep_loop.cpp), 2 = tessera
+// with copy_frame per send (diagnostic: how slices were sent before borrow_frame).
 throughput measure_throughput(const options& o, int mode, size_t size) {
   const bool tessera_mode = mode != 0;
   std::filesystem::remove(o.dir + "/child-cpu.txt");
@@ -255,6 +258,7 @@ throughput measure_throughput(const options& o, int mode, size_t size) {
   {
     zmq::context_t ctx(1);
     uint64_t sent = 0, acked = 0;
+    std::atomic<uint32_t> in_flight{0};  // declared before t: outlives every borrowed frame
     std::vector<float> src(size / 4);
     for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 1000) * 0.5f;
 
@@ -276,7 +280,7 @@ throughput measure_throughput(const options& o, int mode, size_t size) {
     auto send_one = [&] {
       if (tessera_mode) {
         exchange::exchange_data d{1, 1, static_cast<uint32_t>(sent), 0, 1, 0, size / 4};
-        zmq::message_t frame = mode == 2 ? zmq::message_t(src.data(), size, [](void*, void*) {}, nullptr)
+        zmq::message_t frame = mode == 1 ? exchange::borrow_frame(src.data(), size, &in_flight)
                                          : exchange::copy_frame(src.data(), size);
         auto st = t->send(1, exchange::encode(d, std::move(frame)));
         if (!st) throw std::runtime_error(st.to_string());
@@ -317,8 +321,9 @@ throughput measure_throughput(const options& o, int mode, size_t size) {
         send_one();
       }
     };
-    auto drain = [&] {
+    auto drain = [&] {  // every message acknowledged and (mode 1) every borrowed frame released
       while (acked < sent) wait_ack();
+      while (in_flight.load(std::memory_order_acquire) != 0) std::this_thread::yield();
     };
 
     for (uint64_t i = 0; i < c.window / c.ack_every; ++i) send_batch();  // warm-up: connect, fault pages
@@ -494,9 +499,9 @@ barrier_figures measure_plain_barrier(const options& o, uint32_t n) {
 // ---- diagnostics: barrier algorithms over exchange::zmq_transport, without the tile daemon ----
 
 // N forked processes, each with a zmq_transport (PULL + one PUSH per peer, as a tile has), run
-// `rounds` barriers of sync_tokens: either the tile's dissemination barrier (ceil(log2 N) rounds
-// of one message each way, superstep_loop.cpp's sync_phase) or a central one (rank 0 collects
-// N-1 arrivals, then releases N-1 peers). Separates the cost of the algorithm from that of the
+// `rounds` barriers of sync_tokens: either a dissemination barrier (ceil(log2 N) rounds of one
+// message each way, superstep_loop.cpp's sync_phase before the tree) or a central one (rank 0
+// collects N-1 arrivals, then releases N-1 peers: the tile's tree barrier for N <= 16). Separates the cost of the algorithm from that of the
 // tile daemon and host around it.
 int transport_barrier_worker(const std::string& dir, uint32_t rank, uint32_t n, bool central, uint64_t warm,
                              uint64_t rounds, const std::string& out_file) {
@@ -591,7 +596,7 @@ struct row {
   double base_value = 0, tessera_value = 0, ratio_value = 0, extra_value = 0;
   double base_cpu_us = 0, tessera_cpu_us = 0;  // diagnostics: CPU per message / per barrier
   barrier_figures dissemination, central;      // diagnostics: sync rows only
-  throughput zero_copy;                        // diagnostics: goodput rows only
+  throughput zero_copy;                        // diagnostics, goodput rows: the copy_frame variant
   std::string unit;
 };
 
@@ -752,9 +757,9 @@ int main(int argc, char** argv) {
     std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", w.test.c_str(), w.param.c_str(), w.baseline.c_str(),
                 w.tessera.c_str(), w.ratio.c_str(), w.target.c_str(), w.verdict.c_str());
   if (!o.sizes.empty()) {
-    std::printf("\nDiagnostics: tessera's exchange with the send frame referencing the source slice (zero-copy,\n"
-                "zmq_msg_init_data) instead of copy_frame; everything else as row (b).\n\n");
-    std::printf("| size | raw | tessera (copy_frame) | tessera (zero-copy send) | zero-copy %% of raw |\n|---|---|---|---|---|\n");
+    std::printf("\nDiagnostics: tessera's exchange sending a copy of the slice (copy_frame, as before\n"
+                "borrow_frame) instead of the zero-copy frame of row (b); everything else as row (b).\n\n");
+    std::printf("| size | raw | tessera (borrow_frame) | tessera (copy_frame) | copy_frame %% of raw |\n|---|---|---|---|---|\n");
     for (const auto& w : rows)
       if (w.test == "exchange goodput")
         std::printf("| %s | %.0f MB/s | %.0f MB/s | %.0f MB/s | %.0f%% |\n", w.param.c_str(), w.base_value,
@@ -769,8 +774,9 @@ int main(int argc, char** argv) {
                 w.tessera_cpu_us, w.base_cpu_us > 0 ? w.tessera_cpu_us / w.base_cpu_us : 0.0);
   if (!o.tiles.empty()) {
     std::printf("\nDiagnostics: the same N processes, each with an exchange::zmq_transport and no tile daemon or\n"
-                "host, running the tile's dissemination barrier (N*log2(N) sync_tokens, log2(N) dependent rounds)\n"
-                "or a central one over the same sockets (2*(N-1) sync_tokens, 2 hops). Wall and CPU per barrier.\n\n");
+                "host, running a dissemination barrier (the tile's before the tree: N*log2(N) sync_tokens,\n"
+                "log2(N) dependent rounds) or a central one over the same sockets (2*(N-1) sync_tokens, 2 hops;\n"
+                "what the tile's tree barrier is for N <= its fan-in of 16). Wall and CPU per barrier.\n\n");
     std::printf("| tiles | plain ROUTER barrier | tessera tiles | transport, dissemination | transport, central |\n"
                 "|---|---|---|---|---|\n");
     for (const auto& w : rows) {
@@ -784,7 +790,7 @@ int main(int argc, char** argv) {
     std::ofstream f(o.csv);
     if (!f) return std::cerr << "tessera-bench-exchange: cannot write " << o.csv << "\n", 1;
     f << "test,param,unit,baseline,tessera,tessera_sync_counter_us,ratio,target,result,baseline_cpu_us,tessera_cpu_us,"
-         "transport_dissemination_us,transport_central_us,tessera_zero_copy_send\n";
+         "transport_dissemination_us,transport_central_us,tessera_copy_frame_send\n";
     for (const auto& w : rows)
       f << w.test << "," << w.param << "," << w.unit << "," << w.base_value << "," << w.tessera_value << ","
         << w.extra_value << "," << w.ratio_value << "," << w.target << "," << w.verdict << "," << w.base_cpu_us

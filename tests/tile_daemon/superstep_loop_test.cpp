@@ -2,6 +2,7 @@
 // integration tests run over real processes.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "tessera/exchange/inproc_transport.hpp"
@@ -155,4 +156,164 @@ TEST(SuperstepLoop, TokenSlicesFollowActiveTokens) {
   EXPECT_EQ(part->data, mem.find(1)->f32() + 20);
   EXPECT_FALSE(resolve_slice({1, exchange::slice_kind::token_rows, 0, 4, 0, 1}, mem, 11));  // over the budget
   EXPECT_FALSE(resolve_slice({1, exchange::slice_kind::fixed, 38, 4, 0, 1}, mem, 0));
+}
+
+namespace {
+
+// Forwards to an in-process endpoint and counts the sync tokens sent.
+class counting_transport final : public exchange::transport {
+ public:
+  counting_transport(std::unique_ptr<exchange::transport> t, std::atomic<uint64_t>& tokens)
+      : t_(std::move(t)), tokens_(tokens) {}
+  uint32_t self() const override { return t_->self(); }
+  status send(uint32_t peer, exchange::envelope&& e) override {
+    if (auto type = exchange::peek_type(e); type && *type == exchange::msg_type::sync_token) ++tokens_;
+    return t_->send(peer, std::move(e));
+  }
+  result<bool> recv(exchange::envelope& out, std::chrono::milliseconds timeout) override { return t_->recv(out, timeout); }
+  uint64_t bytes_sent() const override { return t_->bytes_sent(); }
+  uint64_t bytes_received() const override { return t_->bytes_received(); }
+
+ private:
+  std::unique_ptr<exchange::transport> t_;
+  std::atomic<uint64_t>& tokens_;
+};
+
+}  // namespace
+
+// The combining-tree barrier: for every group size and fan-in, no tile starts superstep s + 1
+// (leaves barrier s) before every tile has finished superstep s's compute set (arrived), and a
+// barrier costs 2(n - 1) tokens, not n * ceil(log2 n).
+TEST(SuperstepLoop, TreeBarrierHoldsEveryTileUntilAllArrived) {
+  const uint32_t steps = 4;
+  for (uint32_t fan_in : {16u, 2u, 3u}) {
+    for (uint32_t n = 1; n <= 17; ++n) {
+      exchange::inproc_fabric fabric(n);
+      std::vector<std::atomic<uint32_t>> arrived(steps);
+      std::atomic<uint32_t> early{0};
+      std::atomic<uint64_t> tokens{0};
+      kernel_registry reg = kernel_registry::with_builtins();
+      reg.add("arrive", {.min_inputs = 0, .max_inputs = 0, .min_outputs = 0, .max_outputs = 0},
+              [&](const kernel_args& a) {
+                const auto s = static_cast<uint32_t>(a.params[0]);
+                if (s > 0 && arrived[s - 1].load() != n) ++early;  // left barrier s - 1 too soon
+                // Stagger the tiles so some arrive late.
+                if ((a.ctx.tile_id * 7 + s) % 5 == 0) std::this_thread::sleep_for(2ms);
+                ++arrived[s];
+                return status::ok();
+              });
+      exchange::program p;
+      p.id = 1;
+      for (uint32_t t = 0; t < n; ++t) p.tiles.push_back(n - 1 - t);  // ranks are not tile ids
+      for (uint32_t s = 0; s < steps; ++s) {
+        exchange::superstep st;
+        st.compute.push_back({"arrive", {}, {}, {int64_t(s)}, {}});
+        p.steps.push_back(st);
+      }
+      std::vector<status> st(n);
+      std::vector<std::thread> threads;
+      for (uint32_t t = 0; t < n; ++t)
+        threads.emplace_back([&, t] {
+          tile_memory mem(t, 1 << 16);
+          counting_transport tr(fabric.endpoint(t), tokens);
+          superstep_runner runner(t, tr, mem, reg, {.exchange_timeout = 10000ms, .poll_tick = 5ms, .barrier_fan_in = fan_in});
+          auto r = runner.run(p, {1, 1, {}, 0, {}, {}, false}, {});
+          st[t] = r ? status::ok() : r.error();
+          if (arrived[steps - 1].load() != n) ++early;  // left the last barrier too soon
+        });
+      for (auto& th : threads) th.join();
+      for (uint32_t t = 0; t < n; ++t) ASSERT_TRUE(st[t]) << "tile " << t << " of " << n << ": " << st[t].to_string();
+      EXPECT_EQ(early.load(), 0u) << n << " tiles, fan-in " << fan_in;
+      EXPECT_EQ(tokens.load(), uint64_t(steps) * 2 * (n - 1)) << n << " tiles, fan-in " << fan_in;
+    }
+  }
+}
+
+// Two tiles swap the same slice in one superstep: the sent slice is overwritten by the receive,
+// so it must go out as a copy; a slice that nothing overwrites goes out borrowed and is
+// released (every frame consumed) by the time run() returns.
+TEST(SuperstepLoop, SwapInPlaceSendsTheOldValues) {
+  exchange::inproc_fabric fabric(2);
+  kernel_registry reg = kernel_registry::with_builtins();
+  std::vector<std::vector<float>> x(2), y(2);
+  std::vector<uint32_t> left(2, 99);
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      tile_memory mem(t, 1 << 16);
+      auto tr = fabric.endpoint(t);
+      auto a = mem.allocate({1, "x", exchange::dtype::f32, {8}});
+      auto b = mem.allocate({2, "y", exchange::dtype::f32, {8}});
+      auto c = mem.allocate({3, "z", exchange::dtype::f32, {8}});
+      ASSERT_TRUE(a && b && c);
+      for (int i = 0; i < 8; ++i) (*a)->f32()[i] = float(t * 100 + i), (*b)->f32()[i] = 1, (*c)->f32()[i] = float(t * 10 + i);
+      exchange::program p;
+      p.id = 1;
+      p.tiles = {0, 1};
+      exchange::superstep s;
+      const uint32_t peer = 1 - t;
+      s.sends.push_back({peer, 1, {1, exchange::slice_kind::fixed, 0, 8, 0, 1}});  // x -> peer's x: copied
+      s.sends.push_back({peer, 2, {3, exchange::slice_kind::fixed, 0, 8, 0, 1}});  // z -> peer's y: borrowed
+      s.recvs.push_back({peer, 1, {1, exchange::slice_kind::fixed, 0, 8, 0, 1}, false});
+      s.recvs.push_back({peer, 2, {2, exchange::slice_kind::fixed, 0, 8, 0, 1}, true});
+      p.steps.push_back(s);
+      superstep_runner runner(t, *tr, mem, reg, {.exchange_timeout = 5000ms, .poll_tick = 5ms});
+      ASSERT_TRUE(runner.run(p, {1, 1, {}, 0, {}, {}, true}, {}));
+      left[t] = runner.in_flight();
+      x[t].assign((*a)->f32(), (*a)->f32() + 8);
+      y[t].assign((*b)->f32(), (*b)->f32() + 8);
+    });
+  for (auto& th : threads) th.join();
+  for (uint32_t t = 0; t < 2; ++t) {
+    EXPECT_EQ(left[t], 0u);
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(x[t][i], float((1 - t) * 100 + i)) << "tile " << t;  // the peer's x before the swap
+      EXPECT_EQ(y[t][i], 1 + float((1 - t) * 10 + i)) << "tile " << t;
+    }
+  }
+}
+
+// With a wait function (the daemon's poll of exchange + control), `interrupted` runs only after
+// an event or once per poll_tick, and an event makes it run at once.
+TEST(SuperstepLoop, WaitFunctionLimitsInterruptChecks) {
+  exchange::inproc_fabric fabric(2);
+  auto t1 = fabric.endpoint(1);
+  tile_memory mem(1, 1 << 16);
+  ASSERT_TRUE(mem.allocate({1, "x", exchange::dtype::f32, {4}}));
+  kernel_registry reg = kernel_registry::with_builtins();
+  superstep_runner runner(1, *t1, mem, reg, {.exchange_timeout = 300ms, .poll_tick = 50ms});
+  int waits = 0;
+  runner.set_wait([&](exchange::envelope& out, std::chrono::milliseconds, bool& event) -> result<bool> {
+    ++waits;
+    event = false;
+    std::this_thread::sleep_for(1ms);  // a short wait: many passes per tick
+    return t1->recv(out, 0ms);
+  });
+  exchange::program p;
+  p.id = 1;
+  p.tiles = {0, 1};
+  exchange::superstep s;
+  s.recvs.push_back({0, 7, {1, exchange::slice_kind::fixed, 0, 4, 0, 1}, false});
+  p.steps.push_back(s);
+  int checks = 0;
+  auto r = runner.run(p, {1, 1, {}, 0, {}, {}, true}, [&] { return ++checks, false; });
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), errc::timeout);
+  EXPECT_GT(waits, 20);
+  EXPECT_LE(checks, 300 / 50 + 2) << waits << " waits";
+  // A long tick: only the event can make the check come soon.
+  superstep_runner slow(1, *t1, mem, reg, {.exchange_timeout = 5000ms, .poll_tick = 2000ms});
+  waits = 0;
+  slow.set_wait([&](exchange::envelope& out, std::chrono::milliseconds, bool& event) -> result<bool> {
+    event = ++waits == 5;  // e.g. the control socket got abort_run
+    std::this_thread::sleep_for(1ms);
+    return t1->recv(out, 0ms);
+  });
+  checks = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  auto r2 = slow.run(p, {1, 2, {}, 0, {}, {}, true}, [&] { return ++checks > 1; });  // the first check is at once
+  ASSERT_FALSE(r2);
+  EXPECT_EQ(r2.error().code(), errc::cancelled);
+  EXPECT_EQ(checks, 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
 }

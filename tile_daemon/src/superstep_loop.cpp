@@ -1,6 +1,8 @@
 #include "tessera/tile/superstep_loop.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "tessera/common/log.hpp"
 
@@ -55,6 +57,74 @@ result<slice_span> resolve_slice(const slice_ref& s, tile_memory& memory, const 
 superstep_runner::superstep_runner(uint32_t self, transport& t, tile_memory& memory, const kernel_registry& registry,
                                    run_limits limits)
     : self_(self), transport_(t), memory_(memory), registry_(registry), limits_(limits) {}
+
+superstep_runner::~superstep_runner() {
+  auto deadline = clock_type::now() + std::chrono::milliseconds(100);
+  retire_in_flight();
+  while (!retired_.empty() && clock_type::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    retire_in_flight();
+  }
+  if (!retired_.empty())  // leak the counters: their frames' release callbacks still decrement them
+    TESSERA_LOG_WARN(retired_in_flight() << " sent slices are still queued in ZeroMQ as tile " << self_
+                                         << "'s runner goes away");
+  delete in_flight_;
+}
+
+void superstep_runner::retire_in_flight() {
+  if (in_flight_->load(std::memory_order_acquire) != 0) {
+    retired_.push_back(in_flight_);
+    in_flight_ = new std::atomic<uint32_t>(0);
+  }
+  std::erase_if(retired_, [](std::atomic<uint32_t>* c) {
+    if (c->load(std::memory_order_acquire) != 0) return false;
+    delete c;
+    return true;
+  });
+}
+
+uint32_t superstep_runner::retired_in_flight() const {
+  uint32_t n = 0;
+  for (auto* c : retired_) n += c->load(std::memory_order_acquire);
+  return n;
+}
+
+bool superstep_runner::check_interrupted(const std::function<bool()>& interrupted) {
+  if (!interrupted) return false;
+  if (wait_) {
+    auto now = clock_type::now();
+    if (!event_pending_ && now < next_check_) return false;
+    event_pending_ = false;
+    next_check_ = now + limits_.poll_tick;
+  }
+  return interrupted();
+}
+
+status superstep_runner::wait_sends_released(const std::function<bool()>& interrupted) {
+  // ZeroMQ's I/O thread releases a frame once it has written it to the kernel (ipc/tcp), which
+  // the exchange and barrier of the superstep nearly always cover: so spin briefly, then yield,
+  // then sleep in growing steps; a peer that is gone keeps frames queued, hence the deadline.
+  if (in_flight_->load(std::memory_order_acquire) == 0) return status::ok();
+  const auto start = clock_type::now();
+  const auto deadline = start + limits_.exchange_timeout;
+  auto sleep = std::chrono::microseconds(20);
+  for (uint32_t pass = 0; in_flight_->load(std::memory_order_acquire) != 0; ++pass) {
+    if (pass < 200) continue;
+    if (pass < 264) {
+      std::this_thread::yield();
+      continue;
+    }
+    auto now = clock_type::now();
+    if (check_interrupted(interrupted)) return status{errc::cancelled, "run aborted by the host"};
+    if (now >= deadline)
+      return status::timeout("tile " + std::to_string(self_) + " waited " +
+                             std::to_string(limits_.exchange_timeout.count()) + " ms for ZeroMQ to send " +
+                             std::to_string(in_flight_->load()) + " slices (is a peer gone?)");
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min<std::chrono::microseconds>(sleep * 2, std::chrono::milliseconds(1));
+  }
+  return status::ok();
+}
 
 void superstep_runner::accept(envelope&& e) {
   auto type = peek_type(e);
@@ -125,7 +195,7 @@ result<envelope> superstep_runner::wait_for(const key& k, const std::function<bo
       inbox_.erase(it);
       return e;
     }
-    if (interrupted && interrupted()) return status{errc::cancelled, "run aborted by the host"};
+    if (check_interrupted(interrupted)) return status{errc::cancelled, "run aborted by the host"};
     auto now = clock_type::now();
     if (now >= deadline)
       return status::timeout("tile " + std::to_string(self_) + " waited " +
@@ -135,8 +205,10 @@ result<envelope> superstep_runner::wait_for(const key& k, const std::function<bo
     auto wait = std::min(limits_.poll_tick, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
                                                 std::chrono::milliseconds(1));
     envelope e;
-    auto got = transport_.recv(e, wait);
+    bool event = false;
+    auto got = wait_ ? wait_(e, wait, event) : transport_.recv(e, wait);
     if (!got) return got.error();
+    event_pending_ |= event;
     if (*got) accept(std::move(e));
   }
 }
@@ -144,11 +216,22 @@ result<envelope> superstep_runner::wait_for(const key& k, const std::function<bo
 status superstep_runner::exchange_phase(const program& prog, const run_program& run, uint32_t step,
                                         superstep_counters& c, const std::function<bool()>& interrupted) {
   const superstep& s = prog.steps[step];
+  // Byte ranges this superstep's receives write: a slice sent from one of them is copied, since
+  // ZeroMQ may not have read it yet when the receive lands (a swap, an in-place reduction).
+  std::vector<std::pair<const float*, const float*>> written;
+  for (const recv_op& op : s.recvs)
+    if (auto dst = resolve_slice(op.dst, memory_, rows_); dst && dst->elements)
+      written.emplace_back(dst->data, dst->data + dst->elements);
   for (const send_op& op : s.sends) {
     auto src = resolve_slice(op.src, memory_, rows_);
     if (!src) return src.error().with_context("send to tile " + std::to_string(op.peer));
     exchange_data d{prog.id, run.batch_id, step, self_, op.peer, op.tag, src->elements};
-    envelope e = encode(d, copy_frame(src->data, src->elements * 4));
+    const float* begin = src->data;
+    const float* end = src->data + src->elements;
+    const bool overwritten = std::any_of(written.begin(), written.end(),
+                                         [&](const auto& w) { return begin < w.second && w.first < end; });
+    envelope e = encode(d, overwritten ? copy_frame(begin, src->elements * 4)
+                                       : borrow_frame(begin, src->elements * 4, in_flight_));
     c.bytes_sent += src->elements * 4;
     TESSERA_RETURN_IF_ERROR(transport_.send(op.peer, std::move(e)));
   }
@@ -182,14 +265,25 @@ status superstep_runner::sync_phase(const program& prog, const run_program& run,
     if (prog.tiles[i] == self_) rank = i;
   if (rank == n) return status::invalid("tile " + std::to_string(self_) + " is not a member of program " +
                                         std::to_string(prog.id));
-  // Dissemination barrier: in round k, signal rank + 2^k and wait for rank - 2^k.
-  for (uint32_t round = 0, dist = 1; dist < n; ++round, dist <<= 1) {
-    uint32_t to = prog.tiles[(rank + dist) % n];
-    uint32_t from = prog.tiles[(rank + n - dist) % n];
-    TESSERA_RETURN_IF_ERROR(transport_.send(to, encode(sync_token{prog.id, run.batch_id, step, round, self_})));
-    auto e = wait_for({run.batch_id, step, 1, from, round}, interrupted, "the barrier");
+  // Combining tree of fan-in k over ranks: rank r's children are k*r+1 .. k*r+k, its parent
+  // (r-1)/k. Round 0 goes up (every child has arrived), round 1 comes down (all have arrived).
+  // 2(n-1) tokens per barrier; for n <= k a central barrier at rank 0 (2 hops).
+  const uint64_t k = std::max<uint32_t>(1, limits_.barrier_fan_in);
+  const uint64_t first_child = k * rank + 1;
+  const uint64_t last_child = std::min<uint64_t>(k * rank + k, n - 1);
+  for (uint64_t c = first_child; c <= last_child; ++c) {
+    auto e = wait_for({run.batch_id, step, 1, prog.tiles[c], 0}, interrupted, "the barrier");
     if (!e) return e.error();
   }
+  if (rank != 0) {
+    const uint32_t parent = prog.tiles[(rank - 1) / k];
+    TESSERA_RETURN_IF_ERROR(transport_.send(parent, encode(sync_token{prog.id, run.batch_id, step, 0, self_})));
+    auto e = wait_for({run.batch_id, step, 1, parent, 1}, interrupted, "the barrier");
+    if (!e) return e.error();
+  }
+  for (uint64_t c = first_child; c <= last_child; ++c)
+    TESSERA_RETURN_IF_ERROR(
+        transport_.send(prog.tiles[c], encode(sync_token{prog.id, run.batch_id, step, 1, self_})));
   return status::ok();
 }
 
@@ -205,9 +299,20 @@ result<std::vector<superstep_counters>> superstep_runner::run(const program& pro
   kernel_context ctx{self_, run.active_tokens, run.seq_lengths, offsets, &rows_};
 
   std::vector<superstep_counters> counters(prog.steps.size());
+  event_pending_ = false;
+  next_check_ = {};
+  retire_in_flight();  // frames of a failed earlier run do not hold up this one
   status result_status;
   for (uint32_t step = 0; step < prog.steps.size() && result_status; ++step) {
     superstep_counters& c = counters[step];
+    if (step > 0) {
+      // The previous superstep's slices may still be read by ZeroMQ: the compute set must not
+      // write tile memory before they are released. Charged to that superstep's exchange.
+      auto tw = clock_type::now();
+      result_status = wait_sends_released(interrupted);
+      counters[step - 1].exchange_ns += ns_since(tw);
+      if (!result_status) break;
+    }
     auto t0 = clock_type::now();
     for (const kernel_call& call : prog.steps[step].compute) {
       result_status = registry_.run(call, memory_, ctx);
@@ -229,6 +334,13 @@ result<std::vector<superstep_counters>> superstep_runner::run(const program& pro
   finished_batch_ = run.batch_id;
   finished_any_ = true;
   purge_finished();
+  // The caller may overwrite tile memory once run() returns (outputs, next inputs). A failed
+  // run does not wait (see the header): its frames are retired at the next run.
+  if (result_status) {
+    auto tw = clock_type::now();
+    result_status = wait_sends_released(interrupted);
+    if (!counters.empty()) counters.back().exchange_ns += ns_since(tw);
+  }
   if (!result_status) return result_status;
   return counters;
 }

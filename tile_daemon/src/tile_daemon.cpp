@@ -30,12 +30,15 @@ void tile_daemon::request_stop() { g_stop.store(true); }
 
 struct tile_daemon::impl {
   tile_config cfg;
-  zmq::context_t ctx{1};
-  zmq::socket_t control{ctx, zmq::socket_type::dealer};
-  std::unique_ptr<zmq_transport> fabric;
+  // Declared before the context, so destroyed after it: closing the context drops every frame
+  // still queued in the exchange sockets, and borrowed frames point into tile memory and count
+  // down the runner's in-flight counter.
   tile_memory memory;
   kernel_registry registry = kernel_registry::with_builtins();
   std::unique_ptr<superstep_runner> runner;
+  zmq::context_t ctx{1};
+  zmq::socket_t control{ctx, zmq::socket_type::dealer};
+  std::unique_ptr<zmq_transport> fabric;
   std::map<uint32_t, program> programs;
   std::deque<envelope> deferred;  // control messages that arrived during a run
   bool have_directory = false;
@@ -137,6 +140,24 @@ struct tile_daemon::impl {
     std::vector<zmq::message_t> p;
     p.push_back(copy_frame(s->data, s->elements * 4));
     reply({m.request_id, cfg.tile_id, errc::ok, "", 1}, std::move(p));
+  }
+
+  // How a run waits: the exchange PULL and the control DEALER in one zmq::poll, so the control
+  // socket is drained (interrupted) only when it has something or once per poll_tick.
+  result<bool> wait_exchange_or_control(envelope& out, std::chrono::milliseconds timeout, bool& control_ready) {
+    auto got = fabric->recv(out, 0ms);  // queued (or looped back) messages need no poll
+    if (!got || *got) return got;
+    zmq::pollitem_t items[] = {{fabric->inbound().handle(), 0, ZMQ_POLLIN, 0}, {control.handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, timeout);
+    } catch (const zmq::error_t& ex) {
+      if (ex.num() == EINTR) return false;
+      if (ex.num() == ETERM) return status{errc::cancelled, "exchange context terminated"};
+      return status::io_error(std::string("poll failed: ") + ex.what());
+    }
+    control_ready = (items[1].revents & ZMQ_POLLIN) != 0;
+    if (items[0].revents & ZMQ_POLLIN) return fabric->recv_ready(out);
+    return false;
   }
 
   // While a run waits on the exchange: true if the host asked to abort this batch or to stop.
@@ -267,6 +288,9 @@ struct tile_daemon::impl {
       TESSERA_LOG_ERROR("cannot connect to the host at " << cfg.host_endpoint << ": " << ex.what());
       return 1;
     }
+    runner->set_wait([this](envelope& out, std::chrono::milliseconds timeout, bool& control_ready) {
+      return wait_exchange_or_control(out, timeout, control_ready);
+    });
     register_tile reg{cfg.tile_id, cfg.incarnation, static_cast<int32_t>(getpid()),
                       fabric->endpoint(cfg.advertise_host), host_name(), cfg.memory_capacity};
     send_envelope(control, encode(reg));
