@@ -154,7 +154,7 @@ TOKENIZER_CASES = [
     "numbers 123 4.56 7,890 1/2 ½ ² ①", "math ∑ ∫ √ ≤ ≥ ≠ ∞", "quotes “double” ‘single’ «guillemets» „low“",
     "dashes – — ‐ and ellipsis …", "currency $5 €10 £3 ¥100", "e\u0301 combining acute, n\u0303",
     "한국어 텍스트", "ﾊﾝｶｸ full-width ＡＢＣ１２３", "", "   ", "!", "[unused1] not special here",
-    "mIxEd CaSe WoRdS", "hello\u2028line\u2029para", "tile emulator inference tokenizer bert",
+    "mIxEd CaSe WoRdS", "typed [SEP] and [MASK] tokens", "a[CLS]b[SEP]c", "[sep] lower [ SEP ]", "hello\u2028line\u2029para", "tile emulator inference tokenizer bert",
 ]
 TOKENIZER_PAIRS = [
     ["How old are you?", "I'm 6 years old."], ["Café", "naïve résumé"], ["", "only second"],

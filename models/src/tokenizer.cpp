@@ -205,6 +205,34 @@ result<wordpiece_tokenizer> wordpiece_tokenizer::from_vocab_file(const std::stri
 }
 
 result<std::vector<std::string>> wordpiece_tokenizer::tokenize(std::string_view text) const {
+  auto valid = decode_utf8(text);  // errors report byte offsets in the whole text
+  if (!valid) return valid.error();
+  // Special tokens written in the text ("[SEP]") stay whole, as HF's added tokens: split around them.
+  static constexpr std::string_view specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+  std::vector<std::string> pieces;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t best = std::string_view::npos;
+    std::string_view which;
+    for (std::string_view sp : specials) {
+      const size_t at = text.find(sp, pos);
+      if (at < best && vocab_->id(sp) >= 0) {
+        best = at;
+        which = sp;
+      }
+    }
+    const size_t end = best == std::string_view::npos ? text.size() : best;
+    auto seg = tokenize_segment(text.substr(pos, end - pos));
+    if (!seg) return seg.error();
+    pieces.insert(pieces.end(), seg->begin(), seg->end());
+    if (best == std::string_view::npos) break;
+    pieces.emplace_back(which);
+    pos = best + which.size();
+  }
+  return pieces;
+}
+
+result<std::vector<std::string>> wordpiece_tokenizer::tokenize_segment(std::string_view text) const {
   using namespace unicode;
   auto dec = decode_utf8(text);
   if (!dec) return dec.error();

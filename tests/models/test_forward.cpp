@@ -140,6 +140,19 @@ TEST(presets, shapes_and_bit_identical_weights) {
   EXPECT_FLOAT_EQ(a->weights.embeddings().ln_gamma[0], a->weights.tensor("embeddings.LayerNorm.weight")->data[0]);
 }
 
+TEST(presets, one_tensor_alone_equals_the_whole_set) {
+  // Tiles generate only their own tensors: fill_preset_tensor must agree with make_preset_weights.
+  auto cfg = *preset_config("bert-mini");
+  auto w = make_preset_weights(cfg, 11);
+  ASSERT_TRUE(w);
+  for (const auto& spec : expected_tensors(cfg)) {
+    if (spec.name != "encoder.layer.3.intermediate.dense.weight" && spec.name != "classifier.bias") continue;
+    std::vector<float> mine(static_cast<size_t>(w->find(spec.name)->numel()));
+    fill_preset_tensor(spec, 11, mine.data());
+    EXPECT_EQ(0, std::memcmp(mine.data(), w->find(spec.name)->data, mine.size() * 4)) << spec.name;
+  }
+}
+
 TEST(presets, unknown_preset_lists_known_names) {
   auto c = preset_config("bert-huge");
   ASSERT_FALSE(c);

@@ -51,6 +51,18 @@ TEST(kernels, linear_matches_loops_with_bias_gelu_and_strides) {
   EXPECT_NEAR(y[1 * 3 + 2], s, 1e-5);
 }
 
+TEST(kernels, linear_on_a_row_slice_of_the_weights_writes_its_columns) {
+  // A tensor-parallel tile holding output rows [o0, o1) of W writes columns [o0, o1) of y.
+  const int64_t T = 11, in = 24, out = 30, o0 = 7, o1 = 19;
+  auto x = random_vec(T * in, 50), W = random_vec(out * in, 51), b = random_vec(out, 52);
+  std::vector<float> full(T * out), part(T * out, 0.0f);
+  linear(x.data(), T, in, W.data(), b.data(), out, full.data());
+  linear(x.data(), T, in, W.data() + o0 * in, b.data() + o0, o1 - o0, part.data() + o0, activation::none, 0, out);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t o = 0; o < out; ++o)
+      EXPECT_FLOAT_EQ(part[t * out + o], (o >= o0 && o < o1) ? full[t * out + o] : 0.0f);
+}
+
 TEST(kernels, layer_norm_add_gelu_softmax) {
   const int64_t T = 9, n = 50;
   auto x = random_vec(T * n, 6, 3.0f), r = random_vec(T * n, 7), g = random_vec(n, 8), b = random_vec(n, 9);

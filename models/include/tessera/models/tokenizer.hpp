@@ -4,7 +4,8 @@
 // Basic tokenizer (drop control chars and U+FFFD, whitespace to space, split CJK ideographs,
 // lower-case + strip accents (NFD, drop Mn) for uncased vocabs, split on punctuation and
 // whitespace), then greedy longest-match-first WordPiece with "##" continuations; a word over
-// 100 chars or with no match is [UNK]. encode() adds [CLS]/[SEP] and truncates to max_length.
+// 100 chars or with no match is [UNK]; special tokens typed in the text ("[SEP]") stay whole.
+// encode() adds [CLS]/[SEP] and truncates to max_length.
 //
 //   auto tok = wordpiece_tokenizer::from_vocab_file("model/vocab.txt", {.lower_case = true});
 //   if (!tok) return tok.error();
@@ -63,9 +64,10 @@ class wordpiece_tokenizer {
   static result<wordpiece_tokenizer> from_vocab_file(const std::string& path,
                                                      tokenizer_options opts = {});
 
-  /// Word pieces of a text (no specials), e.g. "unaffable" -> "una", "##ffa", "##ble".
+  /// Word pieces of a text, e.g. "unaffable" -> "una", "##ffa", "##ble". Special tokens written in
+  /// the text ([PAD] [UNK] [CLS] [SEP] [MASK]) are kept whole, as Hugging Face does.
   result<std::vector<std::string>> tokenize(std::string_view text) const;
-  /// Ids of the word pieces (no specials).
+  /// Ids of the word pieces (no [CLS]/[SEP] added).
   result<std::vector<int32_t>> token_ids(std::string_view text) const;
   /// [CLS] text [SEP], truncated to max_length; token_type_ids all 0.
   result<encoding> encode(std::string_view text) const;
@@ -76,6 +78,8 @@ class wordpiece_tokenizer {
   const tokenizer_options& options() const { return opts_; }
 
  private:
+  result<std::vector<std::string>> tokenize_segment(std::string_view text) const;
+
   std::shared_ptr<const vocabulary> vocab_;
   tokenizer_options opts_;
   int32_t unk_ = 0, cls_ = 0, sep_ = 0;
