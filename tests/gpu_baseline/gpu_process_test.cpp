@@ -1,0 +1,404 @@
+// tessera-gpu as a real process, reached through host::remote_backend (and a raw DEALER for
+// malformed messages): logits equal models::reference_forward within 1e-4 for packed and padded
+// batches; bad messages are answered or counted, never fatal; a frozen or killed process fails
+// pending and new batches with peer_failed (a deadline with timeout) in bounded time; a router
+// over the remote backend answers every one of 200 requests exactly once.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <zmq.hpp>
+
+#include "tessera/exchange/codec.hpp"
+#include "tessera/exchange/zmq_transport.hpp"
+#include "tessera/host/remote_backend.hpp"
+#include "tessera/models/forward.hpp"
+#include "tessera/serving/router.hpp"
+
+using namespace tessera;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string bin(const char* name) {
+  const char* dir = std::getenv("TESSERA_BIN_DIR");
+  return std::string(dir ? dir : "bin") + "/" + name;
+}
+
+const models::bert_model& tiny() {
+  static models::bert_model m = models::load_model("bert-tiny").value();
+  return m;
+}
+
+// A tessera-gpu started by the test (not by the backend), with its endpoint.
+struct gpu_process {
+  pid_t pid = -1;
+  std::string endpoint;
+  explicit gpu_process(std::vector<std::string> extra = {}) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    std::vector<std::string> args{bin("tessera-gpu"), "--model", "bert-tiny", "--bind", "tcp://127.0.0.1:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid = fork();
+    if (pid == 0) {
+      dup2(fds[1], 1);
+      close(fds[0]);
+      close(fds[1]);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    std::string line;
+    char c;
+    while (read(fds[0], &c, 1) == 1 && c != '\n') line += c;
+    close(fds[0]);
+    const std::string prefix = "listening on ";
+    if (line.rfind(prefix, 0) == 0) endpoint = line.substr(prefix.size());
+  }
+  int wait_exit() {
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    pid = -1;
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+  }
+  ~gpu_process() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+host::remote_backend_config config_for(const std::string& endpoint) {
+  host::remote_backend_config c;
+  c.endpoint = endpoint;
+  c.info.name = "gpu0";
+  c.info.kind = "gpu";
+  c.info.max_sequence_length = tiny().config.max_position_embeddings;
+  c.info.num_labels = tiny().config.num_labels;
+  return c;
+}
+
+host::batch_request request_of(const models::packed_batch& b, uint64_t id) {
+  host::batch_request r;
+  r.batch_id = id;
+  for (int i = 0; i < b.num_seqs(); ++i) {
+    host::sequence_input s;
+    s.token_ids.assign(b.token_ids.begin() + b.seq_offsets[i], b.token_ids.begin() + b.seq_offsets[i + 1]);
+    s.token_type_ids.assign(b.token_type_ids.begin() + b.seq_offsets[i],
+                            b.token_type_ids.begin() + b.seq_offsets[i + 1]);
+    r.sequences.push_back(std::move(s));
+  }
+  return r;
+}
+
+host::batch_result run(host::backend& b, host::batch_request r, std::chrono::seconds limit = 30s) {
+  auto p = std::make_shared<std::promise<host::batch_result>>();
+  auto f = p->get_future();
+  b.submit(std::move(r), [p](host::batch_result res) { p->set_value(std::move(res)); });
+  if (f.wait_for(limit) != std::future_status::ready) {
+    host::batch_result never;
+    never.st = status::timeout("test: no answer");
+    return never;
+  }
+  return f.get();
+}
+
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return 1e30;
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, double(std::abs(a[i] - b[i])));
+  return d;
+}
+
+#define REQUIRE_GPU_BINARY()                                                                  \
+  if (!std::filesystem::exists(bin("tessera-gpu"))) GTEST_SKIP() << bin("tessera-gpu") << " not built"
+
+}  // namespace
+
+TEST(GpuProcess, HelpExitsZero) {
+  REQUIRE_GPU_BINARY();
+  EXPECT_EQ(std::system((bin("tessera-gpu") + " --help > /dev/null").c_str()), 0);
+  EXPECT_NE(std::system((bin("tessera-gpu") + " --model no-such-model > /dev/null 2>&1").c_str()), 0);
+}
+
+TEST(GpuProcess, PackedAndPaddedLogitsMatchTheReference) {
+  REQUIRE_GPU_BINARY();
+  gpu_process p({"--threads", "2"});
+  ASSERT_FALSE(p.endpoint.empty());
+  auto b = host::remote_backend::start(config_for(p.endpoint));
+  ASSERT_TRUE(b) << b.error().to_string();
+  ASSERT_TRUE((*b)->wait_ready(10s));
+  auto batch = models::synthetic_batch({5, 17, 33, 9, 1, 64}, tiny().config.vocab_size, 7);
+  batch.token_type_ids[3] = 1;  // type ids travel too
+  auto want = models::reference_forward(tiny(), batch);
+
+  auto packed = run(**b, request_of(batch, 11));
+  ASSERT_TRUE(packed.st) << packed.st.to_string();
+  EXPECT_EQ(packed.batch_id, 11u);
+  EXPECT_EQ(packed.num_labels, tiny().config.num_labels);
+  EXPECT_LE(max_diff(packed.logits, want), 1e-4);
+  EXPECT_GT(packed.timing.modelled_seconds, 0);
+  EXPECT_GT(packed.timing.wall_seconds, 0);
+
+  auto req = request_of(batch, 12);
+  req.layout = host::batch_layout::padded;
+  req.padded_length = 96;
+  auto padded = run(**b, std::move(req));
+  ASSERT_TRUE(padded.st) << padded.st.to_string();
+  EXPECT_LE(max_diff(padded.logits, want), 1e-4);
+  // Padded to 96 costs more modelled time than padded to the longest (64).
+  EXPECT_GT(padded.timing.modelled_seconds, packed.timing.modelled_seconds);
+
+  // Several batches at once over the worker pool.
+  std::vector<std::future<host::batch_result>> futs;
+  for (int i = 0; i < 8; ++i)
+    futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, 100 + i)); }));
+  for (auto& f : futs) {
+    auto r = f.get();
+    ASSERT_TRUE(r.st) << r.st.to_string();
+    EXPECT_LE(max_diff(r.logits, want), 1e-4);
+  }
+  EXPECT_EQ((*b)->outstanding_tokens(), 0);
+}
+
+TEST(GpuProcess, MalformedMessagesAreAnsweredOrDroppedNeverFatal) {
+  REQUIRE_GPU_BINARY();
+  gpu_process p;
+  ASSERT_FALSE(p.endpoint.empty());
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  exchange::apply_socket_defaults(s);
+  s.set(zmq::sockopt::rcvtimeo, 10000);
+  s.connect(p.endpoint);
+  auto recv = [&](exchange::envelope& e) {
+    auto got = exchange::recv_envelope(s, e);
+    return got && *got;
+  };
+
+  // Garbage header: counted and dropped.
+  s.send(zmq::str_buffer("not msgpack at all"), zmq::send_flags::none);
+  // An infer_batch whose token frames do not match its lengths: answered bad_message, by id.
+  exchange::infer_batch m{.batch_id = 77, .seq_lengths = {3}};
+  ASSERT_TRUE(exchange::send_envelope(s, exchange::encode(m, zmq::message_t(8), zmq::message_t(8))));
+  exchange::envelope e;
+  ASSERT_TRUE(recv(e));
+  exchange::infer_result r;
+  ASSERT_TRUE(exchange::decode(e, r));
+  EXPECT_EQ(r.batch_id, 77u);
+  EXPECT_EQ(r.code, errc::bad_message);
+  // Token ids beyond the vocab: well-formed, refused with invalid_argument.
+  std::vector<int32_t> ids{101, 1 << 30, 102}, types{0, 0, 0};
+  m.batch_id = 78;
+  ASSERT_TRUE(exchange::send_envelope(
+      s, exchange::encode(m, exchange::copy_frame(ids.data(), 12), exchange::copy_frame(types.data(), 12))));
+  ASSERT_TRUE(recv(e));
+  ASSERT_TRUE(exchange::decode(e, r));
+  EXPECT_EQ(r.batch_id, 78u);
+  EXPECT_EQ(r.code, errc::invalid_argument);
+  // A padded length shorter than the longest sequence.
+  m.batch_id = 79;
+  m.layout = 1;
+  m.padded_length = 2;
+  ids[1] = 2000;
+  ASSERT_TRUE(exchange::send_envelope(
+      s, exchange::encode(m, exchange::copy_frame(ids.data(), 12), exchange::copy_frame(types.data(), 12))));
+  ASSERT_TRUE(recv(e));
+  ASSERT_TRUE(exchange::decode(e, r));
+  EXPECT_EQ(r.batch_id, 79u);
+  EXPECT_EQ(r.code, errc::invalid_argument);
+  // A message of another type: dropped. Then a ping: the pong counts what was dropped.
+  ASSERT_TRUE(exchange::send_envelope(s, exchange::encode(exchange::sync_token{})));
+  ASSERT_TRUE(exchange::send_envelope(s, exchange::encode(exchange::heartbeat{})));
+  ASSERT_TRUE(recv(e));
+  exchange::heartbeat pong;
+  ASSERT_TRUE(exchange::decode(e, pong));
+  EXPECT_GE(pong.bad_messages, 3u);
+  // A zero-sequence infer_batch is a ping too.
+  exchange::infer_batch ping{.batch_id = 5};
+  ASSERT_TRUE(exchange::send_envelope(s, exchange::encode(ping, zmq::message_t(), zmq::message_t())));
+  ASSERT_TRUE(recv(e));
+  ASSERT_TRUE(exchange::decode(e, r));
+  EXPECT_EQ(r.batch_id, 5u);
+  EXPECT_EQ(r.code, errc::ok);
+  // Still serving correctly.
+  auto b = host::remote_backend::start(config_for(p.endpoint));
+  ASSERT_TRUE(b);
+  ASSERT_TRUE((*b)->wait_ready(10s));
+  auto batch = models::synthetic_batch({12, 30}, tiny().config.vocab_size, 3);
+  auto got = run(**b, request_of(batch, 1));
+  ASSERT_TRUE(got.st) << got.st.to_string();
+  EXPECT_LE(max_diff(got.logits, models::reference_forward(tiny(), batch)), 1e-4);
+  EXPECT_GT(p.pid, 0);
+  EXPECT_EQ(waitpid(p.pid, nullptr, WNOHANG), 0) << "tessera-gpu died";
+}
+
+TEST(GpuProcess, SilentProcessFailsPendingAndNewBatchesWithPeerFailed) {
+  REQUIRE_GPU_BINARY();
+  gpu_process p;
+  ASSERT_FALSE(p.endpoint.empty());
+  auto cfg = config_for(p.endpoint);
+  cfg.silence_timeout = 600ms;
+  auto b = host::remote_backend::start(cfg);
+  ASSERT_TRUE(b);
+  ASSERT_TRUE((*b)->wait_ready(10s));
+  auto batch = models::synthetic_batch({40, 40}, tiny().config.vocab_size, 5);
+  kill(p.pid, SIGSTOP);  // batches below stay pending for sure
+  std::vector<std::future<host::batch_result>> futs;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i)
+    futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, i), 10s); }));
+  std::this_thread::sleep_for(100ms);
+  kill(p.pid, SIGKILL);
+  p.wait_exit();
+  for (auto& f : futs) {
+    auto r = f.get();
+    EXPECT_EQ(r.st.code(), errc::peer_failed) << r.st.to_string();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_FALSE((*b)->healthy());
+  t0 = std::chrono::steady_clock::now();
+  auto late = run(**b, request_of(batch, 9), 10s);
+  EXPECT_EQ(late.st.code(), errc::peer_failed);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  EXPECT_EQ((*b)->outstanding_tokens(), 0);
+}
+
+TEST(GpuProcess, KilledChildFailsPendingAndNewBatchesWithPeerFailed) {
+  REQUIRE_GPU_BINARY();
+  auto ep = host::make_local_ipc_endpoint("gpu0");
+  ASSERT_TRUE(ep);
+  auto cfg = config_for(*ep);
+  cfg.spawn_binary = bin("tessera-gpu");
+  cfg.spawn_args = {"--model", "bert-tiny", "--threads", "1"};
+  cfg.silence_timeout = 10s;  // the exit, not the silence, must be what fails them
+  auto b = host::remote_backend::start(cfg);
+  ASSERT_TRUE(b) << b.error().to_string();
+  ASSERT_TRUE((*b)->wait_ready(10s));
+  pid_t child = (*b)->child_pid();
+  ASSERT_GT(child, 0);
+  auto batch = models::synthetic_batch({20, 3}, tiny().config.vocab_size, 9);
+  ASSERT_TRUE(run(**b, request_of(batch, 1)).st);
+  kill(child, SIGSTOP);
+  std::vector<std::future<host::batch_result>> futs;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i)
+    futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, i), 10s); }));
+  std::this_thread::sleep_for(100ms);
+  kill(child, SIGKILL);
+  for (auto& f : futs) {
+    auto r = f.get();
+    EXPECT_EQ(r.st.code(), errc::peer_failed) << r.st.to_string();
+    EXPECT_NE(r.st.message().find("killed by signal 9"), std::string::npos) << r.st.message();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_FALSE((*b)->healthy());
+  EXPECT_EQ(run(**b, request_of(batch, 5), 10s).st.code(), errc::peer_failed);
+}
+
+TEST(GpuProcess, BatchDeadlineAnswersTimeoutAndLateRepliesAreIgnored) {
+  REQUIRE_GPU_BINARY();
+  gpu_process p;
+  ASSERT_FALSE(p.endpoint.empty());
+  auto cfg = config_for(p.endpoint);
+  cfg.batch_timeout = 300ms;
+  cfg.silence_timeout = 20s;
+  auto b = host::remote_backend::start(cfg);
+  ASSERT_TRUE(b);
+  ASSERT_TRUE((*b)->wait_ready(10s));
+  auto batch = models::synthetic_batch({8}, tiny().config.vocab_size, 2);
+  kill(p.pid, SIGSTOP);
+  auto r = run(**b, request_of(batch, 1), 10s);
+  EXPECT_EQ(r.st.code(), errc::timeout) << r.st.to_string();
+  kill(p.pid, SIGCONT);  // its late answer to batch 1 must not answer anything else
+  auto ok = run(**b, request_of(batch, 2), 10s);
+  ASSERT_TRUE(ok.st) << ok.st.to_string();
+  EXPECT_EQ(ok.batch_id, 2u);
+}
+
+TEST(GpuProcess, RouterAnswersEveryRequestExactlyOnce) {
+  REQUIRE_GPU_BINARY();
+  gpu_process p({"--threads", "2"});
+  ASSERT_FALSE(p.endpoint.empty());
+  auto b = host::remote_backend::start(config_for(p.endpoint));
+  ASSERT_TRUE(b);
+  ASSERT_TRUE((*b)->wait_ready(10s));
+  serving::router r({});
+  ASSERT_TRUE(r.add_backend(*b, {.kind = serving::policy_kind::dynamic_padded, .max_batch_size = 8,
+                                 .max_sequence_length = 128, .max_queue_delay = 1ms}));
+  r.start();
+  constexpr int n = 200;
+  std::vector<models::packed_batch> inputs;
+  std::vector<std::atomic<int>> answers(n);
+  std::vector<serving::sequence_outcome> outcomes(n);
+  std::mutex mu;
+  std::atomic<int> total{0};
+  models::splitmix64 rng(42);
+  for (int i = 0; i < n; ++i) {
+    int len = static_cast<int>(rng.next_int(2, 100));
+    inputs.push_back(models::synthetic_batch({len}, tiny().config.vocab_size, 1000 + i));
+  }
+  for (int i = 0; i < n; ++i) {
+    auto req = std::make_unique<serving::inference_request>();
+    req->id = static_cast<uint64_t>(i);
+    req->input.token_ids = inputs[i].token_ids;
+    req->input.token_type_ids = inputs[i].token_type_ids;
+    req->done = [&, i](serving::sequence_outcome o) {
+      answers[i].fetch_add(1);
+      {
+        std::lock_guard lock(mu);
+        outcomes[i] = std::move(o);
+      }
+      total.fetch_add(1);
+    };
+    auto st = r.submit(req);
+    ASSERT_TRUE(st) << st.to_string();
+  }
+  auto until = std::chrono::steady_clock::now() + 60s;
+  while (total.load() < n && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+  r.stop();
+  std::this_thread::sleep_for(50ms);  // a duplicate answer would show up here
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(answers[i].load(), 1) << "request " << i;
+    ASSERT_TRUE(outcomes[i].st) << outcomes[i].st.to_string();
+    EXPECT_EQ(outcomes[i].backend, "gpu0");
+    EXPECT_LE(max_diff(outcomes[i].logits, models::reference_forward(tiny(), inputs[i])), 1e-4) << "request " << i;
+  }
+}
+
+TEST(GpuProcess, SigtermAnswersAcceptedBatchesAndExitsZero) {
+  REQUIRE_GPU_BINARY();
+  gpu_process p({"--threads", "1"});
+  ASSERT_FALSE(p.endpoint.empty());
+  auto cfg = config_for(p.endpoint);
+  cfg.silence_timeout = 1s;
+  auto b = host::remote_backend::start(cfg);
+  ASSERT_TRUE(b);
+  ASSERT_TRUE((*b)->wait_ready(10s));
+  auto batch = models::synthetic_batch({128, 128, 128, 128}, tiny().config.vocab_size, 4);
+  std::vector<std::future<host::batch_result>> futs;
+  for (int i = 0; i < 6; ++i)
+    futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, i), 20s); }));
+  std::this_thread::sleep_for(50ms);
+  kill(p.pid, SIGTERM);
+  int ok = 0;
+  for (auto& f : futs) {
+    auto r = f.get();  // answered, or failed by the exit: never a hang
+    if (r.st) ++ok;
+    else EXPECT_EQ(r.st.code(), errc::peer_failed) << r.st.to_string();
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_EQ(p.wait_exit(), 0);
+}
