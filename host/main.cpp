@@ -6,6 +6,7 @@
 #include "app/host_app.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/common/units.hpp"
+#include "tessera/exchange/security.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -18,7 +19,7 @@ int main(int argc, char** argv) {
   host::app::model_options mo;
   mo.so.batching_name = "packed";
   mo.so.batching.token_budget = 4096;
-  std::string memory = "256MiB", plan_text;
+  std::string memory = "256MiB", plan_text, keys_dir;
   int64_t register_ms = 20000, heartbeat_timeout_ms = 3000;
   po::options_description opts(
       "tessera-host: compiles work onto a group of tile processes and runs it\n\n"
@@ -37,7 +38,9 @@ int main(int argc, char** argv) {
     ("register-timeout-ms", po::value(&register_ms)->default_value(register_ms), "how long to wait for tiles to register")
     ("heartbeat-timeout-ms", po::value(&heartbeat_timeout_ms)->default_value(heartbeat_timeout_ms), "declare a silent tile failed after this")
     ("log-dir", po::value(&cfg.launcher.log_dir), "write each local tile's log to DIR/tile-N.log")
-    ("pin-cores", "pin local tiles to cores round-robin");
+    ("pin-cores", "pin local tiles to cores round-robin")
+    ("keys", po::value(&keys_dir), "CurveZMQ key directory (tessera-tile --make-keys DIR): encrypt and authenticate every socket")
+    ("insecure", "allow a plain control socket off loopback (no --keys); only on a trusted network");
   po::options_description model_opts("Model");
   model_opts.add_options()
     ("model", po::value(&mo.model), "preset (bert-tiny, bert-mini, bert-small, bert-base, bert-large) or Hugging Face folder")
@@ -74,6 +77,15 @@ int main(int argc, char** argv) {
   cfg.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms);
   if (cfg.local_exchange != "ipc" && cfg.local_exchange != "tcp")
     return std::cerr << "tessera-host: --exchange must be ipc or tcp\n", 2;
+  if (!keys_dir.empty()) {
+    auto sec = exchange::load_security(keys_dir, exchange::security_role::host);
+    if (!sec) return std::cerr << "tessera-host: --keys: " << sec.error().message() << "\n", 2;
+    exchange::set_process_security(*sec);
+    cfg.extra_tile_args.insert(cfg.extra_tile_args.end(), {"--keys", keys_dir});
+  } else if (!vm.count("insecure") && !exchange::is_loopback_endpoint(cfg.control_bind)) {
+    return std::cerr << "tessera-host: --control " << cfg.control_bind
+                     << " leaves this machine: pass --keys DIR (made by tessera-tile --make-keys DIR) or --insecure\n", 2;
+  }
   if (!cfg.launch_local)
     std::cerr << "tessera-host: waiting for " << cfg.tiles << " tiles to register at " << cfg.control_bind << "\n";
 

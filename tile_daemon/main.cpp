@@ -6,6 +6,7 @@
 
 #include "tessera/common/log.hpp"
 #include "tessera/common/units.hpp"
+#include "tessera/exchange/security.hpp"
 #include "tessera/tile/tile_daemon.hpp"
 
 namespace po = boost::program_options;
@@ -16,10 +17,14 @@ int main(int argc, char** argv) {
   std::string memory = "256MiB";
   int64_t heartbeat_ms = 200, exchange_timeout_ms = 30000, silence_ms = 0;
   tessera::tile::tile_config cfg;
+  std::string keys_dir, make_keys_dir;
   opts.add_options()
     ("help,h", "show this help")
-    ("host", po::value(&cfg.host_endpoint)->required(), "the host's control endpoint, e.g. tcp://10.0.0.1:5555")
-    ("tile-id", po::value(&cfg.tile_id)->required(), "this tile's id in the group (0-based)")
+    ("host", po::value(&cfg.host_endpoint), "the host's control endpoint, e.g. tcp://10.0.0.1:5555 (required)")
+    ("tile-id", po::value(&cfg.tile_id), "this tile's id in the group (0-based, required)")
+    ("keys", po::value(&keys_dir), "CurveZMQ key directory (from --make-keys): encrypt and authenticate every socket")
+    ("insecure", "allow plain sockets across machines (no --keys); only on a trusted network")
+    ("make-keys", po::value(&make_keys_dir), "write a new cluster key directory (host and tile key pairs) and exit")
     ("incarnation", po::value(&cfg.incarnation)->default_value(0), "restart count of this tile id")
     ("memory", po::value(&memory)->default_value(memory), "tile memory capacity (e.g. 624KiB, 64MiB)")
     ("exchange-bind", po::value(&cfg.exchange_bind)->default_value(cfg.exchange_bind),
@@ -39,8 +44,28 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(vm);
+    if (!vm.count("make-keys") && (!vm.count("host") || !vm.count("tile-id")))
+      throw std::runtime_error("--host and --tile-id are required");
   } catch (const std::exception& ex) {
     std::cerr << "tessera-tile: " << ex.what() << "\n" << opts << "\n";
+    return 2;
+  }
+  if (vm.count("make-keys")) {
+    if (auto st = tessera::exchange::make_keys(make_keys_dir); !st) {
+      std::cerr << "tessera-tile: --make-keys: " << st.message() << "\n";
+      return 2;
+    }
+    std::cout << "keys in " << make_keys_dir << ": host.pub host.key tile.pub tile.key authorized_keys\n";
+    return 0;
+  }
+  if (!keys_dir.empty()) {
+    auto sec = tessera::exchange::load_security(keys_dir, tessera::exchange::security_role::tile);
+    if (!sec) return std::cerr << "tessera-tile: --keys: " << sec.error().message() << "\n", 2;
+    tessera::exchange::set_process_security(*sec);
+  } else if (!vm.count("insecure") && (!tessera::exchange::is_loopback_endpoint(cfg.host_endpoint) ||
+                                       !tessera::exchange::is_loopback_endpoint(cfg.exchange_bind))) {
+    std::cerr << "tessera-tile: " << cfg.host_endpoint << " / " << cfg.exchange_bind
+              << " leave this machine: pass --keys DIR (made by tessera-tile --make-keys DIR) or --insecure\n";
     return 2;
   }
   auto bytes = tessera::parse_bytes(memory);

@@ -1,6 +1,7 @@
 #include "tessera/exchange/zmq_transport.hpp"
 
 #include "tessera/common/log.hpp"
+#include "tessera/exchange/security.hpp"
 
 namespace tessera::exchange {
 
@@ -72,6 +73,7 @@ result<std::unique_ptr<zmq_transport>> zmq_transport::bind(zmq::context_t& ctx, 
   std::unique_ptr<zmq_transport> t(new zmq_transport(ctx, self));
   apply_socket_defaults(t->inbound_);
   t->inbound_.set(zmq::sockopt::rcvhwm, 0);  // the program bounds what is in flight
+  secure_server(ctx, t->inbound_);            // CurveZMQ + ZAP when keys are loaded
   try {
     t->inbound_.bind(bind_endpoint);
     t->bound_ = t->inbound_.get(zmq::sockopt::last_endpoint);
@@ -97,6 +99,7 @@ status zmq_transport::connect_peers(const std::vector<std::string>& endpoints) {
       auto s = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::push);
       apply_socket_defaults(*s);
       s->set(zmq::sockopt::sndhwm, 0);  // never drop or block on a bounded program
+      secure_exchange_client(*s);
       s->connect(endpoints[i]);
       outbound_[i] = std::move(s);
       peer_endpoints_[i] = endpoints[i];

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "tessera/common/log.hpp"
+#include "tessera/exchange/security.hpp"
 #include "tessera/exchange/zmq_transport.hpp"
 
 namespace tessera::host {
@@ -61,6 +62,7 @@ status tile_group::bind_and_launch() {
   apply_socket_defaults(router_);
   router_.set(zmq::sockopt::router_mandatory, 1);
   router_.set(zmq::sockopt::sndhwm, 0);
+  exchange::secure_server(ctx_, router_);  // CurveZMQ + ZAP when keys are loaded
   try {
     router_.bind(cfg_.control_bind);
   } catch (const zmq::error_t& ex) {

@@ -8,6 +8,7 @@
 #include <zmq.hpp>
 
 #include "tessera/common/log.hpp"
+#include "tessera/exchange/security.hpp"
 #include "tessera/exchange/zmq_transport.hpp"
 #include "tessera/tile/superstep_loop.hpp"
 
@@ -65,6 +66,7 @@ struct tile_daemon::impl {
     apply_socket_defaults(hb);
     hb.set(zmq::sockopt::routing_id, "hb-" + std::to_string(cfg.tile_id) + "-" + std::to_string(cfg.incarnation));
     hb.set(zmq::sockopt::sndhwm, 4);
+    secure_host_client(hb);
     hb.connect(cfg.host_endpoint);
     while (!heartbeat_stop) {
       heartbeat h{cfg.tile_id, cfg.incarnation, mem_used, mem_high, bad};
@@ -281,6 +283,7 @@ struct tile_daemon::impl {
     runner = std::make_unique<superstep_runner>(cfg.tile_id, *fabric, memory, registry,
                                                 run_limits{.exchange_timeout = cfg.exchange_timeout});
     apply_socket_defaults(control);
+    secure_host_client(control);
     control.set(zmq::sockopt::routing_id, "tile-" + std::to_string(cfg.tile_id) + "-" + std::to_string(cfg.incarnation));
     try {
       control.connect(cfg.host_endpoint);
