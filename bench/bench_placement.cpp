@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "tessera/common/log.hpp"
+#include "tessera/host/profiler.hpp"
 #include "tessera/host/tile_model.hpp"
 #include "tessera/models/forward.hpp"
 #include "tessera/models/kernels.hpp"
@@ -57,7 +58,7 @@ struct row {
 
 int main(int argc, char** argv) {
   log::init_from_env();
-  std::string model_name = "bert-base", csv, tiles_list = "1,2,4,8";
+  std::string model_name = "bert-base", csv, trace, tiles_list = "1,2,4,8";
   int requests = 256, budget = 4096, max_seqs = 64;
   double long_share = 0.4;
   bool tensor_parallel_too = true;
@@ -70,7 +71,8 @@ int main(int argc, char** argv) {
       ("max-seqs", po::value(&max_seqs)->default_value(max_seqs), "sequences per batch")
       ("tiles", po::value(&tiles_list)->default_value(tiles_list), "tile counts, comma-separated")
       ("auto-only", "only the automatic plan per tile count (else also R=1 S=1 W=N)")
-      ("csv", po::value(&csv), "also write the table as CSV");
+      ("csv", po::value(&csv), "also write the table as CSV")
+      ("trace", po::value(&trace), "Chrome trace per configuration: FILE becomes FILE.<tiles>-<auto|tp>.json (profile on stderr)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -129,6 +131,12 @@ int main(int argc, char** argv) {
       if (!deployed) return std::cerr << deployed.error().to_string() << "\n", 1;
       const int replicas = (*deployed)->compiled().chosen.replicas;
       for (int r = 0; r < replicas; ++r) (void)(*deployed)->run(r, batches.front());  // warm-up, untimed
+      std::unique_ptr<host::profiler> prof;
+      if (!trace.empty()) {
+        auto p = host::profiler::create((*deployed)->compiled(), {.tile_memory = req.tile_memory});
+        if (!p) return std::cerr << p.error().to_string() << "\n", 2;
+        prof = std::move(*p);
+      }
       // Replicas pull batches from a shared queue, as the tile backend does when serving.
       std::mutex mu;
       size_t next = 0;
@@ -147,7 +155,9 @@ int main(int argc, char** argv) {
               if (next >= batches.size() || !failure) return;
               i = next++;
             }
+            const double t0 = prof ? prof->now() : 0;
             auto out = (*deployed)->run(r, batches[i]);
+            if (prof && out) (void)prof->record(r, batches[i], *out, t0);
             std::lock_guard lk(mu);
             if (!out) {
               failure = out.error();
@@ -166,6 +176,11 @@ int main(int argc, char** argv) {
                       base / secs, double(bytes) / requests, supersteps, worst});
       std::fprintf(stderr, "%d tiles %s: %.1f s, %.2f req/s (%.2fx), max |diff| %.1e\n", n, plan_text.c_str(), secs,
                    requests / secs, base / secs, worst);
+      if (prof) {
+        const std::string file = trace + "." + std::to_string(n) + (forced ? "-tp" : "-auto") + ".json";
+        if (auto st = prof->write_trace(file); !st) return std::cerr << st.to_string() << "\n", 1;
+        std::fprintf(stderr, "%strace: %s\n", prof->summary().c_str(), file.c_str());
+      }
       (*group)->shutdown();
     }
   }

@@ -48,6 +48,8 @@ int main(int argc, char** argv) {
     ("plan", po::value(&plan_text), "R,S,W[,M]: replicas, pipeline stages, tensor-parallel width, micro-batches (default: automatic)")
     ("serve", "serve the model over HTTP until SIGINT/SIGTERM")
     ("check", po::value(&mo.check_batches)->default_value(0), "run N mixed batches against the single-process reference")
+    ("trace", po::value(&mo.trace_path), "with --check: write a Chrome trace / Perfetto JSON of the batches to FILE and print a profile")
+    ("preset", po::value(&mo.timing_preset)->default_value(mo.timing_preset), "IPU preset of the trace's modelled time (ipu-mk2, ipu-c600, ipu-bow or a .json)")
     ("gpu-replicas", po::value(&mo.gpu_replicas)->default_value(0), "in-process GPU-style backends beside the tiles (use --routing hybrid)");
   po::options_description demo_opts("Demo programs (without --model)");
   demo_opts.add_options()

@@ -4,6 +4,7 @@
 
 #include "host_app.hpp"
 #include "tessera/common/log.hpp"
+#include "tessera/host/profiler.hpp"
 #include "tessera/host/tile_backend.hpp"
 #include "tessera/models/forward.hpp"
 #include "tessera/serving/reference_backend.hpp"
@@ -67,11 +68,20 @@ int run_model(tile_group_config group_cfg, model_options o) {
   if (o.check_batches > 0) {
     const auto& c = (*deployed)->compiled();
     double worst = 0;
+    std::unique_ptr<profiler> prof;
+    if (!o.trace_path.empty()) {
+      auto p = profiler::create(c, {.preset = o.timing_preset, .tile_memory = group_cfg.tile_memory});
+      if (!p) return fail(p.error());
+      prof = std::move(*p);
+    }
     for (int i = 0; i < o.check_batches; ++i) {
       auto batch = check_batch(model->config, c.token_budget, c.max_sequences, 100 + i);
       auto want = models::reference_forward(*model, batch);
+      const double t0 = prof ? prof->now() : 0;
       auto got = (*deployed)->run(i % c.chosen.replicas, batch);
       if (!got) return fail(got.error());
+      if (prof)
+        if (auto st = prof->record(i % c.chosen.replicas, batch, *got, t0); !st) return fail(st);
       double diff = 0;
       for (size_t k = 0; k < want.size(); ++k) diff = std::max(diff, double(std::abs(want[k] - got->logits[k])));
       worst = std::max(worst, diff);
@@ -79,6 +89,11 @@ int run_model(tile_group_config group_cfg, model_options o) {
                   "max |logit - reference| %.2e\n",
                   i, batch.num_seqs(), (long long)batch.num_tokens(), got->wall_seconds * 1e3, (long long)got->supersteps,
                   got->bytes_exchanged / 1048576.0, diff);
+    }
+    if (prof) {
+      std::printf("%s", prof->summary().c_str());
+      if (auto st = prof->write_trace(o.trace_path); !st) return fail(st);
+      std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o.trace_path.c_str());
     }
     if (worst > 1e-4) {
       std::cerr << "tessera-host: logits differ from the single-process reference by " << worst << " (> 1e-4)\n";
