@@ -111,10 +111,9 @@ TEST(ReferenceBackend, InvalidTokenIdFailsTheBatchWithAStatus) {
 }
 
 // Raw models::reference_forward from several threads at once gives the same logits as one at a
-// time. Disabled: it fails now and then (tessera_models to fix; likely oneDNN's shared
-// scratchpad), which is why the reference backend serializes its forwards. Run it with
-// --gtest_also_run_disabled_tests.
-TEST(ReferenceBackend, DISABLED_RawForwardsAreThreadSafe) {
+// time: the reference backend runs its workers' forwards in parallel on this. (It failed now and
+// then before models' runtime-M matmul change; serialize_forwards is the switch if it regresses.)
+TEST(ReferenceBackend, RawForwardsAreThreadSafe) {
   auto model = std::make_shared<const models::bert_model>(models::load_model("bert-tiny").value());
   std::vector<host::sequence_input> seqs;
   models::splitmix64 rng(11);

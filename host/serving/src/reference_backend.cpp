@@ -11,10 +11,8 @@ namespace tessera::serving {
 
 namespace {
 
-// models::reference_forward/padded_forward give wrong logits now and then when two threads run
-// them at once (tests/serving/reference_backend_test.cpp, DISABLED_RawForwardsAreThreadSafe;
-// likely oneDNN's library scratchpad shared between primitives). Until tessera_models fixes
-// that, forwards in this process take turns; OpenMP threads inside one forward still help.
+// With serialize_forwards, forwards in this process take turns (models::reference_forward gave
+// wrong logits now and then from two threads at once before its runtime-M matmul change).
 std::mutex& forward_mutex() {
   static std::mutex mu;
   return mu;
@@ -130,7 +128,6 @@ model_info model_info_of(const models::bert_model& model, std::string model_id) 
 std::vector<float> reference_logits(const models::bert_model& model, const host::sequence_input& s) {
   models::packed_batch b;
   b.append(s.token_ids, s.token_type_ids);
-  std::lock_guard lock(forward_mutex());
   return models::reference_forward(model, b);
 }
 

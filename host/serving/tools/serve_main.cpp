@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   std::string model_name, kinds;
   int replicas = 1, threads = 1, omp_threads = 1;
   double toy_ns = 0;
+  bool serialize_forwards = false;
   po::options_description opts(
       "tessera-serve: serve a BERT classifier over HTTP (TEI /predict, /tokenize, /info, "
       "/health, /metrics; KServe v2)\n\nExample:\n"
@@ -43,6 +44,8 @@ int main(int argc, char** argv) {
        "comma-separated kind per replica, cycled (gpu, tiles, reference); see --routing hybrid")
       ("threads", po::value(&threads)->default_value(1), "worker threads per backend")
       ("omp-threads", po::value(&omp_threads)->default_value(1), "OpenMP threads inside one forward")
+      ("serialize-forwards", po::bool_switch(&serialize_forwards),
+       "reference forwards take turns process-wide (a safety switch)")
       ("toy-ns-per-token", po::value(&toy_ns)->default_value(0.0), "toy model: busy work per token (ns)");
   add_serve_options(opts, so);
   po::variables_map vm;
@@ -109,7 +112,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < replicas; ++i)
       backends.push_back(make_reference_backend(
           model, {.name = kind_of(i) + std::to_string(i), .kind = kind_of(i), .threads = threads,
-                  .omp_threads = omp_threads}));
+                  .omp_threads = omp_threads, .serialize_forwards = serialize_forwards}));
 #else
     std::cerr << "tessera-serve: built without tessera_models; only --model toy works\n";
     return 2;

@@ -11,8 +11,9 @@
 // Layouts: packed batches run models::reference_forward; padded batches run
 // models::padded_forward, padded to request.padded_length (a dummy row of that length makes the
 // rectangle as wide as the batching policy asked; its logits are dropped).
-// Forwards in one process take turns (a process-wide mutex): models::reference_forward is not
-// yet safe to run from two threads at once. OpenMP threads inside a forward (omp_threads) help.
+// Worker threads run forwards in parallel (models::reference_forward is thread-safe since its
+// runtime-M matmul; tests/serving/reference_backend_test.cpp RawForwardsAreThreadSafe guards
+// it); serialize_forwards makes them take turns process-wide, should that ever regress.
 #pragma once
 
 #include <memory>
@@ -33,8 +34,8 @@ struct reference_backend_options {
   int omp_threads = 1;              ///< oneDNN/OpenMP threads inside one forward
   int32_t token_budget = 0;         ///< advertised to the batcher (0 = none)
   int32_t max_batch_sequences = 0;  ///< advertised to the batcher (0 = none)
-  bool serialize_forwards = true;   ///< take turns process-wide (see above); false once
-                                    ///< models::reference_forward is thread-safe
+  bool serialize_forwards = false;  ///< take turns process-wide (a safety switch should
+                                    ///< models::reference_forward regress on thread safety)
 };
 
 std::shared_ptr<thread_pool_backend> make_reference_backend(
@@ -46,8 +47,7 @@ result<std::shared_ptr<const tokenizer>> make_model_tokenizer(const models::bert
 /// Labels, max input length and vocab size of a model, named `model_id`.
 model_info model_info_of(const models::bert_model& model, std::string model_id);
 
-/// The reference logits of one sequence alone (the oracle of the serving tests); takes the
-/// same turn as the backends' forwards.
+/// The reference logits of one sequence alone (the oracle of the serving tests).
 std::vector<float> reference_logits(const models::bert_model& model, const host::sequence_input& s);
 
 }  // namespace tessera::serving
