@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
      "fail a run when a slice or barrier takes longer")
     ("host-silence-ms", po::value(&silence_ms)->default_value(silence_ms), "exit after this long without the host (0 = never)")
     ("threads", po::value(&cfg.compute_threads)->default_value(1), "compute threads of this tile")
+    ("faults", po::value(&cfg.faults), "fault plan to apply (JSON text or a file; see exchange/fault_plan.hpp)")
     ("die-with-parent", "exit when the parent process exits (local launches)");
   po::variables_map vm;
   try {

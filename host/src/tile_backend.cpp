@@ -20,7 +20,8 @@ models::packed_batch to_packed(const batch_request& req, int* real) {
   return b;
 }
 
-tile_backend::tile_backend(std::unique_ptr<tile_model> model, std::string name) : model_(std::move(model)) {
+tile_backend::tile_backend(std::unique_ptr<tile_model> model, std::string name, int max_attempts)
+    : model_(std::move(model)), max_attempts_(std::max(1, max_attempts)) {
   const auto& c = model_->compiled();
   info_.name = std::move(name);
   info_.kind = "tiles";
@@ -33,7 +34,8 @@ tile_backend::tile_backend(std::unique_ptr<tile_model> model, std::string name) 
 
 tile_backend::~tile_backend() { stop(); }
 
-bool tile_backend::healthy() const { return model_->group().health().is_ok(); }
+// While a recovery runs the backend takes no new work from the router (it may go elsewhere).
+bool tile_backend::healthy() const { return recovering_ == 0 && model_->group().health().is_ok(); }
 
 void tile_backend::submit(batch_request request, std::function<void(batch_result)> done) {
   int64_t tokens = 0;
@@ -75,6 +77,31 @@ void tile_backend::stop() {
 }
 
 batch_result tile_backend::run(int replica, const batch_request& req) {
+  batch_result out;
+  for (int attempt = 1;; ++attempt) {
+    out = run_once(replica, req);
+    const errc code = out.st.code();
+    const bool retryable = code == errc::peer_failed || code == errc::timeout || code == errc::bad_message ||
+                           code == errc::cancelled;
+    if (out.st || !retryable || attempt >= max_attempts_) break;
+    // A tile died, stalled or sent garbage: bring failed tiles back, then run the batch again.
+    TESSERA_LOG_WARN("batch " << req.batch_id << " attempt " << attempt << " failed (" << out.st.to_string()
+                              << "); recovering and retrying");
+    auto t0 = std::chrono::steady_clock::now();
+    ++recovering_;
+    auto rec = model_->recover();
+    --recovering_;
+    last_recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++recoveries_;
+    if (!rec) {
+      out.st = rec.error().with_context("recovering after " + out.st.message());
+      break;
+    }
+  }
+  return out;
+}
+
+batch_result tile_backend::run_once(int replica, const batch_request& req) {
   batch_result out;
   out.batch_id = req.batch_id;
   out.num_labels = info_.num_labels;

@@ -79,22 +79,64 @@ status tile_group::bind_and_launch() {
   run_dir_ = tmpl;
   launcher_ = std::make_unique<local_launcher>(cfg_.launcher);
   for (uint32_t i = 0; i < cfg_.tiles; ++i) {
-    std::string bind = cfg_.local_exchange == "tcp" ? "tcp://127.0.0.1:0"
-                                                    : "ipc://" + run_dir_ + "/tile-" + std::to_string(i) + ".sock";
-    std::vector<std::string> args{"--host", control_endpoint_, "--tile-id", std::to_string(i),
-                                  "--memory", std::to_string(cfg_.tile_memory), "--exchange-bind", bind,
-                                  "--heartbeat-ms", std::to_string(cfg_.heartbeat_interval.count()),
-                                  "--exchange-timeout-ms", std::to_string(cfg_.exchange_timeout.count())};
-    args.insert(args.end(), cfg_.extra_tile_args.begin(), cfg_.extra_tile_args.end());
-    auto pid = launcher_->spawn(args, i);
-    if (!pid) {
+    if (auto st = spawn_tile(i); !st) {
       shutdown();
-      return pid.error();
+      return st;
     }
-    tiles_[i].pid = *pid;
-    tiles_[i].local = true;
   }
   publish();
+  return status::ok();
+}
+
+status tile_group::spawn_tile(uint32_t i) {
+  std::string bind = cfg_.local_exchange == "tcp" ? "tcp://127.0.0.1:0"
+                                                  : "ipc://" + run_dir_ + "/tile-" + std::to_string(i) + ".sock";
+  std::vector<std::string> args{"--host", control_endpoint_, "--tile-id", std::to_string(i),
+                                "--incarnation", std::to_string(tiles_[i].incarnation),
+                                "--memory", std::to_string(cfg_.tile_memory), "--exchange-bind", bind,
+                                "--heartbeat-ms", std::to_string(cfg_.heartbeat_interval.count()),
+                                "--exchange-timeout-ms", std::to_string(cfg_.exchange_timeout.count())};
+  args.insert(args.end(), cfg_.extra_tile_args.begin(), cfg_.extra_tile_args.end());
+  auto pid = launcher_->spawn(args, i);
+  if (!pid) return pid.error();
+  tiles_[i].pid = *pid;
+  tiles_[i].local = true;
+  return status::ok();
+}
+
+status tile_group::restart_tile(uint32_t tile) {
+  std::unique_lock lk(mu_);
+  if (tile >= cfg_.tiles) return status::invalid("no tile " + std::to_string(tile));
+  if (!launcher_) return status::unsupported("tile " + std::to_string(tile) + " was launched elsewhere; restart it there (with a higher --incarnation)");
+  auto& t = tiles_[tile];
+  if (t.pid > 0) {
+    ::kill(t.pid, SIGKILL);  // a stalled or half-dead process must not come back
+    launcher_->stop(t.pid, 0);
+    t.pid = 0;
+  }
+  const uint32_t next = t.incarnation + 1;
+  t.incarnation = next;
+  t.registered = false;
+  t.failed = false;
+  t.failure.clear();
+  t.memory_used = t.memory_high_water = 0;
+  TESSERA_RETURN_IF_ERROR(spawn_tile(tile));
+  publish();
+  bool ok = pump_until([&] { return (t.registered && t.incarnation == next) || t.failed; },
+                       steady::now() + cfg_.register_timeout);
+  if (!ok || t.failed)
+    return status::peer_failed("tile " + std::to_string(tile) + " did not come back after a restart" +
+                               (t.failed ? ": " + t.failure : std::string()));
+  peer_directory dir;
+  for (const auto& x : tiles_) {
+    dir.endpoints.push_back(x.exchange_endpoint);
+    dir.incarnations.push_back(x.incarnation);
+  }
+  for (uint32_t i = 0; i < cfg_.tiles; ++i)
+    if (!tiles_[i].failed) TESSERA_RETURN_IF_ERROR(send_to(i, encode(dir)));
+  ++restarts_;
+  publish();
+  TESSERA_LOG_WARN("tile " << tile << " restarted as incarnation " << next);
   return status::ok();
 }
 
@@ -220,8 +262,9 @@ void tile_group::dispatch(std::vector<zmq::message_t>& route, envelope&& e) {
       if (identity != "tile-" + std::to_string(m.tile_id) + "-" + std::to_string(m.incarnation))
         return bad("register whose socket identity '" + identity + "' does not match tile " + std::to_string(m.tile_id));
       auto& t = tiles_[m.tile_id];
-      if (t.registered && m.incarnation <= t.incarnation && !t.failed)
-        return bad("duplicate register for tile " + std::to_string(m.tile_id));
+      if (m.incarnation < t.incarnation || (t.registered && m.incarnation == t.incarnation && !t.failed))
+        return bad("stale or duplicate register for tile " + std::to_string(m.tile_id) + " incarnation " +
+                   std::to_string(m.incarnation));
       t.registered = true;
       t.failed = false;
       t.failure.clear();

@@ -13,27 +13,49 @@ result<std::unique_ptr<tile_model>> tile_model::deploy(tile_group& group, compil
                            std::to_string(group.size()));
   uint64_t total = 0, done = 0;
   for (const auto& s : compiled.shards) total += s.desc.bytes();
-  // Stream tile by tile: materialise one tile's shards, send them, drop them.
-  for (uint32_t t = 0; t < group.size(); ++t) {
-    std::vector<std::vector<float>> data;
-    std::vector<tile_group::alloc_request> reqs;
-    for (const auto& s : compiled.shards) {
-      if (s.tile != t) continue;
-      auto d = materialize(model.weights, model.config, s);
-      if (!d) return d.error().with_context("cutting " + s.desc.name + " for tile " + std::to_string(t));
-      data.push_back(std::move(*d));
-    }
-    size_t k = 0;
-    for (const auto& s : compiled.shards)
-      if (s.tile == t) reqs.push_back({t, s.desc, data[k++].data()});
-    const uint64_t before = done;
-    TESSERA_RETURN_IF_ERROR(group.alloc_many(reqs, [&](uint64_t sent, uint64_t) {
-      done = before + sent;
-      if (progress) progress(done, total);
-    }));
-  }
+  for (uint32_t t = 0; t < group.size(); ++t)
+    TESSERA_RETURN_IF_ERROR(stream_tile(group, compiled, model, t, done, total, progress));
   for (const auto& programs : compiled.programs) TESSERA_RETURN_IF_ERROR(group.load(programs));
-  return std::unique_ptr<tile_model>(new tile_model(group, std::move(compiled)));
+  return std::unique_ptr<tile_model>(new tile_model(group, std::move(compiled), model));
+}
+
+status tile_model::stream_tile(tile_group& group, const compiled_model& compiled, const models::bert_model& model,
+                               uint32_t t, uint64_t& done, uint64_t total,
+                               const std::function<void(uint64_t, uint64_t)>& progress) {
+  // Materialise one tile's shards, send them, drop them: the host never holds a second model.
+  std::vector<std::vector<float>> data;
+  std::vector<tile_group::alloc_request> reqs;
+  for (const auto& s : compiled.shards) {
+    if (s.tile != t) continue;
+    auto d = materialize(model.weights, model.config, s);
+    if (!d) return d.error().with_context("cutting " + s.desc.name + " for tile " + std::to_string(t));
+    data.push_back(std::move(*d));
+  }
+  size_t k = 0;
+  for (const auto& s : compiled.shards)
+    if (s.tile == t) reqs.push_back({t, s.desc, data[k++].data()});
+  const uint64_t before = done;
+  return group.alloc_many(reqs, [&](uint64_t sent, uint64_t) {
+    done = before + sent;
+    if (progress) progress(done, total);
+  });
+}
+
+result<std::vector<uint32_t>> tile_model::recover() {
+  std::lock_guard lk(recover_mu_);
+  std::vector<uint32_t> brought_back;
+  for (const auto& t : group_.tiles()) {
+    if (!t.failed) continue;
+    TESSERA_RETURN_IF_ERROR(group_.restart_tile(t.id));
+    uint64_t done = 0;
+    TESSERA_RETURN_IF_ERROR(stream_tile(group_, compiled_, model_, t.id, done, 0, {}));
+    for (const auto& programs : compiled_.programs) {
+      auto it = programs.find(t.id);
+      if (it != programs.end()) TESSERA_RETURN_IF_ERROR(group_.load({{t.id, it->second}}));
+    }
+    brought_back.push_back(t.id);
+  }
+  return brought_back;
 }
 
 result<tile_batch_result> tile_model::run(int replica, const models::packed_batch& batch) {

@@ -105,15 +105,15 @@ TEST(SuperstepLoop, EarlyStaleAndDuplicateMessagesAreHandled) {
   p.steps.push_back(s);
   std::vector<float> v{1, 2, 3, 4}, w{9, 9, 9, 9};
   // A message for a later batch arrives first, then the one for this batch, then a duplicate.
-  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 6, 0, 0, 1, 7, 4}, exchange::copy_frame(w.data(), 16))));
-  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 5, 0, 0, 1, 7, 4}, exchange::copy_frame(v.data(), 16))));
-  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 5, 0, 0, 1, 7, 4}, exchange::copy_frame(w.data(), 16))));
+  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 6, 0, 0, 1, 7, 4, exchange::payload_checksum(w.data(), 16)}, exchange::copy_frame(w.data(), 16))));
+  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 5, 0, 0, 1, 7, 4, exchange::payload_checksum(v.data(), 16)}, exchange::copy_frame(v.data(), 16))));
+  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 5, 0, 0, 1, 7, 4, exchange::payload_checksum(w.data(), 16)}, exchange::copy_frame(w.data(), 16))));
   ASSERT_TRUE(runner.run(p, {1, 5, {}, 0, {}, {}, true}, {}));
   EXPECT_EQ(mem.find(1)->f32()[3], 4.f);  // batch 5's data, not batch 6's
   ASSERT_TRUE(runner.run(p, {1, 6, {}, 0, {}, {}, true}, {}));
   EXPECT_EQ(mem.find(1)->f32()[3], 9.f);  // the early message was kept for batch 6
   // A message for an old batch is dropped as stale.
-  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 2, 0, 0, 1, 7, 4}, exchange::copy_frame(v.data(), 16))));
+  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 2, 0, 0, 1, 7, 4, exchange::payload_checksum(v.data(), 16)}, exchange::copy_frame(v.data(), 16))));
   exchange::envelope e;
   if (auto got = t1->recv(e, 100ms); got && *got) runner.accept(std::move(e));
   EXPECT_GE(runner.dropped_stale(), 1u);

@@ -216,6 +216,7 @@ result<envelope> superstep_runner::wait_for(const key& k, const std::function<bo
 status superstep_runner::exchange_phase(const program& prog, const run_program& run, uint32_t step,
                                         superstep_counters& c, const std::function<bool()>& interrupted) {
   const superstep& s = prog.steps[step];
+  std::vector<std::pair<uint32_t, envelope>> held;
   // Byte ranges this superstep's receives write: a slice sent from one of them is copied, since
   // ZeroMQ may not have read it yet when the receive lands (a swap, an in-place reduction).
   std::vector<std::pair<const float*, const float*>> written;
@@ -225,16 +226,35 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
   for (const send_op& op : s.sends) {
     auto src = resolve_slice(op.src, memory_, rows_);
     if (!src) return src.error().with_context("send to tile " + std::to_string(op.peer));
-    exchange_data d{prog.id, run.batch_id, step, self_, op.peer, op.tag, src->elements};
-    const float* begin = src->data;
-    const float* end = src->data + src->elements;
-    const bool overwritten = std::any_of(written.begin(), written.end(),
-                                         [&](const auto& w) { return begin < w.second && w.first < end; });
-    envelope e = encode(d, overwritten ? copy_frame(begin, src->elements * 4)
-                                       : borrow_frame(begin, src->elements * 4, in_flight_));
-    c.bytes_sent += src->elements * 4;
+    const size_t bytes = src->elements * 4;
+    exchange_data d{prog.id, run.batch_id, step, self_, op.peer, op.tag, src->elements,
+                    payload_checksum(src->data, bytes)};
+    c.bytes_sent += bytes;
+    if (!faults_) {
+      const float* begin = src->data;
+      const float* end = src->data + src->elements;
+      const bool overwritten = std::any_of(written.begin(), written.end(),
+                                           [&](const auto& w) { return begin < w.second && w.first < end; });
+      TESSERA_RETURN_IF_ERROR(transport_.send(
+          op.peer, encode(d, overwritten ? copy_frame(begin, bytes) : borrow_frame(begin, bytes, in_flight_))));
+      continue;
+    }
+    // Injected faults (fault_injector.hpp): the checksum above was taken before any corruption.
+    // Copies here: a corrupted frame must not write into tile memory.
+    send_decision f = faults_->on_send(static_cast<int>(op.peer));
+    if (f.delay.count() > 0) std::this_thread::sleep_for(f.delay);
+    if (f.drop) continue;
+    envelope e = encode(d, copy_frame(src->data, bytes));
+    if (f.corrupt && bytes > 0) e.payloads[0].data<unsigned char>()[bytes / 2] ^= 0x5A;
+    if (f.duplicate) TESSERA_RETURN_IF_ERROR(transport_.send(op.peer, encode(d, copy_frame(src->data, bytes))));
+    if (f.hold) {
+      held.emplace_back(op.peer, std::move(e));
+      continue;
+    }
     TESSERA_RETURN_IF_ERROR(transport_.send(op.peer, std::move(e)));
   }
+  // Reordered messages go out after the rest of this superstep's sends.
+  for (auto& [peer, e] : held) TESSERA_RETURN_IF_ERROR(transport_.send(peer, std::move(e)));
   for (const recv_op& op : s.recvs) {
     auto dst = resolve_slice(op.dst, memory_, rows_);
     if (!dst) return dst.error().with_context("receive from tile " + std::to_string(op.peer));
@@ -245,6 +265,12 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
       return status::bad_message("tile " + std::to_string(op.peer) + " sent " + std::to_string(payload.size() / 4) +
                                  " elements for tag " + std::to_string(op.tag) + ", tile " + std::to_string(self_) +
                                  " expects " + std::to_string(dst->elements));
+    exchange_data header;
+    if (auto st = decode(*e, header); !st) return st;
+    if (payload_checksum(payload.data(), payload.size()) != header.checksum)
+      return status::bad_message("corrupt slice from tile " + std::to_string(op.peer) + " (tag " +
+                                 std::to_string(op.tag) + ", superstep " + std::to_string(step) +
+                                 "): checksum mismatch");
     const float* in = payload.data<float>();
     if (op.accumulate) {
       for (uint64_t i = 0; i < dst->elements; ++i) dst->data[i] += in[i];
@@ -299,6 +325,7 @@ result<std::vector<superstep_counters>> superstep_runner::run(const program& pro
   kernel_context ctx{self_, run.active_tokens, run.seq_lengths, offsets, &rows_};
 
   std::vector<superstep_counters> counters(prog.steps.size());
+  if (faults_) faults_->begin_batch();
   event_pending_ = false;
   next_check_ = {};
   retire_in_flight();  // frames of a failed earlier run do not hold up this one
@@ -313,6 +340,7 @@ result<std::vector<superstep_counters>> superstep_runner::run(const program& pro
       counters[step - 1].exchange_ns += ns_since(tw);
       if (!result_status) break;
     }
+    if (faults_) faults_->at_superstep(step);
     auto t0 = clock_type::now();
     for (const kernel_call& call : prog.steps[step].compute) {
       result_status = registry_.run(call, memory_, ctx);
@@ -322,6 +350,10 @@ result<std::vector<superstep_counters>> superstep_runner::run(const program& pro
       }
     }
     c.compute_ns = ns_since(t0);
+    if (faults_) {
+      faults_->after_compute(std::chrono::nanoseconds(c.compute_ns));
+      c.compute_ns = ns_since(t0);
+    }
     if (!result_status) break;
     auto t1 = clock_type::now();
     result_status = exchange_phase(prog, run, step, c, interrupted);

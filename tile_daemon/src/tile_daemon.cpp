@@ -9,6 +9,7 @@
 
 #include "tessera/common/log.hpp"
 #include "tessera/exchange/security.hpp"
+#include "tessera/exchange/fault_plan.hpp"
 #include "tessera/exchange/zmq_transport.hpp"
 #include "tessera/tile/superstep_loop.hpp"
 
@@ -36,6 +37,7 @@ struct tile_daemon::impl {
   // down the runner's in-flight counter.
   tile_memory memory;
   kernel_registry registry = kernel_registry::with_builtins();
+  std::unique_ptr<fault_injector> faults;
   std::unique_ptr<superstep_runner> runner;
   zmq::context_t ctx{1};
   zmq::socket_t control{ctx, zmq::socket_type::dealer};
@@ -280,8 +282,18 @@ struct tile_daemon::impl {
       return 1;
     }
     fabric = std::move(*bound);
+    if (!cfg.faults.empty()) {
+      auto plan = load_fault_plan(cfg.faults);
+      if (!plan) {
+        TESSERA_LOG_ERROR("--faults: " << plan.error().message());
+        return 2;
+      }
+      faults = std::make_unique<fault_injector>(plan->for_tile(static_cast<int>(cfg.tile_id)),
+                                                static_cast<int>(cfg.tile_id), cfg.incarnation);
+    }
     runner = std::make_unique<superstep_runner>(cfg.tile_id, *fabric, memory, registry,
                                                 run_limits{.exchange_timeout = cfg.exchange_timeout});
+    if (faults && faults->active()) runner->set_faults(faults.get());
     apply_socket_defaults(control);
     secure_host_client(control);
     control.set(zmq::sockopt::routing_id, "tile-" + std::to_string(cfg.tile_id) + "-" + std::to_string(cfg.incarnation));

@@ -211,7 +211,11 @@ struct exchange_data {
   uint32_t dst_tile = 0;
   uint32_t tag = 0;
   uint64_t elements = 0;  ///< the payload frame holds elements * 4 bytes
+  uint64_t checksum = 0;  ///< payload_checksum() of the frame, checked by the receiver
 };
+
+/// A fast 64-bit checksum of a payload (catches corruption in flight, not an adversary).
+uint64_t payload_checksum(const void* data, size_t bytes);
 
 struct sync_token {
   uint32_t program_id = 0;

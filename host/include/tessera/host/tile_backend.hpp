@@ -22,7 +22,9 @@ namespace tessera::host {
 
 class tile_backend final : public backend {
  public:
-  tile_backend(std::unique_ptr<tile_model> model, std::string name);
+  /// `max_attempts`: how often a batch runs before its failure is answered; between attempts
+  /// failed tiles are restarted and reloaded (tile_model::recover).
+  tile_backend(std::unique_ptr<tile_model> model, std::string name, int max_attempts = 3);
   ~tile_backend() override;
 
   backend_info info() const override { return info_; }
@@ -32,6 +34,9 @@ class tile_backend final : public backend {
   /// Answers queued batches with `cancelled` and stops the workers.
   void stop();
   tile_model& model() { return *model_; }
+  /// Recoveries done, and the wall time the last one took (seconds).
+  int64_t recoveries() const { return recoveries_.load(); }
+  double last_recovery_seconds() const { return last_recovery_seconds_.load(); }
 
  private:
   struct job {
@@ -41,9 +46,14 @@ class tile_backend final : public backend {
   };
   void work(int replica);
   batch_result run(int replica, const batch_request& req);
+  batch_result run_once(int replica, const batch_request& req);
 
   std::unique_ptr<tile_model> model_;
   backend_info info_;
+  int max_attempts_;
+  std::atomic<int64_t> recoveries_{0};
+  std::atomic<double> last_recovery_seconds_{0};
+  std::atomic<int> recovering_{0};
   std::atomic<int64_t> outstanding_{0};
   std::mutex mu_;
   std::condition_variable cv_;

@@ -142,6 +142,12 @@ class tile_group {
   std::vector<tile_info> tiles() const;
   /// ok, or peer_failed naming the failed tiles.
   status health() const;
+  /// Restarts a local tile (a new process, the next incarnation, the same id), waits for it to
+  /// register and hands every tile the new peer directory. Its memory starts empty: the caller
+  /// reloads its tensors and programs (tile_model::recover does).
+  status restart_tile(uint32_t tile);
+  /// Tiles restarted so far.
+  uint64_t restarts() const { return restarts_; }
   /// Kills a local tile with `signal` (tests and fault injection).
   status signal_tile(uint32_t tile, int signal);
   /// Shuts every tile down cleanly (idempotent).
@@ -150,6 +156,7 @@ class tile_group {
  private:
   explicit tile_group(tile_group_config cfg);
   status bind_and_launch();
+  status spawn_tile(uint32_t tile);
   status await_registration();
   /// Receives and dispatches until `done()` or the deadline; false on timeout.
   bool pump_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
@@ -177,6 +184,7 @@ class tile_group {
   uint64_t next_request_ = 1;
   uint64_t next_batch_ = 1;
   uint64_t bad_messages_ = 0;
+  std::atomic<uint64_t> restarts_{0};
   bool shut_ = false;
   mutable std::mutex snapshot_mu_;
   std::vector<tile_info> snapshot_;  // guarded by snapshot_mu_

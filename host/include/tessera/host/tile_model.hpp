@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 
 #include "tessera/host/placement.hpp"
 #include "tessera/host/tile_group.hpp"
@@ -40,13 +41,24 @@ class tile_model {
   /// budget or the sequence limit, or with the tile group's status if a tile fails.
   result<tile_batch_result> run(int replica, const models::packed_batch& batch);
 
+  /// Restarts every failed tile of the group, streams its shards again and reloads its
+  /// program, so the interrupted batch can run again. Returns the tiles it brought back.
+  /// One recovery at a time; other replicas keep running meanwhile.
+  result<std::vector<uint32_t>> recover();
+
   const compiled_model& compiled() const { return compiled_; }
   tile_group& group() { return group_; }
 
  private:
-  tile_model(tile_group& g, compiled_model c) : group_(g), compiled_(std::move(c)) {}
+  tile_model(tile_group& g, compiled_model c, models::bert_model m)
+      : group_(g), compiled_(std::move(c)), model_(std::move(m)) {}
+  /// Streams tile t's shards (materialised one tile at a time).
+  static status stream_tile(tile_group& group, const compiled_model& c, const models::bert_model& m, uint32_t t,
+                            uint64_t& done, uint64_t total, const std::function<void(uint64_t, uint64_t)>& progress);
   tile_group& group_;
   compiled_model compiled_;
+  models::bert_model model_;  // shares the weights' storage: cheap, and kept for recovery
+  std::mutex recover_mu_;
 };
 
 }  // namespace tessera::host

@@ -26,6 +26,7 @@
 #include <tuple>
 
 #include "tessera/exchange/transport.hpp"
+#include "tessera/tile/fault_injector.hpp"
 #include "tessera/tile/kernel_registry.hpp"
 #include "tessera/tile/tile_memory.hpp"
 
@@ -77,6 +78,9 @@ class superstep_runner {
   result<std::vector<exchange::superstep_counters>> run(const exchange::program& prog, const exchange::run_program& run,
                                                         const std::function<bool()>& interrupted);
 
+  /// Faults to inject (tile_daemon --faults); nullptr = none. Not owned.
+  void set_faults(fault_injector* f) { faults_ = f; }
+
   uint64_t bad_messages() const { return bad_; }
   /// Slices sent without a copy in the last run that ZeroMQ has not released (0 after a
   /// successful run; a failed run's are counted in retired_in_flight()).
@@ -103,6 +107,7 @@ class superstep_runner {
   bool check_interrupted(const std::function<bool()>& interrupted);
   void purge_finished();
   exchange::batch_rows rows_;  // of the batch being run
+  fault_injector* faults_ = nullptr;
 
   uint32_t self_;
   exchange::transport& transport_;

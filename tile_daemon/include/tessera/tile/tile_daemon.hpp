@@ -31,6 +31,7 @@ struct tile_config {
   /// The tile exits when it has heard nothing from the host for this long (0 = never).
   std::chrono::milliseconds host_silence_limit{0};
   int compute_threads = 1;
+  std::string faults;  ///< a fault plan (JSON text or file, exchange/fault_plan.hpp); empty = none
 };
 
 class tile_daemon {

@@ -1,0 +1,47 @@
+// tessera/host/fault_harness.hpp: run a load through a tile group while faults are injected,
+// and count what came back. Shared by the fault tests and the fault experiment.
+//
+//   fault_scenario s{.name = "kill", .plan_json = R"({"faults":[{"kind":"kill","tile":1,"batch":3}]})"};
+//   auto r = run_fault_scenario(s);   // r->answered == s.requests, r->wrong == 0, ...
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "tessera/host/placement.hpp"
+#include "tessera/host/tile_group.hpp"
+
+namespace tessera::host {
+
+struct fault_scenario {
+  std::string name;
+  std::string plan_json;            ///< tile-side faults (tessera-tile --faults); empty = none
+  std::string model = "bert-tiny";
+  int tiles = 2;
+  plan layout{1, 1, 2, 1};
+  int requests = 200;
+  int per_batch = 8;
+  int max_attempts = 6;
+  std::chrono::milliseconds heartbeat_timeout{1500};
+  std::chrono::milliseconds exchange_timeout{800};
+  /// Host-side faults (stall, kill): runs on its own thread while the load is on.
+  std::function<void(tile_group&)> during;
+};
+
+struct fault_outcome {
+  int requests = 0, answered = 0, wrong = 0, errors = 0, duplicates = 0;
+  int64_t recoveries = 0;
+  double last_recovery_seconds = 0;
+  double seconds = 0;               ///< the whole load
+  double mean_batch_wall_seconds = 0;
+  double p99_latency_seconds = 0;   ///< submit to answer, per request
+};
+
+/// Deploys the model on a fresh local tile group whose tiles apply the plan, sends the load as
+/// batches through a tile_backend (which restarts failed tiles and retries), and compares each
+/// answer with the single-process reference (tolerance 1e-4).
+result<fault_outcome> run_fault_scenario(const fault_scenario& s);
+
+}  // namespace tessera::host

@@ -1,0 +1,117 @@
+#include "tessera/host/fault_harness.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <thread>
+
+#include "tessera/host/tile_backend.hpp"
+#include "tessera/models/forward.hpp"
+
+namespace tessera::host {
+
+using steady = std::chrono::steady_clock;
+
+result<fault_outcome> run_fault_scenario(const fault_scenario& s) {
+  auto model = models::load_model(s.model, 3);
+  if (!model) return model.error();
+  placement_request req;
+  req.tiles = s.tiles;
+  req.tile_memory = 256 << 20;
+  req.token_budget = std::max(512, model->config.max_position_embeddings);
+  req.max_sequences = s.per_batch;
+  req.forced = s.layout;
+  auto compiled = compile_bert(model->config, req);
+  if (!compiled) return compiled.error();
+  tile_group_config g;
+  g.tiles = static_cast<uint32_t>(s.tiles);
+  g.tile_memory = req.tile_memory;
+  g.heartbeat_interval = std::chrono::milliseconds(100);
+  g.heartbeat_timeout = s.heartbeat_timeout;
+  g.exchange_timeout = s.exchange_timeout;
+  g.run_timeout = std::chrono::seconds(30);
+  if (!s.plan_json.empty()) g.extra_tile_args = {"--faults", s.plan_json};
+  auto group = tile_group::start(g);
+  if (!group) return group.error();
+  auto deployed = tile_model::deploy(**group, std::move(*compiled), *model);
+  if (!deployed) return deployed.error();
+  auto backend = std::make_shared<tile_backend>(std::move(*deployed), "tiles", s.max_attempts);
+
+  // Short requests (8-64 tokens) and their fault-free answers.
+  auto lengths = models::seed_workload(s.requests, 0.0, 5);
+  auto all = models::synthetic_batch(lengths, model->config.vocab_size, 9);
+  auto want = models::reference_forward(*model, all);
+  const int labels = model->config.num_labels;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> answers(static_cast<size_t>(s.requests), 0);
+  std::vector<double> latency;
+  fault_outcome out;
+  out.requests = s.requests;
+  double wall_sum = 0;
+  int batches = 0, pending = 0;
+  const auto t0 = steady::now();
+  std::thread fault_thread;
+  if (s.during) fault_thread = std::thread([&] { s.during(**group); });
+  for (int first = 0; first < s.requests; first += s.per_batch) {
+    const int count = std::min(s.per_batch, s.requests - first);
+    batch_request b;
+    b.batch_id = static_cast<uint64_t>(first / s.per_batch + 1);
+    for (int i = first; i < first + count; ++i) {
+      sequence_input q;
+      q.token_ids.assign(all.token_ids.begin() + all.seq_offsets[i], all.token_ids.begin() + all.seq_offsets[i + 1]);
+      b.sequences.push_back(std::move(q));
+    }
+    {
+      std::lock_guard lk(mu);
+      ++pending;
+    }
+    const auto submitted = steady::now();
+    backend->submit(std::move(b), [&, first, count, submitted](batch_result r) {
+      std::lock_guard lk(mu);
+      --pending;
+      ++batches;
+      wall_sum += r.timing.wall_seconds;
+      const double lat = std::chrono::duration<double>(steady::now() - submitted).count();
+      for (int i = first; i < first + count; ++i) {
+        latency.push_back(lat);
+        if (++answers[static_cast<size_t>(i)] > 1) ++out.duplicates;
+        if (!r.st) {
+          ++out.errors;
+          continue;
+        }
+        double d = 0;
+        for (int k = 0; k < labels; ++k)
+          d = std::max(d, double(std::abs(r.logits[static_cast<size_t>((i - first) * labels + k)] -
+                                          want[static_cast<size_t>(i * labels + k)])));
+        if (d > 1e-4) ++out.wrong;
+      }
+      cv.notify_all();
+    });
+  }
+  bool drained;
+  {
+    std::unique_lock lk(mu);
+    drained = cv.wait_for(lk, std::chrono::seconds(300), [&] { return pending == 0; });
+  }
+  if (fault_thread.joinable()) fault_thread.join();
+  backend->stop();  // answers anything still queued (cancelled), so nothing is left unanswered
+  if (!drained) {
+    std::unique_lock lk(mu);
+    cv.wait_for(lk, std::chrono::seconds(30), [&] { return pending == 0; });
+  }
+  out.seconds = std::chrono::duration<double>(steady::now() - t0).count();
+  std::lock_guard lk(mu);
+  for (int a : answers) out.answered += a > 0;
+  out.recoveries = backend->recoveries();
+  out.last_recovery_seconds = backend->last_recovery_seconds();
+  out.mean_batch_wall_seconds = batches ? wall_sum / batches : 0;
+  if (!latency.empty()) {
+    std::sort(latency.begin(), latency.end());
+    out.p99_latency_seconds = latency[std::min(latency.size() - 1, static_cast<size_t>(0.99 * latency.size()))];
+  }
+  return out;
+}
+
+}  // namespace tessera::host
