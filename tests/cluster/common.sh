@@ -26,3 +26,20 @@ need_bins() {
 # Private names so a failed run of one test never collides with another harness.
 export TS_DIR=/tmp/tessera-cluster-test TS_PREFIX=tst TS_NET=10.211.0
 cluster_down() { "$src/scripts/cluster/netns" down >/dev/null 2>&1 || true; }
+# tessera-tile processes whose network namespace is test machine $1 (the pid namespace is shared,
+# so pgrep would also count other people's tiles).
+tiles_in_ns() {
+  local n=0 pid
+  for pid in $(ip netns pids "$TS_PREFIX$1" 2>/dev/null); do
+    [ "$(cat /proc/$pid/comm 2>/dev/null)" = tessera-tile ] && n=$((n + 1))
+  done
+  echo $n
+}
+# Kills (SIGKILL) the tile with id $2 running in test machine $1.
+kill_tile_in_ns() {
+  local pid
+  for pid in $(ip netns pids "$TS_PREFIX$1" 2>/dev/null); do
+    tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q "tessera-tile .*--tile-id $2 " && { kill -9 "$pid"; return 0; }
+  done
+  return 1
+}
