@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tessera/host/placement.hpp"
 #include "tessera/host/tile_group.hpp"
@@ -27,6 +28,8 @@ struct model_options {
   std::string trace_path;     ///< --trace: Chrome trace (+ summary) of the --check batches
   std::string timing_preset = "ipu-mk2";  ///< --preset: IPU preset of the modelled time in the trace
   int gpu_replicas = 0;       ///< in-process GPU-style backends beside the tiles (hybrid routing)
+  std::vector<std::string> gpu_endpoints;  ///< running tessera-gpu processes (remote_backend)
+  int spawn_gpu = 0;          ///< local tessera-gpu processes to launch (ipc), as GPU backends
   serving::serve_options so;
 };
 /// Compiles the model onto the group (printing the plan and memory table), streams the

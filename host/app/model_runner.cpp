@@ -4,6 +4,8 @@
 
 #include "host_app.hpp"
 #include "tessera/common/log.hpp"
+#include "tessera/host/launcher.hpp"
+#include "tessera/host/remote_backend.hpp"
 #include "tessera/host/profiler.hpp"
 #include "tessera/host/tile_backend.hpp"
 #include "tessera/models/forward.hpp"
@@ -31,6 +33,34 @@ models::packed_batch check_batch(const models::bert_config& cfg, int budget, int
     total += l;
   }
   return models::synthetic_batch(lengths, cfg.vocab_size, seed);
+}
+
+// GPU baseline processes (tessera-gpu): --gpu-endpoint ones running elsewhere, then --spawn-gpu
+// ones launched here on private ipc endpoints (stopped when the backend is destroyed).
+result<std::vector<std::shared_ptr<remote_backend>>> gpu_processes(const models::bert_model& m,
+                                                                   const model_options& o) {
+  std::vector<std::shared_ptr<remote_backend>> out;
+  const size_t n = o.gpu_endpoints.size() + static_cast<size_t>(std::max(0, o.spawn_gpu));
+  for (size_t i = 0; i < n; ++i) {
+    remote_backend_config c;
+    c.info = {.name = "gpu" + std::to_string(o.gpu_replicas + static_cast<int>(i)), .kind = "gpu",
+              .max_sequence_length = m.config.max_position_embeddings, .num_labels = m.config.num_labels};
+    if (i < o.gpu_endpoints.size()) {
+      c.endpoint = o.gpu_endpoints[i];
+    } else {
+      auto ep = make_local_ipc_endpoint(c.info.name);
+      if (!ep) return ep.error();
+      c.endpoint = *ep;
+      c.spawn_binary = default_bin_dir() + "/tessera-gpu";
+      c.spawn_args = {"--model", o.model, "--seed", std::to_string(o.seed), "--name", c.info.name};
+    }
+    auto b = remote_backend::start(c);
+    if (!b) return b.error();
+    if (!(*b)->wait_ready(std::chrono::seconds(60)))
+      return status::peer_failed(c.info.name + " at " + c.endpoint + " did not answer a ping within 60 s");
+    out.push_back(std::move(*b));
+  }
+  return out;
 }
 
 }  // namespace
@@ -113,6 +143,13 @@ int run_model(tile_group_config group_cfg, model_options o) {
     auto gpu = serving::make_reference_backend(model, {.name = "gpu" + std::to_string(i), .kind = "gpu", .threads = 1,
                                                        .omp_threads = 1});
     if (auto st = r.add_backend(gpu, o.so.batching); !st) return fail(st);
+  }
+  auto remotes = gpu_processes(*model, o);
+  if (!remotes) return fail(remotes.error());
+  for (auto& gpu : *remotes) {
+    serving::batching_config gpu_batching = o.so.batching;  // GPU style: padded to the longest
+    gpu_batching.kind = serving::policy_kind::dynamic_padded;
+    if (auto st = r.add_backend(gpu, gpu_batching); !st) return fail(st);
   }
   r.start();
   auto tok = serving::make_model_tokenizer(*model);

@@ -51,6 +51,7 @@ struct remote_backend::impl {
   int wake_fd = -1;
   pid_t child = 0;
   bool child_reaped = false;  // io thread only, read after join
+  bool cleaned = false;
 
   struct job {
     batch_request request;
@@ -310,7 +311,11 @@ result<std::shared_ptr<remote_backend>> remote_backend::start(remote_backend_con
     return status::invalid("cannot connect to " + c.endpoint + ": " + err.what());
   }
   p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (p->wake_fd < 0) return status::io_error(std::string("eventfd: ") + std::strerror(errno));
+  if (p->wake_fd < 0) {
+    const int err = errno;
+    if (p->child > 0) kill(p->child, SIGKILL), waitpid(p->child, nullptr, 0);
+    return status::io_error(std::string("eventfd: ") + std::strerror(err));
+  }
   p->last_heard = steady::now();
   auto self = std::shared_ptr<remote_backend>(new remote_backend(std::move(p)));
   impl* raw = self->impl_.get();
@@ -340,6 +345,9 @@ void remote_backend::stop() {
     }
     s.child_reaped = true;
     s.child_gone.store(true);
+  }
+  if (s.child > 0 && !s.cleaned) {
+    s.cleaned = true;
     // A private ipc directory made by make_local_ipc_endpoint.
     if (s.cfg.endpoint.rfind("ipc://", 0) == 0) {
       std::filesystem::path sock = s.cfg.endpoint.substr(6);
