@@ -28,7 +28,7 @@ say "   job $jid: $state in $((SECONDS - t0)) s"
 [ "$state" = COMPLETED ] || fail "job $jid ended $state"
 [ "$(grep -c '^check batch' "tessera-$jid.out")" = 2 ] || fail "the job did not check 2 batches"
 nodes=$(grep -o 'tiles on [^,]*' "tessera-$jid.out" | head -1)
-echo "$nodes" | grep -q 'tsn\[1-3\]' || fail "tiles were not spread over 3 nodes ($nodes)"
+echo "$nodes" | grep -q "$TS_PREFIX\\[1-3\\]" || fail "tiles were not spread over 3 nodes ($nodes)"
 
 say "2. salloc + scripts/launch/slurm (host on this machine, tiles as srun tasks)"
 timeout -k 5 300 salloc -N 3 -n 3 "$src/scripts/launch/slurm" --timeout 240 -- --model bert-tiny --check 1 --plan 1,1,3 \
