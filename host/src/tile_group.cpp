@@ -450,9 +450,14 @@ result<run_result> tile_group::run(const batch_spec& spec) {
       if (!done_.count({batch, p})) return false;
     return true;
   };
+  // A tile that answered with an error (a corrupt slice, a kernel error) ends the batch for
+  // everyone: its peers would otherwise wait for it until the exchange timeout.
   auto any_failed = [&] {
-    for (uint32_t p : parts)
+    for (uint32_t p : parts) {
       if (tiles_[p].failed && !done_.count({batch, p})) return true;
+      auto it = done_.find({batch, p});
+      if (it != done_.end() && it->second.first.code != errc::ok) return true;
+    }
     return false;
   };
   // Wait, giving the socket up between short pumps so that runs of other replicas (other
@@ -474,6 +479,29 @@ result<run_result> tile_group::run(const batch_spec& spec) {
   auto cleanup = [&] {
     for (uint32_t p : parts) done_.erase({batch, p});
   };
+  const bool tile_error = finished && !all_done() && [&] {
+    for (uint32_t p : parts)
+      if (!tiles_[p].failed && done_.count({batch, p}) && done_[{batch, p}].first.code != errc::ok) return true;
+    return false;
+  }();
+  if (tile_error) {
+    std::vector<uint32_t> late;
+    status first;
+    for (uint32_t p : parts) {
+      auto it = done_.find({batch, p});
+      if (it == done_.end()) late.push_back(p);
+      else if (it->second.first.code != errc::ok && first)
+        first = status{it->second.first.code, "tile " + std::to_string(p) + ": " + it->second.first.message};
+    }
+    for (uint32_t p : late) (void)send_to(p, encode(abort_run{spec.program_id, batch, "a peer reported an error"}));
+    pump_until([&] {
+      for (uint32_t p : late)
+        if (!done_.count({batch, p}) && !tiles_[p].failed) return false;
+      return true;
+    }, steady::now() + 2s);
+    for (uint32_t p : parts) done_.erase({batch, p});
+    return first;
+  }
   if (!finished || any_failed()) {
     std::vector<uint32_t> failed, late;
     std::string why;
