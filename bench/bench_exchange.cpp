@@ -4,8 +4,9 @@
 //   (a) raw ZeroMQ throughput: PUSH -> PULL over ipc:// (like libzmq's remote_thr/local_thr),
 //   (b) tessera's exchange goodput for the same sizes: exchange::zmq_transport, the sender doing
 //       encode(exchange_data, borrow_frame(slice, &in_flight)) (no copy; it waits for in_flight
-//       to drain before the slice may change) and the receiver decode + inbox + memcpy into a
-//       destination buffer, exactly as superstep_loop.cpp does per slice;
+//       to drain before the slice may change) and the receiver decode + inbox + checksum check +
+//       memcpy into a destination buffer, exactly as superstep_loop.cpp does per slice (the
+//       sender computes payload_checksum too);
 //   (c) tessera's superstep sync: a real tile group (tessera::host::tile_group) running a program
 //       of empty supersteps with sync = true (the tile's combining-tree barrier over the exchange
 //       sockets),
@@ -226,6 +227,7 @@ int tessera_receiver(const std::string& dir, size_t size) {
     inbox.erase(it);
     const zmq::message_t& payload = slice.payloads[0];
     if (payload.size() != size) return 8;
+    if (exchange::payload_checksum(payload.data(), payload.size()) != d.checksum) return 9;  // as exchange_phase
     std::memcpy(out, payload.data(), payload.size());
     meter.on_message(++count);
     if (count % c.ack_every == 0) {
@@ -279,7 +281,8 @@ throughput measure_throughput(const options& o, int mode, size_t size) {
     }
     auto send_one = [&] {
       if (tessera_mode) {
-        exchange::exchange_data d{1, 1, static_cast<uint32_t>(sent), 0, 1, 0, size / 4};
+        exchange::exchange_data d{1, 1, static_cast<uint32_t>(sent), 0, 1, 0, size / 4,
+                                  exchange::payload_checksum(src.data(), size)};  // as exchange_phase
         zmq::message_t frame = mode == 1 ? exchange::borrow_frame(src.data(), size, &in_flight)
                                          : exchange::copy_frame(src.data(), size);
         auto st = t->send(1, exchange::encode(d, std::move(frame)));
