@@ -80,9 +80,13 @@ void zap_loop(zmq::socket_t sock, std::set<std::string> allowed, void* ctx_handl
       break;
     }
   }
+  {
+    // Forget the context before closing: zmq_ctx_term waits for this close, so no new context
+    // can reuse the address (and find a handler that is gone) before the entry is removed.
+    std::lock_guard lk(g_mu);
+    g_zap_contexts.erase(ctx_handle);
+  }
   sock.close();
-  std::lock_guard lk(g_mu);
-  g_zap_contexts.erase(ctx_handle);
 }
 }  // namespace
 

@@ -9,7 +9,7 @@ need_bins tessera-host tessera-tile
 trap cluster_down EXIT
 cluster_down
 timeout 60 "$src/scripts/cluster/netns" up 3
-out=$TS_DIR/out; mkdir -p "$out"; ns="$src/scripts/cluster/netns exec"
+out=$TS_DIR/out; rm -rf "$out"; mkdir -p "$out"; ns="$src/scripts/cluster/netns exec"
 
 say "1. no keys off loopback: host and tile refuse to start"
 set +e

@@ -12,7 +12,7 @@ cluster_down
 timeout 60 "$src/scripts/cluster/netns" up 3
 timeout 90 "$src/scripts/cluster/netns" slurm
 export SLURM_CONF=$TS_DIR/slurm/slurm.conf
-out=$TS_DIR/out; mkdir -p "$out"; cd "$out"
+out=$TS_DIR/out; rm -rf "$out"; mkdir -p "$out"; cd "$out"
 
 say "1. sbatch: 6 tiles as tasks over 3 nodes, host on the first node"
 jid=$(sbatch --parsable -N 3 -n 6 --export="ALL,TESSERA_ROOT=$src" "$src/scripts/launch/tessera.sbatch" \

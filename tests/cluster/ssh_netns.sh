@@ -11,7 +11,7 @@ trap cluster_down EXIT
 cluster_down
 timeout 60 "$src/scripts/cluster/netns" up 3
 timeout 60 "$src/scripts/cluster/netns" sshd
-hf=$TS_DIR/hostfile; cfg=$TS_DIR/ssh/ssh_config; out=$TS_DIR/out; mkdir -p "$out"
+hf=$TS_DIR/hostfile; cfg=$TS_DIR/ssh/ssh_config; out=$TS_DIR/out; rm -rf "$out"; mkdir -p "$out"
 
 say "1. bert-tiny, 6 tiles over 3 namespaces (cyclic), CurveZMQ"
 t0=$(date +%s.%N)
