@@ -43,6 +43,11 @@ std::string key_dir() {
     fs::remove(d);
     auto st = exchange::make_keys(d);
     EXPECT_TRUE(st) << st.message();
+    static const std::string* to_remove = new std::string(d);  // outlives static destructors
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(*to_remove, ec);  // secrets do not outlive the test
+    });
     return d;
   }();
   return dir;
