@@ -270,19 +270,25 @@ row_range batch_rows::micro_rows(uint32_t micro, uint32_t micros) const {
 }
 
 uint64_t payload_checksum(const void* data, size_t bytes) {
-  // Words multiplied into a running state: ~1 cycle a word, order-sensitive, and any flipped
-  // bit changes the result.
+  // Four independent multiply-xor lanes over 32-byte blocks, so the multiplies overlap instead
+  // of forming one serial chain (~4x the speed of a single lane); any flipped bit changes the
+  // result, and the lanes are folded with their position so reordered blocks do too.
   const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ bytes;
+  constexpr uint64_t k0 = 0xBF58476D1CE4E5B9ull, k1 = 0x94D049BB133111EBull;
+  uint64_t h[4] = {0x9E3779B97F4A7C15ull ^ bytes, 0xC2B2AE3D27D4EB4Full, 0x165667B19E3779F9ull, 0x27D4EB2F165667C5ull};
   size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
+  for (; i + 32 <= bytes; i += 32) {
+    uint64_t w[4];
+    std::memcpy(w, p + i, 32);
+    for (int l = 0; l < 4; ++l) {
+      h[l] = (h[l] ^ w[l]) * k0;
+      h[l] ^= h[l] >> 29;
+    }
   }
-  for (; i < bytes; ++i) h = (h ^ p[i]) * 0x94D049BB133111EBull;
-  return h ^ (h >> 31);
+  uint64_t r = h[0] ^ (h[1] * k1) ^ ((h[2] * k0) >> 7) ^ (h[3] * (k0 ^ k1));
+  for (; i < bytes; ++i) r = (r ^ p[i]) * k1;
+  r ^= r >> 31;
+  return r * k0 ^ (r >> 33);
 }
 
 uint64_t envelope::payload_bytes() const {

@@ -323,3 +323,19 @@ TEST(Partition, CoversAllRowsEvenly) {
     }
   }
 }
+
+TEST(Checksum, CatchesFlipsAndSwaps) {
+  std::vector<float> v(1000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i) * 0.5f;
+  const uint64_t base = payload_checksum(v.data(), v.size() * 4);
+  EXPECT_EQ(base, payload_checksum(v.data(), v.size() * 4));
+  auto* bytes = reinterpret_cast<unsigned char*>(v.data());
+  for (size_t at : {size_t{0}, size_t{17}, size_t{2001}, size_t{3999}}) {
+    bytes[at] ^= 0x04;
+    EXPECT_NE(payload_checksum(v.data(), v.size() * 4), base) << at;
+    bytes[at] ^= 0x04;
+  }
+  std::swap(v[0], v[8]);  // two 32-byte blocks trade places
+  EXPECT_NE(payload_checksum(v.data(), v.size() * 4), base);
+  EXPECT_NE(payload_checksum(v.data(), 12), payload_checksum(v.data(), 16));
+}
