@@ -225,7 +225,24 @@ result<run_result> run_virtual(const trace& t, const virtual_run_config& cfg) {
       if (w) wake = wake ? std::min(*wake, *w) : *w;
     }
     for (auto& vb : vbs)
-      if (!vb->error().is_ok()) return vb->error();
+      if (!vb->error().is_ok()) {
+        // Answer everything still in flight so the batchers drain before the router goes.
+        status err = vb->error();
+        for (int round = 0; round < 64; ++round) {
+          bool busy = false;
+          for (auto& v : vbs) {
+            busy = busy || v->next_completion().has_value();
+            v->deliver(time_point::max());
+          }
+          for (size_t b = 0; b < router.num_backends(); ++b) {
+            auto& bt = router.backend_batcher(b);
+            busy = busy || bt.queue_size() > 0 || bt.inflight_batches() > 0;
+            bt.poll(true);
+          }
+          if (!busy) break;
+        }
+        return err;
+      }
     time_point nxt = time_point::max();
     if (next < n) nxt = std::min(nxt, at(t.entries[next].arrival_s));
     for (auto& vb : vbs)
