@@ -20,7 +20,7 @@ constexpr double tolerance = 1e-4;
 
 std::string odd_checkpoint() {
   const char* src = std::getenv("TESSERA_SOURCE_DIR");
-  return std::string(src ? src : ".") + "/tests/data/models/tiny-odd";
+  return std::string(src ? src : TESSERA_TEST_SOURCE_DIR) + "/tests/data/models/tiny-odd";
 }
 
 // Lengths 1..max, mixed, that fit the budget.
@@ -102,6 +102,12 @@ struct case_t {
   plan p;
 };
 
+std::string case_name(const ::testing::TestParamInfo<case_t>& info) {
+  const plan& p = info.param.p;
+  return "N" + std::to_string(info.param.tiles) + "_R" + std::to_string(p.replicas) + "S" + std::to_string(p.stages) +
+         "W" + std::to_string(p.width) + "M" + std::to_string(p.micro_batches);
+}
+
 class TinyOnTiles : public ::testing::TestWithParam<case_t> {};
 
 TEST_P(TinyOnTiles, LogitsEqualReference) {
@@ -114,7 +120,8 @@ INSTANTIATE_TEST_SUITE_P(Plans, TinyOnTiles,
                          ::testing::Values(case_t{1, {1, 1, 1, 1}}, case_t{2, {1, 1, 2, 1}}, case_t{2, {1, 2, 1, 2}},
                                            case_t{2, {2, 1, 1, 1}}, case_t{3, {3, 1, 1, 1}}, case_t{4, {1, 2, 2, 4}},
                                            case_t{4, {2, 1, 2, 1}}, case_t{8, {4, 1, 2, 1}}, case_t{8, {2, 2, 2, 3}},
-                                           case_t{16, {8, 1, 2, 1}}));
+                                           case_t{16, {8, 1, 2, 1}}),
+                         case_name);
 
 class MiniOnTiles : public ::testing::TestWithParam<case_t> {};
 
@@ -126,7 +133,8 @@ TEST_P(MiniOnTiles, LogitsEqualReference) {
 
 INSTANTIATE_TEST_SUITE_P(Plans, MiniOnTiles,
                          ::testing::Values(case_t{3, {1, 1, 3, 1}}, case_t{3, {1, 3, 1, 5}}, case_t{4, {1, 1, 4, 1}},
-                                           case_t{8, {1, 2, 4, 4}}, case_t{16, {1, 4, 4, 8}}, case_t{16, {4, 1, 4, 1}}));
+                                           case_t{8, {1, 2, 4, 4}}, case_t{16, {1, 4, 4, 8}}, case_t{16, {4, 1, 4, 1}}),
+                         case_name);
 
 class OddCheckpointOnTiles : public ::testing::TestWithParam<case_t> {};
 
@@ -140,7 +148,8 @@ TEST_P(OddCheckpointOnTiles, LogitsEqualReference) {
 
 INSTANTIATE_TEST_SUITE_P(Plans, OddCheckpointOnTiles,
                          ::testing::Values(case_t{1, {1, 1, 1, 1}}, case_t{4, {1, 1, 4, 1}}, case_t{5, {1, 1, 5, 1}},
-                                           case_t{6, {1, 3, 2, 3}}, case_t{7, {1, 1, 7, 1}}, case_t{8, {1, 2, 4, 2}}));
+                                           case_t{6, {1, 3, 2, 3}}, case_t{7, {1, 1, 7, 1}}, case_t{8, {1, 2, 4, 2}}),
+                         case_name);
 
 TEST(TileModel, AutomaticPlanOnFiveTiles) {
   auto m = models::make_preset_model("bert-tiny", 1);
