@@ -21,23 +21,8 @@ int run_demo(tile_group& g, const demo_options& o) {
     if (!r) return std::cerr << "tessera-host: " << r.error().to_string() << "\n", 1;
   }
   // Check against a plain single-process reference (double accumulation).
-  double max_err = 0;
-  if (o.demo == "allreduce") {
-    auto xs = allreduce_inputs(d);
-    for (size_t i = 0; i < xs[0].size(); ++i) {
-      double s = 0;
-      for (auto& x : xs) s += x[i];
-      for (auto& out : r->outputs) max_err = std::max(max_err, std::abs(out[i] - s));
-    }
-  } else {
-    auto c = assemble_matmul(d, r->outputs);
-    for (int64_t i = 0; i < o.m; ++i)
-      for (int64_t j = 0; j < o.n; ++j) {
-        double s = 0;
-        for (int64_t q = 0; q < o.k; ++q) s += double(d.a[i * o.k + q]) * d.b[q * o.n + j];
-        max_err = std::max(max_err, std::abs(c[i * o.n + j] - s));
-      }
-  }
+  const double max_err = o.demo == "allreduce" ? allreduce_reference_error(d, r->outputs)
+                                               : matmul_reference_error(d, assemble_matmul(d, r->outputs));
   std::printf("demo %s on %u tiles: last batch %.3f ms wall, max |error| vs single-process reference %.2e\n",
               o.demo.c_str(), tiles, r->wall_seconds * 1e3, max_err);
   std::printf("%-5s %-9s %12s %12s %12s %12s %12s %12s\n", "tile", "superstep", "compute_us", "exchange_us", "sync_us",

@@ -1,5 +1,7 @@
 #include "tessera/host/demo_programs.hpp"
 
+#include <cmath>
+
 namespace tessera::host {
 
 using namespace tessera::exchange;
@@ -163,5 +165,26 @@ demo_program make_allreduce_demo(uint32_t tiles, int64_t elements, uint64_t seed
 }
 
 std::vector<std::vector<float>> allreduce_inputs(const demo_program& d) { return d.storage; }
+
+double matmul_reference_error(const demo_program& d, const std::vector<float>& c) {
+  double e = 0;
+  for (int64_t i = 0; i < d.m; ++i)
+    for (int64_t j = 0; j < d.n; ++j) {
+      double s = 0;
+      for (int64_t q = 0; q < d.k; ++q) s += double(d.a[i * d.k + q]) * d.b[q * d.n + j];
+      e = std::max(e, std::abs(c[i * d.n + j] - s));
+    }
+  return e;
+}
+
+double allreduce_reference_error(const demo_program& d, const std::vector<std::vector<float>>& outputs) {
+  double e = 0;
+  for (size_t i = 0; i < d.storage[0].size(); ++i) {
+    double s = 0;
+    for (const auto& x : d.storage) s += x[i];
+    for (const auto& out : outputs) e = std::max(e, std::abs(out[i] - s));
+  }
+  return e;
+}
 
 }  // namespace tessera::host

@@ -29,16 +29,6 @@ tile_group_config small_group(uint32_t tiles, uint64_t memory = 16 << 20) {
   return c;
 }
 
-double matmul_error(const demo_program& d, const std::vector<float>& c) {
-  double e = 0;
-  for (int64_t i = 0; i < d.m; ++i)
-    for (int64_t j = 0; j < d.n; ++j) {
-      double s = 0;
-      for (int64_t q = 0; q < d.k; ++q) s += double(d.a[i * d.k + q]) * d.b[q * d.n + j];
-      e = std::max(e, std::abs(c[i * d.n + j] - s));
-    }
-  return e;
-}
 
 }  // namespace
 
@@ -62,7 +52,7 @@ TEST_P(TileGroupN, DistributedMatmulAndAllReduceEqualReference) {
     for (int rep = 0; rep < 2; ++rep) {
       auto r = (*g)->run(d.batch);
       ASSERT_TRUE(r) << r.error().to_string();
-      EXPECT_LT(matmul_error(d, assemble_matmul(d, r->outputs)), 1e-4) << "split " << int(split);
+      EXPECT_LT(matmul_reference_error(d, assemble_matmul(d, r->outputs)), 1e-4) << "split " << int(split);
       EXPECT_EQ(r->counters.size(), n);
     }
     for (uint32_t t = 0; t < n; ++t) ASSERT_TRUE((*g)->free(t, {1, 2, 3}));
@@ -98,7 +88,7 @@ TEST(TileGroup, TcpExchangeWorksToo) {
   ASSERT_TRUE((*g)->load(d.programs));
   auto r = (*g)->run(d.batch);
   ASSERT_TRUE(r) << r.error().to_string();
-  EXPECT_LT(matmul_error(d, assemble_matmul(d, r->outputs)), 1e-4);
+  EXPECT_LT(matmul_reference_error(d, assemble_matmul(d, r->outputs)), 1e-4);
 }
 
 TEST(TileGroup, ProgramOverMemoryIsRefusedNamingTheTile) {

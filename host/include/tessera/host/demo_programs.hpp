@@ -41,6 +41,11 @@ demo_program make_allreduce_demo(uint32_t tiles, int64_t elements, uint64_t seed
 /// The all-reduce's inputs, x[t] for each tile.
 std::vector<std::vector<float>> allreduce_inputs(const demo_program& d);
 
+/// Largest |C - A x B| of an assembled C against a plain double-precision single-process product.
+double matmul_reference_error(const demo_program& d, const std::vector<float>& c);
+/// Largest |out - sum of the inputs| over every tile's all-reduce output.
+double allreduce_reference_error(const demo_program& d, const std::vector<std::vector<float>>& outputs);
+
 /// Deterministic values in [-1, 1) (splitmix64).
 std::vector<float> demo_values(size_t n, uint64_t seed);
 
