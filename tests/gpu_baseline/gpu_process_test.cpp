@@ -124,7 +124,7 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 #define REQUIRE_GPU_BINARY()                                                                  \
-  if (!std::filesystem::exists(bin("tessera-gpu"))) GTEST_SKIP() << bin("tessera-gpu") << " not built"
+  if (!std::filesystem::exists(bin("tessera-gpu"))) GTEST_FAIL() << bin("tessera-gpu") << " not built (build the tessera-gpu target)"
 
 }  // namespace
 

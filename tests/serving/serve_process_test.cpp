@@ -57,14 +57,14 @@ std::string read_line(int fd) {
 
 TEST(ServeProcess, HelpExitsZero) {
   std::string exe = bin("tessera-serve");
-  if (!std::filesystem::exists(exe)) GTEST_SKIP() << exe << " not built";
+  if (!std::filesystem::exists(exe)) GTEST_FAIL() << exe << " not built";
   EXPECT_EQ(std::system((exe + " --help > /dev/null").c_str()), 0);
   EXPECT_NE(std::system((exe + " --batching nonsense > /dev/null 2>&1").c_str()), 0);
 }
 
 TEST(ServeProcess, ServesAndStopsCleanlyOnSigterm) {
   std::string exe = bin("tessera-serve");
-  if (!std::filesystem::exists(exe)) GTEST_SKIP() << exe << " not built";
+  if (!std::filesystem::exists(exe)) GTEST_FAIL() << exe << " not built";
   child c = spawn({exe, "--model", "toy", "--port", "0", "--toy-ns-per-token", "200000",
                    "--max-inflight-batches", "1", "--max-batch-size", "2"});
   ASSERT_GT(c.pid, 0);
@@ -98,7 +98,7 @@ TEST(ServeProcess, ServesAndStopsCleanlyOnSigterm) {
 TEST(LoadgenProcess, DrivesTesseraServeAndWritesCsvAndJson) {
   std::string serve = bin("tessera-serve"), loadgen = bin("tessera-loadgen");
   if (!std::filesystem::exists(serve) || !std::filesystem::exists(loadgen))
-    GTEST_SKIP() << "tessera-serve or tessera-loadgen not built";
+    GTEST_FAIL() << "tessera-serve or tessera-loadgen not built";
   EXPECT_EQ(std::system((loadgen + " --help > /dev/null").c_str()), 0);
   EXPECT_EQ(std::system((loadgen + " --mix nonsense > /dev/null 2>&1").c_str()) >> 8, 2);
   child c = spawn({serve, "--model", "toy", "--port", "0"});
