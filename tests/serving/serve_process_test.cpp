@@ -135,3 +135,63 @@ TEST(LoadgenProcess, DrivesTesseraServeAndWritesCsvAndJson) {
   EXPECT_NE(json.find("\"errors\":0"), std::string::npos) << json;
   std::filesystem::remove_all(dir);
 }
+
+namespace {
+// The integer after "key": in a JSON body (enough for the flat fields checked here).
+int64_t json_int(const std::string& body, const std::string& key) {
+  auto at = body.find("\"" + key + "\":");
+  if (at == std::string::npos) return -1;
+  return std::stoll(body.substr(at + key.size() + 3));
+}
+}  // namespace
+
+// Kill the host (SIGKILL) with requests in flight; a host restarted on the same journal tells
+// clients, in /info, how many requests the dead process accepted and never answered.
+TEST(ServeProcess, RestartedHostReportsWhatTheKilledOneLeftUnanswered) {
+  std::string exe = bin("tessera-serve");
+  if (!std::filesystem::exists(exe)) GTEST_FAIL() << exe << " not built";
+  auto journal = std::filesystem::temp_directory_path() / ("tessera-journal-" + std::to_string(getpid()));
+  std::filesystem::remove(journal);
+  const std::vector<std::string> args{exe, "--model", "toy", "--port", "0", "--toy-ns-per-token", "20000000",
+                                      "--max-inflight-batches", "1", "--max-batch-size", "1",
+                                      "--journal", journal.string()};
+  child c = spawn(args);
+  ASSERT_GT(c.pid, 0);
+  std::string line = read_line(c.out_fd);
+  auto colon = line.rfind(':', line.find(" model"));
+  ASSERT_NE(colon, std::string::npos) << line;
+  uint16_t port = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+  // Each request takes ~0.2 s (10 tokens x 20 ms) and they run one at a time.
+  std::vector<std::thread> clients;
+  std::atomic<int> answered{0}, cut_off{0};
+  for (int i = 0; i < 6; ++i)
+    clients.emplace_back([&] {
+      http_connection cc("127.0.0.1", port);
+      auto r = cc.request("POST", "/predict", R"({"inputs": "one two three four five six seven eight"})");
+      (r.status == 200 ? answered : cut_off)++;
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(c.pid, SIGKILL);
+  for (auto& t : clients) t.join();
+  waitpid(c.pid, nullptr, 0);
+  close(c.out_fd);
+  ASSERT_GE(cut_off.load(), 1) << "every request finished before the kill; the test needs some in flight";
+
+  child again = spawn(args);
+  ASSERT_GT(again.pid, 0);
+  line = read_line(again.out_fd);
+  colon = line.rfind(':', line.find(" model"));
+  ASSERT_NE(colon, std::string::npos) << line;
+  port = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+  http_connection conn("127.0.0.1", port);
+  auto info = conn.request("GET", "/info");
+  ASSERT_EQ(info.status, 200u);
+  EXPECT_EQ(json_int(info.body, "accepted"), 6) << info.body;
+  EXPECT_EQ(json_int(info.body, "answered"), answered.load()) << info.body;
+  EXPECT_EQ(json_int(info.body, "unanswered"), cut_off.load()) << info.body;
+  EXPECT_NE(info.body.find("send them again"), std::string::npos) << info.body;
+  kill(again.pid, SIGTERM);
+  waitpid(again.pid, nullptr, 0);
+  close(again.out_fd);
+  std::filesystem::remove(journal);
+}

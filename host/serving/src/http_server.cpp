@@ -37,6 +37,7 @@ struct http_server::impl {
   std::unordered_set<std::shared_ptr<session>> sessions;
   std::mutex done_mu;
   std::condition_variable done_cv;
+  std::unique_ptr<request_journal> journal;
   bool started = false;
   bool stopped = false;
   uint16_t bound_port = 0;
@@ -109,8 +110,11 @@ class session : public std::enable_shared_from_this<session> {
     stream_.expires_never();
     std::string method(req.method_string());
     std::string target(req.target());
+    // Requests that do work are journalled (accepted now, answered when the reply is made).
+    const uint64_t journal_id = server_.journal && method == "POST" ? server_.journal->accepted() : 0;
     server_.svc.handle(method, target, req.body(),
-                       [self = shared_from_this(), keep_alive, version](http_reply r) {
+                       [self = shared_from_this(), keep_alive, version, journal_id](http_reply r) {
+                         if (journal_id) self->server_.journal->answered(journal_id, r.status);
                          net::post(self->stream_.get_executor(),
                                    [self, keep_alive, version, r = std::move(r)]() mutable {
                                      self->write(std::move(r), keep_alive, version, false);
@@ -223,6 +227,14 @@ uint16_t http_server::port() const { return impl_->bound_port; }
 status http_server::start() {
   auto& m = *impl_;
   if (m.started) return status::invalid("http_server already started");
+  if (!m.cfg.journal.empty()) {
+    auto j = request_journal::open(m.cfg.journal);
+    if (!j) return j.error();
+    m.journal = std::move(*j);
+    m.svc.set_journal(m.journal.get());
+    if (m.journal->previous().present && m.journal->previous().unanswered() > 0)
+      TESSERA_LOG_WARN("restarted: " << m.journal->previous().describe());
+  }
   beast::error_code ec;
   auto address = net::ip::make_address(m.cfg.address, ec);
   if (ec) return status::invalid("bad bind address '" + m.cfg.address + "': " + ec.message());

@@ -51,6 +51,9 @@ void add_serve_options(po::options_description& opts, serve_options& so) {
        "a request a stalled backend has not answered by deadline + this is answered 504")
       ("max-body-bytes", po::value(&so.server.api.max_body_bytes)->default_value(so.server.api.max_body_bytes),
        "request body limit (413 beyond)")
+      ("journal", po::value(&so.server.journal),
+       "request journal file: after a crash, the restarted host reports in /info what the previous "
+       "process accepted and never answered")
       ("auto-truncate", po::bool_switch(&so.server.api.auto_truncate),
        "truncate long inputs unless a request says \"truncate\": false");
 }

@@ -537,7 +537,19 @@ http_reply service::info_reply() const {
                         {"token_budget", b.config().token_budget},
                         {"max_queue_delay_ms", to_seconds(b.config().max_queue_delay) * 1e3}});
   }
-  json out{{"model_id", info_.model_id},
+  json previous = nullptr;
+  if (journal_ && journal_->previous().present) {
+    const auto& p = journal_->previous();
+    previous = json::object();
+    previous["pid"] = p.pid;
+    previous["started_unix"] = p.started_unix;
+    previous["accepted"] = p.accepted;
+    previous["answered"] = p.answered;
+    previous["unanswered"] = p.unanswered();
+    previous["message"] = p.describe();
+  }
+  json out{{"previous_instance", previous},
+           {"model_id", info_.model_id},
            {"model_sha", nullptr},
            {"model_dtype", "float32"},
            {"model_type", {{"classifier", {{"id2label", id2label}, {"label2id", label2id}}}}},

@@ -33,6 +33,7 @@ struct server_config {
   int io_threads = 2;                 ///< threads running the Asio io_context
   service_config api;                 ///< limits: body size, inputs per request, timeout
   std::chrono::seconds idle_timeout{60};  ///< an idle keep-alive connection is closed after it
+  std::string journal;                ///< request journal file (journal.hpp); empty = none
 };
 
 class http_server {

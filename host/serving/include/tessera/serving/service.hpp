@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "tessera/serving/clock.hpp"
+#include "tessera/serving/journal.hpp"
 #include "tessera/serving/metrics.hpp"
 #include "tessera/serving/router.hpp"
 #include "tessera/serving/tokenizer.hpp"
@@ -85,6 +86,8 @@ class service {
   http_reply error_reply(unsigned status, std::string_view type, std::string_view message);
 
   const service_config& config() const { return cfg_; }
+  /// Reports the previous host process of this journal in /info (not owned; may be null).
+  void set_journal(const request_journal* j) { journal_ = j; }
   serving_metrics& metrics() { return metrics_; }
 
  private:
@@ -104,6 +107,7 @@ class service {
   std::shared_ptr<const tokenizer> tokenizer_;
   model_info info_;
   serving_metrics& metrics_;
+  const request_journal* journal_ = nullptr;
 
   // Stalled-backend watchdog: requests by the time they must be answered.
   std::mutex watch_mu_;
