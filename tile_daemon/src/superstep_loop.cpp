@@ -134,6 +134,7 @@ void superstep_runner::accept(envelope&& e) {
     return;
   }
   key k;
+  uint64_t checksum = 0;
   if (*type == msg_type::exchange_data) {
     exchange_data d;
     if (auto st = decode(e, d); !st) {
@@ -147,6 +148,7 @@ void superstep_runner::accept(envelope&& e) {
       return;
     }
     k = {d.batch_id, d.superstep, 0, d.src_tile, d.tag};
+    checksum = d.checksum;
     if (finished_any_ && d.batch_id <= finished_batch_) {
       ++stale_;
       return;
@@ -172,7 +174,7 @@ void superstep_runner::accept(envelope&& e) {
     ++bad_;
     return;
   }
-  if (!inbox_.emplace(k, std::move(e)).second) ++stale_;  // a duplicate of one not yet consumed
+  if (!inbox_.emplace(k, inbox_entry{std::move(e), checksum}).second) ++stale_;  // a duplicate of one not yet consumed
 }
 
 void superstep_runner::purge_finished() {
@@ -186,12 +188,13 @@ void superstep_runner::purge_finished() {
   }
 }
 
-result<envelope> superstep_runner::wait_for(const key& k, const std::function<bool()>& interrupted, const char* what) {
+result<superstep_runner::inbox_entry> superstep_runner::wait_for(const key& k, const std::function<bool()>& interrupted,
+                                                                 const char* what) {
   auto deadline = clock_type::now() + limits_.exchange_timeout;
   for (;;) {
     auto it = inbox_.find(k);
     if (it != inbox_.end()) {
-      envelope e = std::move(it->second);
+      inbox_entry e = std::move(it->second);
       inbox_.erase(it);
       return e;
     }
@@ -260,14 +263,13 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
     if (!dst) return dst.error().with_context("receive from tile " + std::to_string(op.peer));
     auto e = wait_for({run.batch_id, step, 0, op.peer, op.tag}, interrupted, "a slice");
     if (!e) return e.error();
-    const zmq::message_t& payload = e->payloads[0];
+    const zmq::message_t& payload = e->message.payloads[0];
     if (payload.size() != dst->elements * 4)
       return status::bad_message("tile " + std::to_string(op.peer) + " sent " + std::to_string(payload.size() / 4) +
                                  " elements for tag " + std::to_string(op.tag) + ", tile " + std::to_string(self_) +
                                  " expects " + std::to_string(dst->elements));
-    exchange_data header;
-    if (auto st = decode(*e, header); !st) return st;
-    if (payload_checksum(payload.data(), payload.size()) != header.checksum)
+    // The header was decoded and checked in accept(); only the payload is checked here.
+    if (payload_checksum(payload.data(), payload.size()) != e->checksum)
       return status::bad_message("corrupt slice from tile " + std::to_string(op.peer) + " (tag " +
                                  std::to_string(op.tag) + ", superstep " + std::to_string(step) +
                                  "): checksum mismatch");

@@ -100,7 +100,12 @@ class superstep_runner {
   status sync_phase(const exchange::program& prog, const exchange::run_program& run, uint32_t step,
                     const std::function<bool()>& interrupted);
   /// Waits until `k` is in the inbox; returns it.
-  result<exchange::envelope> wait_for(const key& k, const std::function<bool()>& interrupted, const char* what);
+  /// A message waiting in the inbox, with what accept() already decoded of its header.
+  struct inbox_entry {
+    exchange::envelope message;
+    uint64_t checksum = 0;  ///< exchange_data: the sender's checksum of the payload
+  };
+  result<inbox_entry> wait_for(const key& k, const std::function<bool()>& interrupted, const char* what);
   /// Waits until ZeroMQ released every borrowed send frame (before memory may change).
   status wait_sends_released(const std::function<bool()>& interrupted);
   /// Calls `interrupted` when due (every pass without a wait_fn; after an event or a tick with).
@@ -114,7 +119,7 @@ class superstep_runner {
   tile_memory& memory_;
   const kernel_registry& registry_;
   run_limits limits_;
-  std::map<key, exchange::envelope> inbox_;
+  std::map<key, inbox_entry> inbox_;
   uint64_t finished_batch_ = 0;
   bool finished_any_ = false;
   uint64_t bad_ = 0;
