@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-fault-experiment: " << e.what() << "\n";
     return 2;
   }
+  if (requests < 1) return std::cerr << "tessera-fault-experiment: --requests must be positive (the issue's bar is 200)\n", 2;
   const plan two_lanes{1, 1, 2, 1}, two_stages{1, 2, 1, 2};
   std::vector<fault_scenario> matrix = {
       {"none", "", model, 2, two_lanes},

@@ -7,6 +7,7 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -83,6 +84,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   tensor_parallel_too = !vm.count("auto-only");
+  if (requests < 1 || budget < 1 || max_seqs < 1 || long_share < 0 || long_share > 1)
+    return std::cerr << "tessera-bench-placement: --requests, --token-budget and --max-seqs must be positive and "
+                        "--long-share within [0, 1]\n", 2;
+  std::vector<int> tile_counts;
+  for (size_t p = 0; p < tiles_list.size();) {
+    size_t c = tiles_list.find(',', p);
+    if (c == std::string::npos) c = tiles_list.size();
+    const std::string item = tiles_list.substr(p, c - p);
+    char* end = nullptr;
+    const long n = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || n < 1 || n > 4096)
+      return std::cerr << "tessera-bench-placement: --tiles takes tile counts 1..4096 separated by commas, not '"
+                       << tiles_list << "'\n", 2;
+    tile_counts.push_back(static_cast<int>(n));
+    p = c + 1;
+  }
   auto model = models::load_model(model_name);
   if (!model) return std::cerr << model.error().to_string() << "\n", 2;
   const auto batches = make_batches(model->config, requests, long_share, budget, max_seqs);
@@ -102,13 +119,6 @@ int main(int argc, char** argv) {
   rows.push_back({"single process, packed, 2 threads", 1, "-", base, requests / base, 1.0, 0, 0, 0});
   std::fprintf(stderr, "single process: %.1f s, %.2f req/s\n", base, requests / base);
 
-  std::vector<int> tile_counts;
-  for (size_t p = 0; p < tiles_list.size();) {
-    size_t c = tiles_list.find(',', p);
-    if (c == std::string::npos) c = tiles_list.size();
-    tile_counts.push_back(std::stoi(tiles_list.substr(p, c - p)));
-    p = c + 1;
-  }
   for (int n : tile_counts) {
     std::vector<std::optional<host::plan>> plans{std::nullopt};
     if (tensor_parallel_too && n > 1) plans.push_back(host::plan{1, 1, n, 1});
