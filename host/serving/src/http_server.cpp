@@ -112,14 +112,25 @@ class session : public std::enable_shared_from_this<session> {
     std::string target(req.target());
     // Requests that do work are journalled (accepted now, answered when the reply is made).
     const uint64_t journal_id = server_.journal && method == "POST" ? server_.journal->accepted() : 0;
-    server_.svc.handle(method, target, req.body(),
-                       [self = shared_from_this(), keep_alive, version, journal_id](http_reply r) {
-                         if (journal_id) self->server_.journal->answered(journal_id, r.status);
-                         net::post(self->stream_.get_executor(),
-                                   [self, keep_alive, version, r = std::move(r)]() mutable {
-                                     self->write(std::move(r), keep_alive, version, false);
-                                   });
-                       });
+    auto replied = std::make_shared<std::atomic<bool>>(false);
+    try {
+      server_.svc.handle(method, target, req.body(),
+                         [self = shared_from_this(), keep_alive, version, journal_id,
+                          replied](http_reply r) {
+                           if (replied->exchange(true)) return;
+                           if (journal_id) self->server_.journal->answered(journal_id, r.status);
+                           net::post(self->stream_.get_executor(),
+                                     [self, keep_alive, version, r = std::move(r)]() mutable {
+                                       self->write(std::move(r), keep_alive, version, false);
+                                     });
+                         });
+    } catch (const std::exception& e) {
+      // The last resort at the handler boundary: answer 500, log, keep the process serving.
+      TESSERA_LOG_ERROR("request handler threw: " << e.what());
+      if (!replied->exchange(true))
+        write(server_.svc.error_reply(500, "internal", "internal error; the server goes on"),
+              false, version, true);
+    }
   }
 
   void write(http_reply r, bool keep_alive, unsigned version, bool drain_after) {

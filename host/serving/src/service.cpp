@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <exception>
 #include <nlohmann/json.hpp>
+
+#include "tessera/common/log.hpp"
+#include "tessera/serving/utf8.hpp"
 
 namespace tessera::serving {
 
@@ -36,6 +40,56 @@ std::string_view strip_query(std::string_view target) {
 }
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+/// JSON text that cannot throw on a bad string: every body that may hold client text (error
+/// messages quoting it, a KServe "id") goes out through here. Invalid bytes become U+FFFD.
+std::string to_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+/// Deeper nesting is refused before parsing: the request forms need 5 levels at most, and deep
+/// values would otherwise reach recursive code (copies, dumps, flatten).
+constexpr int max_json_depth = 32;
+
+/// True when `body` nests arrays/objects deeper than `limit` (strings skipped; the JSON itself is
+/// checked by the parser afterwards).
+bool nests_deeper_than(std::string_view body, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+/// The checks every JSON body gets before the parser sees it, then the parse: a reply on error.
+std::optional<http_reply> parse_body(service& svc, std::string_view body, json& out) {
+  if (auto bad = find_invalid_utf8(body))
+    return svc.error_reply(400, "bad_request", bad->describe("the request body"));
+  if (nests_deeper_than(body, max_json_depth))
+    return svc.error_reply(400, "bad_request",
+                           "JSON nested deeper than " + std::to_string(max_json_depth) + " levels");
+  try {
+    out = json::parse(body);
+  } catch (const json::exception& e) {
+    return svc.error_reply(400, "bad_request", std::string("malformed JSON: ") + e.what());
+  }
+  return std::nullopt;
+}
+
+/// a * b, or -1 when it overflows int64 (both >= 0).
+int64_t checked_product(int64_t a, int64_t b) {
+  int64_t p;
+  return __builtin_mul_overflow(a, b, &p) ? -1 : p;
+}
 
 /// One input: a text or a pair of texts.
 struct input_item {
@@ -89,7 +143,14 @@ struct call_state {
         return;
       }
     }
-    http_reply r = build(outcomes);
+    http_reply r;
+    try {
+      r = build(outcomes);
+    } catch (const std::exception& e) {  // never on a backend's thread: answer, log, go on
+      TESSERA_LOG_ERROR("building a reply failed: " << e.what());
+      reply(svc->error_reply(500, "internal", "internal error while building the answer"));
+      return;
+    }
     auto& m = svc->metrics();
     m.request_success.fetch_add(1, std::memory_order_relaxed);
     m.request_duration.observe(to_seconds(steady::now() - start));
@@ -166,16 +227,37 @@ http_reply service::error_reply(unsigned status, std::string_view type, std::str
   metrics_.count_failure(type);
   http_reply r;
   r.status = status;
-  r.body = json{{"error", message}, {"error_type", type}}.dump();
+  r.body = to_text(json{{"error", message}, {"error_type", type}});
   return r;
 }
 
 void service::handle(std::string_view method, std::string_view target, std::string_view body,
                      reply_fn reply) {
+  // The last resort: an exception from any route is answered 500 (once: a route may have replied
+  // already) and logged; the process goes on serving.
+  auto replied = std::make_shared<std::atomic<bool>>(false);
+  reply_fn once = [replied, reply = std::move(reply)](http_reply r) {
+    if (!replied->exchange(true)) reply(std::move(r));
+  };
+  std::string failure;
+  try {
+    return route(method, target, body, once);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  } catch (...) {
+    failure = "unknown exception";
+  }
+  TESSERA_LOG_ERROR("request " << printable(method, 16) << " " << printable(target, 100)
+                               << " failed: " << printable(failure));
+  if (!replied->load()) once(error_reply(500, "internal", "internal error; the server goes on"));
+}
+
+void service::route(std::string_view method, std::string_view target, std::string_view body,
+                    const reply_fn& reply) {
   std::string_view path = strip_query(target);
   auto wrong_method = [&](std::string_view allow) {
     http_reply r = error_reply(405, "method_not_allowed",
-                               std::string(method) + " is not allowed on " + std::string(path) +
+                               printable(method, 32) + " is not allowed on " + printable(path, 100) +
                                    "; use " + std::string(allow));
     r.allow = std::string(allow);
     reply(std::move(r));
@@ -185,7 +267,7 @@ void service::handle(std::string_view method, std::string_view target, std::stri
 
   if (path == "/predict" || path == "/tokenize") {
     if (!post) return wrong_method("POST");
-    return predict(body, path == "/tokenize", std::move(reply));
+    return predict(body, path == "/tokenize", reply);
   }
   if (path == "/health" || path == "/v2/health/ready" || path == "/v2/health/live") {
     if (!get) return wrong_method("GET");
@@ -205,8 +287,7 @@ void service::handle(std::string_view method, std::string_view target, std::stri
   if (path == "/v2" || path == "/v2/") {
     if (!get) return wrong_method("GET");
     return reply({200, "application/json",
-                  json{{"name", "tessera"}, {"version", "0.1.0"}, {"extensions", json::array()}}
-                      .dump()});
+                  to_text(json{{"name", "tessera"}, {"version", "0.1.0"}, {"extensions", json::array()}})});
   }
   if (starts_with(path, "/v2/models/")) {
     std::string_view rest = path.substr(11);
@@ -221,11 +302,11 @@ void service::handle(std::string_view method, std::string_view target, std::stri
     if (tail.empty() || tail == "/ready" || tail == "/infer") {
       if (name != info_.model_id)
         return reply(error_reply(404, "not_found",
-                                 "model '" + std::string(name) + "' not found; this server has '" +
+                                 "model '" + printable(name, 100) + "' not found; this server has '" +
                                      info_.model_id + "'"));
       if (tail == "/infer") {
         if (!post) return wrong_method("POST");
-        return kserve_infer(name, body, std::move(reply));
+        return kserve_infer(name, body, reply);
       }
       if (!get) return wrong_method("GET");
       if (tail == "/ready") {
@@ -235,18 +316,14 @@ void service::handle(std::string_view method, std::string_view target, std::stri
       return reply(kserve_model_reply());
     }
   }
-  reply(error_reply(404, "not_found", "no route " + std::string(path)));
+  reply(error_reply(404, "not_found", "no route " + printable(path, 100)));
 }
 
-void service::predict(std::string_view body, bool tokenize_only, reply_fn reply) {
+void service::predict(std::string_view body, bool tokenize_only, const reply_fn& reply) {
   const time_point start = steady::now();
   metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
   json req;
-  try {
-    req = json::parse(body);
-  } catch (const json::exception& e) {
-    return reply(error_reply(400, "bad_request", std::string("malformed JSON: ") + e.what()));
-  }
+  if (auto err = parse_body(*this, body, req)) return reply(std::move(*err));
   if (!req.is_object() || !req.contains("inputs"))
     return reply(error_reply(422, "validation",
                              "the body must be a JSON object with \"inputs\": a string, a list "
@@ -324,14 +401,14 @@ void service::predict(std::string_view body, bool tokenize_only, reply_fn reply)
     json out = json::array();
     for (const auto& s : seqs) out.push_back(s.token_ids);
     metrics_.request_success.fetch_add(1, std::memory_order_relaxed);
-    return reply({200, "application/json", out.dump()});
+    return reply({200, "application/json", to_text(out)});
   }
   if (!router_.healthy()) return reply(error_reply(503, "unhealthy", "no healthy backend"));
 
   auto call = std::make_shared<call_state>();
   call->outcomes.resize(seqs.size());
   call->remaining.store(seqs.size());
-  call->reply = std::move(reply);
+  call->reply = reply;
   call->svc = this;
   call->start = start;
   call->build = [this, batch, raw_scores](std::vector<sequence_outcome>& outs) {
@@ -346,7 +423,7 @@ void service::predict(std::string_view body, bool tokenize_only, reply_fn reply)
       for (int32_t i : order) one.push_back({{"score", scores[i]}, {"label", label(i)}});
       all.push_back(std::move(one));
     }
-    return http_reply{200, "application/json", (batch ? all : all[0]).dump()};
+    return http_reply{200, "application/json", to_text(batch ? all : all[0])};
   };
   submit_all(call, std::move(seqs));
 }
@@ -366,24 +443,27 @@ void service::submit_all(std::shared_ptr<call_state> call, std::vector<host::seq
   }
 }
 
-void service::kserve_infer(std::string_view name, std::string_view body, reply_fn reply) {
+void service::kserve_infer(std::string_view name, std::string_view body, const reply_fn& reply) {
   const time_point start = steady::now();
   metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
   json req;
-  try {
-    req = json::parse(body);
-  } catch (const json::exception& e) {
-    return reply(error_reply(400, "bad_request", std::string("malformed JSON: ") + e.what()));
-  }
+  if (auto err = parse_body(*this, body, req)) return reply(std::move(*err));
   if (!req.is_object() || !req.contains("inputs") || !req["inputs"].is_array() ||
       req["inputs"].empty())
     return reply(error_reply(422, "validation",
                              "a KServe v2 infer request needs \"inputs\": [{\"name\", "
                              "\"shape\", \"datatype\", \"data\"}, ...]"));
   bool truncate = cfg_.auto_truncate;
-  if (req.contains("parameters") && req["parameters"].is_object() &&
-      req["parameters"].contains("truncate") && req["parameters"]["truncate"].is_boolean())
-    truncate = req["parameters"]["truncate"].get<bool>();
+  if (req.contains("parameters") && !req["parameters"].is_null()) {
+    const json& params = req["parameters"];
+    if (!params.is_object())
+      return reply(error_reply(422, "validation", "\"parameters\" must be an object"));
+    if (params.contains("truncate") && !params["truncate"].is_null()) {
+      if (!params["truncate"].is_boolean())
+        return reply(error_reply(422, "validation", "parameters.truncate must be true or false"));
+      truncate = params["truncate"].get<bool>();
+    }
+  }
   const int32_t max_len = info_.max_input_length;
   const json* text = nullptr;
   const json* ids = nullptr;
@@ -396,27 +476,51 @@ void service::kserve_infer(std::string_view name, std::string_view body, reply_f
                                "every input needs string \"name\", \"datatype\" and \"data\""));
     std::string n = t["name"].get<std::string>();
     std::string dt = t["datatype"].get<std::string>();
-    if (dt == "BYTES") text = &t;
-    else if (n == "input_ids") ids = &t;
-    else if (n == "token_type_ids") types = &t;
-    else if (n == "attention_mask") mask = &t;
-    else
+    const json** slot = dt == "BYTES"               ? &text
+                        : n == "input_ids"          ? &ids
+                        : n == "token_type_ids"     ? &types
+                        : n == "attention_mask"     ? &mask
+                                                    : nullptr;
+    if (!slot)
       return reply(error_reply(422, "validation",
-                               "unknown input '" + n + "'; use a BYTES input (text) or INT32/INT64 "
-                               "input_ids, token_type_ids, attention_mask"));
+                               "unknown input '" + printable(n, 100) +
+                                   "'; use a BYTES input (text) or INT32/INT64 "
+                                   "input_ids, token_type_ids, attention_mask"));
+    if (*slot)
+      return reply(error_reply(422, "validation",
+                               "input '" + printable(n, 100) + "' given twice (or two BYTES inputs)"));
+    *slot = &t;
+    if (t.contains("shape") && !t["shape"].is_null()) {
+      bool ok = t["shape"].is_array();
+      if (ok)
+        for (const auto& d : t["shape"]) ok = ok && d.is_number_integer() && d.get<int64_t>() >= 0;
+      if (!ok)
+        return reply(error_reply(422, "validation", "input '" + printable(n, 100) +
+                                                        "': shape must be a list of integers >= 0"));
+    }
   }
+  if (text && ids)
+    return reply(error_reply(422, "validation",
+                             "give either a BYTES text input or input_ids, not both"));
   std::vector<int64_t> shape;
   const json* main = text ? text : ids;
   if (!main)
     return reply(error_reply(422, "validation", "no BYTES text input and no input_ids input"));
   if (main->contains("shape") && (*main)["shape"].is_array())
-    for (const auto& d : (*main)["shape"])
-      if (d.is_number_integer()) shape.push_back(d.get<int64_t>());
+    for (const auto& d : (*main)["shape"]) shape.push_back(d.get<int64_t>());
   std::vector<const json*> flat;
   flatten((*main)["data"], flat);
   std::vector<host::sequence_input> seqs;
   if (text) {
     if (flat.empty()) return reply(error_reply(400, "empty", "the text input has no data"));
+    if (!shape.empty()) {  // KServe: the shape describes the data
+      int64_t count = 1;
+      for (int64_t d : shape) count = count < 0 ? -1 : checked_product(count, d);
+      if (count != static_cast<int64_t>(flat.size()))
+        return reply(error_reply(422, "validation",
+                                 "the BYTES input's shape does not match its " +
+                                     std::to_string(flat.size()) + " data elements"));
+    }
     bool pairs = shape.size() == 2 && shape[1] == 2;
     size_t n = pairs ? flat.size() / 2 : flat.size();
     if (static_cast<int64_t>(n) > cfg_.max_client_batch_size)
@@ -441,7 +545,7 @@ void service::kserve_infer(std::string_view name, std::string_view body, reply_f
     if (dt != "INT32" && dt != "INT64")
       return reply(error_reply(422, "validation", "input_ids must be INT32 or INT64, not " + dt));
     if (shape.size() != 2 || shape[0] < 1 || shape[1] < 1 ||
-        static_cast<int64_t>(flat.size()) != shape[0] * shape[1])
+        static_cast<int64_t>(flat.size()) != checked_product(shape[0], shape[1]))
       return reply(error_reply(422, "validation",
                                "input_ids needs shape [batch, length] matching its data (" +
                                    std::to_string(flat.size()) + " values)"));
@@ -495,7 +599,7 @@ void service::kserve_infer(std::string_view name, std::string_view body, reply_f
   auto call = std::make_shared<call_state>();
   call->outcomes.resize(seqs.size());
   call->remaining.store(seqs.size());
-  call->reply = std::move(reply);
+  call->reply = reply;
   call->svc = this;
   call->start = start;
   call->build = [model, id](std::vector<sequence_outcome>& outs) {
@@ -509,7 +613,7 @@ void service::kserve_infer(std::string_view name, std::string_view body, reply_f
                                            {"shape", {outs.size(), labels}},
                                            {"data", data}}})}};
     if (!id.is_null()) out["id"] = id;
-    return http_reply{200, "application/json", out.dump()};
+    return http_reply{200, "application/json", to_text(out)};
   };
   submit_all(call, std::move(seqs));
 }
@@ -565,7 +669,7 @@ http_reply service::info_reply() const {
                            : "least-outstanding"},
            {"backends", backends},
            {"version", "0.1.0"}};
-  return {200, "application/json", out.dump()};
+  return {200, "application/json", to_text(out)};
 }
 
 http_reply service::kserve_model_reply() const {
@@ -580,7 +684,7 @@ http_reply service::kserve_model_reply() const {
            {"outputs", json::array({json{{"name", "logits"},
                                          {"datatype", "FP32"},
                                          {"shape", {-1, router_.num_labels()}}}})}};
-  return {200, "application/json", out.dump()};
+  return {200, "application/json", to_text(out)};
 }
 
 }  // namespace tessera::serving

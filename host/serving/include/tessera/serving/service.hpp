@@ -78,7 +78,8 @@ class service {
   service(const service&) = delete;
   service& operator=(const service&) = delete;
 
-  /// Handles one request. `reply` is called exactly once, on this thread or a backend's.
+  /// Handles one request. `reply` is called exactly once, on this thread or a backend's. Throws
+  /// nothing a route throws: such a request is answered 500 {"error_type": "internal"} and logged.
   void handle(std::string_view method, std::string_view target, std::string_view body,
               reply_fn reply);
 
@@ -92,9 +93,11 @@ class service {
 
  private:
   friend struct call_state;
+  void route(std::string_view method, std::string_view target, std::string_view body,
+             const reply_fn& reply);
   void submit_all(std::shared_ptr<call_state> call, std::vector<host::sequence_input> seqs);
-  void predict(std::string_view body, bool tokenize_only, reply_fn reply);
-  void kserve_infer(std::string_view name, std::string_view body, reply_fn reply);
+  void predict(std::string_view body, bool tokenize_only, const reply_fn& reply);
+  void kserve_infer(std::string_view name, std::string_view body, const reply_fn& reply);
   http_reply info_reply() const;
   http_reply kserve_model_reply() const;
   std::string label(int32_t i) const;
