@@ -233,6 +233,32 @@ TEST_F(HttpApi, MalformedJsonIs400AndWrongShapeIs422) {
   expect_error(post("/predict", R"({"inputs": "x", "raw_scores": 1})"), 422, "validation");
 }
 
+// Issue 11: each of these bodies used to abort the process (an exception from a JSON dump).
+TEST_F(HttpApi, InvalidUtf8Is400NamingTheByteAndTheServerLives) {
+  const std::string before = post("/predict", R"({"inputs": "hello world"})").body;
+  const std::pair<std::string, size_t> bodies[] = {
+      {"{\"inputs\": \"\xff\xfe text\"}", 12},
+      {"{\"inputs\": \"\xc0\xaf overlong\"}", 12},
+      {"{\"inputs\": [\"ok\", \"\xed\xa0\x80 surrogate\"]}", 19},
+      {"{\"inputs\": [[\"q\", \"cut \xe2\x82\"]]}", 23},
+      {"\xc3", 0},
+  };
+  for (const auto& [body, offset] : bodies) {
+    for (const char* target : {"/predict", "/tokenize"}) {
+      auto r = post(target, body);
+      expect_error(r, 400, "bad_request");
+      EXPECT_NE(r.body.find("at byte " + std::to_string(offset)), std::string::npos) << r.body;
+    }
+  }
+  const std::string kserve = "{\"inputs\": [{\"name\": \"text\", \"datatype\": \"BYTES\", "
+                             "\"shape\": [1], \"data\": [\"\xf8\x88\x80\x80\x80\"]}]}";
+  expect_error(post("/v2/models/" + server_->info().model_id + "/infer", kserve), 400, "bad_request");
+  // A parse error quoting the first byte of a character must not echo it raw.
+  auto r = post("/predict", "\xc3\xa9");
+  expect_error(r, 400, "bad_request");
+  EXPECT_EQ(post("/predict", R"({"inputs": "hello world"})").body, before);
+}
+
 TEST_F(HttpApi, TooLongWithoutTruncationIs422AndTruncationServesIt) {
   std::string body = json{{"inputs", long_text(600)}}.dump();
   auto r = post("/predict", body);
