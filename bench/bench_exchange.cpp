@@ -11,7 +11,9 @@
 //       of empty supersteps with sync = true (the tile's combining-tree barrier over the exchange
 //       sockets),
 //   (d) a plain ZeroMQ barrier among as many processes: a ROUTER coordinator collects N
-//       "arrive" messages from N DEALER processes, then releases all of them.
+//       "arrive" messages from N DEALER processes, then releases all of them;
+//   (e) the slice checksum alone (exchange::payload_checksum, in this process, on a warm slice of
+//       each size) against a memcpy of the same slice: the receiver pays for one of each.
 // Both sides of a comparison run under the same flow control (a credit window of acks from the
 // receiver) and, for (c)/(d), the same process count, interleaved per size so background load
 // hits both alike. Prints a markdown table with the targets (goodput >= 80% of raw from 64 KiB;
@@ -19,6 +21,7 @@
 //
 //   build-bench/bin/tessera-bench-exchange            # full run (~1-2 minutes)
 //   build-bench/bin/tessera-bench-exchange --quick --csv /tmp/exchange.csv
+//   build-bench/bin/tessera-bench-exchange --part checksum --sizes 1M
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -593,6 +596,24 @@ barrier_figures measure_transport_barrier(const options& o, uint32_t n, bool cen
 
 // ---- report ---------------------------------------------------------------------------------
 
+// (e): bytes per second of `body` over a warm slice, best of `repeats` runs of `seconds` each.
+double in_process_rate(const options& o, size_t size, const std::function<void()>& body) {
+  double best = 0;
+  for (int r = 0; r < o.repeats; ++r) {
+    body();  // warm
+    uint64_t n = 0;
+    const auto t0 = steady::now();
+    double elapsed = 0;
+    do {
+      for (int i = 0; i < 16; ++i) body();
+      n += 16;
+      elapsed = seconds_since(t0);
+    } while (elapsed < o.seconds);
+    best = std::max(best, static_cast<double>(n * size) / elapsed);
+  }
+  return best;
+}
+
 struct row {
   std::string test, param, baseline, tessera, ratio, target, verdict;
   // CSV numbers
@@ -644,7 +665,8 @@ int main(int argc, char** argv) {
     ("repeats", po::value(&o.repeats)->default_value(o.repeats), "throughput: best of this many measurements")
     ("supersteps", po::value(&o.supersteps)->default_value(o.supersteps), "sync: supersteps per batch (= barrier rounds)")
     ("runs", po::value(&o.runs)->default_value(o.runs), "sync: timed batches per tile count")
-    ("part", po::value(&o.part)->default_value(o.part), "what to measure: all, exchange ((a)/(b)) or sync ((c)/(d))");
+    ("part", po::value(&o.part)->default_value(o.part),
+     "what to measure: all, exchange ((a)/(b)), sync ((c)/(d)) or checksum ((e))");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -667,8 +689,8 @@ int main(int argc, char** argv) {
     if (s == 0 || s % 4 != 0) return std::cerr << "tessera-bench-exchange: --sizes must be positive multiples of 4\n", 2;
   for (uint32_t t : o.tiles)
     if (t < 2 || t > 256) return std::cerr << "tessera-bench-exchange: --tiles must be between 2 and 256\n", 2;
-  if (o.part != "all" && o.part != "exchange" && o.part != "sync")
-    return std::cerr << "tessera-bench-exchange: --part must be all, exchange or sync\n", 2;
+  if (o.part != "all" && o.part != "exchange" && o.part != "sync" && o.part != "checksum")
+    return std::cerr << "tessera-bench-exchange: --part must be all, exchange, sync or checksum\n", 2;
   if (o.seconds <= 0 || o.repeats <= 0 || o.supersteps == 0 || o.runs <= 0)
     return std::cerr << "tessera-bench-exchange: --seconds, --repeats, --supersteps and --runs must be positive\n", 2;
 
@@ -679,8 +701,34 @@ int main(int argc, char** argv) {
   bool all_ok = true;
   std::fprintf(stderr, "tessera-bench-exchange: %ld cores online; measuring...\n", sysconf(_SC_NPROCESSORS_ONLN));
 
-  if (o.part == "sync") o.sizes.clear();
-  if (o.part == "exchange") o.tiles.clear();
+  const std::vector<size_t> checksum_sizes = o.part == "all" || o.part == "checksum" ? o.sizes : std::vector<size_t>{};
+  if (o.part == "sync" || o.part == "checksum") o.sizes.clear();
+  if (o.part == "exchange" || o.part == "checksum") o.tiles.clear();
+  for (size_t size : checksum_sizes) {
+    std::vector<float> slice(size / 4), copy(size / 4);
+    for (size_t i = 0; i < slice.size(); ++i) slice[i] = static_cast<float>(i % 1000) * 0.25f;
+    volatile uint64_t sink = 0;
+    const double hash = in_process_rate(o, size, [&] { sink = sink + exchange::payload_checksum(slice.data(), size); });
+    const double copied = in_process_rate(o, size, [&] {
+      std::memcpy(copy.data(), slice.data(), size);
+      sink = sink + static_cast<uint64_t>(copy[size / 8]);
+    });
+    row w;
+    w.test = "slice checksum";
+    w.param = size_name(size);
+    w.base_value = copied / 1e9;
+    w.tessera_value = hash / 1e9;
+    w.ratio_value = copied > 0 ? hash / copied : 0;
+    w.unit = "GB/s";
+    w.baseline = fmt("memcpy %.1f GB/s", w.base_value);
+    w.tessera = fmt("%.1f GB/s", w.tessera_value);
+    w.ratio = fmt("%.2fx memcpy", w.ratio_value);
+    w.target = "(info)";
+    w.verdict = "info";
+    all_ok &= hash > 0;
+    rows.push_back(w);
+    std::fprintf(stderr, "  checksum %s: %.1f GB/s (memcpy %.1f GB/s)\n", w.param.c_str(), w.tessera_value, w.base_value);
+  }
   for (size_t size : o.sizes) {
     double raw = 0, tes = 0;
     throughput raw_best, tes_best, zc_best;
@@ -769,12 +817,14 @@ int main(int argc, char** argv) {
                     w.tessera_value, w.zero_copy.rate / 1e6,
                     w.base_value > 0 ? 100 * w.zero_copy.rate / 1e6 / w.base_value : 0.0);
   }
+  if (!o.sizes.empty() || !o.tiles.empty()) {
   std::printf("\nDiagnostics: CPU time (user + system, every process and thread involved) per message (goodput rows)\n"
               "or per barrier (sync rows). On a machine with fewer free cores than processes, wall time follows CPU.\n\n");
   std::printf("| test | size / tiles | raw / plain CPU | tessera CPU | ratio |\n|---|---|---|---|---|\n");
   for (const auto& w : rows)
-    std::printf("| %s | %s | %.1f us | %.1f us | %.2fx |\n", w.test.c_str(), w.param.c_str(), w.base_cpu_us,
+    if (w.test != "slice checksum") std::printf("| %s | %s | %.1f us | %.1f us | %.2fx |\n", w.test.c_str(), w.param.c_str(), w.base_cpu_us,
                 w.tessera_cpu_us, w.base_cpu_us > 0 ? w.tessera_cpu_us / w.base_cpu_us : 0.0);
+  }
   if (!o.tiles.empty()) {
     std::printf("\nDiagnostics: the same N processes, each with an exchange::zmq_transport and no tile daemon or\n"
                 "host, running a dissemination barrier (the tile's before the tree: N*log2(N) sync_tokens,\n"

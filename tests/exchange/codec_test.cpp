@@ -1,6 +1,7 @@
 // Codec round trips for every message type, and every way decoding must refuse a message.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <msgpack.hpp>
 
@@ -335,7 +336,34 @@ TEST(Checksum, CatchesFlipsAndSwaps) {
     EXPECT_NE(payload_checksum(v.data(), v.size() * 4), base) << at;
     bytes[at] ^= 0x04;
   }
-  std::swap(v[0], v[8]);  // two 32-byte blocks trade places
+  std::swap(v[0], v[8]);  // two words trade places within one 64-byte block
   EXPECT_NE(payload_checksum(v.data(), v.size() * 4), base);
+  std::swap(v[0], v[8]);
+  EXPECT_EQ(payload_checksum(v.data(), v.size() * 4), base);
   EXPECT_NE(payload_checksum(v.data(), 12), payload_checksum(v.data(), 16));
+}
+
+// Whole 64-byte blocks trading places (a lane-sum checksum cannot see these: every lane adds the
+// same words, only in another order), next to each other and far apart, in a 1 MiB slice.
+TEST(Checksum, CatchesSwappedBlocks) {
+  constexpr size_t block = 64, bytes = 1 << 20;
+  std::vector<unsigned char> v(bytes);
+  for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+  const uint64_t base = payload_checksum(v.data(), bytes);
+  auto swap_blocks = [&](size_t a, size_t b) {
+    std::swap_ranges(v.begin() + a * block, v.begin() + (a + 1) * block, v.begin() + b * block);
+  };
+  const size_t last = bytes / block - 1;
+  for (auto [a, b] : {std::pair<size_t, size_t>{0, 1}, {7, 8}, {0, last}, {3, last - 5}, {100, 9000}}) {
+    swap_blocks(a, b);
+    EXPECT_NE(payload_checksum(v.data(), bytes), base) << "blocks " << a << " and " << b;
+    swap_blocks(a, b);
+    ASSERT_EQ(payload_checksum(v.data(), bytes), base);
+  }
+  // Whole 1 KiB stripes swapped, and a rotation by one block: data in the wrong place.
+  std::swap_ranges(v.begin(), v.begin() + 1024, v.begin() + 4096);
+  EXPECT_NE(payload_checksum(v.data(), bytes), base);
+  std::swap_ranges(v.begin(), v.begin() + 1024, v.begin() + 4096);
+  std::rotate(v.begin(), v.begin() + block, v.end());
+  EXPECT_NE(payload_checksum(v.data(), bytes), base);
 }

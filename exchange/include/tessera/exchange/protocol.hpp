@@ -20,7 +20,7 @@
 namespace tessera::exchange {
 
 inline constexpr uint32_t protocol_magic = 0x54535241;  // "TSRA"
-inline constexpr uint16_t protocol_version = 1;
+inline constexpr uint16_t protocol_version = 2;  // 2: slice checksums are XXH3
 
 /// Hard limits: no message can make a process allocate beyond these while decoding.
 inline constexpr uint32_t max_tiles = 4096;
@@ -214,7 +214,8 @@ struct exchange_data {
   uint64_t checksum = 0;  ///< payload_checksum() of the frame, checked by the receiver
 };
 
-/// A fast 64-bit checksum of a payload (catches corruption in flight, not an adversary).
+/// XXH3-64 of a payload (libxxhash): catches flipped bits and misplaced blocks in flight, not an
+/// adversary (CURVE does that).
 uint64_t payload_checksum(const void* data, size_t bytes);
 
 struct sync_token {
