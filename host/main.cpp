@@ -39,8 +39,7 @@ int main(int argc, char** argv) {
     ("heartbeat-timeout-ms", po::value(&heartbeat_timeout_ms)->default_value(heartbeat_timeout_ms), "declare a silent tile failed after this")
     ("log-dir", po::value(&cfg.launcher.log_dir), "write each local tile's log to DIR/tile-N.log")
     ("pin-cores", "pin local tiles to cores round-robin")
-    ("keys", po::value(&keys_dir), "CurveZMQ key directory (tessera-tile --make-keys DIR): encrypt and authenticate every socket")
-    ("insecure", "allow a plain control socket off loopback (no --keys); only on a trusted network");
+    ("keys", po::value(&keys_dir), "CurveZMQ key directory (tessera-tile --make-keys DIR): encrypt and authenticate every socket");
   po::options_description model_opts("Model");
   model_opts.add_options()
     ("model", po::value(&mo.model), "preset (bert-tiny, bert-mini, bert-small, bert-base, bert-large) or Hugging Face folder")
@@ -86,7 +85,7 @@ int main(int argc, char** argv) {
     if (!sec) return std::cerr << "tessera-host: --keys: " << sec.error().message() << "\n", 2;
     exchange::set_process_security(*sec);
     cfg.extra_tile_args.insert(cfg.extra_tile_args.end(), {"--keys", keys_dir});
-  } else if (!vm.count("insecure") && !exchange::is_loopback_endpoint(cfg.control_bind)) {
+  } else if (!mo.so.insecure && !exchange::is_loopback_endpoint(cfg.control_bind)) {  // --insecure: serve_options
     return std::cerr << "tessera-host: --control " << cfg.control_bind
                      << " leaves this machine: pass --keys DIR (made by tessera-tile --make-keys DIR) or --insecure\n", 2;
   }

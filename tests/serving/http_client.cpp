@@ -20,6 +20,7 @@ struct http_connection::impl {
   net::io_context ioc;
   std::unique_ptr<beast::tcp_stream> stream;
   beast::flat_buffer buffer;
+  std::vector<std::pair<std::string, std::string>> headers;
 
   void connect() {
     stream = std::make_unique<beast::tcp_stream>(ioc);
@@ -44,6 +45,7 @@ struct http_connection::impl {
     out.body = res.body();
     out.content_type = std::string(res[http::field::content_type]);
     out.allow = std::string(res[http::field::allow]);
+    out.www_authenticate = std::string(res[http::field::www_authenticate]);
     out.keep_alive = res.keep_alive();
     if (!out.keep_alive) stream.reset();
     return out;
@@ -65,6 +67,7 @@ http_response http_connection::request(const std::string& method, const std::str
     req.set(http::field::host, impl_->host);
     req.set(http::field::content_type, "application/json");
     req.keep_alive(true);
+    for (const auto& [name, value] : impl_->headers) req.set(name, value);
     req.body() = body;
     req.prepare_payload();
     beast::error_code ec;
@@ -93,6 +96,10 @@ http_response http_connection::raw(const std::string& bytes) {
     impl_->stream.reset();
     return {0, "", "", "", false, e.what()};
   }
+}
+
+void http_connection::set_header(std::string name, std::string value) {
+  impl_->headers.emplace_back(std::move(name), std::move(value));
 }
 
 }  // namespace tessera::serving::test_support

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tessera::serving::test_support {
 
@@ -14,6 +16,7 @@ struct http_response {
   std::string allow;
   bool keep_alive = false;
   std::string error;  ///< transport error, empty when a response was read
+  std::string www_authenticate;
 };
 
 class http_connection {
@@ -24,6 +27,8 @@ class http_connection {
                         const std::string& body = "");
   /// Sends raw bytes and reads one response (for malformed requests).
   http_response raw(const std::string& bytes);
+  /// A header sent with every later request (e.g. "Authorization", "Bearer KEY").
+  void set_header(std::string name, std::string value);
 
  private:
   struct impl;

@@ -12,48 +12,10 @@
 #include <string>
 #include <thread>
 
+#include "child_process.hpp"
 #include "http_client.hpp"
 
 using namespace tessera::serving::test_support;
-
-namespace {
-
-std::string bin(const char* name) {
-  const char* dir = std::getenv("TESSERA_BIN_DIR");
-  return std::string(dir ? dir : "bin") + "/" + name;
-}
-
-struct child {
-  pid_t pid = -1;
-  int out_fd = -1;
-};
-
-child spawn(const std::vector<std::string>& args) {
-  int fds[2];
-  if (pipe(fds) != 0) return {};
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  return {pid, fds[0]};
-}
-
-std::string read_line(int fd) {
-  std::string line;
-  char c;
-  while (read(fd, &c, 1) == 1 && c != '\n') line += c;
-  return line;
-}
-
-}  // namespace
 
 TEST(ServeProcess, HelpExitsZero) {
   std::string exe = bin("tessera-serve");

@@ -1,4 +1,6 @@
 // The Beast HTTP/1.1 server. The only translation unit of tessera_serving that includes Beast.
+// One session class serves both a plain TCP stream and a TLS stream (Beast's ssl_stream over
+// OpenSSL); the two differ only in how a connection starts (detect TLS, handshake) and ends.
 #include "tessera/serving/http_server.hpp"
 
 #include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
@@ -8,12 +10,16 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <unordered_set>
 
 #include "tessera/common/log.hpp"
+#include "tessera/serving/access.hpp"
+#include "tls_context.hpp"
 
 namespace tessera::serving {
 
@@ -21,8 +27,16 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
+using tls_stream = beast::ssl_stream<beast::tcp_stream>;
 
-class session;
+// What the server holds of a session of either stream type.
+class session_base : public std::enable_shared_from_this<session_base> {
+ public:
+  virtual ~session_base() = default;
+  virtual void start() = 0;
+  /// On the session's strand: close if idle, else close after the pending answer.
+  virtual void shutdown_when_idle() = 0;
+};
 
 struct http_server::impl {
   server_config cfg;
@@ -34,13 +48,15 @@ struct http_server::impl {
   std::atomic<bool> stopping{false};
   std::atomic<int> busy{0};  // requests read and not yet written
   std::mutex sessions_mu;
-  std::unordered_set<std::shared_ptr<session>> sessions;
+  std::unordered_set<std::shared_ptr<session_base>> sessions;
   std::mutex done_mu;
   std::condition_variable done_cv;
   std::unique_ptr<request_journal> journal;
   bool started = false;
   bool stopped = false;
   uint16_t bound_port = 0;
+  std::optional<net::ssl::context> tls;  // set: the port speaks HTTPS only
+  std::optional<api_key_check> key;      // set: requests need the key (access.hpp)
 
   impl(server_config c, router& r, std::shared_ptr<const tokenizer> tok, model_info info,
        serving_metrics& m)
@@ -48,36 +64,90 @@ struct http_server::impl {
         acceptor(net::make_strand(ioc)) {}
 
   void do_accept();
-  void forget(const std::shared_ptr<session>& s) {
+  void forget(const std::shared_ptr<session_base>& s) {
     std::lock_guard lock(sessions_mu);
     sessions.erase(s);
   }
+
+  /// The answer to a request that may not pass (a missing or wrong API key), else nothing.
+  std::optional<http_reply> refuse(std::string_view target, std::string_view authorization) {
+    if (!key || is_public_route(target) || key->accepts(authorization)) return std::nullopt;
+    http_reply r = svc.error_reply(
+        401, "unauthorized",
+        std::string(authorization.empty() ? "missing" : "wrong") +
+            " API key: send the header 'Authorization: Bearer <key>' with the key the server "
+            "was started with (--api-key / --api-key-file)");
+    r.www_authenticate = "Bearer";
+    return r;
+  }
 };
 
-class session : public std::enable_shared_from_this<session> {
- public:
-  session(tcp::socket socket, http_server::impl& server)
-      : stream_(std::move(socket)), server_(server) {}
+template <class Stream>
+class session final : public session_base {
+  static constexpr bool is_tls = std::is_same_v<Stream, tls_stream>;
 
-  void start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+ public:
+  template <class... StreamArgs>
+  explicit session(http_server::impl& server, StreamArgs&&... args)
+      : stream_(std::forward<StreamArgs>(args)...), server_(server) {}
+
+  void start() override {
+    net::dispatch(stream_.get_executor(), [self = self()] {
+      if constexpr (is_tls)
+        self->detect_tls();
+      else
+        self->do_read();
+    });
   }
 
-  /// On the session's strand: close if idle, else close after the pending answer.
-  void shutdown_when_idle() {
-    net::post(stream_.get_executor(), [self = shared_from_this()] {
+  void shutdown_when_idle() override {
+    net::post(stream_.get_executor(), [self = self()] {
       if (!self->busy_) self->close();
     });
   }
 
  private:
+  std::shared_ptr<session> self() { return std::static_pointer_cast<session>(shared_from_this()); }
+  beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
+
+  // A TLS port first looks at the client's first bytes: a ClientHello goes on to the handshake
+  // (with the bytes already read); anything else (plain HTTP) gets a clear-text 400 and the
+  // connection is closed. Neither waits longer than the handshake timeout, and neither holds up
+  // another session.
+  void detect_tls() {
+    lowest().expires_after(server_.cfg.tls_handshake_timeout);
+    beast::async_detect_ssl(lowest(), buffer_, [self = self()](beast::error_code ec, bool tls) {
+      if (ec) return self->close();
+      if (!tls) {
+        self->busy_ = true;
+        return self->write(self->server_.svc.error_reply(
+                               400, "tls_required",
+                               "this port speaks HTTPS only: use https://"),
+                           false, 11, true, /*in_clear=*/true);
+      }
+      self->stream_.async_handshake(
+          net::ssl::stream_base::server, self->buffer_.data(),
+          [self](beast::error_code ec, std::size_t used) { self->on_handshake(ec, used); });
+    });
+  }
+
+  void on_handshake(beast::error_code ec, std::size_t used) {
+    if (ec) {
+      TESSERA_LOG_DEBUG("TLS handshake failed: " << ec.message());
+      return close();
+    }
+    buffer_.consume(used);
+    handshake_done_ = true;
+    do_read();
+  }
+
   void do_read() {
     if (server_.stopping.load()) return close();
     parser_.emplace();
     parser_->body_limit(server_.cfg.api.max_body_bytes);
-    stream_.expires_after(server_.cfg.idle_timeout);
+    lowest().expires_after(server_.cfg.idle_timeout);
     http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                     [self = self()](beast::error_code ec, std::size_t) {
                        self->on_read(ec);
                      });
   }
@@ -85,7 +155,7 @@ class session : public std::enable_shared_from_this<session> {
   void on_read(beast::error_code ec) {
     if (ec == http::error::end_of_stream || ec == net::error::operation_aborted ||
         ec == beast::error::timeout || ec == net::error::connection_reset ||
-        ec == net::error::eof)
+        ec == net::error::eof || ec == net::ssl::error::stream_truncated)
       return close();
     if (ec == http::error::body_limit) {
       busy_ = true;
@@ -105,9 +175,13 @@ class session : public std::enable_shared_from_this<session> {
     const bool keep_alive = req.keep_alive();
     const unsigned version = req.version();
     busy_ = true;
+    auto authorization = req[http::field::authorization];
+    if (auto refused = server_.refuse(std::string_view(req.target().data(), req.target().size()),
+                                      std::string_view(authorization.data(), authorization.size())))
+      return write(std::move(*refused), keep_alive, version, false);
     server_.busy.fetch_add(1);
     counted_ = true;
-    stream_.expires_never();
+    lowest().expires_never();
     std::string method(req.method_string());
     std::string target(req.target());
     // Requests that do work are journalled (accepted now, answered when the reply is made).
@@ -115,7 +189,7 @@ class session : public std::enable_shared_from_this<session> {
     auto replied = std::make_shared<std::atomic<bool>>(false);
     try {
       server_.svc.handle(method, target, req.body(),
-                         [self = shared_from_this(), keep_alive, version, journal_id,
+                         [self = self(), keep_alive, version, journal_id,
                           replied](http_reply r) {
                            if (replied->exchange(true)) return;
                            if (journal_id) self->server_.journal->answered(journal_id, r.status);
@@ -133,21 +207,26 @@ class session : public std::enable_shared_from_this<session> {
     }
   }
 
-  void write(http_reply r, bool keep_alive, unsigned version, bool drain_after) {
+  // `in_clear`: on a TLS session, write to the TCP stream under it (the answer to plain HTTP).
+  void write(http_reply r, bool keep_alive, unsigned version, bool drain_after, bool in_clear = false) {
     res_ = {};
     res_.version(version);
     res_.result(static_cast<http::status>(r.status));
     res_.set(http::field::server, "tessera");
     res_.set(http::field::content_type, r.content_type);
     if (!r.allow.empty()) res_.set(http::field::allow, r.allow);
+    if (!r.www_authenticate.empty()) res_.set(http::field::www_authenticate, r.www_authenticate);
     res_.keep_alive(keep_alive && !drain_after && !server_.stopping.load());
     res_.body() = std::move(r.body);
     res_.prepare_payload();
-    stream_.expires_after(std::chrono::seconds(30));
-    http::async_write(stream_, res_,
-                      [self = shared_from_this(), drain_after](beast::error_code ec, std::size_t) {
-                        self->on_write(ec, drain_after);
-                      });
+    lowest().expires_after(std::chrono::seconds(30));
+    auto done = [self = self(), drain_after](beast::error_code ec, std::size_t) {
+      self->on_write(ec, drain_after);
+    };
+    if (is_tls && in_clear)
+      http::async_write(lowest(), res_, std::move(done));
+    else
+      http::async_write(stream_, res_, std::move(done));
   }
 
   void on_write(beast::error_code ec, bool drain_after) {
@@ -158,44 +237,49 @@ class session : public std::enable_shared_from_this<session> {
     }
     if (ec) return close();
     if (drain_after) return drain();
-    if (!res_.keep_alive()) {
-      beast::error_code ignored;
-      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-      return close();
-    }
+    if (!res_.keep_alive()) return end();
     do_read();
+  }
+
+  // The last answer is written: say so (TLS close_notify, then TCP FIN) and close.
+  void end() {
+    if constexpr (is_tls) {
+      if (handshake_done_) {
+        lowest().expires_after(std::chrono::seconds(2));
+        return stream_.async_shutdown([self = self()](beast::error_code) { self->close(); });
+      }
+    }
+    beast::error_code ignored;
+    lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    close();
   }
 
   // After an early error answer (413, 400) the client may still be sending its body: read and
   // discard it for a while, so that closing does not reset the connection before the client
-  // has read the answer.
+  // has read the answer. The bytes are discarded unread, so TLS records need no decrypting.
   void drain() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(std::chrono::seconds(2));
-    stream_.async_read_some(net::buffer(scratch_),
-                            [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                              if (ec) return self->close();
-                              self->drain_more();
-                            });
+    lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    lowest().expires_after(std::chrono::seconds(2));
+    drain_more();
   }
   void drain_more() {
-    stream_.async_read_some(net::buffer(scratch_),
-                            [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                              if (ec) return self->close();
-                              self->drain_more();
-                            });
+    lowest().async_read_some(net::buffer(scratch_),
+                             [self = self()](beast::error_code ec, std::size_t) {
+                               if (ec) return self->close();
+                               self->drain_more();
+                             });
   }
 
   void close() {
     if (closed_) return;
     closed_ = true;
     beast::error_code ignored;
-    stream_.socket().close(ignored);
+    lowest().socket().close(ignored);
     server_.forget(shared_from_this());
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   http_server::impl& server_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -204,6 +288,7 @@ class session : public std::enable_shared_from_this<session> {
   bool busy_ = false;     // a request is being answered
   bool counted_ = false;  // counted in server_.busy
   bool closed_ = false;
+  bool handshake_done_ = false;  // TLS: a close_notify is owed at the end
 };
 
 void http_server::impl::do_accept() {
@@ -214,7 +299,11 @@ void http_server::impl::do_accept() {
     } else {
       beast::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
-      auto s = std::make_shared<session>(std::move(socket), *this);
+      std::shared_ptr<session_base> s;
+      if (tls)
+        s = std::make_shared<session<tls_stream>>(*this, std::move(socket), *tls);
+      else
+        s = std::make_shared<session<beast::tcp_stream>>(*this, std::move(socket));
       {
         std::lock_guard lock(sessions_mu);
         sessions.insert(s);
@@ -238,6 +327,14 @@ uint16_t http_server::port() const { return impl_->bound_port; }
 status http_server::start() {
   auto& m = *impl_;
   if (m.started) return status::invalid("http_server already started");
+  if (!m.cfg.tls_cert.empty()) {
+    m.tls.emplace(net::ssl::context::tls_server);
+    TESSERA_RETURN_IF_ERROR(configure_tls(m.tls->native_handle(), m.cfg.tls_cert, m.cfg.tls_key));
+  }
+  if (!m.cfg.api_key.empty()) {
+    TESSERA_RETURN_IF_ERROR(validate_api_key(m.cfg.api_key));
+    m.key.emplace(m.cfg.api_key);
+  }
   if (!m.cfg.journal.empty()) {
     auto j = request_journal::open(m.cfg.journal);
     if (!j) return j.error();
@@ -247,7 +344,7 @@ status http_server::start() {
       TESSERA_LOG_WARN("restarted: " << m.journal->previous().describe());
   }
   beast::error_code ec;
-  auto address = net::ip::make_address(m.cfg.address, ec);
+  auto address = net::ip::make_address(m.cfg.address == "localhost" ? "127.0.0.1" : m.cfg.address, ec);
   if (ec) return status::invalid("bad bind address '" + m.cfg.address + "': " + ec.message());
   tcp::endpoint ep(address, m.cfg.port);
   m.acceptor.open(ep.protocol(), ec);

@@ -7,14 +7,48 @@
 #include <chrono>
 #include <csignal>
 
+#include "tessera/serving/access.hpp"
+#include "tls_context.hpp"
+
 namespace tessera::serving {
 
 namespace po = boost::program_options;
 
+namespace {
+
+// The API key, TLS files and the loopback rule.
+status finish_access_options(serve_options& so) {
+  auto& sc = so.server;
+  if (!so.api_key_file.empty()) {
+    if (!sc.api_key.empty()) return status::invalid("pass --api-key or --api-key-file, not both");
+    auto key = read_api_key_file(so.api_key_file);
+    if (!key) return key.error();
+    sc.api_key = std::move(*key);
+  } else if (!sc.api_key.empty()) {
+    TESSERA_RETURN_IF_ERROR(validate_api_key(sc.api_key).with_context("--api-key"));
+  }
+  if (sc.tls_cert.empty() != sc.tls_key.empty())
+    return status::invalid("--tls-cert and --tls-key go together: pass both (PEM files) or neither");
+  if (!sc.tls_cert.empty()) TESSERA_RETURN_IF_ERROR(check_tls_files(sc.tls_cert, sc.tls_key));
+  if (so.insecure || is_loopback_address(sc.address)) return status::ok();
+  std::string missing;
+  if (sc.api_key.empty()) missing = "--api-key-file FILE (or --api-key KEY)";
+  if (sc.tls_cert.empty())
+    missing += std::string(missing.empty() ? "" : " and ") + "--tls-cert FILE --tls-key FILE";
+  if (missing.empty()) return status::ok();
+  return status::invalid("--address " + sc.address +
+                         " serves other machines: add " + missing +
+                         ", or pass --insecure to serve it unauthenticated in clear text on a "
+                         "trusted network");
+}
+
+}  // namespace
+
 void add_serve_options(po::options_description& opts, serve_options& so) {
   opts.add_options()
       ("address", po::value(&so.server.address)->default_value(so.server.address),
-       "HTTP bind address (0.0.0.0 to serve other machines)")
+       "HTTP bind address; off loopback (e.g. 0.0.0.0) it needs --api-key and --tls-cert/--tls-key, "
+       "or --insecure")
       ("port", po::value(&so.port)->default_value(so.port), "HTTP port (0 = any free port, printed)")
       ("io-threads", po::value(&so.server.io_threads)->default_value(so.server.io_threads),
        "threads running the HTTP io_context")
@@ -55,7 +89,16 @@ void add_serve_options(po::options_description& opts, serve_options& so) {
        "request journal file: after a crash, the restarted host reports in /info what the previous "
        "process accepted and never answered")
       ("auto-truncate", po::bool_switch(&so.server.api.auto_truncate),
-       "truncate long inputs unless a request says \"truncate\": false");
+       "truncate long inputs unless a request says \"truncate\": false")
+      ("api-key", po::value(&so.server.api_key),
+       "require 'Authorization: Bearer KEY' on every route but /health, /metrics and the KServe "
+       "health probes (401 without it); visible to ps, prefer --api-key-file")
+      ("api-key-file", po::value(&so.api_key_file), "read the API key from FILE (one line)")
+      ("tls-cert", po::value(&so.server.tls_cert), "serve HTTPS (TLS 1.2+) with this PEM certificate chain")
+      ("tls-key", po::value(&so.server.tls_key), "the PEM private key of --tls-cert")
+      ("insecure", po::bool_switch(&so.insecure),
+       "allow plain sockets off loopback: the HTTP port without the API key and TLS (and, in "
+       "tessera-host, the control socket without --keys); only on a trusted network");
 }
 
 status finish_serve_options(serve_options& so) {
@@ -81,6 +124,7 @@ status finish_serve_options(serve_options& so) {
   if (so.server.api.max_body_bytes < 64) return status::invalid("--max-body-bytes must be >= 64");
   if (so.routing.long_threshold < 0) return status::invalid("--long-threshold must be >= 0");
   TESSERA_RETURN_IF_ERROR(so.batching.validate());
+  TESSERA_RETURN_IF_ERROR(finish_access_options(so));
   auto per_kind = [&](const std::string& name, batching_config& out) -> status {
     out = so.batching;
     if (name.empty()) return status::ok();

@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // The one line scripts and tests wait for.
-  std::cout << "listening on http://" << so.server.address << ":" << server.port() << " model "
+  std::cout << "listening on " << (so.server.tls_cert.empty() ? "http" : "https") << "://" << so.server.address << ":" << server.port() << " model "
             << info.model_id << " batching " << policy_kind_name(so.batching.kind) << " replicas "
             << replicas << std::endl;
   int sig = wait_for_stop_signal();

@@ -1,7 +1,8 @@
 // tessera/serving/http_server.hpp: the HTTP/1.1 front door on Boost.Beast: keep-alive, many
 // concurrent connections on 1-2 Asio threads, requests handed to a service (service.hpp) and
 // answered through Asio posts from whatever thread the backend answers on; a clean stop that
-// answers every request it accepted.
+// answers every request it accepted. Optionally TLS (OpenSSL through Asio's SSL stream) and an
+// API key (access.hpp) checked before a request reaches the service.
 //
 // Starting it from code (tessera-host's main does this with its tile-group backends):
 //   serving_metrics metrics;
@@ -34,6 +35,13 @@ struct server_config {
   service_config api;                 ///< limits: body size, inputs per request, timeout
   std::chrono::seconds idle_timeout{60};  ///< an idle keep-alive connection is closed after it
   std::string journal;                ///< request journal file (journal.hpp); empty = none
+  /// Bearer token every route but the public ones (access.hpp) needs; empty = no key. A missing
+  /// or wrong key is answered 401 with WWW-Authenticate: Bearer.
+  std::string api_key;
+  /// PEM certificate chain and private key: with both, the port speaks HTTPS only (TLS 1.2+).
+  std::string tls_cert;
+  std::string tls_key;
+  std::chrono::seconds tls_handshake_timeout{10};  ///< a client slower than this is dropped
 };
 
 class http_server {
@@ -44,7 +52,8 @@ class http_server {
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;
 
-  /// Binds, listens and starts the io threads. Errors: address in use, bad address.
+  /// Binds, listens and starts the io threads. Errors: address in use, bad address, a TLS
+  /// certificate or key that cannot be loaded or do not match.
   status start();
   /// Blocks until stop() has finished.
   void wait();

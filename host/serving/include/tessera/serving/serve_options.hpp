@@ -43,6 +43,10 @@ struct serve_options {
   std::string tiles_batching_name;  ///< --tiles-batching ("" = --batching)
   batching_config gpu_batching;     ///< filled by finish_serve_options()
   batching_config tiles_batching;
+  std::string api_key_file;         ///< --api-key-file (read into server.api_key)
+  /// --insecure: serve a non-loopback --address without the API key or TLS. tessera-host reads
+  /// the same flag for its control socket.
+  bool insecure = false;
 
   /// The batching of a backend of this kind ("gpu", "tiles"; any other kind gets --batching).
   const batching_config& batching_for(std::string_view kind) const {
@@ -55,11 +59,13 @@ struct serve_options {
 /// Adds --address --port --io-threads --batching --max-batch-size --token-budget
 /// --max-queue-delay-ms --max-age-ms --max-queue --max-inflight-batches --routing
 /// --long-threshold --max-client-batch-size --timeout-ms --answer-grace-ms --max-body-bytes
-/// --auto-truncate, and --gpu-batching / --tiles-batching (a policy per backend kind; the
-/// other batching flags are shared).
+/// --auto-truncate, --gpu-batching / --tiles-batching (a policy per backend kind; the
+/// other batching flags are shared), and the port's security: --api-key / --api-key-file,
+/// --tls-cert / --tls-key, --insecure.
 void add_serve_options(boost::program_options::options_description& opts, serve_options& so);
 
-/// Parses names and units into the configs; errors say which flag to change.
+/// Parses names and units into the configs; errors say which flag to change. Refuses an
+/// --address off loopback unless both the API key and TLS are configured, or --insecure.
 status finish_serve_options(serve_options& so);
 
 /// Blocks SIGINT and SIGTERM in this thread and every thread started after it.

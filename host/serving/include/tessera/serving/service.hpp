@@ -12,7 +12,8 @@
 //   GET  /v2/health/ready, /v2/health/live, /v2/models/{name}, /v2/models/{name}/ready
 //   POST /v2/models/{name}/infer  (BYTES "text" input, shape [N] or [N,2] for pairs; or INT32/INT64
 //                                  "input_ids" [N,L] with optional token_type_ids/attention_mask)
-// Errors: {"error": "...", "error_type": "..."}: 400 empty / malformed JSON, 404 unknown route or
+// Errors: {"error": "...", "error_type": "..."}: 400 empty / malformed JSON, 401 missing or wrong
+// API key (http_server, before the service sees the request), 404 unknown route or
 // model, 405 wrong method, 413 body too large (http_server), 422 validation / too long without
 // truncation / too many inputs / tokenizer, 429 overloaded, 503 unhealthy, 504 timeout,
 // 500 backend.
@@ -66,6 +67,7 @@ struct http_reply {
   std::string content_type = "application/json";
   std::string body;
   std::string allow;  ///< the Allow header of a 405
+  std::string www_authenticate;  ///< the WWW-Authenticate header of a 401
 };
 
 using reply_fn = std::function<void(http_reply)>;

@@ -1,0 +1,112 @@
+// Serving executables as child processes for the tests: find them (TESSERA_BIN_DIR), start them
+// with stdout on a pipe, read the "listening on http(s)://ADDR:PORT ..." line, stop them.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace tessera::serving::test_support {
+
+inline std::string bin(const char* name) {
+  const char* dir = std::getenv("TESSERA_BIN_DIR");
+  return std::string(dir ? dir : "bin") + "/" + name;
+}
+
+struct child {
+  pid_t pid = -1;
+  int out_fd = -1;  ///< the child's stdout (its stderr is the test's)
+};
+
+inline child spawn(const std::vector<std::string>& args) {
+  int fds[2];
+  if (pipe(fds) != 0) return {};
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  return {pid, fds[0]};
+}
+
+/// One line of the child's stdout ("" when it ended without one).
+inline std::string read_line(int fd) {
+  std::string line;
+  char c;
+  while (read(fd, &c, 1) == 1 && c != '\n') line += c;
+  return line;
+}
+
+/// The PORT of "listening on http(s)://ADDR:PORT model ...", 0 when the line is not one.
+inline uint16_t listening_port(const std::string& line) {
+  auto end = line.find(" model");
+  if (line.rfind("listening on ", 0) != 0 || end == std::string::npos) return 0;
+  auto colon = line.rfind(':', end);
+  if (colon == std::string::npos) return 0;
+  return static_cast<uint16_t>(std::atoi(line.c_str() + colon + 1));
+}
+
+/// A server started and read up to its listening line (tessera-host prints its plan first);
+/// SIGTERMed and waited for when it ends.
+class served_process {
+ public:
+  explicit served_process(const std::vector<std::string>& args) : c_(spawn(args)) {
+    if (c_.pid <= 0) return;
+    for (int i = 0; i < 1000 && port_ == 0; ++i) {
+      std::string line = read_line(c_.out_fd);
+      port_ = listening_port(line);
+      if (port_ != 0 || !line.empty()) line_ = line;
+      if (port_ == 0 && line.empty() && !alive()) return;
+    }
+  }
+  ~served_process() { stop(); }
+  served_process(const served_process&) = delete;
+  served_process& operator=(const served_process&) = delete;
+
+  uint16_t port() const { return port_; }  ///< 0: it did not start
+  /// The listening line (or the last line printed, when it did not start).
+  const std::string& line() const { return line_; }
+  /// True while the process has not exited.
+  bool alive() {
+    if (c_.pid <= 0) return false;
+    int ws = 0;
+    if (waitpid(c_.pid, &ws, WNOHANG) == 0) return true;
+    reaped(ws);
+    return false;
+  }
+  /// SIGTERM, then the exit code (-1 when killed by a signal or never started).
+  int stop() {
+    if (c_.pid <= 0) return exit_code_;
+    kill(c_.pid, SIGTERM);
+    int ws = 0;
+    waitpid(c_.pid, &ws, 0);
+    reaped(ws);
+    return exit_code_;
+  }
+
+ private:
+  void reaped(int ws) {
+    close(c_.out_fd);
+    c_ = {};
+    exit_code_ = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+  }
+
+  child c_;
+  std::string line_;
+  uint16_t port_ = 0;
+  int exit_code_ = -1;
+};
+
+}  // namespace tessera::serving::test_support
