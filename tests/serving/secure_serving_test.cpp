@@ -259,7 +259,7 @@ TEST(SecureServing, ApiKeyGuardsEveryRouteButTheProbes) {
   EXPECT_EQ(keyed.request("GET", "/nope").status, 404u);  // with the key, routes answer as before
   // The 401s are counted, like every other failure, and nothing else broke.
   auto metrics = keyed.request("GET", "/metrics").body;
-  EXPECT_NE(metrics.find("unauthorized"), std::string::npos);
+  EXPECT_NE(metrics.find("tessera_request_failure{err=\"unauthorized\"} 13\n"), std::string::npos) << metrics;
   EXPECT_TRUE(s.alive());
   EXPECT_EQ(s.stop(), 0);
 }
@@ -305,6 +305,12 @@ TEST(SecureServing, ClientsThatTrustTheCertificateGetAnswersOverTls) {
                                " -cipher DEFAULT@SECLEVEL=0 < /dev/null 2>&1";
   EXPECT_EQ(run(s_client + " -tls1_2 | grep -q 'Protocol  *: TLSv1.2'"), 0) << "the check itself is broken";
   EXPECT_EQ(run(s_client + " -tls1_1 | grep -q 'alert protocol version'"), 0) << "TLS 1.1 was not refused";
+  // TLS 1.2 suites are forward-secret AEAD only: ECDHE with AES-GCM yes, ECDHE with CBC no
+  // (OpenSSL's defaults would take it).
+  EXPECT_EQ(run(s_client + " -tls1_2 -cipher ECDHE-ECDSA-AES128-GCM-SHA256 | grep -q 'Cipher is ECDHE-ECDSA-AES128-GCM'"), 0);
+  EXPECT_NE(run(s_client + " -tls1_2 -cipher ECDHE-ECDSA-AES128-SHA | grep -q 'Cipher is ECDHE-ECDSA-AES128-SHA'"), 0)
+      << "a CBC suite was accepted";
+  EXPECT_EQ(run(s_client + " -tls1_2 -cipher ECDHE-ECDSA-AES128-SHA | grep -q 'alert handshake failure'"), 0);
   // Keep-alive over one TLS connection: curl reuses it for a second URL.
   auto twice = pki.curl(pki.with_key() + " -v", url + "/info " + url + "/info");
   EXPECT_EQ(twice.rc, 0) << twice.stderr_text;
@@ -392,7 +398,7 @@ std::string refusal(const std::vector<std::string>& args, int& rc) {
   auto err = fs::temp_directory_path() / ("tessera-refusal-" + std::to_string(getpid()));
   std::string cmd;
   for (const auto& a : args) cmd += "'" + a + "' ";
-  rc = run("timeout 20 " + cmd + "> /dev/null 2> " + err.string());
+  rc = run("timeout 20 " + cmd + "< /dev/null > /dev/null 2> " + err.string());
   std::string text = slurp(err);
   fs::remove(err);
   return text;
@@ -426,6 +432,19 @@ TEST(SecureServing, AnAddressOffLoopbackNeedsTheKeyAndTlsOrInsecure) {
   err = refusal({host, "--model", "bert-tiny", "--tiles", "1", "--serve", "--port", "0", "--address", "0.0.0.0"}, rc);
   EXPECT_EQ(rc, 2);
   EXPECT_NE(err.find("--address 0.0.0.0 serves other machines: add --api-key-file FILE"), std::string::npos) << err;
+  // tessera-host's one --insecure also still covers its control socket (no tile comes: it
+  // gets past the check, waits 300 ms and says so).
+  const std::vector<std::string> control{host, "--external", "--tiles", "1", "--control", "tcp://0.0.0.0:*",
+                                         "--register-timeout-ms", "300"};
+  err = refusal(control, rc);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("leaves this machine: pass --keys DIR"), std::string::npos) << err;
+  auto insecure = control;
+  insecure.push_back("--insecure");
+  err = refusal(insecure, rc);
+  EXPECT_EQ(rc, 1) << err;
+  EXPECT_EQ(err.find("leaves this machine"), std::string::npos) << err;
+  EXPECT_NE(err.find("did not register within 300 ms"), std::string::npos) << err;
 }
 
 TEST(SecureServing, LoopbackAddressesStartAsBefore) {
@@ -469,6 +488,8 @@ TEST(SecureServing, BadKeyOrTlsFlagsStopWithAClearMessage) {
   ASSERT_TRUE(pki.ok) << pki.error;
   const std::string serve = bin("tessera-serve");
   std::ofstream(pki.dir / "empty.key") << "\n";
+  const std::string locked = (pki.dir / "locked.key").string();
+  ASSERT_EQ(run("openssl pkey -in " + pki.key + " -aes256 -passout pass:x -out " + locked + " 2> /dev/null"), 0);
   struct bad_case {
     std::vector<std::string> flags;
     std::string says;
@@ -479,6 +500,8 @@ TEST(SecureServing, BadKeyOrTlsFlagsStopWithAClearMessage) {
       {{"--tls-cert", pki.cert, "--tls-key", (pki.dir / "ca.key").string()}, "does not belong to the certificate"},
       {{"--tls-cert", pki.key, "--tls-key", pki.key}, "not a usable PEM certificate chain"},
       {{"--tls-cert", pki.cert, "--tls-key", pki.cert}, "not a usable unencrypted PEM private key"},
+      // A passphrase-protected key is refused, not prompted for (stdin is /dev/null here anyway).
+      {{"--tls-cert", pki.cert, "--tls-key", locked}, "not a usable unencrypted PEM private key"},
       {{"--tls-cert", (pki.dir / "missing.pem").string(), "--tls-key", pki.key}, "cannot be read"},
       {{"--api-key-file", (pki.dir / "empty.key").string()}, "empty"},
       {{"--api-key-file", (pki.dir / "missing.key").string()}, "cannot be read"},
@@ -493,6 +516,13 @@ TEST(SecureServing, BadKeyOrTlsFlagsStopWithAClearMessage) {
     EXPECT_EQ(rc, 2) << c.says << ": " << err;
     EXPECT_NE(err.find(c.says), std::string::npos) << err;
   }
+  // tessera-host checks the files before it starts a tile.
+  int rc = 0;
+  std::string err = refusal({bin("tessera-host"), "--model", "bert-tiny", "--tiles", "1", "--serve", "--port", "0",
+                             "--tls-cert", pki.cert, "--tls-key", (pki.dir / "ca.key").string()}, rc);
+  EXPECT_EQ(rc, 2) << err;
+  EXPECT_NE(err.find("does not belong to the certificate"), std::string::npos) << err;
+  EXPECT_EQ(err.find("tile"), std::string::npos) << "a tile was started or waited for: " << err;
 }
 
 // ---- the other executable, and clients someone else wrote ------------------------------------
@@ -501,9 +531,10 @@ TEST(SecureServing, TesseraHostServesHttpsWithTheKey) {
   test_pki pki;
   REQUIRE_PKI(pki);
   served_process s({bin("tessera-host"), "--model", "bert-tiny", "--tiles", "2", "--serve", "--port", "0",
-                    "--api-key-file", pki.key_file, "--tls-cert", pki.cert, "--tls-key", pki.key});
+                    "--address", "0.0.0.0", "--api-key-file", pki.key_file, "--tls-cert", pki.cert,
+                    "--tls-key", pki.key});
   ASSERT_NE(s.port(), 0) << "did not start: '" << s.line() << "'";
-  EXPECT_EQ(s.line().rfind("listening on https://", 0), 0u) << s.line();
+  EXPECT_EQ(s.line().rfind("listening on https://0.0.0.0:", 0), 0u) << s.line();
   const std::string url = "https://127.0.0.1:" + std::to_string(s.port());
   auto ok = pki.curl(pki.with_key() + " -d '{\"inputs\": \"tiles behind tls\"}'", url + "/predict");
   EXPECT_EQ(ok.code, 200) << ok.body << ok.stderr_text;
