@@ -250,6 +250,18 @@ TEST(SecureServing, ApiKeyGuardsEveryRouteButTheProbes) {
     EXPECT_EQ(w.www_authenticate, "Bearer");
   }
 
+  // A body the server would have to read first is not read without the key: a declared 1 MiB
+  // (none of it sent) or a chunked body gets the 401 at once, and the connection is closed.
+  for (const char* framing : {"Content-Length: 1048576", "Transfer-Encoding: chunked"}) {
+    int fd = open_raw(s.port(), std::string("POST /predict HTTP/1.1\r\nHost: x\r\n") + framing + "\r\n\r\n");
+    ASSERT_GE(fd, 0);
+    bool closed = false;
+    std::string got = read_until_closed(fd, std::chrono::seconds(5), closed);
+    close(fd);
+    EXPECT_EQ(got.rfind("HTTP/1.1 401", 0), 0u) << framing << ": " << got;
+    EXPECT_TRUE(closed) << framing;
+  }
+
   http_connection keyed("127.0.0.1", s.port());
   keyed.set_header("Authorization", "Bearer " + pki.api_key);
   auto ok = keyed.request("POST", "/predict", predict);
@@ -259,7 +271,7 @@ TEST(SecureServing, ApiKeyGuardsEveryRouteButTheProbes) {
   EXPECT_EQ(keyed.request("GET", "/nope").status, 404u);  // with the key, routes answer as before
   // The 401s are counted, like every other failure, and nothing else broke.
   auto metrics = keyed.request("GET", "/metrics").body;
-  EXPECT_NE(metrics.find("tessera_request_failure{err=\"unauthorized\"} 13\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tessera_request_failure{err=\"unauthorized\"} 15\n"), std::string::npos) << metrics;
   EXPECT_TRUE(s.alive());
   EXPECT_EQ(s.stop(), 0);
 }

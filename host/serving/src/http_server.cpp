@@ -4,6 +4,7 @@
 #include "tessera/serving/http_server.hpp"
 
 #include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <optional>
@@ -28,6 +29,8 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 using tls_stream = beast::ssl_stream<beast::tcp_stream>;
+
+std::string_view as_view(beast::string_view s) { return {s.data(), s.size()}; }
 
 // What the server holds of a session of either stream type.
 class session_base : public std::enable_shared_from_this<session_base> {
@@ -145,7 +148,30 @@ class session final : public session_base {
     if (server_.stopping.load()) return close();
     parser_.emplace();
     parser_->body_limit(server_.cfg.api.max_body_bytes);
+    refused_.reset();
     lowest().expires_after(server_.cfg.idle_timeout);
+    // The header first: a request without the key is refused before its body is read.
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = self()](beast::error_code ec, std::size_t) {
+                              self->on_header(ec);
+                            });
+  }
+
+  // A refused request keeps its connection only when its body is small enough to read and drop
+  // (a declared length up to 64 KiB); a larger or chunked body is never read: 401, then close.
+  void on_header(beast::error_code ec) {
+    if (!ec) {
+      auto& req = parser_->get();
+      refused_ = server_.refuse(as_view(req.target()), as_view(req[http::field::authorization]));
+      if (refused_ && !parser_->is_done()) {
+        auto length = parser_->content_length();
+        if (!length || *length > std::min<uint64_t>(64 << 10, server_.cfg.api.max_body_bytes)) {
+          busy_ = true;
+          return write(std::move(*refused_), false, req.version(), true);
+        }
+      }
+    }
+    if (ec || parser_->is_done()) return on_read(ec);
     http::async_read(stream_, buffer_, *parser_,
                      [self = self()](beast::error_code ec, std::size_t) {
                        self->on_read(ec);
@@ -175,10 +201,7 @@ class session final : public session_base {
     const bool keep_alive = req.keep_alive();
     const unsigned version = req.version();
     busy_ = true;
-    auto authorization = req[http::field::authorization];
-    if (auto refused = server_.refuse(std::string_view(req.target().data(), req.target().size()),
-                                      std::string_view(authorization.data(), authorization.size())))
-      return write(std::move(*refused), keep_alive, version, false);
+    if (refused_) return write(std::move(*refused_), keep_alive, version, false);
     server_.busy.fetch_add(1);
     counted_ = true;
     lowest().expires_never();
@@ -289,6 +312,7 @@ class session final : public session_base {
   bool counted_ = false;  // counted in server_.busy
   bool closed_ = false;
   bool handshake_done_ = false;  // TLS: a close_notify is owed at the end
+  std::optional<http_reply> refused_;  // the 401 of the request being read
 };
 
 void http_server::impl::do_accept() {
