@@ -1,5 +1,7 @@
 #include "wire_reader.hpp"
 
+#include <algorithm>
+
 namespace tessera::exchange {
 
 status parse_header(const char* data, size_t size, parsed_header& out) {
@@ -8,8 +10,10 @@ status parse_header(const char* data, size_t size, parsed_header& out) {
     return status::bad_message("header of " + std::to_string(size) + " bytes exceeds the limit of " +
                                std::to_string(max_header_bytes));
   try {
-    // Limits: arrays/maps/strings/bins no larger than the header could hold; nesting depth 8.
-    msgpack::unpack_limit limit(max_header_bytes, 64, max_header_bytes, max_header_bytes, 0, 8);
+    // Limits: arrays/maps/strings/bins no larger than this header could hold (an element takes at
+    // least a byte: msgpack allocates a declared array before reading it, so a limit of the
+    // maximum header size let a 6-byte frame claiming 2^32 elements allocate 64 MiB); depth 8.
+    msgpack::unpack_limit limit(size, std::min<size_t>(64, size / 2), size, size, 0, 8);
     size_t off = 0;
     out.handle = msgpack::unpack(data, size, off, nullptr, nullptr, limit);
     if (off != size) return status::bad_message("header has " + std::to_string(size - off) + " trailing bytes");
