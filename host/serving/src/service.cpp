@@ -74,6 +74,13 @@ bool nests_deeper_than(std::string_view body, int limit) {
 std::optional<http_reply> parse_body(service& svc, std::string_view body, json& out) {
   if (auto bad = find_invalid_utf8(body))
     return svc.error_reply(400, "bad_request", bad->describe("the request body"));
+  // JSON never holds a raw NUL (inside strings it is written \u0000), and nlohmann's parser takes
+  // one for the end of the input: '{"inputs": "a"}\0<anything>' would pass as valid.
+  if (auto nul = body.find('\0'); nul != std::string_view::npos)
+    return svc.error_reply(400, "bad_request",
+                           "NUL byte at byte " + std::to_string(nul) +
+                               " of the request body; JSON cannot hold one (inside a string write "
+                               "\\u0000)");
   if (nests_deeper_than(body, max_json_depth))
     return svc.error_reply(400, "bad_request",
                            "JSON nested deeper than " + std::to_string(max_json_depth) + " levels");
