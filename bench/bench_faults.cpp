@@ -1,7 +1,8 @@
 // tessera-fault-experiment: the fault matrix over real tile processes. Each row sends a load of
 // requests through a tile group (bert-tiny by default) while one fault is injected, and reports
 // what came back: answered, wrong (differs from the single-process reference by > 1e-4),
-// errors, recoveries and their time, and p99 latency during the fault.
+// errors, recoveries and their time, p99 latency during the fault, and what the tiles reported
+// injecting (per kind) and discarding (duplicate or late slices).
 //
 //   tessera-fault-experiment                      # the whole matrix, ~1-2 minutes here
 //   tessera-fault-experiment --only kill,drop --csv faults.csv
@@ -46,8 +47,8 @@ int main(int argc, char** argv) {
   std::vector<fault_scenario> matrix = {
       {"none", "", model, 2, two_lanes},
       {"kill tile 1 (batch 3, superstep 2)", R"({"faults":[{"kind":"kill","tile":1,"batch":3,"superstep":2}]})", model, 2, two_lanes},
-      {"stall tile 1 > heartbeat timeout", "", model, 2, two_lanes},
-      {"stall tile 1 0.4 s < heartbeat timeout", "", model, 2, two_lanes},
+      {"sigstop tile 1 > heartbeat timeout", "", model, 2, two_lanes},
+      {"sigstop tile 1 0.4 s < heartbeat timeout", "", model, 2, two_lanes},
       {"slow tile 0 compute x3", R"({"faults":[{"kind":"slow","tile":0,"factor":3}]})", model, 2, two_lanes},
       {"delay link 0->1 20 ms +-5", R"({"faults":[{"kind":"delay","from":0,"to":1,"ms":20,"jitter_ms":5}]})", model, 2, two_stages},
       {"drop 3% of slices", R"({"seed":1,"faults":[{"kind":"drop","fraction":0.03}]})", model, 2, two_lanes},
@@ -55,7 +56,11 @@ int main(int argc, char** argv) {
       {"reorder 30% of slices", R"({"seed":3,"faults":[{"kind":"reorder","fraction":0.3}]})", model, 2, two_lanes},
       {"corrupt 3% of slices", R"({"seed":4,"faults":[{"kind":"corrupt","fraction":0.03}]})", model, 2, two_lanes},
       {"partition tile 0 from tile 1 for 2 batches", R"({"faults":[{"kind":"partition","tiles":[0],"batch":2,"batches":2}]})", model, 2, two_lanes},
+      {"stall tile 1 3 s at batch 3 > heartbeat timeout", R"({"faults":[{"kind":"stall","tile":1,"batch":3,"seconds":3}]})", model, 2, two_lanes},
+      {"stall tile 1 0.4 s at batch 3 < timeouts", R"({"faults":[{"kind":"stall","tile":1,"batch":3,"superstep":1,"seconds":0.4}]})", model, 2, two_lanes},
   };
+  matrix[11].heartbeat_timeout = 800ms;
+  matrix[12].heartbeat_timeout = 3000ms;
   matrix[2].heartbeat_timeout = 800ms;
   matrix[2].during = [](tile_group& g) { (void)g.signal_tile(1, SIGSTOP); };
   matrix[3].heartbeat_timeout = 3000ms;
@@ -64,12 +69,15 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(400ms);
     (void)g.signal_tile(1, SIGCONT);
   };
-  std::printf("| fault | requests | answered | wrong | errors | recoveries | last recovery s | p99 s | total s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| fault | requests | answered | wrong | errors | recoveries | last recovery s | p99 s | total s | injected | discarded |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::ofstream out;
   if (!csv.empty()) {
     out.open(csv);
-    out << "fault,requests,answered,wrong,errors,recoveries,last_recovery_s,p99_s,total_s\n";
+    out << "fault,requests,answered,wrong,errors,recoveries,last_recovery_s,p99_s,total_s";
+    for (size_t k = 0; k < exchange::fault_kind_count; ++k)
+      out << ",injected_" << exchange::fault_kind_name(static_cast<exchange::fault_kind>(k));
+    out << ",discarded\n";
   }
   int bad = 0;
   for (auto& s : matrix) {
@@ -78,17 +86,30 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "running: %s\n", s.name.c_str());
     auto r = run_fault_scenario(s);
     if (!r) {
-      std::printf("| %s | %d | - | - | - | - | - | - | - |  (%s)\n", s.name.c_str(), requests, r.error().to_string().c_str());
+      std::printf("| %s | %d | - | - | - | - | - | - | - | - | - |  (%s)\n", s.name.c_str(), requests, r.error().to_string().c_str());
       ++bad;
       continue;
     }
-    std::printf("| %s | %d | %d | %d | %d | %lld | %.2f | %.3f | %.2f |\n", s.name.c_str(), r->requests, r->answered,
-                r->wrong, r->errors, (long long)r->recoveries, r->last_recovery_seconds, r->p99_latency_seconds, r->seconds);
+    std::printf("| %s | %d | %d | %d | %d | %lld | %.2f | %.3f | %.2f | %s | %llu |\n", s.name.c_str(), r->requests,
+                r->answered, r->wrong, r->errors, (long long)r->recoveries, r->last_recovery_seconds,
+                r->p99_latency_seconds, r->seconds, exchange::describe_fault_counts(r->injected).c_str(),
+                (unsigned long long)r->stale_messages);
     std::fflush(stdout);
     if (out) out << '"' << s.name << "\"," << r->requests << ',' << r->answered << ',' << r->wrong << ',' << r->errors
                  << ',' << r->recoveries << ',' << r->last_recovery_seconds << ',' << r->p99_latency_seconds << ','
-                 << r->seconds << '\n';
+                 << r->seconds;
+    if (out) {
+      for (uint64_t n : r->injected) out << ',' << n;
+      out << ',' << r->stale_messages << '\n';
+    }
     if (r->answered != r->requests || r->wrong || r->errors) ++bad;
+    // A planned fault the tiles never report (a kill's process is gone before it can) is a
+    // broken injector, not a clean run.
+    const bool reported = r->injected != exchange::fault_counts{};
+    if (!s.plan_json.empty() && s.plan_json.find("\"kill\"") == std::string::npos && !reported) {
+      std::printf("  (%s: the tiles report injecting nothing)\n", s.name.c_str());
+      ++bad;
+    }
   }
   return bad ? 1 : 0;
 }

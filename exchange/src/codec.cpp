@@ -79,7 +79,18 @@ void put(packer& p, const superstep_counters& c) {
   p.pack(c.bytes_received);
 }
 
+void put(packer& p, const fault_counts& c) {
+  p.pack_array(static_cast<uint32_t>(c.size()));
+  for (uint64_t n : c) p.pack(n);
+}
+
 // ---- decoding of nested types ----
+
+// Exactly one count per fault kind this build knows (a new kind bumps protocol_version).
+void get(wire_reader& r, fault_counts& c) {
+  wire_reader a = r.array("injected", static_cast<int64_t>(fault_kind_count));
+  for (size_t k = 0; k < c.size(); ++k) c[k] = a.u64("injected count");
+}
 
 void get(wire_reader& r, tensor_desc& d) {
   wire_reader a = r.array("tensor", 4);
@@ -543,7 +554,7 @@ status decode(const envelope& e, sync_token& m) {
 
 // ---- run_done ----
 envelope encode(const run_done& m, std::vector<zmq::message_t> outputs) {
-  header_builder h(msg_type::run_done, 9);
+  header_builder h(msg_type::run_done, 10);
   h.p.pack(m.program_id);
   h.p.pack(m.batch_id);
   h.p.pack(m.tile_id);
@@ -554,12 +565,13 @@ envelope encode(const run_done& m, std::vector<zmq::message_t> outputs) {
   h.p.pack(m.memory_used);
   h.p.pack(m.memory_high_water);
   h.p.pack(static_cast<uint32_t>(outputs.size()));
+  put(h.p, m.injected);
   return h.finish(std::move(outputs));
 }
 status decode(const envelope& e, run_done& m) {
   parsed_header h;
   TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::run_done, h));
-  wire_reader r = h.body(9);
+  wire_reader r = h.body(10);
   m.program_id = r.u32("program_id");
   m.batch_id = r.u64("batch_id");
   m.tile_id = r.u32("tile_id", max_tiles - 1);
@@ -571,29 +583,34 @@ status decode(const envelope& e, run_done& m) {
   m.memory_used = r.u64("memory_used");
   m.memory_high_water = r.u64("memory_high_water");
   m.outputs = r.u32("outputs", 1024);
+  get(r, m.injected);
   TESSERA_RETURN_IF_ERROR(r.finish("run_done"));
   return expect_payloads(e, m.outputs, "run_done");
 }
 
 // ---- heartbeat ----
 envelope encode(const heartbeat& m) {
-  header_builder h(msg_type::heartbeat, 5);
+  header_builder h(msg_type::heartbeat, 7);
   h.p.pack(m.tile_id);
   h.p.pack(m.incarnation);
   h.p.pack(m.memory_used);
   h.p.pack(m.memory_high_water);
   h.p.pack(m.bad_messages);
+  h.p.pack(m.stale_messages);
+  put(h.p, m.injected);
   return h.finish();
 }
 status decode(const envelope& e, heartbeat& m) {
   parsed_header h;
   TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::heartbeat, h));
-  wire_reader r = h.body(5);
+  wire_reader r = h.body(7);
   m.tile_id = r.u32("tile_id", max_tiles - 1);
   m.incarnation = r.u32("incarnation");
   m.memory_used = r.u64("memory_used");
   m.memory_high_water = r.u64("memory_high_water");
   m.bad_messages = r.u64("bad_messages");
+  m.stale_messages = r.u64("stale_messages");
+  get(r, m.injected);
   TESSERA_RETURN_IF_ERROR(r.finish("heartbeat"));
   return expect_payloads(e, 0, "heartbeat");
 }

@@ -7,6 +7,7 @@
 namespace tessera::exchange {
 
 namespace {
+static_assert(static_cast<size_t>(fault_kind::kill_gpu) + 1 == fault_kind_count);
 constexpr std::pair<fault_kind, const char*> kinds[] = {
     {fault_kind::kill, "kill"},       {fault_kind::stall, "stall"},         {fault_kind::slow, "slow"},
     {fault_kind::delay, "delay"},     {fault_kind::drop, "drop"},           {fault_kind::duplicate, "duplicate"},
@@ -20,13 +21,39 @@ std::string_view fault_kind_name(fault_kind k) {
   return "unknown";
 }
 
+bool applied_by_tile(fault_kind k) { return k != fault_kind::kill_gpu; }
+
+std::string describe_fault_counts(const fault_counts& c) {
+  std::string out;
+  for (auto& [kind, name] : kinds)
+    if (const uint64_t n = c[static_cast<size_t>(kind)])
+      out += (out.empty() ? "" : ", ") + std::string(name) + " " + std::to_string(n);
+  return out.empty() ? "none" : out;
+}
+
 fault_plan fault_plan::for_tile(int tile) const {
   fault_plan p;
   p.seed = seed;
   for (const auto& f : faults) {
-    if (f.kind == fault_kind::stall || f.kind == fault_kind::kill_gpu) continue;  // host-side
+    if (!applied_by_tile(f.kind)) continue;
     if (f.kind == fault_kind::partition || f.tile == -1 || f.tile == tile) p.faults.push_back(f);
   }
+  return p;
+}
+
+fault_plan fault_plan::tile_side() const {
+  fault_plan p;
+  p.seed = seed;
+  for (const auto& f : faults)
+    if (applied_by_tile(f.kind)) p.faults.push_back(f);
+  return p;
+}
+
+fault_plan fault_plan::host_side() const {
+  fault_plan p;
+  p.seed = seed;
+  for (const auto& f : faults)
+    if (!applied_by_tile(f.kind)) p.faults.push_back(f);
   return p;
 }
 
@@ -37,7 +64,7 @@ std::string fault_plan::to_json() const {
   for (const auto& f : faults) {
     nlohmann::json x{{"kind", std::string(fault_kind_name(f.kind))}, {"tile", f.tile}, {"to", f.to}, {"batch", f.batch},
                      {"batches", f.batches}, {"superstep", f.superstep}, {"seconds", f.seconds}, {"factor", f.factor},
-                     {"ms", f.ms}, {"jitter_ms", f.jitter_ms}, {"fraction", f.fraction}, {"tiles", f.tiles}};
+                     {"ms", f.ms}, {"jitter_ms", f.jitter_ms}, {"fraction", f.fraction}, {"tiles", f.tiles}, {"gpu", f.gpu}};
     if (f.kind == fault_kind::delay) x["from"] = f.tile;
     j["faults"].push_back(x);
   }
@@ -88,6 +115,7 @@ result<fault_plan> parse_fault_plan(const std::string& text) {
       TESSERA_RETURN_IF_ERROR(num("ms", f.ms));
       TESSERA_RETURN_IF_ERROR(num("jitter_ms", f.jitter_ms));
       TESSERA_RETURN_IF_ERROR(num("fraction", f.fraction));
+      TESSERA_RETURN_IF_ERROR(num("gpu", f.gpu));
       if (x.contains("tiles")) {
         if (!x["tiles"].is_array()) return status::invalid(where + ": \"tiles\" must be an array of tile ids");
         for (const auto& t : x["tiles"]) f.tiles.push_back(t.get<int>());
@@ -98,6 +126,11 @@ result<fault_plan> parse_fault_plan(const std::string& text) {
       if (f.kind == fault_kind::slow && f.factor < 1) return status::invalid(where + ": \"factor\" must be >= 1");
       if ((f.kind == fault_kind::kill || f.kind == fault_kind::stall) && f.tile < 0)
         return status::invalid(where + ": " + kind + " needs a \"tile\"");
+      if (f.kind == fault_kind::stall && f.seconds <= 0)
+        return status::invalid(where + ": stall needs \"seconds\" (> 0), how long the tile stays silent");
+      if (f.kind == fault_kind::kill_gpu && (f.batch < 1 || f.gpu < 0))
+        return status::invalid(where + ": kill_gpu needs a \"batch\" >= 1 (the GPU process dies once it answered that "
+                               "many batches) and a \"gpu\" >= 0 (its --spawn-gpu index)");
       if (f.kind == fault_kind::partition && f.tiles.empty())
         return status::invalid(where + ": partition needs \"tiles\" (one side of the cut)");
       p.faults.push_back(f);

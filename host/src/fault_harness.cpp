@@ -1,6 +1,8 @@
 #include "tessera/host/fault_harness.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <map>
 #include <cmath>
 #include <condition_variable>
 #include <thread>
@@ -12,7 +14,47 @@ namespace tessera::host {
 
 using steady = std::chrono::steady_clock;
 
+namespace {
+
+// The tiles' counters are per incarnation (a restarted tile starts from zero), so the latest
+// report of each (tile, incarnation) is kept and the sum taken at the end.
+class tile_counter_tally {
+ public:
+  void sample(const tile_group& g) {
+    for (const auto& t : g.tiles()) {
+      auto& seen = latest_[{t.id, t.incarnation}];
+      for (size_t k = 0; k < seen.injected.size(); ++k) seen.injected[k] = std::max(seen.injected[k], t.injected[k]);
+      seen.stale = std::max(seen.stale, t.stale_messages);
+    }
+  }
+  void total(fault_outcome& out) const {
+    out.injected = {};
+    out.stale_messages = 0;
+    for (const auto& [key, seen] : latest_) {
+      for (size_t k = 0; k < out.injected.size(); ++k) out.injected[k] += seen.injected[k];
+      out.stale_messages += seen.stale;
+    }
+  }
+
+ private:
+  struct counters {
+    exchange::fault_counts injected{};
+    uint64_t stale = 0;
+  };
+  std::map<std::pair<uint32_t, uint32_t>, counters> latest_;
+};
+
+}  // namespace
+
 result<fault_outcome> run_fault_scenario(const fault_scenario& s) {
+  if (!s.plan_json.empty()) {
+    auto plan = exchange::load_fault_plan(s.plan_json);
+    if (!plan) return plan.error();
+    if (auto host_side = plan->host_side(); !host_side.empty())
+      return status::invalid("fault kind " + std::string(exchange::fault_kind_name(host_side.faults[0].kind)) +
+                             " needs a tessera-gpu process spawned by tessera-host (--spawn-gpu, --faults); the "
+                             "fault harness runs tiles only");
+  }
   auto model = models::load_model(s.model, 3);
   if (!model) return model.error();
   placement_request req;
@@ -54,6 +96,14 @@ result<fault_outcome> run_fault_scenario(const fault_scenario& s) {
   const auto t0 = steady::now();
   std::thread fault_thread;
   if (s.during) fault_thread = std::thread([&] { s.during(**group); });
+  tile_counter_tally tally;
+  std::atomic<bool> load_over{false};
+  std::thread sampler([&] {
+    while (!load_over) {
+      tally.sample(**group);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
   for (int first = 0; first < s.requests; first += s.per_batch) {
     const int count = std::min(s.per_batch, s.requests - first);
     batch_request b;
@@ -96,6 +146,11 @@ result<fault_outcome> run_fault_scenario(const fault_scenario& s) {
     drained = cv.wait_for(lk, std::chrono::seconds(300), [&] { return pending == 0; });
   }
   if (fault_thread.joinable()) fault_thread.join();
+  std::this_thread::sleep_for(2 * g.heartbeat_interval);  // the last heartbeats carry the last counts
+  load_over = true;
+  sampler.join();
+  tally.sample(**group);
+  tally.total(out);
   backend->stop();  // answers anything still queued (cancelled), so nothing is left unanswered
   if (!drained) {
     std::unique_lock lk(mu);

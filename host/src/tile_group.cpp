@@ -120,6 +120,7 @@ status tile_group::restart_tile(uint32_t tile) {
   t.failed = false;
   t.failure.clear();
   t.memory_used = t.memory_high_water = 0;
+  t.injected = {};
   TESSERA_RETURN_IF_ERROR(spawn_tile(tile));
   publish();
   bool ok = pump_until([&] { return (t.registered && t.incarnation == next) || t.failed; },
@@ -288,6 +289,8 @@ void tile_group::dispatch(std::vector<zmq::message_t>& route, envelope&& e) {
       t.memory_used = m.memory_used;
       t.memory_high_water = m.memory_high_water;
       t.bad_messages = m.bad_messages;
+      t.stale_messages = m.stale_messages;
+      t.injected = m.injected;
       return;
     }
     case msg_type::ack: {
@@ -302,6 +305,7 @@ void tile_group::dispatch(std::vector<zmq::message_t>& route, envelope&& e) {
       if (m.tile_id >= cfg_.tiles) return bad("run_done from unknown tile");
       tiles_[m.tile_id].memory_high_water = std::max(tiles_[m.tile_id].memory_high_water, m.memory_high_water);
       tiles_[m.tile_id].last_heartbeat = steady::now();
+      if (identity == routes_[m.tile_id]) tiles_[m.tile_id].injected = m.injected;  // not an old incarnation's
       done_[{m.batch_id, m.tile_id}] = {std::move(m), std::move(e.payloads)};
       return;
     }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <msgpack.hpp>
 
 #include "tessera/exchange/codec.hpp"
@@ -112,6 +113,50 @@ TEST(Codec, RunAndRunDoneRoundTrip) {
   EXPECT_EQ(dout.message, "slow");
   EXPECT_EQ(dout.counters[0].bytes_received, 5u);
   EXPECT_EQ(dout.memory_high_water, 200u);
+  EXPECT_EQ(dout.injected, fault_counts{});
+}
+
+// Injected fault counts ride in heartbeats and run replies: every kind's count comes back, and a
+// list of the wrong length or with a non-integer count is refused naming the field.
+TEST(Codec, InjectedFaultCountsRoundTripAndAreChecked) {
+  fault_counts c{};
+  for (size_t k = 0; k < c.size(); ++k) c[k] = 1000 * k + 7;
+  c[static_cast<size_t>(fault_kind::corrupt)] = std::numeric_limits<uint64_t>::max();
+  heartbeat h{2, 1, 10, 20, 3, 9, c};
+  heartbeat hout;
+  ASSERT_TRUE(decode(encode(h), hout));
+  EXPECT_EQ(hout.stale_messages, 9u);
+  EXPECT_EQ(hout.injected, c);
+  run_done d{3, 12, 1, errc::ok, "", {}, 100, 200, 0, c};
+  run_done dout;
+  ASSERT_TRUE(decode(encode(d, {}), dout));
+  EXPECT_EQ(dout.injected, c);
+  EXPECT_EQ(describe_fault_counts(c).substr(0, 8), "kill 7, ");
+  EXPECT_EQ(describe_fault_counts(fault_counts{}), "none");
+
+  const auto hb = [](auto injected) {
+    return raw_header(std::make_tuple(protocol_magic, protocol_version, uint8_t(msg_type::heartbeat),
+                                      std::make_tuple(1, 0, 2, 3, 4, 5, injected)));
+  };
+  heartbeat out;
+  EXPECT_TRUE(decode(hb(std::vector<uint64_t>(fault_kind_count, 5)), out));
+  EXPECT_EQ(out.injected[3], 5u);
+  for (size_t n : {size_t{0}, fault_kind_count - 1, fault_kind_count + 1}) {
+    auto st = decode(hb(std::vector<uint64_t>(n, 1)), out);
+    EXPECT_EQ(st.code(), errc::bad_message) << n;
+    EXPECT_NE(st.message().find("injected"), std::string::npos) << st.message();
+  }
+  std::vector<int64_t> negative(fault_kind_count, 1);
+  negative[4] = -1;
+  EXPECT_FALSE(decode(hb(negative), out));
+  EXPECT_FALSE(decode(hb(std::string("drop 3")), out));
+  // The count list is required: a heartbeat of protocol 2's five fields is refused.
+  EXPECT_FALSE(decode(raw_header(std::make_tuple(protocol_magic, protocol_version, uint8_t(msg_type::heartbeat),
+                                                 std::make_tuple(1, 0, 2, 3, 4))),
+                      out));
+  EXPECT_FALSE(decode(raw_header(std::make_tuple(protocol_magic, protocol_version, uint8_t(msg_type::heartbeat),
+                                                 std::make_tuple(1, 0, 2, 3, 4, std::vector<int>(fault_kind_count)))),
+                      out));
 }
 
 TEST(Codec, SmallMessagesRoundTrip) {
@@ -199,7 +244,7 @@ TEST(CodecErrors, WrongTypeForDecoder) {
 TEST(CodecErrors, WrongFieldTypeAndCount) {
   // heartbeat body with a string where an integer belongs.
   auto e = raw_header(std::make_tuple(protocol_magic, protocol_version, uint8_t(msg_type::heartbeat),
-                                      std::make_tuple(std::string("x"), 1, 2, 3, 4)));
+                                      std::make_tuple(std::string("x"), 1, 2, 3, 4, 5, std::vector<int>(fault_kind_count))));
   heartbeat out;
   auto st = decode(e, out);
   EXPECT_EQ(st.code(), errc::bad_message);

@@ -244,11 +244,11 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
     }
     // Injected faults (fault_injector.hpp): the checksum above was taken before any corruption.
     // Copies here: a corrupted frame must not write into tile memory.
-    send_decision f = faults_->on_send(static_cast<int>(op.peer));
+    send_decision f = faults_->on_send(static_cast<int>(op.peer), bytes);
     if (f.delay.count() > 0) std::this_thread::sleep_for(f.delay);
     if (f.drop) continue;
     envelope e = encode(d, copy_frame(src->data, bytes));
-    if (f.corrupt && bytes > 0) e.payloads[0].data<unsigned char>()[bytes / 2] ^= 0x5A;
+    if (f.corrupt) e.payloads[0].data<unsigned char>()[bytes / 2] ^= 0x5A;
     if (f.duplicate) TESSERA_RETURN_IF_ERROR(transport_.send(op.peer, encode(d, copy_frame(src->data, bytes))));
     if (f.hold) {
       held.emplace_back(op.peer, std::move(e));

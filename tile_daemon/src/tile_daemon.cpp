@@ -46,7 +46,7 @@ struct tile_daemon::impl {
   std::deque<envelope> deferred;  // control messages that arrived during a run
   bool have_directory = false;
   uint32_t group_size = 0;
-  std::atomic<uint64_t> mem_used{0}, mem_high{0}, bad{0};
+  std::atomic<uint64_t> mem_used{0}, mem_high{0}, bad{0}, stale{0};
   std::atomic<bool> heartbeat_stop{false};
   uint64_t control_bad = 0;
   std::chrono::steady_clock::time_point last_host_contact = std::chrono::steady_clock::now();
@@ -57,7 +57,10 @@ struct tile_daemon::impl {
     mem_used = memory.used();
     mem_high = memory.high_water();
     bad = control_bad + (runner ? runner->bad_messages() : 0);
+    stale = runner ? runner->dropped_stale() : 0;
   }
+
+  fault_counts injected() const { return faults ? faults->counts() : fault_counts{}; }
 
   void reply(const ack& a, std::vector<zmq::message_t> payloads = {}) {
     send_envelope(control, encode(a, std::move(payloads)));
@@ -70,11 +73,20 @@ struct tile_daemon::impl {
     hb.set(zmq::sockopt::sndhwm, 4);
     secure_host_client(hb);
     hb.connect(cfg.host_endpoint);
+    // A stall fault silences the whole tile, heartbeats included: the host must notice. One
+    // heartbeat goes out as the stall begins, so the host learns of it (its count) even when it
+    // then restarts the silent tile.
+    auto stalled = [&] { return faults && faults->stalled(); };
+    bool announced = false;
     while (!heartbeat_stop) {
-      heartbeat h{cfg.tile_id, cfg.incarnation, mem_used, mem_high, bad};
-      send_envelope(hb, encode(h), zmq::send_flags::dontwait);
+      if (!stalled() || !announced) {
+        heartbeat h{cfg.tile_id, cfg.incarnation, mem_used, mem_high, bad, stale, injected()};
+        send_envelope(hb, encode(h), zmq::send_flags::dontwait);
+      }
+      announced = stalled();
       auto until = std::chrono::steady_clock::now() + cfg.heartbeat_interval;
-      while (!heartbeat_stop && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+      while (!heartbeat_stop && std::chrono::steady_clock::now() < until && stalled() == announced)
+        std::this_thread::sleep_for(10ms);
     }
   }
 
@@ -231,6 +243,7 @@ struct tile_daemon::impl {
     publish_memory();
     done.memory_used = memory.used();
     done.memory_high_water = memory.high_water();
+    done.injected = injected();
     send_envelope(control, encode(done, std::move(outputs)));
   }
 
@@ -286,6 +299,10 @@ struct tile_daemon::impl {
       auto plan = load_fault_plan(cfg.faults);
       if (!plan) {
         TESSERA_LOG_ERROR("--faults: " << plan.error().message());
+        return 2;
+      }
+      if (auto st = fault_injector::check(*plan); !st) {
+        TESSERA_LOG_ERROR("--faults: " << st.message());
         return 2;
       }
       faults = std::make_unique<fault_injector>(plan->for_tile(static_cast<int>(cfg.tile_id)),

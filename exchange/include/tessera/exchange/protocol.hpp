@@ -16,11 +16,12 @@
 #include <vector>
 
 #include "tessera/common/status.hpp"
+#include "tessera/exchange/fault_plan.hpp"
 
 namespace tessera::exchange {
 
 inline constexpr uint32_t protocol_magic = 0x54535241;  // "TSRA"
-inline constexpr uint16_t protocol_version = 2;  // 2: slice checksums are XXH3
+inline constexpr uint16_t protocol_version = 3;  // 2: slice checksums are XXH3; 3: injected fault counts
 
 /// Hard limits: no message can make a process allocate beyond these while decoding.
 inline constexpr uint32_t max_tiles = 4096;
@@ -201,6 +202,7 @@ struct run_done {
   uint64_t memory_used = 0;
   uint64_t memory_high_water = 0;
   uint32_t outputs = 0;  ///< payload frames that follow
+  fault_counts injected{};  ///< faults this tile injected so far (this incarnation, its --faults plan)
 };
 
 struct exchange_data {
@@ -232,6 +234,9 @@ struct heartbeat {
   uint64_t memory_used = 0;
   uint64_t memory_high_water = 0;
   uint64_t bad_messages = 0;  ///< messages this tile rejected so far
+  /// Exchange messages this tile discarded as duplicates or from finished batches so far.
+  uint64_t stale_messages = 0;
+  fault_counts injected{};    ///< faults this tile injected so far (this incarnation, its --faults plan)
 };
 
 struct shutdown {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "tessera/exchange/fault_plan.hpp"
 #include "tessera/host/placement.hpp"
 #include "tessera/host/tile_group.hpp"
 
@@ -17,7 +18,7 @@ namespace tessera::host {
 
 struct fault_scenario {
   std::string name;
-  std::string plan_json;            ///< tile-side faults (tessera-tile --faults); empty = none
+  std::string plan_json;            ///< tile-side faults (tessera-tile --faults); empty = none; kill_gpu: an error
   std::string model = "bert-tiny";
   int tiles = 2;
   plan layout{1, 1, 2, 1};
@@ -37,11 +38,19 @@ struct fault_outcome {
   double seconds = 0;               ///< the whole load
   double mean_batch_wall_seconds = 0;
   double p99_latency_seconds = 0;   ///< submit to answer, per request
+  /// Faults the tiles reported injecting (heartbeats and run replies), summed over tiles and
+  /// incarnations; what a tile did after its last report before it died is not in here.
+  exchange::fault_counts injected{};
+  /// Exchange messages the tiles discarded as duplicates or late (same sum): where injected
+  /// duplicates end up.
+  uint64_t stale_messages = 0;
+  uint64_t injected_of(exchange::fault_kind k) const { return injected[static_cast<size_t>(k)]; }
 };
 
 /// Deploys the model on a fresh local tile group whose tiles apply the plan, sends the load as
 /// batches through a tile_backend (which restarts failed tiles and retries), and compares each
-/// answer with the single-process reference (tolerance 1e-4).
+/// answer with the single-process reference (tolerance 1e-4). A plan with a kind the tiles
+/// cannot apply (kill_gpu: there is no GPU process here) is invalid_argument naming it.
 result<fault_outcome> run_fault_scenario(const fault_scenario& s);
 
 }  // namespace tessera::host

@@ -72,6 +72,8 @@ struct tile_info {
   uint64_t memory_used = 0;
   uint64_t memory_high_water = 0;
   uint64_t bad_messages = 0;
+  uint64_t stale_messages = 0;        ///< exchange duplicates / late slices it discarded
+  exchange::fault_counts injected{};  ///< faults this incarnation injected (its --faults), per kind
   std::chrono::steady_clock::time_point last_heartbeat{};
 };
 
