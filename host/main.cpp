@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "app/host_app.hpp"
+#include "app/host_faults.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/common/units.hpp"
 #include "tessera/exchange/security.hpp"
@@ -19,7 +20,7 @@ int main(int argc, char** argv) {
   host::app::model_options mo;
   mo.so.batching_name = "packed";
   mo.so.batching.token_budget = 4096;
-  std::string memory = "256MiB", plan_text, keys_dir;
+  std::string memory = "256MiB", plan_text, keys_dir, faults_spec;
   int64_t register_ms = 20000, heartbeat_timeout_ms = 3000;
   po::options_description opts(
       "tessera-host: compiles work onto a group of tile processes and runs it\n\n"
@@ -39,7 +40,9 @@ int main(int argc, char** argv) {
     ("heartbeat-timeout-ms", po::value(&heartbeat_timeout_ms)->default_value(heartbeat_timeout_ms), "declare a silent tile failed after this")
     ("log-dir", po::value(&cfg.launcher.log_dir), "write each local tile's log to DIR/tile-N.log")
     ("pin-cores", "pin local tiles to cores round-robin")
-    ("keys", po::value(&keys_dir), "CurveZMQ key directory (tessera-tile --make-keys DIR): encrypt and authenticate every socket");
+    ("keys", po::value(&keys_dir), "CurveZMQ key directory (tessera-tile --make-keys DIR): encrypt and authenticate every socket")
+    ("faults", po::value(&faults_spec), "fault plan, JSON text or a file (exchange/fault_plan.hpp): tile kinds go to the "
+     "tiles this host launches; kill_gpu is applied here to a --spawn-gpu process");
   po::options_description model_opts("Model");
   model_opts.add_options()
     ("model", po::value(&mo.model), "preset (bert-tiny, bert-mini, bert-small, bert-base, bert-large) or Hugging Face folder")
@@ -89,9 +92,6 @@ int main(int argc, char** argv) {
     return std::cerr << "tessera-host: --control " << cfg.control_bind
                      << " leaves this machine: pass --keys DIR (made by tessera-tile --make-keys DIR) or --insecure\n", 2;
   }
-  if (!cfg.launch_local)
-    std::cerr << "tessera-host: waiting for " << cfg.tiles << " tiles to register at " << cfg.control_bind << "\n";
-
   if (!mo.model.empty()) {
     if (!plan_text.empty()) {
       auto p = host::parse_plan(plan_text);
@@ -101,8 +101,20 @@ int main(int argc, char** argv) {
     if (auto st = serving::finish_serve_options(mo.so); !st) return std::cerr << "tessera-host: " << st.message() << "\n", 2;
     mo.serve = vm.count("serve") > 0;
     if (!mo.serve && mo.check_batches == 0) mo.check_batches = 1;
-    return host::app::run_model(cfg, mo);
   }
+  if (!faults_spec.empty()) {
+    auto f = host::app::load_host_faults(faults_spec, {.tiles = static_cast<int>(cfg.tiles),
+                                                       .launches_tiles = cfg.launch_local,
+                                                       .serves = !mo.model.empty() && mo.serve,
+                                                       .spawned_gpus = mo.spawn_gpu});
+    if (!f) return std::cerr << "tessera-host: " << f.error().message() << "\n", 2;
+    if (!f->tiles.empty()) cfg.extra_tile_args.insert(cfg.extra_tile_args.end(), {"--faults", f->tiles.to_json()});
+    mo.gpu_faults = f->host;
+    mo.tile_faults = !f->tiles.empty();
+  }
+  if (!cfg.launch_local)
+    std::cerr << "tessera-host: waiting for " << cfg.tiles << " tiles to register at " << cfg.control_bind << "\n";
+  if (!mo.model.empty()) return host::app::run_model(cfg, mo);
   if (demo.m <= 0 || demo.k <= 0 || demo.n <= 0 || demo.reps <= 0)
     return std::cerr << "tessera-host: --m, --k, --n and --reps must be positive\n", 2;
   if (demo.demo != "matmul" && demo.demo != "matmul-columns" && demo.demo != "matmul-inner" && demo.demo != "allreduce")
@@ -110,6 +122,7 @@ int main(int argc, char** argv) {
   auto g = host::tile_group::start(cfg);
   if (!g) return std::cerr << "tessera-host: " << g.error().to_string() << "\n", 1;
   int rc = host::app::run_demo(**g, demo);
+  if (mo.tile_faults) std::printf("faults injected by the tiles: %s\n", host::app::describe_tile_faults(**g).c_str());
   (*g)->shutdown();
   return rc;
 }

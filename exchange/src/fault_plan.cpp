@@ -57,6 +57,21 @@ fault_plan fault_plan::host_side() const {
   return p;
 }
 
+status fault_plan::check_tiles(int tiles) const {
+  for (size_t i = 0; i < faults.size(); ++i) {
+    const fault& f = faults[i];
+    std::vector<int> named = f.tiles;
+    if (applied_by_tile(f.kind)) named.push_back(f.tile);
+    if (f.kind == fault_kind::delay) named.push_back(f.to);
+    for (int t : named)
+      if (t >= tiles)
+        return status::invalid("fault " + std::to_string(i) + " (" + std::string(fault_kind_name(f.kind)) +
+                               ") names tile " + std::to_string(t) + ", but the group has " + std::to_string(tiles) +
+                               " tiles (0.." + std::to_string(tiles - 1) + ")");
+  }
+  return status::ok();
+}
+
 std::string fault_plan::to_json() const {
   nlohmann::json j;
   j["seed"] = seed;

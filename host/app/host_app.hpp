@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/exchange/fault_plan.hpp"
 #include "tessera/host/placement.hpp"
 #include "tessera/host/tile_group.hpp"
 #include "tessera/serving/serve_options.hpp"
@@ -30,6 +31,8 @@ struct model_options {
   int gpu_replicas = 0;       ///< in-process GPU-style backends beside the tiles (hybrid routing)
   std::vector<std::string> gpu_endpoints;  ///< running tessera-gpu processes (remote_backend)
   int spawn_gpu = 0;          ///< local tessera-gpu processes to launch (ipc), as GPU backends
+  exchange::fault_plan gpu_faults;  ///< --faults' kill_gpu faults (host_faults.hpp)
+  bool tile_faults = false;         ///< --faults gave the tiles a plan: report what they injected
   serving::serve_options so;
 };
 /// Compiles the model onto the group (printing the plan and memory table), streams the

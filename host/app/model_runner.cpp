@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "host_app.hpp"
+#include "host_faults.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/host/launcher.hpp"
 #include "tessera/host/remote_backend.hpp"
@@ -129,6 +130,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
       std::cerr << "tessera-host: logits differ from the single-process reference by " << worst << " (> 1e-4)\n";
       return 1;
     }
+    if (o.tile_faults) std::printf("faults injected by the tiles: %s\n", describe_tile_faults(**group).c_str());
     if (!o.serve) return 0;
   }
   if (!o.serve) return 0;
@@ -146,9 +148,12 @@ int run_model(tile_group_config group_cfg, model_options o) {
   }
   auto remotes = gpu_processes(*model, o);
   if (!remotes) return fail(remotes.error());
-  for (auto& gpu : *remotes) {
+  for (size_t i = 0; i < remotes->size(); ++i) {
     serving::batching_config gpu_batching = o.so.batching;  // GPU style: padded to the longest
     gpu_batching.kind = serving::policy_kind::dynamic_padded;
+    // --faults' kill_gpu numbers the spawned processes, which follow the --gpu-endpoint ones.
+    const int spawned = static_cast<int>(i) - static_cast<int>(o.gpu_endpoints.size());
+    auto gpu = spawned >= 0 ? with_gpu_faults((*remotes)[i], spawned, o.gpu_faults) : (*remotes)[i];
     if (auto st = r.add_backend(gpu, gpu_batching); !st) return fail(st);
   }
   r.start();
@@ -166,6 +171,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   server.stop();
   r.stop();
   tiles->stop();
+  if (o.tile_faults) std::cerr << "tessera-host: faults injected by the tiles: " << describe_tile_faults(**group) << "\n";
   return 0;
 }
 

@@ -54,6 +54,7 @@ result<fault_outcome> run_fault_scenario(const fault_scenario& s) {
       return status::invalid("fault kind " + std::string(exchange::fault_kind_name(host_side.faults[0].kind)) +
                              " needs a tessera-gpu process spawned by tessera-host (--spawn-gpu, --faults); the "
                              "fault harness runs tiles only");
+    TESSERA_RETURN_IF_ERROR(plan->check_tiles(s.tiles));
   }
   auto model = models::load_model(s.model, 3);
   if (!model) return model.error();

@@ -88,6 +88,10 @@ TEST(Faults, PlanParsingErrorsAreClear) {
   EXPECT_EQ(mixed->tile_side().faults.size(), 1u);
   ASSERT_EQ(mixed->host_side().faults.size(), 1u);
   EXPECT_EQ(mixed->host_side().faults[0].gpu, 1);
+  EXPECT_TRUE(mixed->check_tiles(2));
+  auto outside = mixed->check_tiles(1);  // the stall names tile 1 of a one-tile group: it would never fire
+  ASSERT_FALSE(outside);
+  EXPECT_NE(outside.message().find("fault 0 (stall) names tile 1"), std::string::npos) << outside.message();
   auto round = exchange::parse_fault_plan(mixed->to_json());
   ASSERT_TRUE(round) << round.error().message();
   EXPECT_EQ(round->faults.size(), 2u);

@@ -72,6 +72,9 @@ struct fault_plan {
   /// The faults tiles apply (every tile's), or the ones tessera-host applies (kill_gpu).
   fault_plan tile_side() const;
   fault_plan host_side() const;
+  /// invalid_argument naming the first fault that names a tile outside a group of `tiles`
+  /// (it would never fire).
+  status check_tiles(int tiles) const;
   std::string to_json() const;
 };
 
