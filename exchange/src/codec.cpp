@@ -334,6 +334,28 @@ result<msg_type> peek_type(const envelope& e) {
   return h.type;
 }
 
+std::optional<uint64_t> peek_request_id(const envelope& e) {
+  parsed_header h;
+  if (!parse_header(e.header.data<char>(), e.header.size(), h)) return std::nullopt;
+  uint32_t field = 0;  // where the id sits in the body
+  switch (h.type) {
+    case msg_type::ack:
+    case msg_type::infer_batch:
+    case msg_type::infer_result:
+      field = 0;
+      break;
+    case msg_type::run_done:
+      field = 1;  // after program_id
+      break;
+    default:
+      return std::nullopt;
+  }
+  if (h.body_obj->via.array.size <= field) return std::nullopt;
+  const msgpack::object& id = h.body_obj->via.array.ptr[field];
+  if (id.type != msgpack::type::POSITIVE_INTEGER) return std::nullopt;
+  return id.via.u64;
+}
+
 // ---- register_tile ----
 envelope encode(const register_tile& m) {
   header_builder h(msg_type::register_tile, 6);

@@ -78,7 +78,7 @@ result<fault_outcome> run_fault_scenario(const fault_scenario& s) {
   if (!group) return group.error();
   auto deployed = tile_model::deploy(**group, std::move(*compiled), *model);
   if (!deployed) return deployed.error();
-  auto backend = std::make_shared<tile_backend>(std::move(*deployed), "tiles", s.max_attempts);
+  auto backend = std::make_shared<tile_backend>(std::move(*deployed), "tiles", tile_backend_config{.max_attempts = s.max_attempts});
 
   // Short requests (8-64 tokens) and their fault-free answers.
   auto lengths = models::seed_workload(s.requests, 0.0, 5);

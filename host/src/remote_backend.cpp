@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,7 +17,9 @@
 #include <zmq.hpp>
 
 #include "tessera/common/log.hpp"
+#include "tessera/exchange/channel.hpp"
 #include "tessera/exchange/codec.hpp"
+#include "tessera/exchange/security.hpp"
 #include "tessera/exchange/zmq_transport.hpp"
 
 extern char** environ;
@@ -45,233 +46,161 @@ std::string describe_exit(int wstatus) {
 }  // namespace
 
 struct remote_backend::impl {
-  remote_backend_config cfg;
-  zmq::context_t ctx{1};
-  zmq::socket_t dealer{ctx, zmq::socket_type::dealer};
-  int wake_fd = -1;
-  pid_t child = 0;
-  bool child_reaped = false;  // io thread only, read after join
-  bool cleaned = false;
-
-  struct job {
-    batch_request request;
-    std::function<void(batch_result)> done;
+  struct job_info {
+    uint64_t batch_id = 0;
+    size_t sequences = 0;
     int64_t tokens = 0;
     steady::time_point submitted;
   };
-  std::mutex mu;
-  std::deque<job> outbox;
-  bool stopped = false;  // under mu: no more submits reach the io thread
-
-  std::atomic<bool> stopping{false};
+  remote_backend_config cfg;
+  zmq::context_t ctx{1};
+  std::unique_ptr<ex::channel> ch;
+  std::atomic<pid_t> child{0};
   std::atomic<bool> healthy{false};
-  std::atomic<bool> child_gone{false};
+  std::atomic<bool> child_gone{false};  // a spawned child exited and will not be restarted
+  std::atomic<bool> stopping{false};
   std::atomic<int64_t> outstanding{0};
-  std::thread io;
+  std::atomic<uint64_t> next_wire_id{1};
+  std::atomic<int64_t> restarts{0};
+  std::atomic<double> last_restart_seconds{0};
+  bool cleaned = false;
 
-  // io thread only
-  struct pending_batch {
-    job j;
-    size_t sequences = 0;
-    steady::time_point deadline;
-  };
-  std::unordered_map<uint64_t, pending_batch> pending;
-  uint64_t next_wire_id = 1;
-  steady::time_point last_heard = steady::now();
-  steady::time_point next_ping = steady::now();
+  std::mutex mu;                     // guards the strings below
   std::string down_reason = "has not answered a ping yet";
+  // I/O thread only.
+  steady::time_point next_ping = steady::now();
+  steady::time_point started = steady::now();     // the current connection or child
+  steady::time_point down_since = steady::now();
+  bool waiting_restart = false;
 
-  void finish(job& j, batch_result r) {
-    r.batch_id = j.request.batch_id;
-    outstanding.fetch_sub(j.tokens);
-    auto done = std::move(j.done);
-    j.done = nullptr;
-    if (done) done(std::move(r));
-  }
-  void fail(job& j, status st) {
-    batch_result r;
-    r.st = std::move(st);
-    r.timing.wall_seconds = std::chrono::duration<double>(steady::now() - j.submitted).count();
-    finish(j, std::move(r));
-  }
   std::string who() const { return cfg.info.name + " (" + cfg.endpoint + ")"; }
-
-  void fail_all_pending(const status& st) {
-    auto all = std::move(pending);
-    pending.clear();
-    for (auto& [id, p] : all) fail(p.j, st);
+  std::string reason() {
+    std::lock_guard lk(mu);
+    return down_reason;
   }
-
-  void send_batches() {
-    uint64_t v = 0;
-    [[maybe_unused]] auto n = read(wake_fd, &v, sizeof v);
-    std::deque<job> take;
+  void set_down(const std::string& why) {
     {
-      std::lock_guard lock(mu);
-      take.swap(outbox);
+      std::lock_guard lk(mu);
+      down_reason = why;
     }
-    for (auto& j : take) {
-      if (!healthy.load()) {
-        fail(j, status::peer_failed(who() + " " + down_reason));
-        continue;
-      }
-      ex::infer_batch m;
-      m.batch_id = next_wire_id++;
-      m.layout = static_cast<uint8_t>(j.request.layout);
-      m.padded_length = j.request.padded_length;
-      size_t tokens = 0;
-      for (const auto& s : j.request.sequences) {
-        m.seq_lengths.push_back(static_cast<int32_t>(s.token_ids.size()));
-        tokens += s.token_ids.size();
-      }
-      zmq::message_t ids(tokens * 4), types(tokens * 4);
-      auto* pi = ids.data<char>();
-      auto* pt = types.data<char>();
-      std::memset(pt, 0, tokens * 4);
-      size_t off = 0;
-      for (const auto& s : j.request.sequences) {
-        std::memcpy(pi + off * 4, s.token_ids.data(), s.token_ids.size() * 4);
-        if (s.token_type_ids.size() == s.token_ids.size())
-          std::memcpy(pt + off * 4, s.token_type_ids.data(), s.token_ids.size() * 4);
-        off += s.token_ids.size();
-      }
-      bool sent = false;
-      try {
-        sent = ex::send_envelope(dealer, ex::encode(m, std::move(ids), std::move(types)), zmq::send_flags::dontwait);
-      } catch (const zmq::error_t& err) {
-        fail(j, status::io_error(who() + ": send failed: " + err.what()));
-        continue;
-      }
-      if (!sent) {
-        fail(j, status{errc::overloaded, who() + ": send queue is full"});
-        continue;
-      }
-      pending_batch p{std::move(j), m.seq_lengths.size(), steady::now() + cfg.batch_timeout};
-      pending.emplace(m.batch_id, std::move(p));
-    }
+    if (healthy.exchange(false)) down_since = steady::now();
+    TESSERA_LOG_WARN(who() << ": " << why);
   }
 
-  void on_message(ex::envelope& env) {
-    last_heard = steady::now();
+  result<pid_t> spawn() {
+    const auto& c = cfg;
+    std::vector<std::string> args{c.spawn_binary};
+    args.insert(args.end(), c.spawn_args.begin(), c.spawn_args.end());
+    args.insert(args.end(), {"--bind", c.endpoint, "--die-with-parent"});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    pid_t pid = 0;
+    int rc = posix_spawn(&pid, c.spawn_binary.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) return status::io_error("cannot start " + c.spawn_binary + ": " + std::strerror(rc));
+    return pid;
+  }
+
+  // I/O thread: a message that answers no pending batch.
+  void on_message(ex::envelope&& env) {
     auto type = ex::peek_type(env);
     if (!type) {
       TESSERA_LOG_WARN(who() << ": bad message: " << type.error().message());
       return;
     }
     if (*type == ex::msg_type::heartbeat) {
-      if (!child_gone.load() && !healthy.exchange(true)) TESSERA_LOG_INFO(who() << " is up");
-      return;
-    }
-    if (*type != ex::msg_type::infer_result) {
-      TESSERA_LOG_WARN(who() << ": unexpected " << ex::msg_type_name(*type));
-      return;
-    }
-    ex::infer_result m;
-    status st = ex::decode(env, m);
-    if (!st) {
-      TESSERA_LOG_WARN(who() << ": bad infer_result: " << st.message());
-      return;  // its batch, if any, ends by deadline
-    }
-    auto it = pending.find(m.batch_id);
-    if (it == pending.end()) return;  // answered already (deadline, silence)
-    pending_batch p = std::move(it->second);
-    pending.erase(it);
-    batch_result r;
-    r.timing.wall_seconds = std::chrono::duration<double>(steady::now() - p.j.submitted).count();
-    r.timing.modelled_seconds = m.modelled_seconds;
-    if (m.code != errc::ok) {
-      r.st = status{m.code, who() + ": " + m.message};
-    } else {
-      const auto& frame = env.payloads[0];
-      const size_t want = p.sequences * static_cast<size_t>(std::max(0, m.num_labels));
-      if (m.num_labels <= 0 || frame.size() != want * 4) {
-        r.st = status::bad_message(who() + ": logits frame of " + std::to_string(frame.size()) + " bytes for " +
-                                   std::to_string(p.sequences) + " sequences");
-      } else {
-        r.num_labels = m.num_labels;
-        r.logits.resize(want);
-        std::memcpy(r.logits.data(), frame.data(), frame.size());
+      if (!child_gone.load() && !healthy.exchange(true)) {
+        if (waiting_restart) {
+          waiting_restart = false;
+          last_restart_seconds = std::chrono::duration<double>(steady::now() - down_since).count();
+          TESSERA_LOG_WARN(who() << " is back after a restart (" << static_cast<int>(last_restart_seconds * 1e3) << " ms)");
+        } else {
+          TESSERA_LOG_INFO(who() << " is up");
+        }
       }
+      return;
     }
-    finish(p.j, std::move(r));
+    if (*type != ex::msg_type::infer_result) TESSERA_LOG_WARN(who() << ": unexpected " << ex::msg_type_name(*type));
+    // else: a late answer to a batch already failed by deadline or silence
   }
 
-  void check_liveness(steady::time_point now) {
-    if (child > 0 && !child_reaped) {
+  // I/O thread: liveness of the process, pings, restarts.
+  void on_tick(steady::time_point now) {
+    const pid_t pid = child.load();
+    if (pid > 0 && !child_gone.load()) {
       int ws = 0;
-      if (waitpid(child, &ws, WNOHANG) == child) {
-        child_reaped = true;
-        child_gone.store(true);
-        healthy.store(false);
-        down_reason = "process " + std::to_string(child) + " " + describe_exit(ws);
-        TESSERA_LOG_WARN(who() << ": " << down_reason);
-        fail_all_pending(status::peer_failed(who() + " " + down_reason));
+      if (waitpid(pid, &ws, WNOHANG) == pid) {
+        const std::string why = "process " + std::to_string(pid) + " " + describe_exit(ws);
+        set_down(why);
+        ch->fail_peer("", status::peer_failed(who() + " " + why));
+        if (cfg.restart && !stopping.load()) {
+          auto again = spawn();
+          if (again) {
+            child = *again;
+            restarts.fetch_add(1);
+            waiting_restart = true;
+            started = now;
+            TESSERA_LOG_WARN(who() << ": restarted as process " << *again);
+          } else {
+            child = 0;
+            child_gone.store(true);
+            set_down(why + "; restart failed: " + again.error().message());
+          }
+        } else {
+          child = 0;
+          child_gone.store(true);
+        }
       }
     }
-    if (now - last_heard > cfg.silence_timeout && (healthy.load() || !pending.empty())) {
-      healthy.store(false);
-      down_reason = "silent for " +
-                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - last_heard).count()) +
-                    " ms";
-      TESSERA_LOG_WARN(who() << ": " << down_reason);
-      fail_all_pending(status::peer_failed(who() + " " + down_reason));
-    }
-    for (auto it = pending.begin(); it != pending.end();) {
-      if (it->second.deadline <= now) {
-        pending_batch p = std::move(it->second);
-        it = pending.erase(it);
-        fail(p.j, status::timeout(who() + ": no answer within " + std::to_string(cfg.batch_timeout.count()) + " ms"));
-      } else {
-        ++it;
-      }
+    auto heard = ch->last_heard("");
+    const auto last = heard ? std::max(*heard, started) : started;
+    if (now - last > cfg.silence_timeout && (healthy.load() || ch->pending() > 0)) {
+      const std::string why =
+          "silent for " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - last).count()) + " ms";
+      set_down(why);
+      ch->fail_peer("", status::peer_failed(who() + " " + why));
     }
     if (now >= next_ping) {
       next_ping = now + cfg.ping_interval;
-      try {
-        (void)ex::send_envelope(dealer, ex::encode(ex::heartbeat{}), zmq::send_flags::dontwait);
-      } catch (const zmq::error_t&) {
-      }
+      (void)ch->send_now("", ex::encode(ex::heartbeat{}));
     }
   }
 
-  void loop() {
-    while (!stopping.load()) {
-      zmq::pollitem_t items[] = {{dealer.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd, ZMQ_POLLIN, 0}};
-      try {
-        zmq::poll(items, 2, std::chrono::milliseconds(20));
-      } catch (const zmq::error_t& err) {
-        if (err.num() != EINTR) TESSERA_LOG_ERROR(who() << ": poll failed: " << err.what());
-        continue;
-      }
-      if (items[0].revents & ZMQ_POLLIN) {
-        for (int i = 0; i < 1024; ++i) {
-          ex::envelope env;
-          result<bool> got = false;
-          try {
-            got = ex::recv_envelope(dealer, env, nullptr, 0, zmq::recv_flags::dontwait);
-          } catch (const zmq::error_t&) {
-            break;
-          }
-          if (!got) {
-            last_heard = steady::now();
-            continue;
-          }
-          if (!*got) break;
-          on_message(env);
-        }
-      }
-      if (items[1].revents & ZMQ_POLLIN) send_batches();
-      check_liveness(steady::now());
+  batch_result read_reply(const job_info& j, result<ex::envelope> r) {
+    batch_result out;
+    out.batch_id = j.batch_id;
+    out.timing.wall_seconds = std::chrono::duration<double>(steady::now() - j.submitted).count();
+    if (!r) {
+      out.st = r.error();
+      if (out.st.code() == errc::timeout)
+        out.st = status::timeout(who() + ": no answer within " + std::to_string(cfg.batch_timeout.count()) + " ms");
+      return out;
     }
-    // Shutting down: nothing more will be answered.
-    fail_all_pending(status{errc::cancelled, who() + " stopped"});
-    std::deque<job> rest;
-    {
-      std::lock_guard lock(mu);
-      stopped = true;
-      rest.swap(outbox);
+    ex::infer_result m;
+    if (auto st = ex::decode(*r, m); !st) {
+      out.st = st.with_context(who() + ": bad infer_result");
+      return out;
     }
-    for (auto& j : rest) fail(j, status{errc::cancelled, who() + " stopped"});
+    out.timing.modelled_seconds = m.modelled_seconds;
+    if (m.code != errc::ok) {
+      out.st = status{m.code, who() + ": " + m.message};
+      return out;
+    }
+    const auto& frame = r->payloads[0];
+    const size_t want = j.sequences * static_cast<size_t>(std::max(0, m.num_labels));
+    if (m.num_labels <= 0 || frame.size() != want * 4) {
+      out.st = status::bad_message(who() + ": logits frame of " + std::to_string(frame.size()) + " bytes for " +
+                                   std::to_string(j.sequences) + " sequences");
+      return out;
+    }
+    out.num_labels = m.num_labels;
+    out.logits.resize(want);
+    std::memcpy(out.logits.data(), frame.data(), frame.size());
+    return out;
   }
 };
 
@@ -288,65 +217,56 @@ result<std::shared_ptr<remote_backend>> remote_backend::start(remote_backend_con
     if (access(c.spawn_binary.c_str(), X_OK) != 0)
       return status::not_found("backend executable " + c.spawn_binary +
                                " is missing or not executable; build it or set TESSERA_BIN_DIR");
-    std::vector<std::string> args{c.spawn_binary};
-    args.insert(args.end(), c.spawn_args.begin(), c.spawn_args.end());
-    args.insert(args.end(), {"--bind", c.endpoint, "--die-with-parent"});
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    int rc = posix_spawn(&p->child, c.spawn_binary.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) return status::io_error("cannot start " + c.spawn_binary + ": " + std::strerror(rc));
+    auto pid = p->spawn();
+    if (!pid) return pid.error();
+    p->child = *pid;
   }
-  try {
-    ex::apply_socket_defaults(p->dealer);
-    p->dealer.set(zmq::sockopt::reconnect_ivl, 100);
-    p->dealer.set(zmq::sockopt::reconnect_ivl_max, 1000);
-    p->dealer.connect(c.endpoint);
-  } catch (const zmq::error_t& err) {
+  impl* raw = p.get();
+  ex::channel::options o;
+  o.name = c.info.name;
+  o.type = zmq::socket_type::dealer;
+  o.connect = c.endpoint;
+  o.tick = std::chrono::milliseconds(10);
+  o.configure = [](zmq::socket_t& s) {
+    s.set(zmq::sockopt::reconnect_ivl, 100);
+    s.set(zmq::sockopt::reconnect_ivl_max, 1000);
+  };
+  ex::channel::handlers h;
+  h.reply_id = [](const ex::envelope& e) { return ex::peek_request_id(e); };
+  h.on_message = [raw](const std::string&, ex::envelope&& e) { raw->on_message(std::move(e)); };
+  h.on_tick = [raw](steady::time_point now) { raw->on_tick(now); };
+  p->started = steady::now();
+  auto ch = ex::channel::open(p->ctx, std::move(o), std::move(h));
+  if (!ch) {
     if (p->child > 0) kill(p->child, SIGKILL), waitpid(p->child, nullptr, 0);
-    return status::invalid("cannot connect to " + c.endpoint + ": " + err.what());
+    return status::invalid("cannot connect to " + c.endpoint + ": " + ch.error().message());
   }
-  p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (p->wake_fd < 0) {
-    const int err = errno;
-    if (p->child > 0) kill(p->child, SIGKILL), waitpid(p->child, nullptr, 0);
-    return status::io_error(std::string("eventfd: ") + std::strerror(err));
-  }
-  p->last_heard = steady::now();
-  auto self = std::shared_ptr<remote_backend>(new remote_backend(std::move(p)));
-  impl* raw = self->impl_.get();
-  raw->io = std::thread([raw] { raw->loop(); });
-  return self;
+  p->ch = std::move(*ch);
+  return std::shared_ptr<remote_backend>(new remote_backend(std::move(p)));
 }
 
 remote_backend::~remote_backend() { stop(); }
 
 void remote_backend::stop() {
   impl& s = *impl_;
-  if (s.io.joinable()) {
-    s.stopping.store(true);
-    s.io.join();
-  }
-  if (s.child > 0 && !s.child_reaped) {
-    kill(s.child, SIGTERM);
+  s.stopping.store(true);
+  if (s.ch) s.ch->stop();  // pending batches end `cancelled`
+  const pid_t pid = s.child.load();
+  if (pid > 0 && !s.child_gone.load()) {
+    kill(pid, SIGTERM);
     int ws = 0;
     auto until = steady::now() + std::chrono::seconds(2);
-    while (waitpid(s.child, &ws, WNOHANG) == 0) {
+    while (waitpid(pid, &ws, WNOHANG) == 0) {
       if (steady::now() > until) {
-        kill(s.child, SIGKILL);
-        waitpid(s.child, &ws, 0);
+        kill(pid, SIGKILL);
+        waitpid(pid, &ws, 0);
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    s.child_reaped = true;
     s.child_gone.store(true);
   }
-  if (s.child > 0 && !s.cleaned) {
+  if (!s.cfg.spawn_binary.empty() && !s.cleaned) {
     s.cleaned = true;
     // A private ipc directory made by make_local_ipc_endpoint.
     if (s.cfg.endpoint.rfind("ipc://", 0) == 0) {
@@ -358,32 +278,65 @@ void remote_backend::stop() {
     }
   }
   s.healthy.store(false);
-  if (s.wake_fd >= 0) {
-    close(s.wake_fd);
-    s.wake_fd = -1;
-  }
 }
 
 backend_info remote_backend::info() const { return impl_->cfg.info; }
 int64_t remote_backend::outstanding_tokens() const { return impl_->outstanding.load(); }
 bool remote_backend::healthy() const { return impl_->healthy.load(); }
-pid_t remote_backend::child_pid() const { return impl_->child; }
+pid_t remote_backend::child_pid() const { return impl_->child.load(); }
+int64_t remote_backend::restarts() const { return impl_->restarts.load(); }
+double remote_backend::last_restart_seconds() const { return impl_->last_restart_seconds.load(); }
+
+std::vector<replica_status> remote_backend::replicas() const {
+  const impl& s = *impl_;
+  replica_status r;
+  const bool up = s.healthy.load();
+  r.state = up ? "up" : (s.cfg.restart && !s.child_gone.load() && s.child.load() > 0 && s.restarts.load() > 0) ? "recovering" : "down";
+  if (!up) r.detail = const_cast<impl&>(s).reason();
+  r.pids.push_back(s.child_gone.load() ? 0 : s.child.load());
+  r.recoveries = s.restarts.load();
+  r.last_recovery_seconds = s.last_restart_seconds.load();
+  return {r};
+}
 
 void remote_backend::submit(batch_request request, std::function<void(batch_result)> done) {
   impl& s = *impl_;
-  impl::job j{std::move(request), std::move(done), 0, steady::now()};
-  j.tokens = tokens_of(j.request);
-  s.outstanding.fetch_add(j.tokens);
-  {
-    std::lock_guard lock(s.mu);
-    if (!s.stopped) {
-      s.outbox.push_back(std::move(j));
-      uint64_t one = 1;
-      [[maybe_unused]] auto n = write(s.wake_fd, &one, sizeof one);
-      return;
-    }
+  impl::job_info j{request.batch_id, request.sequences.size(), tokens_of(request), steady::now()};
+  auto fail_now = [&](status st) {
+    batch_result r;
+    r.batch_id = j.batch_id;
+    r.st = std::move(st);
+    done(std::move(r));
+  };
+  if (s.stopping.load()) return fail_now(status{errc::cancelled, s.who() + " stopped"});
+  if (!s.healthy.load()) return fail_now(status::peer_failed(s.who() + " " + s.reason()));
+  ex::infer_batch m;
+  m.batch_id = s.next_wire_id.fetch_add(1);
+  m.layout = static_cast<uint8_t>(request.layout);
+  m.padded_length = request.padded_length;
+  size_t tokens = 0;
+  for (const auto& q : request.sequences) {
+    m.seq_lengths.push_back(static_cast<int32_t>(q.token_ids.size()));
+    tokens += q.token_ids.size();
   }
-  s.fail(j, status{errc::cancelled, s.who() + " stopped"});
+  zmq::message_t ids(tokens * 4), types(tokens * 4);
+  auto* pi = ids.data<char>();
+  auto* pt = types.data<char>();
+  std::memset(pt, 0, tokens * 4);
+  size_t off = 0;
+  for (const auto& q : request.sequences) {
+    std::memcpy(pi + off * 4, q.token_ids.data(), q.token_ids.size() * 4);
+    if (q.token_type_ids.size() == q.token_ids.size())
+      std::memcpy(pt + off * 4, q.token_type_ids.data(), q.token_ids.size() * 4);
+    off += q.token_ids.size();
+  }
+  s.outstanding.fetch_add(j.tokens);
+  impl* raw = &s;
+  s.ch->request("", m.batch_id, ex::encode(m, std::move(ids), std::move(types)), steady::now() + s.cfg.batch_timeout,
+                [raw, j, done = std::move(done)](result<ex::envelope> r) {
+                  raw->outstanding.fetch_sub(j.tokens);
+                  done(raw->read_reply(j, std::move(r)));
+                });
 }
 
 bool remote_backend::wait_ready(std::chrono::milliseconds timeout) {

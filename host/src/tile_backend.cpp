@@ -1,8 +1,13 @@
+// host::tile_backend: replicas as workers over one queue, and the supervisor that brings failed
+// replicas back. See tile_backend.hpp.
 #include "tessera/host/tile_backend.hpp"
 
 #include "tessera/common/log.hpp"
 
 namespace tessera::host {
+
+using steady = std::chrono::steady_clock;
+using namespace std::chrono_literals;
 
 models::packed_batch to_packed(const batch_request& req, int* real) {
   models::packed_batch b;
@@ -20,8 +25,9 @@ models::packed_batch to_packed(const batch_request& req, int* real) {
   return b;
 }
 
-tile_backend::tile_backend(std::unique_ptr<tile_model> model, std::string name, int max_attempts)
-    : model_(std::move(model)), max_attempts_(std::max(1, max_attempts)) {
+tile_backend::tile_backend(std::unique_ptr<tile_model> model, std::string name, tile_backend_config cfg)
+    : model_(std::move(model)), cfg_(cfg) {
+  cfg_.max_attempts = std::max(1, cfg_.max_attempts);
   const auto& c = model_->compiled();
   info_.name = std::move(name);
   info_.kind = "tiles";
@@ -29,13 +35,74 @@ tile_backend::tile_backend(std::unique_ptr<tile_model> model, std::string name, 
   info_.token_budget = c.token_budget;
   info_.max_batch_sequences = c.max_sequences;
   info_.num_labels = c.config.num_labels;
+  replicas_.resize(static_cast<size_t>(c.chosen.replicas));
+  for (int r = 0; r < c.chosen.replicas; ++r) replicas_[r].tiles = model_->replica_tiles(r);
+  // A tile that already failed (between deploy and now) takes its replica out at once.
+  for (const auto& t : model_->group().tiles())
+    if (t.failed)
+      if (int r = replica_of(t.id); r >= 0) mark_down(r, "tile " + std::to_string(t.id) + " failed: " + t.failure);
+  model_->group().on_event([this](const tile_event& ev) { on_tile_event(ev); });
   for (int r = 0; r < c.chosen.replicas; ++r) workers_.emplace_back([this, r] { work(r); });
+  supervisor_ = std::thread([this] { supervise(); });
 }
 
 tile_backend::~tile_backend() { stop(); }
 
-// While a recovery runs the backend takes no new work from the router (it may go elsewhere).
-bool tile_backend::healthy() const { return recovering_ == 0 && model_->group().health().is_ok(); }
+int tile_backend::replica_of(uint32_t tile) const {
+  for (size_t r = 0; r < replicas_.size(); ++r)
+    for (uint32_t t : replicas_[r].tiles)
+      if (t == tile) return static_cast<int>(r);
+  return -1;
+}
+
+bool tile_backend::healthy() const {
+  std::lock_guard lk(mu_);
+  if (stopping_) return false;
+  for (const auto& r : replicas_)
+    if (r.st == state::up) return true;
+  return false;
+}
+
+std::vector<replica_status> tile_backend::replicas() const {
+  const auto tiles = model_->group().tiles();
+  std::lock_guard lk(mu_);
+  std::vector<replica_status> out;
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    const auto& r = replicas_[i];
+    replica_status s;
+    s.index = static_cast<int>(i);
+    s.state = r.st == state::up ? "up" : r.st == state::down ? "down" : "recovering";
+    if (r.st != state::up) s.detail = r.why;
+    s.tiles = r.tiles;
+    for (uint32_t t : r.tiles) {
+      s.pids.push_back(tiles[t].failed ? 0 : tiles[t].pid);
+      s.incarnations.push_back(tiles[t].incarnation);
+    }
+    s.recoveries = r.recoveries;
+    s.last_recovery_seconds = r.last_recovery_seconds;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void tile_backend::mark_down(int r, const std::string& why) {
+  auto& rep = replicas_[static_cast<size_t>(r)];
+  if (rep.st != state::up) return;
+  rep.st = state::down;
+  rep.why = why;
+  rep.down_since = steady::now();
+  TESSERA_LOG_WARN(info_.name << " replica " << r << " out of rotation: " << why);
+  supervisor_cv_.notify_all();
+}
+
+// Runs on the tile group's I/O thread: record and return.
+void tile_backend::on_tile_event(const tile_event& ev) {
+  std::lock_guard lk(mu_);
+  const int r = replica_of(ev.tile);
+  if (r < 0) return;
+  if (ev.what == tile_event::kind::failed) mark_down(r, "tile " + std::to_string(ev.tile) + " failed: " + ev.why);
+  supervisor_cv_.notify_all();  // a registration may be what a waiting recovery needs
+}
 
 void tile_backend::submit(batch_request request, std::function<void(batch_result)> done) {
   int64_t tokens = 0;
@@ -44,8 +111,8 @@ void tile_backend::submit(batch_request request, std::function<void(batch_result
     std::lock_guard lk(mu_);
     if (!stopping_) {
       outstanding_ += tokens;
-      jobs_.push_back({std::move(request), std::move(done), tokens});
-      cv_.notify_one();
+      jobs_.push_back({std::move(request), std::move(done), tokens, 0, steady::now()});
+      work_cv_.notify_one();
       return;
     }
   }
@@ -53,6 +120,13 @@ void tile_backend::submit(batch_request request, std::function<void(batch_result
   r.batch_id = request.batch_id;
   r.st = status{errc::cancelled, "backend " + info_.name + " is stopping"};
   done(std::move(r));
+}
+
+void tile_backend::answer(job& j, batch_result r) {
+  outstanding_ -= j.tokens;
+  auto done = std::move(j.done);
+  j.done = nullptr;
+  if (done) done(std::move(r));
 }
 
 void tile_backend::stop() {
@@ -63,42 +137,19 @@ void tile_backend::stop() {
     stopping_ = true;
     left.swap(jobs_);
   }
-  cv_.notify_all();
+  work_cv_.notify_all();
+  supervisor_cv_.notify_all();
   for (auto& j : left) {
-    outstanding_ -= j.tokens;
     batch_result r;
     r.batch_id = j.request.batch_id;
     r.st = status{errc::cancelled, "backend " + info_.name + " stopped"};
-    j.done(std::move(r));
+    answer(j, std::move(r));
   }
   for (auto& w : workers_)
     if (w.joinable()) w.join();
   workers_.clear();
-}
-
-batch_result tile_backend::run(int replica, const batch_request& req) {
-  batch_result out;
-  for (int attempt = 1;; ++attempt) {
-    out = run_once(replica, req);
-    const errc code = out.st.code();
-    const bool retryable = code == errc::peer_failed || code == errc::timeout || code == errc::bad_message ||
-                           code == errc::cancelled;
-    if (out.st || !retryable || attempt >= max_attempts_) break;
-    // A tile died, stalled or sent garbage: bring failed tiles back, then run the batch again.
-    TESSERA_LOG_WARN("batch " << req.batch_id << " attempt " << attempt << " failed (" << out.st.to_string()
-                              << "); recovering and retrying");
-    auto t0 = std::chrono::steady_clock::now();
-    ++recovering_;
-    auto rec = model_->recover();
-    --recovering_;
-    last_recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++recoveries_;
-    if (!rec) {
-      out.st = rec.error().with_context("recovering after " + out.st.message());
-      break;
-    }
-  }
-  return out;
+  if (supervisor_.joinable()) supervisor_.join();
+  model_->group().on_event(nullptr);
 }
 
 batch_result tile_backend::run_once(int replica, const batch_request& req) {
@@ -136,20 +187,134 @@ batch_result tile_backend::run_once(int replica, const batch_request& req) {
   return out;
 }
 
-void tile_backend::work(int replica) {
+void tile_backend::work(int r) {
+  auto& self = replicas_[static_cast<size_t>(r)];
   for (;;) {
     job j;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;
+      work_cv_.wait(lk, [&] { return stopping_ || (self.st == state::up && !jobs_.empty()); });
+      if (stopping_) return;  // stop() answers what is queued
       j = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    batch_result r = run(replica, j.request);
-    outstanding_ -= j.tokens;
-    if (!r.st) TESSERA_LOG_WARN("batch " << j.request.batch_id << " failed on replica " << replica << ": " << r.st.to_string());
-    j.done(std::move(r));
+    batch_result res = run_once(r, j.request);
+    const errc code = res.st.code();
+    const bool retryable = code == errc::peer_failed || code == errc::timeout || code == errc::bad_message ||
+                           code == errc::cancelled;
+    if (res.st || !retryable) {
+      if (!res.st) TESSERA_LOG_WARN("batch " << j.request.batch_id << " failed on replica " << r << ": " << res.st.to_string());
+      answer(j, std::move(res));
+      continue;
+    }
+    ++j.attempts;
+    bool give_up = false;
+    {
+      std::lock_guard lk(mu_);
+      // A failed tile of this replica takes the replica out until the supervisor brings it back.
+      for (const auto& t : model_->group().tiles())
+        if (t.failed && replica_of(t.id) == r) mark_down(r, "tile " + std::to_string(t.id) + " failed: " + t.failure);
+      give_up = stopping_ || j.attempts >= cfg_.max_attempts;
+      if (!give_up) {
+        TESSERA_LOG_WARN("batch " << j.request.batch_id << " attempt " << j.attempts << " failed on replica " << r
+                                  << " (" << res.st.to_string() << "); running it again");
+        jobs_.push_front(std::move(j));  // first in line for the next replica that is up
+        work_cv_.notify_all();
+      }
+    }
+    if (give_up) {
+      res.st = res.st.with_context("after " + std::to_string(j.attempts) + " attempts");
+      answer(j, std::move(res));
+    }
+  }
+}
+
+bool tile_backend::recover(int r) {
+  auto& group = model_->group();
+  std::vector<uint32_t> failed;
+  for (const auto& t : group.tiles())
+    if (t.failed && replica_of(t.id) == r) failed.push_back(t.id);
+  for (uint32_t t : failed) {
+    const auto t0 = steady::now();
+    status st = group.can_restart() ? group.restart_tile(t) : group.await_return(t, 200ms);
+    const auto t1 = steady::now();
+    if (st) st = model_->restore_tile(t);
+    if (st)
+      TESSERA_LOG_INFO(info_.name << " tile " << t << ": restarted in "
+                                  << std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count()
+                                  << " ms, shards and program restored in "
+                                  << std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t1).count()
+                                  << " ms");
+    if (!st) {
+      std::lock_guard lk(mu_);
+      replicas_[static_cast<size_t>(r)].why = "tile " + std::to_string(t) + ": " + st.message() +
+                                              (group.can_restart() ? "" : " (waiting for its launcher to start it again)");
+      if (group.can_restart() || st.code() != errc::timeout) TESSERA_LOG_WARN(info_.name << " replica " << r << " recovery: " << st.message());
+      return false;
+    }
+  }
+  for (const auto& t : group.tiles())
+    if (t.failed && replica_of(t.id) == r) return false;  // another tile failed meanwhile: go again
+  return true;
+}
+
+void tile_backend::supervise() {
+  std::unique_lock lk(mu_);
+  while (!stopping_) {
+    int todo = -1;
+    for (size_t r = 0; r < replicas_.size() && todo < 0; ++r)
+      if (replicas_[r].st == state::down) todo = static_cast<int>(r);
+    // Batches waiting while no replica is up must not wait forever.
+    bool any_up = false;
+    for (const auto& rep : replicas_) any_up |= rep.st == state::up;
+    if (!any_up) {
+      const auto now = steady::now();
+      std::deque<job> expired;
+      for (auto it = jobs_.begin(); it != jobs_.end();) {
+        if (now - it->queued > cfg_.max_wait_for_replica) {
+          expired.push_back(std::move(*it));
+          it = jobs_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (!expired.empty()) {
+        lk.unlock();
+        for (auto& j : expired) {
+          batch_result res;
+          res.batch_id = j.request.batch_id;
+          res.st = status::peer_failed(info_.name + ": no replica came back within " +
+                                       std::to_string(cfg_.max_wait_for_replica.count()) + " ms");
+          answer(j, std::move(res));
+        }
+        lk.lock();
+        continue;
+      }
+    }
+    if (todo < 0) {
+      supervisor_cv_.wait_for(lk, 100ms);
+      continue;
+    }
+    auto& rep = replicas_[static_cast<size_t>(todo)];
+    rep.st = state::recovering;
+    lk.unlock();
+    const bool back = recover(todo);
+    lk.lock();
+    if (back) {
+      rep.st = state::up;
+      rep.why.clear();
+      rep.recoveries += 1;
+      rep.last_recovery_seconds = std::chrono::duration<double>(steady::now() - rep.down_since).count();
+      last_recovery_seconds_ = rep.last_recovery_seconds;
+      ++recoveries_;
+      TESSERA_LOG_WARN(info_.name << " replica " << todo << " back in rotation after "
+                                  << static_cast<int>(rep.last_recovery_seconds * 1e3) << " ms");
+      work_cv_.notify_all();
+    } else if (rep.st == state::recovering) {
+      rep.st = state::down;
+      // Local tiles: try again soon (a kill during the restart). Remote: await_return waited already.
+      supervisor_cv_.wait_for(lk, model_->group().can_restart() ? 50ms : 0ms);
+    }
   }
 }
 

@@ -1,3 +1,4 @@
+// host::tile_group over one control channel (exchange/channel.hpp). See tile_group.hpp.
 #include "tessera/host/tile_group.hpp"
 
 #include <signal.h>
@@ -5,7 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <deque>
 #include <filesystem>
+#include <future>
 #include <set>
 
 #include "tessera/common/log.hpp"
@@ -24,13 +28,16 @@ std::string join_ids(const std::vector<uint32_t>& ids) {
   for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
   return s;
 }
+std::string route_of(uint32_t tile, uint32_t incarnation) {
+  return "tile-" + std::to_string(tile) + "-" + std::to_string(incarnation);
+}
+constexpr auto abort_grace = 2s;  // survivors of a failed batch answer the abort within this
 }  // namespace
 
 tile_group::tile_group(tile_group_config cfg) : cfg_(std::move(cfg)) {
   tiles_.resize(cfg_.tiles);
   routes_.resize(cfg_.tiles);
   for (uint32_t i = 0; i < cfg_.tiles; ++i) tiles_[i].id = i;
-  publish();
 }
 
 result<std::unique_ptr<tile_group>> tile_group::start(tile_group_config cfg) {
@@ -43,33 +50,29 @@ result<std::unique_ptr<tile_group>> tile_group::start(tile_group_config cfg) {
     g->shutdown();
     return st;
   }
-  {
-    std::lock_guard lk(g->mu_);
-    peer_directory dir;
-    for (const auto& t : g->tiles_) {
-      dir.endpoints.push_back(t.exchange_endpoint);
-      dir.incarnations.push_back(t.incarnation);
-    }
-    for (uint32_t i = 0; i < g->cfg_.tiles; ++i) TESSERA_RETURN_IF_ERROR(g->send_to(i, encode(dir)));
-  }
-  g->monitor_ = std::thread([p = g.get()] { p->monitor_loop(); });
+  TESSERA_RETURN_IF_ERROR(g->send_directory());
   return g;
 }
 
 tile_group::~tile_group() { shutdown(); }
 
 status tile_group::bind_and_launch() {
-  apply_socket_defaults(router_);
-  router_.set(zmq::sockopt::router_mandatory, 1);
-  router_.set(zmq::sockopt::sndhwm, 0);
-  exchange::secure_server(ctx_, router_);  // CurveZMQ + ZAP when keys are loaded
-  try {
-    router_.bind(cfg_.control_bind);
-  } catch (const zmq::error_t& ex) {
-    return status::io_error("cannot bind the host's control socket at " + cfg_.control_bind + ": " + ex.what() +
-                            "; choose another --control address or port");
-  }
-  control_endpoint_ = router_.get(zmq::sockopt::last_endpoint);
+  channel::options o;
+  o.name = "tile control";
+  o.type = zmq::socket_type::router;
+  o.bind = cfg_.control_bind;
+  o.tick = 10ms;
+  o.configure = [this](zmq::socket_t& s) { exchange::secure_server(ctx_, s); };  // CurveZMQ + ZAP when keys are loaded
+  channel::handlers h;
+  h.reply_id = [](const envelope& e) { return peek_request_id(e); };
+  h.on_message = [this](const std::string& peer, envelope&& e) { on_message(peer, std::move(e)); };
+  h.on_tick = [this](steady::time_point now) { on_tick(now); };
+  auto ch = channel::open(ctx_, std::move(o), std::move(h));
+  if (!ch)
+    return status::io_error("cannot bind the host's control socket at " + cfg_.control_bind + ": " +
+                            ch.error().message() + "; choose another --control address or port");
+  channel_ = std::move(*ch);
+  control_endpoint_ = channel_->endpoint();
   if (!cfg_.advertise_host.empty() && control_endpoint_.rfind("tcp://", 0) == 0)
     control_endpoint_ = "tcp://" + cfg_.advertise_host + control_endpoint_.substr(control_endpoint_.rfind(':'));
   if (!cfg_.launch_local) return status::ok();
@@ -78,13 +81,8 @@ status tile_group::bind_and_launch() {
   if (!mkdtemp(tmpl)) return status::io_error("cannot create a run directory under /tmp");
   run_dir_ = tmpl;
   launcher_ = std::make_unique<local_launcher>(cfg_.launcher);
-  for (uint32_t i = 0; i < cfg_.tiles; ++i) {
-    if (auto st = spawn_tile(i); !st) {
-      shutdown();
-      return st;
-    }
-  }
-  publish();
+  std::lock_guard lk(mu_);
+  for (uint32_t i = 0; i < cfg_.tiles; ++i) TESSERA_RETURN_IF_ERROR(spawn_tile(i));
   return status::ok();
 }
 
@@ -104,53 +102,14 @@ status tile_group::spawn_tile(uint32_t i) {
   return status::ok();
 }
 
-status tile_group::restart_tile(uint32_t tile) {
-  std::unique_lock lk(mu_);
-  if (tile >= cfg_.tiles) return status::invalid("no tile " + std::to_string(tile));
-  if (!launcher_) return status::unsupported("tile " + std::to_string(tile) + " was launched elsewhere; restart it there (with a higher --incarnation)");
-  auto& t = tiles_[tile];
-  if (t.pid > 0) {
-    ::kill(t.pid, SIGKILL);  // a stalled or half-dead process must not come back
-    launcher_->stop(t.pid, 0);
-    t.pid = 0;
-  }
-  const uint32_t next = t.incarnation + 1;
-  t.incarnation = next;
-  t.registered = false;
-  t.failed = false;
-  t.failure.clear();
-  t.memory_used = t.memory_high_water = 0;
-  t.injected = {};
-  TESSERA_RETURN_IF_ERROR(spawn_tile(tile));
-  publish();
-  bool ok = pump_until([&] { return (t.registered && t.incarnation == next) || t.failed; },
-                       steady::now() + cfg_.register_timeout);
-  if (!ok || t.failed)
-    return status::peer_failed("tile " + std::to_string(tile) + " did not come back after a restart" +
-                               (t.failed ? ": " + t.failure : std::string()));
-  peer_directory dir;
-  for (const auto& x : tiles_) {
-    dir.endpoints.push_back(x.exchange_endpoint);
-    dir.incarnations.push_back(x.incarnation);
-  }
-  for (uint32_t i = 0; i < cfg_.tiles; ++i)
-    if (!tiles_[i].failed) TESSERA_RETURN_IF_ERROR(send_to(i, encode(dir)));
-  ++restarts_;
-  publish();
-  TESSERA_LOG_WARN("tile " << tile << " restarted as incarnation " << next);
-  return status::ok();
-}
-
 status tile_group::await_registration() {
   std::unique_lock lk(mu_);
   auto deadline = steady::now() + cfg_.register_timeout;
-  bool all = pump_until(
-      [&] {
-        for (const auto& t : tiles_)
-          if (!t.registered && !t.failed) return false;
-        return true;
-      },
-      deadline);
+  bool all = changed_.wait_until(lk, deadline, [&] {
+    for (const auto& t : tiles_)
+      if (!t.registered && !t.failed) return false;
+    return true;
+  });
   std::vector<uint32_t> missing, failed;
   std::string failures;
   for (const auto& t : tiles_) {
@@ -169,120 +128,72 @@ status tile_group::await_registration() {
   return status::ok();
 }
 
-void tile_group::monitor_loop() {
-  while (!monitor_stop_) {
-    std::this_thread::sleep_for(50ms);
-    std::unique_lock lk(mu_, std::try_to_lock);
-    if (!lk.owns_lock() || shut_) continue;
-    pump_once(0ms);
-    check_liveness();
-  }
-}
-
-void tile_group::mark_failed(uint32_t tile, const std::string& why) {
-  auto& t = tiles_[tile];
-  if (t.failed) return;
-  t.failed = true;
-  t.failure = why;
-  TESSERA_LOG_ERROR("tile " << tile << " failed: " << why);
-}
-
-void tile_group::check_liveness() {
-  struct publish_on_exit {
-    tile_group* g;
-    ~publish_on_exit() { g->publish(); }
-  } on_exit{this};
-  auto now = steady::now();
-  for (auto& t : tiles_) {
-    if (t.failed) continue;
-    if (t.local && t.pid > 0) {
-      if (auto why = launcher_->poll_exit(t.pid)) {
-        t.pid = 0;
-        mark_failed(t.id, "process " + *why);
-        continue;
-      }
+status tile_group::send_directory() {
+  peer_directory dir;
+  std::vector<std::string> to;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& t : tiles_) {
+      dir.endpoints.push_back(t.exchange_endpoint);
+      dir.incarnations.push_back(t.incarnation);
     }
-    if (t.registered && now - t.last_heartbeat > cfg_.heartbeat_timeout)
-      mark_failed(t.id, "no heartbeat for " +
-                            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - t.last_heartbeat).count()) +
-                            " ms (limit " + std::to_string(cfg_.heartbeat_timeout.count()) + " ms)");
+    for (uint32_t i = 0; i < cfg_.tiles; ++i)
+      if (tiles_[i].registered && !tiles_[i].failed) to.push_back(routes_[i]);
   }
+  // The channel keeps per-peer order: a tile reads the directory before any later request.
+  for (const auto& r : to) channel_->send(r, encode(dir));
+  return status::ok();
 }
 
-bool tile_group::pump_until(const std::function<bool()>& done, steady::time_point deadline) {
-  auto last_check = steady::now();
-  for (;;) {
-    if (done()) return true;
-    auto now = steady::now();
-    if (now >= deadline) return false;
-    auto wait = std::min<steady::duration>(deadline - now, 20ms);
-    pump_once(std::chrono::duration_cast<std::chrono::milliseconds>(wait) + 1ms);
-    if (steady::now() - last_check > 20ms) {
-      check_liveness();
-      last_check = steady::now();
-    }
-  }
-}
+// ---- I/O thread ----
 
-void tile_group::pump_once(std::chrono::milliseconds wait) {
-  zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
-  try {
-    if (zmq::poll(&item, 1, wait) == 0) return publish();
-  } catch (const zmq::error_t&) {
-    return publish();
-  }
-  for (int i = 0; i < 10000; ++i) {
-    envelope e;
-    std::vector<zmq::message_t> route;
-    auto got = recv_envelope(router_, e, &route, 1, zmq::recv_flags::dontwait);
-    if (!got) {
-      ++bad_messages_;
-      TESSERA_LOG_WARN("dropped a bad control message: " << got.error().message());
-      continue;
-    }
-    if (!*got) break;
-    dispatch(route, std::move(e));
-  }
-  publish();
-}
-
-void tile_group::dispatch(std::vector<zmq::message_t>& route, envelope&& e) {
+void tile_group::on_message(const std::string& identity, envelope&& e) {
   auto type = peek_type(e);
   auto bad = [&](const std::string& why) {
     ++bad_messages_;
     TESSERA_LOG_WARN("dropped a control message: " << why);
   };
   if (!type) return bad(type.error().message());
-  const std::string identity = route.empty() ? "" : route[0].to_string();
   switch (*type) {
     case msg_type::register_tile: {
       register_tile m;
       if (auto st = decode(e, m); !st) return bad(st.message());
       if (m.tile_id >= cfg_.tiles) return bad("register from tile " + std::to_string(m.tile_id) + ", group has " +
                                               std::to_string(cfg_.tiles));
-      if (identity != "tile-" + std::to_string(m.tile_id) + "-" + std::to_string(m.incarnation))
+      if (identity != route_of(m.tile_id, m.incarnation))
         return bad("register whose socket identity '" + identity + "' does not match tile " + std::to_string(m.tile_id));
-      auto& t = tiles_[m.tile_id];
-      if (m.incarnation < t.incarnation || (t.registered && m.incarnation == t.incarnation && !t.failed))
-        return bad("stale or duplicate register for tile " + std::to_string(m.tile_id) + " incarnation " +
-                   std::to_string(m.incarnation));
-      t.registered = true;
-      t.failed = false;
-      t.failure.clear();
-      t.incarnation = m.incarnation;
-      t.hostname = m.hostname;
-      t.exchange_endpoint = m.exchange_endpoint;
-      t.memory_capacity = m.memory_capacity;
-      if (!t.local) t.pid = m.pid;
-      t.last_heartbeat = steady::now();
-      routes_[m.tile_id] = identity;
+      {
+        std::lock_guard lk(mu_);
+        auto& t = tiles_[m.tile_id];
+        if (m.incarnation < t.incarnation || (t.registered && m.incarnation == t.incarnation && !t.failed))
+          return bad("stale or duplicate register for tile " + std::to_string(m.tile_id) + " incarnation " +
+                     std::to_string(m.incarnation));
+        if (t.local && m.incarnation != t.incarnation)
+          return bad("register of tile " + std::to_string(m.tile_id) + " incarnation " + std::to_string(m.incarnation) +
+                     ", but this host launched incarnation " + std::to_string(t.incarnation));
+        t.registered = true;
+        t.failed = false;
+        t.failure.clear();
+        t.incarnation = m.incarnation;
+        t.hostname = m.hostname;
+        t.exchange_endpoint = m.exchange_endpoint;
+        t.memory_capacity = m.memory_capacity;
+        t.memory_used = t.memory_high_water = 0;
+        if (m.incarnation != t.incarnation) t.injected = {};
+        if (!t.local) t.pid = m.pid;
+        t.last_heartbeat = steady::now();
+        routes_[m.tile_id] = identity;
+      }
+      changed_.notify_all();
       TESSERA_LOG_DEBUG("tile " << m.tile_id << " registered from " << m.hostname << " at " << m.exchange_endpoint);
+      emit({tile_event::kind::registered, m.tile_id, m.incarnation, {}});
       return;
     }
     case msg_type::heartbeat: {
       heartbeat m;
       if (auto st = decode(e, m); !st) return bad(st.message());
       if (m.tile_id >= cfg_.tiles) return bad("heartbeat from unknown tile " + std::to_string(m.tile_id));
+      std::lock_guard lk(mu_);
       auto& t = tiles_[m.tile_id];
       if (m.incarnation != t.incarnation || t.failed) return;  // an old incarnation
       t.last_heartbeat = steady::now();
@@ -293,56 +204,104 @@ void tile_group::dispatch(std::vector<zmq::message_t>& route, envelope&& e) {
       t.injected = m.injected;
       return;
     }
-    case msg_type::ack: {
-      ack m;
-      if (auto st = decode(e, m); !st) return bad(st.message());
-      acks_[m.request_id] = {std::move(m), std::move(e.payloads)};
+    case msg_type::ack:
+    case msg_type::run_done:
+      // A reply nobody waits for any more: its request timed out, or its tile was declared
+      // failed (an old incarnation's last words).
+      TESSERA_LOG_DEBUG("late " << msg_type_name(*type) << " from " << identity << " dropped");
       return;
-    }
-    case msg_type::run_done: {
-      run_done m;
-      if (auto st = decode(e, m); !st) return bad(st.message());
-      if (m.tile_id >= cfg_.tiles) return bad("run_done from unknown tile");
-      tiles_[m.tile_id].memory_high_water = std::max(tiles_[m.tile_id].memory_high_water, m.memory_high_water);
-      tiles_[m.tile_id].last_heartbeat = steady::now();
-      if (identity == routes_[m.tile_id]) tiles_[m.tile_id].injected = m.injected;  // not an old incarnation's
-      done_[{m.batch_id, m.tile_id}] = {std::move(m), std::move(e.payloads)};
-      return;
-    }
     default:
       return bad("unexpected " + std::string(msg_type_name(*type)) + " at the host");
   }
 }
 
-status tile_group::send_to(uint32_t tile, envelope&& e) {
-  if (tile >= cfg_.tiles) return status::invalid("no tile " + std::to_string(tile) + " in a group of " + std::to_string(cfg_.tiles));
-  if (tiles_[tile].failed) return status::peer_failed("tile " + std::to_string(tile) + " has failed: " + tiles_[tile].failure);
-  try {
-    zmq::message_t id(routes_[tile].data(), routes_[tile].size());
-    router_.send(id, zmq::send_flags::sndmore);
-    send_envelope(router_, std::move(e));
-  } catch (const zmq::error_t& ex) {
-    mark_failed(tile, std::string("unreachable: ") + ex.what());
-    return status::peer_failed("tile " + std::to_string(tile) + " is unreachable: " + ex.what());
+void tile_group::on_tick(steady::time_point now) {
+  std::vector<std::pair<uint32_t, std::string>> failures;
+  {
+    std::lock_guard lk(mu_);
+    if (shut_) return;
+    for (auto& t : tiles_) {
+      if (t.failed) continue;
+      if (t.local && t.pid > 0 && launcher_) {
+        if (auto why = launcher_->poll_exit(t.pid)) {
+          t.pid = 0;
+          failures.push_back({t.id, "process " + *why});
+          continue;
+        }
+      }
+      if (t.registered && now - t.last_heartbeat > cfg_.heartbeat_timeout)
+        failures.push_back(
+            {t.id, "no heartbeat for " +
+                       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - t.last_heartbeat).count()) +
+                       " ms (limit " + std::to_string(cfg_.heartbeat_timeout.count()) + " ms)"});
+    }
   }
-  return status::ok();
+  for (auto& [tile, why] : failures) mark_failed(tile, why);
 }
 
-result<ack> tile_group::await_ack(uint64_t request_id, uint32_t tile) {
-  bool got = pump_until([&] { return acks_.count(request_id) || tiles_[tile].failed; },
-                        steady::now() + cfg_.request_timeout);
-  auto it = acks_.find(request_id);
-  if (it == acks_.end()) {
-    if (tiles_[tile].failed) return status::peer_failed("tile " + std::to_string(tile) + " failed: " + tiles_[tile].failure);
-    (void)got;
-    return status::timeout("tile " + std::to_string(tile) + " did not answer within " +
-                           std::to_string(cfg_.request_timeout.count()) + " ms");
+void tile_group::emit(const tile_event& ev) {
+  std::function<void(const tile_event&)> l;
+  {
+    std::lock_guard lk(mu_);
+    l = listener_;
   }
-  ack a = std::move(it->second.first);
-  acks_.erase(it);
-  if (a.code != errc::ok) return status{a.code, a.message};
-  return a;
+  if (l) l(ev);
 }
+
+void tile_group::on_event(std::function<void(const tile_event&)> listener) {
+  std::lock_guard lk(mu_);
+  listener_ = std::move(listener);
+}
+
+void tile_group::mark_failed(uint32_t tile, const std::string& why) {
+  std::string route;
+  uint32_t incarnation = 0;
+  {
+    std::lock_guard lk(mu_);
+    if (tile >= cfg_.tiles || shut_) return;
+    auto& t = tiles_[tile];
+    if (t.failed) return;
+    t.failed = true;
+    t.failure = why;
+    route = routes_[tile];
+    incarnation = t.incarnation;
+  }
+  TESSERA_LOG_ERROR("tile " << tile << " failed: " << why);
+  changed_.notify_all();
+  // Every request waiting on it ends now, with the reason (not at its deadline).
+  channel_->fail_peer(route, status::peer_failed("tile " + std::to_string(tile) + " failed: " + why));
+  emit({tile_event::kind::failed, tile, incarnation, why});
+}
+
+// ---- requests (any thread but the I/O thread) ----
+
+result<envelope> tile_group::call(uint32_t tile, uint64_t id, envelope e, std::chrono::milliseconds timeout) {
+  std::string route;
+  {
+    std::lock_guard lk(mu_);
+    if (tile >= cfg_.tiles)
+      return status::invalid("no tile " + std::to_string(tile) + " in a group of " + std::to_string(cfg_.tiles));
+    if (tiles_[tile].failed)
+      return status::peer_failed("tile " + std::to_string(tile) + " has failed: " + tiles_[tile].failure);
+    route = routes_[tile];
+  }
+  auto promise = std::make_shared<std::promise<result<envelope>>>();
+  auto future = promise->get_future();
+  channel_->request(route, id, std::move(e), steady::now() + timeout,
+                    [promise](result<envelope> r) { promise->set_value(std::move(r)); });
+  return future.get();
+}
+
+namespace {
+// An ack's status, or the failure that replaced it.
+result<std::pair<ack, envelope>> read_ack(result<envelope> r, uint32_t tile) {
+  if (!r) return r.error();
+  ack a;
+  if (auto st = decode(*r, a); !st) return st.with_context("ack from tile " + std::to_string(tile));
+  if (a.code != errc::ok) return status{a.code, a.message};
+  return std::make_pair(std::move(a), std::move(*r));
+}
+}  // namespace
 
 status tile_group::alloc(uint32_t tile, const tensor_desc& desc, const void* data) {
   return alloc_many({{tile, desc, data}});
@@ -350,26 +309,40 @@ status tile_group::alloc(uint32_t tile, const tensor_desc& desc, const void* dat
 
 status tile_group::alloc_many(const std::vector<alloc_request>& reqs,
                               const std::function<void(uint64_t, uint64_t)>& progress) {
-  std::lock_guard lk(mu_);
   uint64_t total = 0, sent = 0;
   for (const auto& r : reqs) total += r.data ? r.desc.bytes() : 0;
   // Keep a bounded window in flight so a large model streams without queueing it all twice.
   constexpr size_t window = 16;
-  std::vector<std::pair<uint64_t, uint32_t>> pending;
+  std::deque<std::pair<std::future<result<envelope>>, uint32_t>> pending;
   status first_error;
   auto drain = [&](size_t keep) {
     while (pending.size() > keep) {
-      auto [id, tile] = pending.front();
-      pending.erase(pending.begin());
-      auto a = await_ack(id, tile);
+      auto [f, tile] = std::move(pending.front());
+      pending.pop_front();
+      auto a = read_ack(f.get(), tile);
       if (!a && first_error) first_error = a.error().with_context("allocating on tile " + std::to_string(tile));
     }
   };
   for (const auto& r : reqs) {
-    alloc_tensor m{next_request_++, r.desc, r.data != nullptr, true};
+    std::string route;
+    {
+      std::lock_guard lk(mu_);
+      if (r.tile >= cfg_.tiles) {
+        first_error = status::invalid("no tile " + std::to_string(r.tile));
+        break;
+      }
+      if (tiles_[r.tile].failed) {
+        first_error = status::peer_failed("tile " + std::to_string(r.tile) + " has failed: " + tiles_[r.tile].failure);
+        break;
+      }
+      route = routes_[r.tile];
+    }
+    alloc_tensor m{next_id(), r.desc, r.data != nullptr, true};
     zmq::message_t frame = r.data ? copy_frame(r.data, r.desc.bytes()) : zmq::message_t();
-    if (auto st = send_to(r.tile, encode(m, std::move(frame))); !st) return st;
-    pending.push_back({m.request_id, r.tile});
+    auto promise = std::make_shared<std::promise<result<envelope>>>();
+    pending.emplace_back(promise->get_future(), r.tile);
+    channel_->request(route, m.request_id, encode(m, std::move(frame)), steady::now() + cfg_.request_timeout,
+                      [promise](result<envelope> x) { promise->set_value(std::move(x)); });
     drain(window);
     if (!first_error) break;
     sent += r.data ? r.desc.bytes() : 0;
@@ -380,63 +353,98 @@ status tile_group::alloc_many(const std::vector<alloc_request>& reqs,
 }
 
 status tile_group::free(uint32_t tile, const std::vector<uint32_t>& ids) {
-  std::lock_guard lk(mu_);
-  free_tensors m{next_request_++, ids};
-  TESSERA_RETURN_IF_ERROR(send_to(tile, encode(m)));
-  auto a = await_ack(m.request_id, tile);
+  free_tensors m{next_id(), ids};
+  auto a = read_ack(call(tile, m.request_id, encode(m), cfg_.request_timeout), tile);
   return a ? status::ok() : a.error();
 }
 
 status tile_group::load(const std::map<uint32_t, program>& per_tile) {
-  std::lock_guard lk(mu_);
-  std::vector<std::pair<uint64_t, uint32_t>> pending;
+  std::vector<std::pair<std::future<result<envelope>>, uint32_t>> pending;
   for (const auto& [tile, prog] : per_tile) {
-    load_program m{next_request_++, prog};
-    TESSERA_RETURN_IF_ERROR(send_to(tile, encode(m)));
-    pending.push_back({m.request_id, tile});
+    std::string route;
+    {
+      std::lock_guard lk(mu_);
+      if (tile >= cfg_.tiles) return status::invalid("no tile " + std::to_string(tile));
+      if (tiles_[tile].failed)
+        return status::peer_failed("tile " + std::to_string(tile) + " has failed: " + tiles_[tile].failure);
+      route = routes_[tile];
+    }
+    load_program m{next_id(), prog};
+    auto promise = std::make_shared<std::promise<result<envelope>>>();
+    pending.emplace_back(promise->get_future(), tile);
+    channel_->request(route, m.request_id, encode(m), steady::now() + cfg_.request_timeout,
+                      [promise](result<envelope> x) { promise->set_value(std::move(x)); });
   }
   status first;
-  for (auto [id, tile] : pending) {
-    auto a = await_ack(id, tile);
+  for (auto& [f, tile] : pending) {
+    auto a = read_ack(f.get(), tile);
     if (!a && first) first = a.error().with_context("loading the program on tile " + std::to_string(tile));
   }
   return first;
 }
 
 result<std::vector<float>> tile_group::fetch(uint32_t tile, const slice_ref& slice, int64_t active_tokens) {
-  std::lock_guard lk(mu_);
-  fetch_tensor m{next_request_++, slice, active_tokens};
-  TESSERA_RETURN_IF_ERROR(send_to(tile, encode(m)));
-  bool ok = pump_until([&] { return acks_.count(m.request_id) || tiles_[tile].failed; },
-                       steady::now() + cfg_.request_timeout);
-  auto it = acks_.find(m.request_id);
-  if (!ok || it == acks_.end()) return status::peer_failed("tile " + std::to_string(tile) + " did not return the tensor");
-  auto [a, payloads] = std::move(it->second);
-  acks_.erase(it);
-  if (a.code != errc::ok) return status{a.code, a.message};
+  fetch_tensor m{next_id(), slice, active_tokens};
+  auto a = read_ack(call(tile, m.request_id, encode(m), cfg_.request_timeout), tile);
+  if (!a) return a.error();
+  auto& payloads = a->second.payloads;
+  if (payloads.size() != 1) return status::bad_message("tile " + std::to_string(tile) + " returned no tensor");
   std::vector<float> out(payloads[0].size() / 4);
   std::memcpy(out.data(), payloads[0].data(), payloads[0].size());
   return out;
 }
 
+// ---- batches ----
+
+struct tile_group::run_op {
+  uint64_t batch = 0;
+  uint32_t program_id = 0;
+  std::vector<uint32_t> parts;
+  std::map<uint32_t, std::string> routes;
+  std::map<uint32_t, std::vector<size_t>> outputs_of;  // output j is the k-th frame of its tile
+  std::set<uint32_t> answered;
+  size_t remaining = 0;
+  status first_error;
+  bool aborted = false;
+  run_result out;
+  steady::time_point t0;
+  std::function<void(result<run_result>)> done;
+};
+
 result<run_result> tile_group::run(const batch_spec& spec) {
-  std::unique_lock lk(mu_);
-  auto t0 = steady::now();
-  std::vector<uint32_t> parts = spec.tiles;
-  if (parts.empty())
-    for (uint32_t i = 0; i < cfg_.tiles; ++i) parts.push_back(i);
-  for (uint32_t p : parts) {
-    if (p >= cfg_.tiles) return status::invalid("batch names tile " + std::to_string(p) + ", outside the group");
-    if (tiles_[p].failed) return status::peer_failed("tile " + std::to_string(p) + " has failed: " + tiles_[p].failure);
+  auto promise = std::make_shared<std::promise<result<run_result>>>();
+  auto future = promise->get_future();
+  submit(spec, [promise](result<run_result> r) { promise->set_value(std::move(r)); });
+  return future.get();
+}
+
+void tile_group::submit(const batch_spec& spec, std::function<void(result<run_result>)> done) {
+  auto op = std::make_shared<run_op>();
+  op->t0 = steady::now();
+  op->parts = spec.tiles;
+  if (op->parts.empty())
+    for (uint32_t i = 0; i < cfg_.tiles; ++i) op->parts.push_back(i);
+  {
+    std::lock_guard lk(mu_);
+    for (uint32_t p : op->parts) {
+      if (p >= cfg_.tiles) return done(status::invalid("batch names tile " + std::to_string(p) + ", outside the group"));
+      if (tiles_[p].failed)
+        return done(status::peer_failed("tile " + std::to_string(p) + " has failed: " + tiles_[p].failure));
+      op->routes[p] = routes_[p];
+    }
   }
-  const uint64_t batch = next_batch_++;
-  // Output j comes back as the k-th output frame of its tile.
-  std::map<uint32_t, std::vector<size_t>> outputs_of;
-  for (size_t j = 0; j < spec.outputs.size(); ++j) outputs_of[spec.outputs[j].tile].push_back(j);
-  for (uint32_t p : parts) {
+  op->batch = next_id();
+  op->program_id = spec.program_id;
+  op->out.batch_id = op->batch;
+  op->out.outputs.resize(spec.outputs.size());
+  op->remaining = op->parts.size();
+  op->done = std::move(done);
+  for (size_t j = 0; j < spec.outputs.size(); ++j) op->outputs_of[spec.outputs[j].tile].push_back(j);
+  const auto deadline = steady::now() + cfg_.run_timeout;
+  for (uint32_t p : op->parts) {
     run_program m;
     m.program_id = spec.program_id;
-    m.batch_id = batch;
+    m.batch_id = op->batch;
     m.seq_lengths = spec.seq_lengths;
     m.active_tokens = spec.active_tokens;
     m.collect_counters = spec.collect_counters;
@@ -446,127 +454,147 @@ result<run_result> tile_group::run(const batch_spec& spec) {
       m.inputs.push_back(in.dst);
       frames.push_back(copy_frame(in.data, in.bytes));
     }
-    for (size_t j : outputs_of[p]) m.outputs.push_back(spec.outputs[j].src);
-    if (auto st = send_to(p, encode(m, std::move(frames))); !st) return st;
+    for (size_t j : op->outputs_of[p]) m.outputs.push_back(spec.outputs[j].src);
+    channel_->request(op->routes[p], op->batch, encode(m, std::move(frames)), deadline,
+                      [this, op, p](result<envelope> r) { finish_part(op, p, std::move(r)); });
   }
-  auto all_done = [&] {
-    for (uint32_t p : parts)
-      if (!done_.count({batch, p})) return false;
-    return true;
-  };
-  // A tile that answered with an error (a corrupt slice, a kernel error) ends the batch for
-  // everyone: its peers would otherwise wait for it until the exchange timeout.
-  auto any_failed = [&] {
-    for (uint32_t p : parts) {
-      if (tiles_[p].failed && !done_.count({batch, p})) return true;
-      auto it = done_.find({batch, p});
-      if (it != done_.end() && it->second.first.code != errc::ok) return true;
+}
+
+void tile_group::finish_part(const std::shared_ptr<run_op>& op, uint32_t p, result<envelope> r) {
+  op->answered.insert(p);
+  status st;
+  if (!r) {
+    st = r.error();
+    if (st.code() == errc::peer_failed) mark_failed(p, st.message());  // e.g. its socket is gone
+    if (st.code() == errc::timeout) {
+      // A participant that neither finished nor answered an abort is stuck: it must be restarted.
+      const std::string why = op->aborted ? "did not answer an abort of batch " + std::to_string(op->batch)
+                                          : "did not finish batch " + std::to_string(op->batch) + " within " +
+                                                std::to_string(cfg_.run_timeout.count()) + " ms";
+      mark_failed(p, why);
+      st = status::timeout("tile " + std::to_string(p) + " " + why);
     }
-    return false;
-  };
-  // Wait, giving the socket up between short pumps so that runs of other replicas (other
-  // threads) can send and collect theirs.
-  bool finished = false;
-  const auto deadline = t0 + cfg_.run_timeout;
-  for (;;) {
-    if (all_done() || any_failed()) {
-      finished = true;
-      break;
-    }
-    if (steady::now() >= deadline) break;
-    pump_once(1ms);
-    check_liveness();
-    lk.unlock();
-    std::this_thread::yield();
-    lk.lock();
-  }
-  auto cleanup = [&] {
-    for (uint32_t p : parts) done_.erase({batch, p});
-  };
-  const bool tile_error = finished && !all_done() && [&] {
-    for (uint32_t p : parts)
-      if (!tiles_[p].failed && done_.count({batch, p}) && done_[{batch, p}].first.code != errc::ok) return true;
-    return false;
-  }();
-  if (tile_error) {
-    std::vector<uint32_t> late;
-    status first;
-    for (uint32_t p : parts) {
-      auto it = done_.find({batch, p});
-      if (it == done_.end()) late.push_back(p);
-      else if (it->second.first.code != errc::ok && first)
-        first = status{it->second.first.code, "tile " + std::to_string(p) + ": " + it->second.first.message};
-    }
-    for (uint32_t p : late) (void)send_to(p, encode(abort_run{spec.program_id, batch, "a peer reported an error"}));
-    pump_until([&] {
-      for (uint32_t p : late)
-        if (!done_.count({batch, p}) && !tiles_[p].failed) return false;
-      return true;
-    }, steady::now() + 2s);
-    for (uint32_t p : parts) done_.erase({batch, p});
-    return first;
-  }
-  if (!finished || any_failed()) {
-    std::vector<uint32_t> failed, late;
-    std::string why;
-    for (uint32_t p : parts) {
-      if (tiles_[p].failed) {
-        failed.push_back(p);
-        why += "; tile " + std::to_string(p) + " " + tiles_[p].failure;
-      } else if (!done_.count({batch, p})) {
-        late.push_back(p);
+  } else {
+    run_done d;
+    if (auto dst = decode(*r, d); !dst) {
+      st = dst.with_context("run_done from tile " + std::to_string(p));
+    } else if (d.code != errc::ok) {
+      st = status{d.code, "tile " + std::to_string(p) + ": " + d.message};
+    } else {
+      {
+        std::lock_guard lk(mu_);
+        auto& t = tiles_[p];
+        t.memory_high_water = std::max(t.memory_high_water, d.memory_high_water);
+        t.last_heartbeat = steady::now();
+        if (op->routes[p] == routes_[p]) t.injected = d.injected;  // not an old incarnation's
+      }
+      op->out.counters[p] = std::move(d.counters);
+      op->out.memory_high_water[p] = d.memory_high_water;
+      const auto& mine = op->outputs_of[p];
+      auto& frames = r->payloads;
+      if (frames.size() != mine.size()) {
+        st = status::bad_message("tile " + std::to_string(p) + " returned " + std::to_string(frames.size()) +
+                                 " outputs, expected " + std::to_string(mine.size()));
+      } else {
+        for (size_t k = 0; k < mine.size(); ++k) {
+          auto& v = op->out.outputs[mine[k]];
+          v.resize(frames[k].size() / 4);
+          std::memcpy(v.data(), frames[k].data(), frames[k].size());
+        }
       }
     }
-    // Stop the survivors and wait briefly for them to answer, so the next batch starts clean.
-    for (uint32_t p : late) (void)send_to(p, encode(abort_run{spec.program_id, batch, "a peer failed"}));
-    pump_until([&] {
-      for (uint32_t p : late)
-        if (!done_.count({batch, p}) && !tiles_[p].failed) return false;
-      return true;
-    }, steady::now() + 2s);
-    cleanup();
-    if (!failed.empty())
-      return status::peer_failed("batch " + std::to_string(batch) + " failed: tiles " + join_ids(failed) + " failed" + why);
-    return status::timeout("batch " + std::to_string(batch) + " took longer than " +
-                           std::to_string(cfg_.run_timeout.count()) + " ms on tiles " + join_ids(late));
   }
-  run_result out;
-  out.batch_id = batch;
-  out.outputs.resize(spec.outputs.size());
-  status first_error;
-  for (uint32_t p : parts) {
-    auto& [done, frames] = done_[{batch, p}];
-    if (done.code != errc::ok) {
-      if (first_error) first_error = status{done.code, "tile " + std::to_string(p) + ": " + done.message};
-      continue;
-    }
-    out.counters[p] = std::move(done.counters);
-    out.memory_high_water[p] = done.memory_high_water;
-    const auto& mine = outputs_of[p];
-    if (frames.size() != mine.size()) {
-      if (first_error) first_error = status::bad_message("tile " + std::to_string(p) + " returned a wrong number of outputs");
-      continue;
-    }
-    for (size_t k = 0; k < mine.size(); ++k) {
-      auto& v = out.outputs[mine[k]];
-      v.resize(frames[k].size() / 4);
-      std::memcpy(v.data(), frames[k].data(), frames[k].size());
+  if (!st) {
+    if (op->first_error) op->first_error = st;  // the first failure is the cause; later ones follow from it
+    if (!op->aborted) {
+      // End the batch for everyone: the survivors would otherwise wait for the failed tile until
+      // the exchange timeout. Their answers (or their failure) complete their requests.
+      op->aborted = true;
+      const auto grace = steady::now() + abort_grace;
+      for (uint32_t q : op->parts) {
+        if (op->answered.count(q)) continue;
+        (void)channel_->send_now(op->routes[q], encode(abort_run{op->program_id, op->batch, "a peer failed: " + st.message()}));
+        channel_->set_deadline(op->routes[q], op->batch, grace);
+      }
     }
   }
-  cleanup();
-  if (!first_error) return first_error;
-  out.wall_seconds = std::chrono::duration<double>(steady::now() - t0).count();
-  return out;
+  if (--op->remaining > 0) return;
+  auto done = std::move(op->done);
+  if (!op->first_error) {
+    std::string prefix = "batch " + std::to_string(op->batch) + " failed: ";
+    return done(status{op->first_error.code(), prefix + op->first_error.message()});
+  }
+  op->out.wall_seconds = std::chrono::duration<double>(steady::now() - op->t0).count();
+  done(std::move(op->out));
 }
 
-void tile_group::publish() {
-  std::lock_guard lk(snapshot_mu_);
-  snapshot_ = tiles_;
+// ---- recovery ----
+
+status tile_group::restart_tile(uint32_t tile) {
+  std::unique_lock lk(mu_);
+  if (tile >= cfg_.tiles) return status::invalid("no tile " + std::to_string(tile));
+  if (!launcher_)
+    return status::unsupported("tile " + std::to_string(tile) +
+                               " was launched elsewhere; start it again there with a higher --incarnation");
+  if (shut_) return status{errc::cancelled, "the tile group is shutting down"};
+  auto& t = tiles_[tile];
+  const bool was_failed = t.failed;
+  const std::string old_route = routes_[tile];
+  if (t.pid > 0) {
+    ::kill(t.pid, SIGKILL);  // a stalled or half-dead process must not come back
+    launcher_->stop(t.pid, 0);
+    t.pid = 0;
+  }
+  const uint32_t next = t.incarnation + 1;
+  t.incarnation = next;
+  t.registered = false;
+  t.failed = false;
+  t.failure.clear();
+  t.memory_used = t.memory_high_water = 0;
+  t.injected = {};
+  if (auto st = spawn_tile(tile); !st) {
+    t.failed = true;
+    t.failure = "restart failed: " + st.message();
+    return st;
+  }
+  lk.unlock();
+  if (!was_failed)  // requests to the old incarnation end now
+    channel_->fail_peer(old_route, status::peer_failed("tile " + std::to_string(tile) + " was restarted"));
+  lk.lock();
+  bool ok = changed_.wait_until(lk, steady::now() + cfg_.register_timeout, [&] {
+    return (t.registered && t.incarnation == next) || t.failed || shut_;
+  });
+  if (!ok || t.failed || !t.registered) {
+    std::string why = t.failed ? t.failure : "it did not register within " + std::to_string(cfg_.register_timeout.count()) + " ms";
+    lk.unlock();
+    if (!ok) mark_failed(tile, why);
+    return status::peer_failed("tile " + std::to_string(tile) + " did not come back after a restart: " + why);
+  }
+  lk.unlock();
+  TESSERA_RETURN_IF_ERROR(send_directory());
+  ++restarts_;
+  TESSERA_LOG_WARN("tile " << tile << " restarted as incarnation " << next);
+  return status::ok();
 }
+
+status tile_group::await_return(uint32_t tile, std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  if (tile >= cfg_.tiles) return status::invalid("no tile " + std::to_string(tile));
+  auto& t = tiles_[tile];
+  // A failed tile turns healthy again only by registering with a higher incarnation.
+  bool back = changed_.wait_until(lk, steady::now() + timeout, [&] { return shut_ || (t.registered && !t.failed); });
+  if (!back || shut_)
+    return status::timeout("tile " + std::to_string(tile) + " did not come back within " +
+                           std::to_string(timeout.count()) + " ms");
+  lk.unlock();
+  return send_directory();
+}
+
+// ---- snapshots, signals, shutdown ----
 
 std::vector<tile_info> tile_group::tiles() const {
-  std::lock_guard lk(snapshot_mu_);
-  return snapshot_;
+  std::lock_guard lk(mu_);
+  return tiles_;
 }
 
 status tile_group::health() const {
@@ -590,13 +618,20 @@ status tile_group::signal_tile(uint32_t tile, int sig) {
 }
 
 void tile_group::shutdown() {
-  monitor_stop_ = true;
-  if (monitor_.joinable()) monitor_.join();
+  std::vector<std::string> live;
+  {
+    std::lock_guard lk(mu_);
+    if (shut_) return;
+    shut_ = true;
+    for (uint32_t i = 0; i < cfg_.tiles; ++i)
+      if (tiles_[i].registered && !tiles_[i].failed) live.push_back(routes_[i]);
+  }
+  changed_.notify_all();
+  if (channel_) {
+    for (const auto& r : live) channel_->send(r, encode(exchange::shutdown{"host shutdown"}));
+    channel_->stop(500ms);  // pending requests end `cancelled`; the shutdown messages leave
+  }
   std::lock_guard lk(mu_);
-  if (shut_) return;
-  shut_ = true;
-  for (uint32_t i = 0; i < cfg_.tiles; ++i)
-    if (tiles_[i].registered && !tiles_[i].failed) (void)send_to(i, encode(exchange::shutdown{"host shutdown"}));
   if (launcher_) {
     // Give tiles a moment to exit on the shutdown message, then make sure.
     auto deadline = steady::now() + 2s;
@@ -606,7 +641,6 @@ void tile_group::shutdown() {
       t.pid = 0;
     }
   }
-  publish();
   if (!run_dir_.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(run_dir_, ec);

@@ -41,21 +41,21 @@ status tile_model::stream_tile(tile_group& group, const compiled_model& compiled
   });
 }
 
-result<std::vector<uint32_t>> tile_model::recover() {
-  std::lock_guard lk(recover_mu_);
-  std::vector<uint32_t> brought_back;
-  for (const auto& t : group_.tiles()) {
-    if (!t.failed) continue;
-    TESSERA_RETURN_IF_ERROR(group_.restart_tile(t.id));
-    uint64_t done = 0;
-    TESSERA_RETURN_IF_ERROR(stream_tile(group_, compiled_, model_, t.id, done, 0, {}));
-    for (const auto& programs : compiled_.programs) {
-      auto it = programs.find(t.id);
-      if (it != programs.end()) TESSERA_RETURN_IF_ERROR(group_.load({{t.id, it->second}}));
-    }
-    brought_back.push_back(t.id);
+status tile_model::restore_tile(uint32_t tile) {
+  uint64_t done = 0;
+  TESSERA_RETURN_IF_ERROR(stream_tile(group_, compiled_, model_, tile, done, 0, {}));
+  for (const auto& programs : compiled_.programs) {
+    auto it = programs.find(tile);
+    if (it != programs.end()) TESSERA_RETURN_IF_ERROR(group_.load({{tile, it->second}}));
   }
-  return brought_back;
+  return status::ok();
+}
+
+std::vector<uint32_t> tile_model::replica_tiles(int replica) const {
+  std::vector<uint32_t> out;
+  for (int s = 0; s < compiled_.chosen.stages; ++s)
+    for (uint32_t t : compiled_.stage_tiles(replica, s)) out.push_back(t);
+  return out;
 }
 
 result<tile_batch_result> tile_model::run(int replica, const models::packed_batch& batch) {
@@ -72,8 +72,7 @@ result<tile_batch_result> tile_model::run(int replica, const models::packed_batc
   TESSERA_RETURN_IF_ERROR(models::validate_batch(c.config, batch));
   batch_spec spec;
   spec.program_id = 1;
-  for (int s = 0; s < c.chosen.stages; ++s)
-    for (uint32_t t : c.stage_tiles(replica, s)) spec.tiles.push_back(t);
+  spec.tiles = replica_tiles(replica);
   for (int i = 0; i < batch.num_seqs(); ++i) spec.seq_lengths.push_back(batch.seq_len(i));
   spec.active_tokens = batch.num_tokens();
   const size_t bytes = static_cast<size_t>(batch.num_tokens()) * 4;

@@ -169,6 +169,20 @@ std::vector<gauge_sample> router::gauges() const {
     g.push_back({"tessera_backend_sequences" + label(i),
                  "Sequences the backend answered with logits",
                  static_cast<double>(batchers_[i]->sequences_served())});
+  std::vector<std::vector<host::replica_status>> reps;
+  for (const auto& b : batchers_) reps.push_back(b->backend().replicas());
+  for (size_t i = 0; i < batchers_.size(); ++i)
+    for (const char* st : {"up", "recovering", "down"}) {
+      double n = 0;
+      for (const auto& r : reps[i]) n += r.state == st ? 1 : 0;
+      g.push_back({"tessera_backend_replicas{backend=\"" + infos_[i].name + "\",state=\"" + st + "\"}",
+                   "Replicas of the backend by state", n});
+    }
+  for (size_t i = 0; i < batchers_.size(); ++i) {
+    double n = 0;
+    for (const auto& r : reps[i]) n += static_cast<double>(r.recoveries);
+    g.push_back({"tessera_backend_recoveries" + label(i), "Replicas brought back into rotation so far", n});
+  }
   return g;
 }
 

@@ -280,8 +280,14 @@ void service::route(std::string_view method, std::string_view target, std::strin
     if (!get) return wrong_method("GET");
     if (path == "/v2/health/live") return reply({200, "application/json", R"({"live":true})"});
     if (!router_.healthy())
-      return reply(error_reply(503, "unhealthy", "no healthy backend"));
-    return reply({200, "application/json", path == "/health" ? "" : R"({"ready":true})"});
+      return reply(error_reply(503, "unhealthy", "no healthy backend" + degraded_detail()));
+    if (path == "/health") {
+      // TEI's meaning: 200 while the server can answer. A replica out of rotation is named.
+      std::string detail = degraded_detail();
+      if (detail.empty()) return reply({200, "application/json", ""});
+      return reply({200, "application/json", json{{"status", "degraded"}, {"detail", detail.substr(2)}}.dump()});
+    }
+    return reply({200, "application/json", R"({"ready":true})"});
   }
   if (path == "/info") {
     if (!get) return wrong_method("GET");
@@ -625,6 +631,18 @@ void service::kserve_infer(std::string_view name, std::string_view body, const r
   submit_all(call, std::move(seqs));
 }
 
+std::string service::degraded_detail() const {
+  std::string out;
+  for (size_t i = 0; i < router_.num_backends(); ++i) {
+    auto& b = router_.backend_batcher(i).backend();
+    for (const auto& r : b.replicas())
+      if (r.state != "up")
+        out += "; " + b.info().name + " replica " + std::to_string(r.index) + " " + r.state +
+               (r.detail.empty() ? "" : ": " + r.detail);
+  }
+  return out;
+}
+
 http_reply service::info_reply() const {
   int32_t labels = router_.num_labels();
   json id2label = json::object(), label2id = json::object();
@@ -640,9 +658,20 @@ http_reply service::info_reply() const {
     max_tokens = std::max<int64_t>(max_tokens, b.config().token_budget);
     max_requests = std::max<int64_t>(max_requests, b.config().max_batch_size);
     max_queued += static_cast<int64_t>(b.config().max_queue_requests);
+    json replicas = json::array();
+    for (const auto& r : b.backend().replicas())
+      replicas.push_back({{"index", r.index},
+                          {"state", r.state},
+                          {"detail", r.detail},
+                          {"tiles", r.tiles},
+                          {"pids", r.pids},
+                          {"incarnations", r.incarnations},
+                          {"recoveries", r.recoveries},
+                          {"last_recovery_seconds", r.last_recovery_seconds}});
     backends.push_back({{"name", bi.name},
                         {"kind", bi.kind},
                         {"healthy", b.backend().healthy()},
+                        {"replicas", replicas},
                         {"batching", policy_kind_name(b.config().kind)},
                         {"max_batch_size", b.config().max_batch_size},
                         {"token_budget", b.config().token_budget},

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <vector>
 #include <zmq.hpp>
 
@@ -31,6 +32,9 @@ struct envelope {
 
 /// Reads frame 0 only as far as needed to dispatch: magic, version and type.
 result<msg_type> peek_type(const envelope& e);
+/// The id a request or reply carries (ack: request_id; run_done, infer_batch, infer_result:
+/// batch_id), read from a well-formed header without decoding the rest; nullopt otherwise.
+std::optional<uint64_t> peek_request_id(const envelope& e);
 
 envelope encode(const register_tile& m);
 envelope encode(const peer_directory& m);

@@ -64,6 +64,18 @@ struct backend_info {
   int32_t num_labels = 2;
 };
 
+/// One independently routable part of a backend (a tile replica, a GPU process).
+struct replica_status {
+  int index = 0;
+  std::string state;   ///< "up", "down" (failed, waiting to be brought back) or "recovering"
+  std::string detail;  ///< why it is down, which tiles; empty when up
+  std::vector<uint32_t> tiles;
+  std::vector<int64_t> pids;           ///< the processes serving it now (0: none running)
+  std::vector<uint32_t> incarnations;  ///< per tile: restarts so far
+  int64_t recoveries = 0;
+  double last_recovery_seconds = 0;  ///< from detection to back in rotation
+};
+
 /// Any place that runs forwards. Implementations are thread-safe.
 class backend {
  public:
@@ -73,8 +85,10 @@ class backend {
   virtual void submit(batch_request request, std::function<void(batch_result)> done) = 0;
   /// Tokens submitted and not yet answered (for least-outstanding-work routing).
   virtual int64_t outstanding_tokens() const = 0;
-  /// False while the backend cannot serve (a tile group recovering, a process gone).
+  /// False while the backend cannot serve (every replica down, a process gone).
   virtual bool healthy() const = 0;
+  /// The backend's replicas and their state (empty: the backend has no replicas to report).
+  virtual std::vector<replica_status> replicas() const { return {}; }
 };
 
 }  // namespace tessera::host

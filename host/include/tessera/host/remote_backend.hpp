@@ -2,16 +2,16 @@
 // `tessera-gpu`), reached over a DEALER socket with infer_batch / infer_result
 // (exchange/protocol.hpp; the process side is gpu_baseline/include/tessera/gpu/gpu_server.hpp).
 //
-// One io thread owns the socket (zmq sockets are not thread-safe): submit() puts the batch on a
-// mutex-guarded queue and wakes the io thread through an eventfd. Every batch is answered
-// exactly once: with the reply, or with
+// The socket is an exchange::channel (one I/O thread owns it; submit() posts to its mailbox).
+// Every batch is answered exactly once: with the reply, or with
 //   * peer_failed when the process is gone: a spawned child exited (waitpid), or no message at
 //     all (pongs included) came back for `silence_timeout` while pings go out every
 //     `ping_interval` (the process answers pings from its io thread, also while busy);
 //   * timeout when the batch's own deadline (`batch_timeout`) passes;
 //   * cancelled when the backend is destroyed.
 // healthy() is false until the first pong and after a silence or an exit; a later pong (the
-// process restarted at the same endpoint) makes it healthy again. Batches submitted while
+// process restarted at the same endpoint) makes it healthy again. A child this backend spawned
+// is started again when it exits (`restart`), at the same endpoint. Batches submitted while
 // unhealthy fail at once with peer_failed, so the router retries them elsewhere.
 //
 //   remote_backend_config c;
@@ -43,6 +43,8 @@ struct remote_backend_config {
   /// (stdout to /dev/null) and stop it (SIGTERM, then SIGKILL) on destruction.
   std::string spawn_binary;
   std::vector<std::string> spawn_args;
+  /// A spawned child that exits is started again (the backend is healthy again at its first pong).
+  bool restart = true;
 };
 
 class remote_backend final : public backend {
@@ -57,8 +59,12 @@ class remote_backend final : public backend {
 
   /// Waits until the process answered a ping (true) or `timeout` passed / the child exited.
   bool wait_ready(std::chrono::milliseconds timeout);
-  /// The spawned child's pid (0 when not spawned).
+  std::vector<replica_status> replicas() const override;
+  /// The spawned child's pid (0 when not spawned); changes when the child is restarted.
   pid_t child_pid() const;
+  /// Restarts of the spawned child, and the time the last took (exit to first pong, seconds).
+  int64_t restarts() const;
+  double last_restart_seconds() const;
   /// Stops the io thread and the child; pending batches are answered `cancelled`.
   void stop();
 

@@ -1,11 +1,13 @@
 // tessera/host/tile_group.hpp: the host's handle on a group of N tile processes.
 //
-// A tile group owns the host's control socket (a ZeroMQ ROUTER), launches its tiles locally or
-// waits for tiles that register from elsewhere (naming the missing ones on timeout), hands
-// every tile the peer directory, and then offers blocking calls: allocate tensors (streaming
-// their data), load programs, run a batch, fetch tensors. Liveness is watched all the time
-// (heartbeats; exit of local children): a tile that dies is reported within
-// heartbeat_timeout, and a run it was part of fails with peer_failed naming it, never hangs.
+// A tile group owns the host's control channel (a ZeroMQ ROUTER owned by one I/O thread,
+// exchange/channel.hpp), launches its tiles locally or waits for tiles that register from
+// elsewhere (naming the missing ones on timeout), hands every tile the peer directory, and then
+// offers calls: allocate tensors (streaming their data), load programs, run a batch (blocking, or
+// submit() and a completion, so replicas overlap), fetch tensors. Liveness is watched on the I/O
+// thread (heartbeats; exit of local children): a tile that dies is reported to the listener
+// (on_event) within heartbeat_timeout, or at once when its process exits, and a run it was part
+// of fails with peer_failed naming it, never hangs.
 //
 //   tile_group_config cfg{.tiles = 4, .tile_memory = 64 << 20};
 //   auto g = tile_group::start(cfg);
@@ -31,6 +33,7 @@
 #include <zmq.hpp>
 
 #include "tessera/common/status.hpp"
+#include "tessera/exchange/channel.hpp"
 #include "tessera/exchange/codec.hpp"
 #include "tessera/host/launcher.hpp"
 
@@ -109,6 +112,17 @@ struct run_result {
   double wall_seconds = 0;
 };
 
+/// What the group tells its supervisor: a tile failed (child exit, heartbeat silence, an
+/// unreachable socket, a batch it did not finish), or a tile registered with a new incarnation
+/// (a restarted local tile, or a remote tile relaunched by its launcher).
+struct tile_event {
+  enum class kind : uint8_t { failed, registered };
+  kind what = kind::failed;
+  uint32_t tile = 0;
+  uint32_t incarnation = 0;
+  std::string why;
+};
+
 class tile_group {
  public:
   /// Binds the control socket, launches (or awaits) the tiles, sends the peer directory.
@@ -124,7 +138,7 @@ class tile_group {
 
   /// Allocates a tensor on a tile, streaming `data` (desc.bytes() bytes) if not null.
   status alloc(uint32_t tile, const exchange::tensor_desc& desc, const void* data);
-  /// Many allocations, pipelined (all sent, then all acks awaited); progress(done, total bytes).
+  /// Many allocations, pipelined (a bounded window in flight); progress(done, total bytes).
   struct alloc_request {
     uint32_t tile;
     exchange::tensor_desc desc;
@@ -133,21 +147,36 @@ class tile_group {
   status alloc_many(const std::vector<alloc_request>& reqs,
                     const std::function<void(uint64_t, uint64_t)>& progress = {});
   status free(uint32_t tile, const std::vector<uint32_t>& ids);
-  /// Loads one program per tile (programs[i] goes to programs[i].tiles' tile i... see below):
-  /// `per_tile` maps tile id -> its program.
+  /// Loads programs: `per_tile` maps tile id -> its program.
   status load(const std::map<uint32_t, exchange::program>& per_tile);
-  /// Runs one batch; fails with peer_failed if a participant dies, timeout if it takes too long.
+  /// Runs one batch (submit() and wait); fails with peer_failed if a participant dies, timeout
+  /// if it takes too long.
   result<run_result> run(const batch_spec& spec);
+  /// Starts one batch and returns at once; `done` runs exactly once, on the control channel's
+  /// I/O thread (it must not block). Batches of different replicas overlap. When one participant
+  /// fails or reports an error, the others are told to abort and are waited for (briefly), so
+  /// the next batch on them starts clean; a participant that does not finish by the run timeout
+  /// is marked failed.
+  void submit(const batch_spec& spec, std::function<void(result<run_result>)> done);
   result<std::vector<float>> fetch(uint32_t tile, const exchange::slice_ref& slice, int64_t active_tokens = 0);
 
   /// A snapshot of what the host knows of each tile.
   std::vector<tile_info> tiles() const;
   /// ok, or peer_failed naming the failed tiles.
   status health() const;
+  /// Listener for tile events. Runs on the I/O thread; it must not block (queue and return).
+  void on_event(std::function<void(const tile_event&)> listener);
+  /// True when this host launched the tiles and can restart them.
+  bool can_restart() const { return launcher_ != nullptr; }
   /// Restarts a local tile (a new process, the next incarnation, the same id), waits for it to
   /// register and hands every tile the new peer directory. Its memory starts empty: the caller
-  /// reloads its tensors and programs (tile_model::recover does).
+  /// reloads its tensors and programs (tile_model::restore_tile does).
   status restart_tile(uint32_t tile);
+  /// Waits until a failed tile is registered again with a higher incarnation (a remote tile that
+  /// its launcher started again), then hands every tile the new peer directory.
+  status await_return(uint32_t tile, std::chrono::milliseconds timeout);
+  /// Marks a tile failed (e.g. it did not finish a batch); its supervisor will bring it back.
+  void mark_failed(uint32_t tile, const std::string& why);
   /// Tiles restarted so far.
   uint64_t restarts() const { return restarts_; }
   /// Kills a local tile with `signal` (tests and fault injection).
@@ -158,40 +187,36 @@ class tile_group {
  private:
   explicit tile_group(tile_group_config cfg);
   status bind_and_launch();
-  status spawn_tile(uint32_t tile);
+  status spawn_tile(uint32_t tile);  // under mu_
   status await_registration();
-  /// Receives and dispatches until `done()` or the deadline; false on timeout.
-  bool pump_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
-  void pump_once(std::chrono::milliseconds wait);
-  void dispatch(std::vector<zmq::message_t>& route, exchange::envelope&& e);
-  void check_liveness();
-  void mark_failed(uint32_t tile, const std::string& why);
-  status send_to(uint32_t tile, exchange::envelope&& e);
-  result<exchange::ack> await_ack(uint64_t request_id, uint32_t tile);
-  void monitor_loop();
-  /// Copies tiles_ into the snapshot that tiles() and health() read without waiting for a run.
-  void publish();
+  status send_directory();
+  /// One request to one tile, waited for (any thread but the I/O thread).
+  result<exchange::envelope> call(uint32_t tile, uint64_t id, exchange::envelope e,
+                                  std::chrono::milliseconds timeout);
+  uint64_t next_id() { return next_id_.fetch_add(1); }
+  // I/O thread: the control channel's handlers.
+  void on_message(const std::string& peer, exchange::envelope&& e);
+  void on_tick(std::chrono::steady_clock::time_point now);
+  void emit(const tile_event& ev);
+
+  struct run_op;
+  void finish_part(const std::shared_ptr<run_op>& op, uint32_t tile, result<exchange::envelope> r);
 
   tile_group_config cfg_;
   zmq::context_t ctx_{1};
-  zmq::socket_t router_{ctx_, zmq::socket_type::router};
+  std::unique_ptr<exchange::channel> channel_;
   std::string control_endpoint_;
   std::string run_dir_;
   std::unique_ptr<local_launcher> launcher_;
-  mutable std::mutex mu_;  // guards the socket and everything below
+  mutable std::mutex mu_;  // guards everything below; never held while waiting on the channel
+  std::condition_variable changed_;  // a tile registered or failed
   std::vector<tile_info> tiles_;
-  std::vector<std::string> routes_;  // control routing id per tile
-  std::map<uint64_t, std::pair<exchange::ack, std::vector<zmq::message_t>>> acks_;
-  std::map<std::pair<uint64_t, uint32_t>, std::pair<exchange::run_done, std::vector<zmq::message_t>>> done_;
-  uint64_t next_request_ = 1;
-  uint64_t next_batch_ = 1;
-  uint64_t bad_messages_ = 0;
+  std::vector<std::string> routes_;  // control routing id per tile ("tile-<id>-<incarnation>")
+  std::function<void(const tile_event&)> listener_;
+  std::atomic<uint64_t> next_id_{1};  // request ids and batch ids share one space
+  std::atomic<uint64_t> bad_messages_{0};
   std::atomic<uint64_t> restarts_{0};
   bool shut_ = false;
-  mutable std::mutex snapshot_mu_;
-  std::vector<tile_info> snapshot_;  // guarded by snapshot_mu_
-  std::atomic<bool> monitor_stop_{false};
-  std::thread monitor_;
 };
 
 }  // namespace tessera::host

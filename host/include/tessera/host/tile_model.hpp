@@ -41,10 +41,11 @@ class tile_model {
   /// budget or the sequence limit, or with the tile group's status if a tile fails.
   result<tile_batch_result> run(int replica, const models::packed_batch& batch);
 
-  /// Restarts every failed tile of the group, streams its shards again and reloads its
-  /// program, so the interrupted batch can run again. Returns the tiles it brought back.
-  /// One recovery at a time; other replicas keep running meanwhile.
-  result<std::vector<uint32_t>> recover();
+  /// Streams a tile's shards again and reloads its programs, after the tile came back empty
+  /// (tile_group::restart_tile, or a remote tile relaunched). Other replicas keep running.
+  status restore_tile(uint32_t tile);
+  /// The tiles of one replica, every stage.
+  std::vector<uint32_t> replica_tiles(int replica) const;
 
   const compiled_model& compiled() const { return compiled_; }
   tile_group& group() { return group_; }
@@ -58,7 +59,6 @@ class tile_model {
   tile_group& group_;
   compiled_model compiled_;
   models::bert_model model_;  // shares the weights' storage: cheap, and kept for recovery
-  std::mutex recover_mu_;
 };
 
 }  // namespace tessera::host

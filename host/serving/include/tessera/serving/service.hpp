@@ -100,6 +100,8 @@ class service {
   void submit_all(std::shared_ptr<call_state> call, std::vector<host::sequence_input> seqs);
   void predict(std::string_view body, bool tokenize_only, const reply_fn& reply);
   void kserve_infer(std::string_view name, std::string_view body, const reply_fn& reply);
+  /// "; <backend> replica <i> <state>: <why>" for every replica not up ("" when all are).
+  std::string degraded_detail() const;
   http_reply info_reply() const;
   http_reply kserve_model_reply() const;
   std::string label(int32_t i) const;

@@ -1,0 +1,307 @@
+// exchange::channel: one socket, one I/O thread, a mailbox. See channel.hpp.
+#include "tessera/exchange/channel.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "tessera/common/log.hpp"
+#include "tessera/exchange/zmq_transport.hpp"
+
+namespace tessera::exchange {
+
+struct channel::impl {
+  options opts;
+  handlers h;
+  zmq::socket_t socket;
+  std::string endpoint;
+  int wake_fd = -1;
+  std::thread io;
+  std::thread::id io_id;
+  std::atomic<bool> stopping{false};
+
+  std::mutex mu;
+  std::deque<std::function<void()>> mailbox;  // under mu
+  bool closed = false;                        // under mu: the I/O thread has drained for good
+
+  // I/O thread only.
+  struct pending_request {
+    completion done;
+    clock::time_point deadline;
+  };
+  std::map<std::pair<peer, uint64_t>, pending_request> pending;
+  std::map<peer, clock::time_point> heard;
+  clock::time_point next_tick = clock::now();
+
+  impl(zmq::context_t& ctx, options o, handlers hs)
+      : opts(std::move(o)), h(std::move(hs)), socket(ctx, opts.type) {}
+
+  bool is_router() const { return opts.type == zmq::socket_type::router; }
+
+  void wake() {
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd, &one, sizeof one);
+  }
+
+  // Returns false when the channel no longer runs posted work (the caller handles it).
+  bool enqueue(std::function<void()> fn) {
+    {
+      std::lock_guard lk(mu);
+      if (closed) return false;
+      mailbox.push_back(std::move(fn));
+    }
+    wake();
+    return true;
+  }
+
+  void complete(std::map<std::pair<peer, uint64_t>, pending_request>::iterator it, result<envelope> r) {
+    completion done = std::move(it->second.done);
+    pending.erase(it);
+    if (done) done(std::move(r));
+  }
+
+  status send_now(const peer& to, envelope&& e) {
+    try {
+      if (is_router()) {
+        zmq::message_t id(to.data(), to.size());
+        if (!socket.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+          return status{errc::overloaded, opts.name + ": send queue to " + to + " is full"};
+        send_envelope(socket, std::move(e));
+        return status::ok();
+      }
+      if (!send_envelope(socket, std::move(e), zmq::send_flags::dontwait))
+        return status{errc::overloaded, opts.name + ": send queue is full"};
+      return status::ok();
+    } catch (const zmq::error_t& ex) {
+      if (ex.num() == EHOSTUNREACH)
+        return status::peer_failed(opts.name + ": " + (to.empty() ? std::string("peer") : to) + " is not connected");
+      return status::io_error(opts.name + ": send failed: " + ex.what());
+    }
+  }
+
+  void run_mailbox() {
+    uint64_t v = 0;
+    [[maybe_unused]] auto n = ::read(wake_fd, &v, sizeof v);
+    std::deque<std::function<void()>> take;
+    {
+      std::lock_guard lk(mu);
+      take.swap(mailbox);
+    }
+    for (auto& fn : take) fn();
+  }
+
+  void read_socket() {
+    for (int i = 0; i < 1024; ++i) {  // bounded: the mailbox and deadlines are never starved
+      envelope env;
+      std::vector<zmq::message_t> prefix;
+      result<bool> got = false;
+      try {
+        got = recv_envelope(socket, env, &prefix, is_router() ? 1 : 0, zmq::recv_flags::dontwait);
+      } catch (const zmq::error_t& ex) {
+        if (ex.num() != EAGAIN && ex.num() != EINTR) TESSERA_LOG_WARN(opts.name << ": receive failed: " << ex.what());
+        return;
+      }
+      if (!got) {
+        TESSERA_LOG_WARN(opts.name << ": dropped a malformed message: " << got.error().message());
+        continue;
+      }
+      if (!*got) return;
+      peer from = is_router() && !prefix.empty() ? prefix[0].to_string() : peer();
+      heard[from] = clock::now();
+      if (h.reply_id) {
+        if (auto id = h.reply_id(env)) {
+          auto it = pending.find({from, *id});
+          if (it != pending.end()) {
+            complete(it, std::move(env));
+            continue;
+          }
+        }
+      }
+      if (h.on_message) h.on_message(from, std::move(env));
+    }
+  }
+
+  void expire(clock::time_point now) {
+    for (auto it = pending.begin(); it != pending.end();) {
+      auto next = std::next(it);
+      if (it->second.deadline <= now) {
+        const std::string who = it->first.first.empty() ? opts.name : it->first.first;
+        complete(it, status::timeout(who + " did not answer request " + std::to_string(it->first.second) +
+                                     " before its deadline"));
+      }
+      it = next;
+    }
+  }
+
+  void fail_peer(const peer& p, const status& why) {
+    for (auto it = pending.lower_bound({p, 0}); it != pending.end() && it->first.first == p;) {
+      auto next = std::next(it);
+      complete(it, why);
+      it = next;
+    }
+  }
+
+  void loop() {
+    io_id = std::this_thread::get_id();
+    while (!stopping.load()) {
+      zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd, ZMQ_POLLIN, 0}};
+      auto now = clock::now();
+      auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - now);
+      if (wait.count() < 0) wait = std::chrono::milliseconds(0);
+      try {
+        zmq::poll(items, 2, wait);
+      } catch (const zmq::error_t& ex) {
+        if (ex.num() != EINTR) TESSERA_LOG_ERROR(opts.name << ": poll failed: " << ex.what());
+        continue;
+      }
+      if (items[1].revents & ZMQ_POLLIN) run_mailbox();
+      if (items[0].revents & ZMQ_POLLIN) read_socket();
+      now = clock::now();
+      if (now >= next_tick) {
+        next_tick = now + opts.tick;
+        expire(now);
+        if (h.on_tick) h.on_tick(now);
+      }
+    }
+    // Stopping: work already posted still runs (its requests are then cancelled below).
+    for (;;) {
+      std::deque<std::function<void()>> take;
+      {
+        std::lock_guard lk(mu);
+        if (mailbox.empty()) {
+          closed = true;
+          break;
+        }
+        take.swap(mailbox);
+      }
+      for (auto& fn : take) fn();
+    }
+    while (!pending.empty())
+      complete(pending.begin(), status{errc::cancelled, opts.name + " stopped"});
+  }
+};
+
+channel::channel(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+result<std::unique_ptr<channel>> channel::open(zmq::context_t& ctx, options opts, handlers h) {
+  if (opts.bind.empty() == opts.connect.empty())
+    return status::invalid(opts.name + ": a channel needs exactly one of bind and connect");
+  auto p = std::make_unique<impl>(ctx, std::move(opts), std::move(h));
+  auto& o = p->opts;
+  try {
+    apply_socket_defaults(p->socket);
+    if (p->is_router()) {
+      p->socket.set(zmq::sockopt::router_mandatory, 1);
+      p->socket.set(zmq::sockopt::sndhwm, 0);
+    }
+    if (o.configure) o.configure(p->socket);
+    if (!o.bind.empty()) {
+      p->socket.bind(o.bind);
+      p->endpoint = p->socket.get(zmq::sockopt::last_endpoint);
+    } else {
+      p->socket.connect(o.connect);
+      p->endpoint = o.connect;
+    }
+  } catch (const zmq::error_t& ex) {
+    return status::io_error(o.name + ": cannot " + (o.bind.empty() ? "connect to " + o.connect : "bind " + o.bind) +
+                            ": " + ex.what());
+  }
+  p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (p->wake_fd < 0) return status::io_error(o.name + ": eventfd: " + std::strerror(errno));
+  std::unique_ptr<channel> ch(new channel(std::move(p)));
+  impl* raw = ch->impl_.get();
+  raw->io = std::thread([raw] { raw->loop(); });
+  return ch;
+}
+
+channel::~channel() { stop(); }
+
+const std::string& channel::endpoint() const { return impl_->endpoint; }
+const std::string& channel::name() const { return impl_->opts.name; }
+bool channel::on_io_thread() const { return std::this_thread::get_id() == impl_->io_id; }
+
+void channel::send(peer to, envelope e) {
+  auto box = std::make_shared<envelope>(std::move(e));
+  impl* s = impl_.get();
+  s->enqueue([s, to = std::move(to), box] {
+    if (auto st = s->send_now(to, std::move(*box)); !st) TESSERA_LOG_DEBUG(s->opts.name << ": " << st.message());
+  });
+}
+
+void channel::request(peer to, uint64_t id, envelope e, clock::time_point deadline, completion done) {
+  auto box = std::make_shared<envelope>(std::move(e));
+  auto cb = std::make_shared<completion>(std::move(done));
+  impl* s = impl_.get();
+  bool queued = s->enqueue([s, to, id, box, deadline, cb] {
+    auto key = std::make_pair(to, id);
+    if (s->pending.count(key)) {
+      (*cb)(status::internal(s->opts.name + ": request " + std::to_string(id) + " to " + to + " is already pending"));
+      return;
+    }
+    if (s->stopping.load()) {
+      (*cb)(status{errc::cancelled, s->opts.name + " stopped"});
+      return;
+    }
+    if (auto st = s->send_now(to, std::move(*box)); !st) {
+      (*cb)(st);
+      return;
+    }
+    s->pending.emplace(key, impl::pending_request{std::move(*cb), deadline});
+  });
+  if (!queued) (*cb)(status{errc::cancelled, s->opts.name + " stopped"});
+}
+
+void channel::fail_peer(peer p, status why) {
+  impl* s = impl_.get();
+  if (on_io_thread()) return s->fail_peer(p, why);
+  s->enqueue([s, p = std::move(p), why = std::move(why)] { s->fail_peer(p, why); });
+}
+
+void channel::post(std::function<void()> fn) {
+  if (!impl_->enqueue(fn)) TESSERA_LOG_DEBUG(impl_->opts.name << ": work posted after stop was dropped");
+}
+
+void channel::stop(std::chrono::milliseconds linger) {
+  impl& s = *impl_;
+  if (s.io.joinable()) {
+    s.stopping.store(true);
+    s.wake();
+    s.io.join();
+  }
+  if (s.wake_fd >= 0) {
+    try {
+      s.socket.set(zmq::sockopt::linger, static_cast<int>(linger.count()));
+      s.socket.close();
+    } catch (const zmq::error_t&) {
+    }
+    ::close(s.wake_fd);
+    s.wake_fd = -1;
+  }
+}
+
+status channel::send_now(const peer& to, envelope&& e) { return impl_->send_now(to, std::move(e)); }
+
+void channel::set_deadline(const peer& p, uint64_t id, clock::time_point deadline) {
+  auto it = impl_->pending.find({p, id});
+  if (it != impl_->pending.end()) it->second.deadline = deadline;
+}
+
+std::optional<channel::clock::time_point> channel::last_heard(const peer& p) const {
+  auto it = impl_->heard.find(p);
+  if (it == impl_->heard.end()) return std::nullopt;
+  return it->second;
+}
+
+size_t channel::pending(const std::optional<peer>& p) const {
+  if (!p) return impl_->pending.size();
+  size_t n = 0;
+  for (auto it = impl_->pending.lower_bound({*p, 0}); it != impl_->pending.end() && it->first.first == *p; ++it) ++n;
+  return n;
+}
+
+}  // namespace tessera::exchange
