@@ -213,10 +213,13 @@ result<std::unique_ptr<channel>> channel::open(zmq::context_t& ctx, options opts
   }
   p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (p->wake_fd < 0) return status::io_error(o.name + ": eventfd: " + std::strerror(errno));
-  std::unique_ptr<channel> ch(new channel(std::move(p)));
-  impl* raw = ch->impl_.get();
+  return std::unique_ptr<channel>(new channel(std::move(p)));
+}
+
+void channel::start() {
+  impl* raw = impl_.get();
+  if (raw->io.joinable() || raw->wake_fd < 0) return;
   raw->io = std::thread([raw] { raw->loop(); });
-  return ch;
 }
 
 channel::~channel() { stop(); }
@@ -268,6 +271,11 @@ void channel::post(std::function<void()> fn) {
 
 void channel::stop(std::chrono::milliseconds linger) {
   impl& s = *impl_;
+  if (!s.io.joinable() && s.wake_fd >= 0) {
+    // Never started: run what was posted (its requests end `cancelled`) on this thread.
+    s.stopping.store(true);
+    s.loop();
+  }
   if (s.io.joinable()) {
     s.stopping.store(true);
     s.wake();

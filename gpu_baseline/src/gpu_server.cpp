@@ -208,6 +208,7 @@ result<std::unique_ptr<gpu_server>> gpu_server::create(std::shared_ptr<const mod
                            "; pass --bind tcp://127.0.0.1:0 or a free ipc:// path");
   }
   p->ch = std::move(*ch);
+  p->ch->start();
   return std::unique_ptr<gpu_server>(new gpu_server(std::move(p)));
 }
 

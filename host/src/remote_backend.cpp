@@ -242,6 +242,7 @@ result<std::shared_ptr<remote_backend>> remote_backend::start(remote_backend_con
     return status::invalid("cannot connect to " + c.endpoint + ": " + ch.error().message());
   }
   p->ch = std::move(*ch);
+  p->ch->start();
   return std::shared_ptr<remote_backend>(new remote_backend(std::move(p)));
 }
 

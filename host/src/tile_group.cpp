@@ -72,6 +72,7 @@ status tile_group::bind_and_launch() {
     return status::io_error("cannot bind the host's control socket at " + cfg_.control_bind + ": " +
                             ch.error().message() + "; choose another --control address or port");
   channel_ = std::move(*ch);
+  channel_->start();
   control_endpoint_ = channel_->endpoint();
   if (!cfg_.advertise_host.empty() && control_endpoint_.rfind("tcp://", 0) == 0)
     control_endpoint_ = "tcp://" + cfg_.advertise_host + control_endpoint_.substr(control_endpoint_.rfind(':'));

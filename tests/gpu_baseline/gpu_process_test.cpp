@@ -284,6 +284,7 @@ TEST(GpuProcess, KilledChildFailsPendingAndNewBatchesWithPeerFailed) {
   cfg.spawn_binary = bin("tessera-gpu");
   cfg.spawn_args = {"--model", "bert-tiny", "--threads", "1"};
   cfg.silence_timeout = 10s;  // the exit, not the silence, must be what fails them
+  cfg.restart = false;        // what a backend that does not restart its child does
   auto b = host::remote_backend::start(cfg);
   ASSERT_TRUE(b) << b.error().to_string();
   ASSERT_TRUE((*b)->wait_ready(10s));

@@ -19,6 +19,7 @@
 //                       .on_message = [&](const std::string& peer, envelope&& e) { ... },
 //                       .on_tick = [&](channel::clock::time_point now) { ... }};
 //   auto ch = channel::open(ctx, o, std::move(h));          // result<std::unique_ptr<channel>>
+//   (*ch)->start();
 //   (*ch)->request("tile-3-0", 17, encode(m), deadline, [](result<envelope> r) { ... });
 #pragma once
 
@@ -63,8 +64,11 @@ class channel {
     std::function<void(zmq::socket_t&)> configure;
   };
 
-  /// Creates the socket, binds or connects it and starts the I/O thread.
+  /// Creates the socket and binds or connects it. Nothing runs until start(): handlers may use
+  /// the channel pointer once the owner has stored it.
   static result<std::unique_ptr<channel>> open(zmq::context_t& ctx, options opts, handlers h);
+  /// Starts the I/O thread (once). Work posted before runs first.
+  void start();
   ~channel();
   channel(const channel&) = delete;
   channel& operator=(const channel&) = delete;
