@@ -69,12 +69,12 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(400ms);
     (void)g.signal_tile(1, SIGCONT);
   };
-  std::printf("| fault | requests | answered | wrong | errors | recoveries | last recovery s | p99 s | total s | injected | discarded |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| fault | requests | answered | wrong | errors | recoveries | retries | last recovery s | p99 s | total s | injected | discarded |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::ofstream out;
   if (!csv.empty()) {
     out.open(csv);
-    out << "fault,requests,answered,wrong,errors,recoveries,last_recovery_s,p99_s,total_s";
+    out << "fault,requests,answered,wrong,errors,recoveries,retries,last_recovery_s,p99_s,total_s";
     for (size_t k = 0; k < exchange::fault_kind_count; ++k)
       out << ",injected_" << exchange::fault_kind_name(static_cast<exchange::fault_kind>(k));
     out << ",discarded\n";
@@ -86,17 +86,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "running: %s\n", s.name.c_str());
     auto r = run_fault_scenario(s);
     if (!r) {
-      std::printf("| %s | %d | - | - | - | - | - | - | - | - | - |  (%s)\n", s.name.c_str(), requests, r.error().to_string().c_str());
+      std::printf("| %s | %d | - | - | - | - | - | - | - | - | - | - |  (%s)\n", s.name.c_str(), requests, r.error().to_string().c_str());
       ++bad;
       continue;
     }
-    std::printf("| %s | %d | %d | %d | %d | %lld | %.2f | %.3f | %.2f | %s | %llu |\n", s.name.c_str(), r->requests,
-                r->answered, r->wrong, r->errors, (long long)r->recoveries, r->last_recovery_seconds,
+    std::printf("| %s | %d | %d | %d | %d | %lld | %lld | %.2f | %.3f | %.2f | %s | %llu |\n", s.name.c_str(), r->requests,
+                r->answered, r->wrong, r->errors, (long long)r->recoveries, (long long)r->retries, r->last_recovery_seconds,
                 r->p99_latency_seconds, r->seconds, exchange::describe_fault_counts(r->injected).c_str(),
                 (unsigned long long)r->stale_messages);
     std::fflush(stdout);
     if (out) out << '"' << s.name << "\"," << r->requests << ',' << r->answered << ',' << r->wrong << ',' << r->errors
-                 << ',' << r->recoveries << ',' << r->last_recovery_seconds << ',' << r->p99_latency_seconds << ','
+                 << ',' << r->recoveries << ',' << r->retries << ',' << r->last_recovery_seconds << ',' << r->p99_latency_seconds << ','
                  << r->seconds;
     if (out) {
       for (uint64_t n : r->injected) out << ',' << n;

@@ -48,6 +48,7 @@ class gpu_fault_backend final : public backend {
   backend_info info() const override { return state_->gpu->info(); }
   int64_t outstanding_tokens() const override { return state_->gpu->outstanding_tokens(); }
   bool healthy() const override { return state_->gpu->healthy(); }
+  std::vector<replica_status> replicas() const override { return state_->gpu->replicas(); }
   void submit(batch_request request, std::function<void(batch_result)> done) override {
     state_->gpu->submit(std::move(request), [s = state_, done = std::move(done)](batch_result r) {
       const bool answered = r.st.is_ok();

@@ -161,6 +161,7 @@ result<fault_outcome> run_fault_scenario(const fault_scenario& s) {
   std::lock_guard lk(mu);
   for (int a : answers) out.answered += a > 0;
   out.recoveries = backend->recoveries();
+  out.retries = backend->retries();
   out.last_recovery_seconds = backend->last_recovery_seconds();
   out.mean_batch_wall_seconds = batches ? wall_sum / batches : 0;
   if (!latency.empty()) {

@@ -218,6 +218,7 @@ void tile_backend::work(int r) {
       if (!give_up) {
         TESSERA_LOG_WARN("batch " << j.request.batch_id << " attempt " << j.attempts << " failed on replica " << r
                                   << " (" << res.st.to_string() << "); running it again");
+        ++retries_;
         jobs_.push_front(std::move(j));  // first in line for the next replica that is up
         work_cv_.notify_all();
       }

@@ -33,7 +33,8 @@ struct fault_scenario {
 
 struct fault_outcome {
   int requests = 0, answered = 0, wrong = 0, errors = 0, duplicates = 0;
-  int64_t recoveries = 0;
+  int64_t recoveries = 0;            ///< replicas brought back (a tile restarted and reloaded)
+  int64_t retries = 0;               ///< batches run again after a failed attempt
   double last_recovery_seconds = 0;
   double seconds = 0;               ///< the whole load
   double mean_batch_wall_seconds = 0;

@@ -52,6 +52,8 @@ class tile_backend final : public backend {
   tile_model& model() { return *model_; }
   /// Replica recoveries done, and the wall time the last one took (seconds, detection to back).
   int64_t recoveries() const { return recoveries_.load(); }
+  /// Batches run again after a failed attempt (a lost or corrupt slice, a failed tile).
+  int64_t retries() const { return retries_.load(); }
   double last_recovery_seconds() const { return last_recovery_seconds_.load(); }
 
  private:
@@ -85,6 +87,7 @@ class tile_backend final : public backend {
   backend_info info_;
   tile_backend_config cfg_;
   std::atomic<int64_t> recoveries_{0};
+  std::atomic<int64_t> retries_{0};
   std::atomic<double> last_recovery_seconds_{0};
   std::atomic<int64_t> outstanding_{0};
   mutable std::mutex mu_;
