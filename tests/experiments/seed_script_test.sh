@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# scripts/seed-experiment from the user's side (--timing-only: seconds): it writes the table, the
+# CSV and the plot; without a python3 that has matplotlib it stops before the run, names
+# scripts/setup, and installs nothing.
+set -uo pipefail
+src="${TESSERA_SOURCE_DIR:?}"; bin="${TESSERA_BIN_DIR:?}"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+export TESSERA_BUILD_DIR="$(dirname "$bin")"
+
+"$src/scripts/seed-experiment" --timing-only --out-dir "$tmp/ok" >"$tmp/ok.out" 2>"$tmp/ok.err" ||
+  { cat "$tmp/ok.err" >&2; fail "seed-experiment --timing-only exited $?"; }
+for f in seed-experiment.csv seed-experiment.md seed-experiment.png; do
+  [ -s "$tmp/ok/$f" ] || fail "missing $f"
+done
+head -c 8 "$tmp/ok/seed-experiment.png" | od -An -c | grep -q "P   N   G" || fail "seed-experiment.png is not a PNG"
+grep -q "| 40 |" "$tmp/ok.out" || fail "no 40% row in the printed table"
+
+# No interpreter with matplotlib (TESSERA_PYTHON replaces the ones tried): a clear failure, fast.
+dpkg_before="$(ls -l --time-style=+%s /var/lib/dpkg/status 2>/dev/null)"
+TESSERA_PYTHON="false" "$src/scripts/seed-experiment" --timing-only --out-dir "$tmp/nopy" \
+  >"$tmp/nopy.out" 2>"$tmp/nopy.err"
+rc=$?
+[ $rc -ne 0 ] || fail "no matplotlib, yet exit 0"
+grep -q "scripts/setup" "$tmp/nopy.err" || { cat "$tmp/nopy.err" >&2; fail "the message does not name scripts/setup"; }
+grep -qi "apt-get\|installing" "$tmp/nopy.err" && fail "it tried to install something"
+[ ! -e "$tmp/nopy/seed-experiment.csv" ] || fail "it ran the experiment before checking for matplotlib"
+[ "$dpkg_before" = "$(ls -l --time-style=+%s /var/lib/dpkg/status 2>/dev/null)" ] || fail "dpkg status changed"
+echo "PASS: plot written; without matplotlib: exit $rc, names scripts/setup, nothing run or installed"
