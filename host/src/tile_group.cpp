@@ -241,16 +241,13 @@ void tile_group::on_tick(steady::time_point now) {
 }
 
 void tile_group::emit(const tile_event& ev) {
-  std::function<void(const tile_event&)> l;
-  {
-    std::lock_guard lk(mu_);
-    l = listener_;
-  }
-  if (l) l(ev);
+  // Held while the listener runs, so on_event(nullptr) returns only when no call is in flight.
+  std::lock_guard lk(listener_mu_);
+  if (listener_) listener_(ev);
 }
 
 void tile_group::on_event(std::function<void(const tile_event&)> listener) {
-  std::lock_guard lk(mu_);
+  std::lock_guard lk(listener_mu_);
   listener_ = std::move(listener);
 }
 

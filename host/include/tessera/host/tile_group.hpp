@@ -212,6 +212,7 @@ class tile_group {
   std::condition_variable changed_;  // a tile registered or failed
   std::vector<tile_info> tiles_;
   std::vector<std::string> routes_;  // control routing id per tile ("tile-<id>-<incarnation>")
+  std::mutex listener_mu_;  // held while the listener runs (not mu_: the listener may read the group)
   std::function<void(const tile_event&)> listener_;
   std::atomic<uint64_t> next_id_{1};  // request ids and batch ids share one space
   std::atomic<uint64_t> bad_messages_{0};
