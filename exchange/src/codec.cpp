@@ -1,8 +1,16 @@
 // All msgpack code of tessera lives here (and in wire_reader.hpp beside it).
+//
+// Every message and nested struct lists its fields once, in wire order, with the limits its
+// decoder checks (fields() below). That one list packs a message (field_writer), checks and
+// reads it (field_reader) and counts its fields (field_counter, the msgpack array length on
+// the wire), so encoder, decoder and field count cannot disagree. What a field list cannot say
+// (payload frames against the header, sums, cross-field rules) each decode() checks after it.
 #include "tessera/exchange/codec.hpp"
 
+#include <concepts>
 #include <cstring>
 #include <msgpack.hpp>
+#include <type_traits>
 #include <xxhash.h>
 #if defined(__x86_64__)
 #include <xxh_x86dispatch.h>  // XXH3_64bits -> the library's AVX2 / AVX-512 code, chosen at run time
@@ -17,192 +25,385 @@ namespace {
 
 using packer = msgpack::packer<msgpack::sbuffer>;
 
-// ---- encoding of nested types ----
+// `of<T, U>`: T is U or const U (a field list serves the writer, which sees a const message,
+// and the reader, which fills one).
+template <class T, class U>
+concept of = std::same_as<std::remove_const_t<T>, U>;
 
-void put(packer& p, const tensor_desc& d) {
-  p.pack_array(4);
-  p.pack(d.id);
-  p.pack(d.name);
-  p.pack(static_cast<uint8_t>(d.type));
-  p.pack(d.shape);
+// ---- field lists: f(member, "name", decode limits...) in wire order ----
+
+template <class F, of<tensor_desc> T>
+void fields(F& f, T& d) {
+  f(d.id, "tensor.id");
+  f(d.name, "tensor.name", 256);
+  f(d.type, "tensor.dtype", dtype::i32);
+  f(d.shape, "tensor.shape", max_tensor_rank);
 }
 
-void put(packer& p, const slice_ref& s) {
-  p.pack_array(8);
-  p.pack(s.tensor_id);
-  p.pack(static_cast<uint8_t>(s.kind));
-  p.pack(s.offset);
-  p.pack(s.count);
-  p.pack(s.part);
-  p.pack(s.parts);
-  p.pack(s.micro);
-  p.pack(s.micros);
+template <class F, of<slice_ref> T>
+void fields(F& f, T& s) {
+  f(s.tensor_id, "slice.tensor_id");
+  f(s.kind, "slice.kind", slice_kind::token_part);
+  f(s.offset, "slice.offset", max_tensor_bytes / 4);
+  f(s.count, "slice.count", max_tensor_bytes / 4);
+  f(s.part, "slice.part");
+  f(s.parts, "slice.parts");
+  f(s.micro, "slice.micro");
+  f(s.micros, "slice.micros", 1u << 16);
 }
 
-void put(packer& p, const kernel_call& k) {
-  p.pack_array(5);
-  p.pack(k.kernel);
-  p.pack(k.inputs);
-  p.pack(k.outputs);
-  p.pack(k.params);
-  p.pack(k.fparams);
+template <class F, of<kernel_call> T>
+void fields(F& f, T& k) {
+  f(k.kernel, "kernel_call.kernel", 64);
+  f(k.inputs, "kernel_call.inputs", 64);
+  f(k.outputs, "kernel_call.outputs", 64);
+  f(k.params, "kernel_call.params", 1024);
+  f(k.fparams, "kernel_call.fparams", 1024);
 }
 
-void put(packer& p, const superstep& s) {
-  p.pack_array(4);
-  p.pack_array(static_cast<uint32_t>(s.compute.size()));
-  for (const auto& k : s.compute) put(p, k);
-  p.pack_array(static_cast<uint32_t>(s.sends.size()));
-  for (const auto& o : s.sends) {
-    p.pack_array(3);
-    p.pack(o.peer);
-    p.pack(o.tag);
-    put(p, o.src);
-  }
-  p.pack_array(static_cast<uint32_t>(s.recvs.size()));
-  for (const auto& o : s.recvs) {
-    p.pack_array(4);
-    p.pack(o.peer);
-    p.pack(o.tag);
-    put(p, o.dst);
-    p.pack(o.accumulate);
-  }
-  p.pack(s.sync);
+template <class F, of<send_op> T>
+void fields(F& f, T& o) {
+  f(o.peer, "send.peer", max_tiles - 1);
+  f(o.tag, "send.tag");
+  f(o.src, "send.src");
 }
 
-void put(packer& p, const superstep_counters& c) {
-  p.pack_array(5);
-  p.pack(c.compute_ns);
-  p.pack(c.exchange_ns);
-  p.pack(c.sync_ns);
-  p.pack(c.bytes_sent);
-  p.pack(c.bytes_received);
+template <class F, of<recv_op> T>
+void fields(F& f, T& o) {
+  f(o.peer, "recv.peer", max_tiles - 1);
+  f(o.tag, "recv.tag");
+  f(o.dst, "recv.dst");
+  f(o.accumulate, "recv.accumulate");
 }
 
-void put(packer& p, const fault_counts& c) {
-  p.pack_array(static_cast<uint32_t>(c.size()));
-  for (uint64_t n : c) p.pack(n);
+template <class F, of<superstep> T>
+void fields(F& f, T& s) {
+  f(s.compute, "superstep.compute");
+  f(s.sends, "superstep.sends");
+  f(s.recvs, "superstep.recvs");
+  f(s.sync, "superstep.sync");
 }
 
-// ---- decoding of nested types ----
-
-// Exactly one count per fault kind this build knows (a new kind bumps protocol_version).
-void get(wire_reader& r, fault_counts& c) {
-  wire_reader a = r.array("injected", static_cast<int64_t>(fault_kind_count));
-  for (size_t k = 0; k < c.size(); ++k) c[k] = a.u64("injected count");
+template <class F, of<superstep_counters> T>
+void fields(F& f, T& c) {
+  f(c.compute_ns, "counters.compute_ns");
+  f(c.exchange_ns, "counters.exchange_ns");
+  f(c.sync_ns, "counters.sync_ns");
+  f(c.bytes_sent, "counters.bytes_sent");
+  f(c.bytes_received, "counters.bytes_received");
 }
 
-void get(wire_reader& r, tensor_desc& d) {
-  wire_reader a = r.array("tensor", 4);
-  d.id = a.u32("tensor.id");
-  d.name = a.str("tensor.name", 256);
-  uint8_t t = a.u8("tensor.dtype");
-  if (t > static_cast<uint8_t>(dtype::i32)) a.fail("tensor.dtype " + std::to_string(t) + " is unknown");
-  d.type = static_cast<dtype>(t);
-  d.shape = a.i64_list("tensor.shape", max_tensor_rank);
-  uint64_t elements = 1;
-  for (int64_t dim : d.shape) {
-    if (dim < 0) {
-      a.fail("tensor '" + d.name + "' has a negative dimension");
-      break;
-    }
-    if (dim != 0 && elements > max_tensor_bytes / 4 / static_cast<uint64_t>(dim)) {
-      a.fail("tensor '" + d.name + "' is larger than the protocol limit of " +
-             std::to_string(max_tensor_bytes) + " bytes");
-      break;
-    }
-    elements *= static_cast<uint64_t>(dim);
-  }
+template <class F, of<register_tile> T>
+void fields(F& f, T& m) {
+  f(m.tile_id, "tile_id", max_tiles - 1);
+  f(m.incarnation, "incarnation");
+  f(m.pid, "pid");
+  f(m.exchange_endpoint, "exchange_endpoint", 512);
+  f(m.hostname, "hostname", 256);
+  f(m.memory_capacity, "memory_capacity");
 }
 
-void get(wire_reader& r, slice_ref& s) {
-  wire_reader a = r.array("slice", 8);
-  s.tensor_id = a.u32("slice.tensor_id");
-  uint8_t k = a.u8("slice.kind");
-  if (k > static_cast<uint8_t>(slice_kind::token_part)) a.fail("slice.kind " + std::to_string(k) + " is unknown");
-  s.kind = static_cast<slice_kind>(k);
-  s.offset = a.u64("slice.offset", max_tensor_bytes / 4);
-  s.count = a.u64("slice.count", max_tensor_bytes / 4);
-  s.part = a.u32("slice.part");
-  s.parts = a.u32("slice.parts");
-  s.micro = a.u32("slice.micro");
-  s.micros = a.u32("slice.micros", 1u << 16);
-  if (s.parts == 0 || s.part >= s.parts) a.fail("slice.part must be below slice.parts (>0)");
-  if (s.micros == 0 || s.micro >= s.micros) a.fail("slice.micro must be below slice.micros (>0)");
+template <class F, of<peer_directory> T>
+void fields(F& f, T& m) {
+  f(m.endpoints, "endpoints", max_tiles, 512);
+  f(m.incarnations, "incarnations", max_tiles);
 }
 
-void get(wire_reader& r, kernel_call& k) {
-  wire_reader a = r.array("kernel_call", 5);
-  k.kernel = a.str("kernel_call.kernel", 64);
-  k.inputs = a.u32_list("kernel_call.inputs", 64);
-  k.outputs = a.u32_list("kernel_call.outputs", 64);
-  k.params = a.i64_list("kernel_call.params", 1024);
-  k.fparams = a.f32_list("kernel_call.fparams", 1024);
+template <class F, of<alloc_tensor> T>
+void fields(F& f, T& m) {
+  f(m.request_id, "request_id");
+  f(m.desc, "desc");
+  f(m.has_data, "has_data");
+  f(m.zero, "zero");
 }
 
-void get(wire_reader& r, superstep& s) {
-  wire_reader a = r.array("superstep", 4);
-  wire_reader c = a.array("superstep.compute");
-  s.compute.resize(c.size());
-  for (auto& k : s.compute) get(c, k);
-  wire_reader snd = a.array("superstep.sends");
-  s.sends.resize(snd.size());
-  for (auto& o : s.sends) {
-    wire_reader x = snd.array("send", 3);
-    o.peer = x.u32("send.peer", max_tiles - 1);
-    o.tag = x.u32("send.tag");
-    get(x, o.src);
-  }
-  wire_reader rcv = a.array("superstep.recvs");
-  s.recvs.resize(rcv.size());
-  for (auto& o : s.recvs) {
-    wire_reader x = rcv.array("recv", 4);
-    o.peer = x.u32("recv.peer", max_tiles - 1);
-    o.tag = x.u32("recv.tag");
-    get(x, o.dst);
-    o.accumulate = x.boolean("recv.accumulate");
-  }
-  s.sync = a.boolean("superstep.sync");
+template <class F, of<free_tensors> T>
+void fields(F& f, T& m) {
+  f(m.request_id, "request_id");
+  f(m.ids, "ids", 1u << 20);
 }
 
-void get(wire_reader& r, superstep_counters& c) {
-  wire_reader a = r.array("counters", 5);
-  c.compute_ns = a.u64("counters.compute_ns");
-  c.exchange_ns = a.u64("counters.exchange_ns");
-  c.sync_ns = a.u64("counters.sync_ns");
-  c.bytes_sent = a.u64("counters.bytes_sent");
-  c.bytes_received = a.u64("counters.bytes_received");
+template <class F, of<load_program> T>
+void fields(F& f, T& m) {
+  f(m.request_id, "request_id");
+  f(m.prog.id, "program_id");
+  f(m.prog.tiles, "tiles", max_tiles);
+  f(m.prog.temporaries, "temporaries");
+  f(m.prog.steps, "steps");
 }
 
-// ---- envelope framing ----
+template <class F, of<run_program> T>
+void fields(F& f, T& m) {
+  f(m.program_id, "program_id");
+  f(m.batch_id, "batch_id");
+  f(m.seq_lengths, "seq_lengths", max_batch_sequences);
+  f(m.active_tokens, "active_tokens");
+  f(m.inputs, "inputs");
+  f(m.outputs, "outputs");
+  f(m.collect_counters, "collect_counters");
+}
 
-// Starts a header: [magic, version, type, body(array of n)].
-struct header_builder {
-  msgpack::sbuffer buf;
-  packer p{&buf};
-  header_builder(msg_type t, uint32_t body_fields) {
-    p.pack_array(4);
-    p.pack(protocol_magic);
-    p.pack(protocol_version);
-    p.pack(static_cast<uint8_t>(t));
-    p.pack_array(body_fields);
-  }
-  envelope finish(std::vector<zmq::message_t> payloads = {}) {
-    envelope e;
-    e.header = zmq::message_t(buf.data(), buf.size());
-    e.payloads = std::move(payloads);
-    return e;
+template <class F, of<exchange_data> T>
+void fields(F& f, T& m) {
+  f(m.program_id, "program_id");
+  f(m.batch_id, "batch_id");
+  f(m.superstep, "superstep");
+  f(m.src_tile, "src_tile", max_tiles - 1);
+  f(m.dst_tile, "dst_tile", max_tiles - 1);
+  f(m.tag, "tag");
+  f(m.elements, "elements", max_tensor_bytes / 4);
+  f(m.checksum, "checksum");
+}
+
+template <class F, of<sync_token> T>
+void fields(F& f, T& m) {
+  f(m.program_id, "program_id");
+  f(m.batch_id, "batch_id");
+  f(m.superstep, "superstep");
+  f(m.round, "round", 31u);
+  f(m.src_tile, "src_tile", max_tiles - 1);
+}
+
+template <class F, of<run_done> T>
+void fields(F& f, T& m) {
+  f(m.program_id, "program_id");
+  f(m.batch_id, "batch_id");
+  f(m.tile_id, "tile_id", max_tiles - 1);
+  f(m.code, "code", errc::internal);
+  f(m.message, "message", 64 * 1024);
+  f(m.counters, "counters");
+  f(m.memory_used, "memory_used");
+  f(m.memory_high_water, "memory_high_water");
+  f(m.outputs, "outputs", 1024u);
+  f(m.injected, "injected");
+}
+
+template <class F, of<heartbeat> T>
+void fields(F& f, T& m) {
+  f(m.tile_id, "tile_id", max_tiles - 1);
+  f(m.incarnation, "incarnation");
+  f(m.memory_used, "memory_used");
+  f(m.memory_high_water, "memory_high_water");
+  f(m.bad_messages, "bad_messages");
+  f(m.stale_messages, "stale_messages");
+  f(m.injected, "injected");
+}
+
+template <class F, of<shutdown> T>
+void fields(F& f, T& m) {
+  f(m.reason, "reason", 4096);
+}
+
+template <class F, of<ack> T>
+void fields(F& f, T& m) {
+  f(m.request_id, "request_id");
+  f(m.tile_id, "tile_id", max_tiles - 1);
+  f(m.code, "code", errc::internal);
+  f(m.message, "message", 64 * 1024);
+  f(m.payloads, "payloads", 1024u);
+}
+
+template <class F, of<abort_run> T>
+void fields(F& f, T& m) {
+  f(m.program_id, "program_id");
+  f(m.batch_id, "batch_id");
+  f(m.reason, "reason", 4096);
+}
+
+template <class F, of<fetch_tensor> T>
+void fields(F& f, T& m) {
+  f(m.request_id, "request_id");
+  f(m.slice, "slice");
+  f(m.active_tokens, "active_tokens");
+}
+
+template <class F, of<infer_batch> T>
+void fields(F& f, T& m) {
+  f(m.batch_id, "batch_id");
+  f(m.seq_lengths, "seq_lengths", max_batch_sequences);
+  f(m.layout, "layout", uint8_t{1});
+  f(m.padded_length, "padded_length");
+}
+
+template <class F, of<infer_result> T>
+void fields(F& f, T& m) {
+  f(m.batch_id, "batch_id");
+  f(m.code, "code", errc::internal);
+  f(m.message, "message", 64 * 1024);
+  f(m.num_labels, "num_labels");
+  f(m.wall_seconds, "wall_seconds");
+  f(m.modelled_seconds, "modelled_seconds");
+}
+
+// Which msg_type each message struct travels as.
+template <class M> constexpr msg_type type_of = msg_type{};
+template <> constexpr msg_type type_of<register_tile> = msg_type::register_tile;
+template <> constexpr msg_type type_of<peer_directory> = msg_type::peer_directory;
+template <> constexpr msg_type type_of<alloc_tensor> = msg_type::alloc_tensor;
+template <> constexpr msg_type type_of<free_tensors> = msg_type::free_tensors;
+template <> constexpr msg_type type_of<load_program> = msg_type::load_program;
+template <> constexpr msg_type type_of<run_program> = msg_type::run_program;
+template <> constexpr msg_type type_of<exchange_data> = msg_type::exchange_data;
+template <> constexpr msg_type type_of<sync_token> = msg_type::sync_token;
+template <> constexpr msg_type type_of<run_done> = msg_type::run_done;
+template <> constexpr msg_type type_of<heartbeat> = msg_type::heartbeat;
+template <> constexpr msg_type type_of<shutdown> = msg_type::shutdown;
+template <> constexpr msg_type type_of<ack> = msg_type::ack;
+template <> constexpr msg_type type_of<abort_run> = msg_type::abort_run;
+template <> constexpr msg_type type_of<fetch_tensor> = msg_type::fetch_tensor;
+template <> constexpr msg_type type_of<infer_batch> = msg_type::infer_batch;
+template <> constexpr msg_type type_of<infer_result> = msg_type::infer_result;
+
+// ---- the three readers of a field list ----
+
+struct field_counter {
+  uint32_t n = 0;
+  template <class... A>
+  void operator()(A&&...) {
+    ++n;
   }
 };
 
-// Parses frame 0 with limits and returns the body reader; checks magic, version and type.
-status open_body(const envelope& e, msg_type expected, parsed_header& out) {
-  TESSERA_RETURN_IF_ERROR(parse_header(e.header.data<char>(), e.header.size(), out));
-  if (out.type != expected) {
-    return status::bad_message("expected a " + std::string(msg_type_name(expected)) + " message, got " +
-                               std::string(msg_type_name(out.type)));
+/// Fields of `x` on the wire (its msgpack array length).
+template <class T>
+uint32_t field_count(const T& x) {
+  field_counter c;
+  fields(c, x);
+  return c.n;
+}
+
+// A type with a field list travels as a nested array.
+template <class T>
+concept wire_struct = requires(field_counter& c, const T& x) { fields(c, x); };
+
+struct field_writer {
+  packer& p;
+
+  template <class T, class... Limits>
+  void operator()(const T& v, const char*, Limits...) {
+    put(v);
   }
-  return status::ok();
+
+  template <wire_struct T>
+  void put(const T& x) {
+    p.pack_array(field_count(x));
+    fields(*this, x);
+  }
+  template <wire_struct T>
+  void put(const std::vector<T>& xs) {
+    p.pack_array(static_cast<uint32_t>(xs.size()));
+    for (const auto& x : xs) put(x);
+  }
+  template <class E>
+    requires std::is_enum_v<E>
+  void put(const E& v) {
+    p.pack(static_cast<uint8_t>(v));
+  }
+  void put(const fault_counts& c) {
+    p.pack_array(static_cast<uint32_t>(c.size()));
+    for (uint64_t n : c) p.pack(n);
+  }
+  template <class T>  // numbers, bools, strings and lists of them: msgpack's own
+  void put(const T& v) {
+    p.pack(v);
+  }
+};
+
+struct field_reader {
+  wire_reader& r;
+
+  template <std::unsigned_integral T>
+    requires(!std::same_as<T, bool>)
+  void operator()(T& v, const char* name, T max = std::numeric_limits<T>::max()) {
+    v = static_cast<T>(r.u64(name, max));
+  }
+  void operator()(int64_t& v, const char* name) { v = r.i64(name); }
+  void operator()(int32_t& v, const char* name) { v = static_cast<int32_t>(r.i64(name)); }
+  void operator()(bool& v, const char* name) { v = r.boolean(name); }
+  void operator()(double& v, const char* name) { v = r.f64(name); }
+  void operator()(std::string& v, const char* name, uint32_t max_len) { v = r.str(name, max_len); }
+  void operator()(std::vector<std::string>& v, const char* name, uint32_t max_count, uint32_t max_len) {
+    v = r.str_list(name, max_count, max_len);
+  }
+  void operator()(std::vector<uint32_t>& v, const char* name, uint32_t max_count) { v = r.u32_list(name, max_count); }
+  void operator()(std::vector<int32_t>& v, const char* name, uint32_t max_count) { v = r.i32_list(name, max_count); }
+  void operator()(std::vector<int64_t>& v, const char* name, uint32_t max_count) { v = r.i64_list(name, max_count); }
+  void operator()(std::vector<float>& v, const char* name, uint32_t max_count) { v = r.f32_list(name, max_count); }
+  template <class E>
+    requires std::is_enum_v<E>
+  void operator()(E& v, const char* name, E max) {
+    v = static_cast<E>(r.u8(name, static_cast<uint8_t>(max)));
+  }
+  // Exactly one count per fault kind this build knows (a new kind bumps protocol_version).
+  void operator()(fault_counts& c, const char* name) {
+    wire_reader a = r.array(name, static_cast<int64_t>(c.size()));
+    for (auto& n : c) n = a.u64(name);
+  }
+  template <wire_struct T>
+  void operator()(T& x, const char* name) {
+    wire_reader a = r.array(name, field_count(x));
+    field_reader inner{a};
+    fields(inner, x);
+    check(a, x);
+  }
+  template <wire_struct T>
+  void operator()(std::vector<T>& xs, const char* name) {
+    wire_reader a = r.array(name);
+    xs.resize(a.size());
+    field_reader elements{a};
+    for (auto& x : xs) elements(x, name);
+  }
+
+ private:
+  // Checks a field list cannot state, on nested structs.
+  template <class T>
+  static void check(wire_reader&, T&) {}
+  static void check(wire_reader& a, tensor_desc& d) {
+    uint64_t elements = 1;
+    for (int64_t dim : d.shape) {
+      if (dim < 0) return a.fail("tensor '" + d.name + "' has a negative dimension");
+      if (dim != 0 && elements > max_tensor_bytes / 4 / static_cast<uint64_t>(dim))
+        return a.fail("tensor '" + d.name + "' is larger than the protocol limit of " +
+                      std::to_string(max_tensor_bytes) + " bytes");
+      elements *= static_cast<uint64_t>(dim);
+    }
+  }
+  static void check(wire_reader& a, slice_ref& s) {
+    if (s.parts == 0 || s.part >= s.parts) a.fail("slice.part must be below slice.parts (>0)");
+    if (s.micros == 0 || s.micro >= s.micros) a.fail("slice.micro must be below slice.micros (>0)");
+  }
+};
+
+// ---- envelopes ----
+
+// [magic, version, type, [fields...]] in frame 0, then the payload frames.
+template <class M>
+envelope encode_message(const M& m, std::vector<zmq::message_t> payloads = {}) {
+  msgpack::sbuffer buf;
+  packer p{&buf};
+  p.pack_array(4);
+  p.pack(protocol_magic);
+  p.pack(protocol_version);
+  p.pack(static_cast<uint8_t>(type_of<M>));
+  field_writer{p}.put(m);
+  envelope e;
+  e.header = zmq::message_t(buf.data(), buf.size());
+  e.payloads = std::move(payloads);
+  return e;
+}
+
+// Parses frame 0 with limits, checks magic, version, type and every field of M.
+template <class M>
+status decode_message(const envelope& e, M& m) {
+  parsed_header h;
+  TESSERA_RETURN_IF_ERROR(parse_header(e.header.data<char>(), e.header.size(), h));
+  if (h.type != type_of<M>)
+    return status::bad_message("expected a " + std::string(msg_type_name(type_of<M>)) + " message, got " +
+                               std::string(msg_type_name(h.type)));
+  wire_reader r = h.body(field_count(m));
+  field_reader read{r};
+  fields(read, m);
+  return r.finish(msg_type_name(type_of<M>).data());
 }
 
 status expect_payloads(const envelope& e, size_t n, std::string_view what) {
@@ -211,6 +412,13 @@ status expect_payloads(const envelope& e, size_t n, std::string_view what) {
                                std::to_string(e.payloads.size()));
   }
   return status::ok();
+}
+
+// Decodes M and checks that no payload frame came with it.
+template <class M>
+status decode_plain(const envelope& e, M& m) {
+  TESSERA_RETURN_IF_ERROR(decode_message(e, m));
+  return expect_payloads(e, 0, msg_type_name(type_of<M>));
 }
 
 std::vector<zmq::message_t> one(zmq::message_t m) {
@@ -356,69 +564,51 @@ std::optional<uint64_t> peek_request_id(const envelope& e) {
   return id.via.u64;
 }
 
-// ---- register_tile ----
-envelope encode(const register_tile& m) {
-  header_builder h(msg_type::register_tile, 6);
-  h.p.pack(m.tile_id);
-  h.p.pack(m.incarnation);
-  h.p.pack(m.pid);
-  h.p.pack(m.exchange_endpoint);
-  h.p.pack(m.hostname);
-  h.p.pack(m.memory_capacity);
-  return h.finish();
-}
-status decode(const envelope& e, register_tile& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::register_tile, h));
-  wire_reader r = h.body(6);
-  m.tile_id = r.u32("tile_id", max_tiles - 1);
-  m.incarnation = r.u32("incarnation");
-  m.pid = static_cast<int32_t>(r.i64("pid"));
-  m.exchange_endpoint = r.str("exchange_endpoint", 512);
-  m.hostname = r.str("hostname", 256);
-  m.memory_capacity = r.u64("memory_capacity");
-  TESSERA_RETURN_IF_ERROR(r.finish("register_tile"));
-  return expect_payloads(e, 0, "register_tile");
-}
 
-// ---- peer_directory ----
-envelope encode(const peer_directory& m) {
-  header_builder h(msg_type::peer_directory, 2);
-  h.p.pack(m.endpoints);
-  h.p.pack(m.incarnations);
-  return h.finish();
-}
+// ---- messages without payload frames ----
+envelope encode(const register_tile& m) { return encode_message(m); }
+status decode(const envelope& e, register_tile& m) { return decode_plain(e, m); }
+
+envelope encode(const peer_directory& m) { return encode_message(m); }
 status decode(const envelope& e, peer_directory& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::peer_directory, h));
-  wire_reader r = h.body(2);
-  m.endpoints = r.str_list("endpoints", max_tiles, 512);
-  m.incarnations = r.u32_list("incarnations", max_tiles);
-  TESSERA_RETURN_IF_ERROR(r.finish("peer_directory"));
+  TESSERA_RETURN_IF_ERROR(decode_plain(e, m));
   if (m.endpoints.size() != m.incarnations.size() || m.endpoints.empty())
     return status::bad_message("peer_directory: endpoints and incarnations differ in count or are empty");
-  return expect_payloads(e, 0, "peer_directory");
+  return status::ok();
 }
 
-// ---- alloc_tensor ----
+envelope encode(const free_tensors& m) { return encode_message(m); }
+status decode(const envelope& e, free_tensors& m) { return decode_plain(e, m); }
+
+envelope encode(const load_program& m) { return encode_message(m); }
+status decode(const envelope& e, load_program& m) {
+  TESSERA_RETURN_IF_ERROR(decode_plain(e, m));
+  for (uint32_t tile : m.prog.tiles) TESSERA_RETURN_IF_ERROR(check_tile_id(tile, max_tiles, "program tile"));
+  return status::ok();
+}
+
+envelope encode(const sync_token& m) { return encode_message(m); }
+status decode(const envelope& e, sync_token& m) { return decode_plain(e, m); }
+
+envelope encode(const heartbeat& m) { return encode_message(m); }
+status decode(const envelope& e, heartbeat& m) { return decode_plain(e, m); }
+
+envelope encode(const shutdown& m) { return encode_message(m); }
+status decode(const envelope& e, shutdown& m) { return decode_plain(e, m); }
+
+envelope encode(const abort_run& m) { return encode_message(m); }
+status decode(const envelope& e, abort_run& m) { return decode_plain(e, m); }
+
+envelope encode(const fetch_tensor& m) { return encode_message(m); }
+status decode(const envelope& e, fetch_tensor& m) { return decode_plain(e, m); }
+
+// ---- messages with payload frames ----
+
 envelope encode(const alloc_tensor& m, zmq::message_t data) {
-  header_builder h(msg_type::alloc_tensor, 4);
-  h.p.pack(m.request_id);
-  put(h.p, m.desc);
-  h.p.pack(m.has_data);
-  h.p.pack(m.zero);
-  if (m.has_data) return h.finish(one(std::move(data)));
-  return h.finish();
+  return m.has_data ? encode_message(m, one(std::move(data))) : encode_message(m);
 }
 status decode(const envelope& e, alloc_tensor& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::alloc_tensor, h));
-  wire_reader r = h.body(4);
-  m.request_id = r.u64("request_id");
-  get(r, m.desc);
-  m.has_data = r.boolean("has_data");
-  m.zero = r.boolean("zero");
-  TESSERA_RETURN_IF_ERROR(r.finish("alloc_tensor"));
+  TESSERA_RETURN_IF_ERROR(decode_message(e, m));
   TESSERA_RETURN_IF_ERROR(expect_payloads(e, m.has_data ? 1 : 0, "alloc_tensor"));
   if (m.has_data && e.payloads[0].size() != m.desc.bytes()) {
     return status::bad_message("alloc_tensor '" + m.desc.name + "': payload has " +
@@ -428,83 +618,11 @@ status decode(const envelope& e, alloc_tensor& m) {
   return status::ok();
 }
 
-// ---- free_tensors ----
-envelope encode(const free_tensors& m) {
-  header_builder h(msg_type::free_tensors, 2);
-  h.p.pack(m.request_id);
-  h.p.pack(m.ids);
-  return h.finish();
-}
-status decode(const envelope& e, free_tensors& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::free_tensors, h));
-  wire_reader r = h.body(2);
-  m.request_id = r.u64("request_id");
-  m.ids = r.u32_list("ids", 1u << 20);
-  TESSERA_RETURN_IF_ERROR(r.finish("free_tensors"));
-  return expect_payloads(e, 0, "free_tensors");
-}
-
-// ---- load_program ----
-envelope encode(const load_program& m) {
-  header_builder h(msg_type::load_program, 5);
-  h.p.pack(m.request_id);
-  h.p.pack(m.prog.id);
-  h.p.pack(m.prog.tiles);
-  h.p.pack_array(static_cast<uint32_t>(m.prog.temporaries.size()));
-  for (const auto& t : m.prog.temporaries) put(h.p, t);
-  h.p.pack_array(static_cast<uint32_t>(m.prog.steps.size()));
-  for (const auto& s : m.prog.steps) put(h.p, s);
-  return h.finish();
-}
-status decode(const envelope& e, load_program& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::load_program, h));
-  wire_reader r = h.body(5);
-  m.request_id = r.u64("request_id");
-  m.prog.id = r.u32("program_id");
-  m.prog.tiles = r.u32_list("tiles", max_tiles);
-  wire_reader t = r.array("temporaries");
-  m.prog.temporaries.resize(t.size());
-  for (auto& d : m.prog.temporaries) get(t, d);
-  wire_reader s = r.array("steps");
-  m.prog.steps.resize(s.size());
-  for (auto& st : m.prog.steps) get(s, st);
-  TESSERA_RETURN_IF_ERROR(r.finish("load_program"));
-  for (uint32_t tile : m.prog.tiles) TESSERA_RETURN_IF_ERROR(check_tile_id(tile, max_tiles, "program tile"));
-  return expect_payloads(e, 0, "load_program");
-}
-
-// ---- run_program ----
 envelope encode(const run_program& m, std::vector<zmq::message_t> inputs) {
-  header_builder h(msg_type::run_program, 7);
-  h.p.pack(m.program_id);
-  h.p.pack(m.batch_id);
-  h.p.pack(m.seq_lengths);
-  h.p.pack(m.active_tokens);
-  h.p.pack_array(static_cast<uint32_t>(m.inputs.size()));
-  for (const auto& s : m.inputs) put(h.p, s);
-  h.p.pack_array(static_cast<uint32_t>(m.outputs.size()));
-  for (const auto& s : m.outputs) put(h.p, s);
-  h.p.pack(m.collect_counters);
-  return h.finish(std::move(inputs));
+  return encode_message(m, std::move(inputs));
 }
 status decode(const envelope& e, run_program& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::run_program, h));
-  wire_reader r = h.body(7);
-  m.program_id = r.u32("program_id");
-  m.batch_id = r.u64("batch_id");
-  m.seq_lengths = r.i32_list("seq_lengths", max_batch_sequences);
-  m.active_tokens = r.i64("active_tokens");
-  wire_reader in = r.array("inputs");
-  m.inputs.resize(in.size());
-  for (auto& s : m.inputs) get(in, s);
-  wire_reader out = r.array("outputs");
-  m.outputs.resize(out.size());
-  for (auto& s : m.outputs) get(out, s);
-  m.collect_counters = r.boolean("collect_counters");
-  TESSERA_RETURN_IF_ERROR(r.finish("run_program"));
+  TESSERA_RETURN_IF_ERROR(decode_message(e, m));
   if (m.active_tokens < 0) return status::bad_message("run_program: active_tokens is negative");
   int64_t sum = 0;
   for (int32_t len : m.seq_lengths) {
@@ -517,32 +635,9 @@ status decode(const envelope& e, run_program& m) {
   return expect_payloads(e, m.inputs.size(), "run_program");
 }
 
-// ---- exchange_data ----
-envelope encode(const exchange_data& m, zmq::message_t slice) {
-  header_builder h(msg_type::exchange_data, 8);
-  h.p.pack(m.program_id);
-  h.p.pack(m.batch_id);
-  h.p.pack(m.superstep);
-  h.p.pack(m.src_tile);
-  h.p.pack(m.dst_tile);
-  h.p.pack(m.tag);
-  h.p.pack(m.elements);
-  h.p.pack(m.checksum);
-  return h.finish(one(std::move(slice)));
-}
+envelope encode(const exchange_data& m, zmq::message_t slice) { return encode_message(m, one(std::move(slice))); }
 status decode(const envelope& e, exchange_data& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::exchange_data, h));
-  wire_reader r = h.body(8);
-  m.program_id = r.u32("program_id");
-  m.batch_id = r.u64("batch_id");
-  m.superstep = r.u32("superstep");
-  m.src_tile = r.u32("src_tile", max_tiles - 1);
-  m.dst_tile = r.u32("dst_tile", max_tiles - 1);
-  m.tag = r.u32("tag");
-  m.elements = r.u64("elements", max_tensor_bytes / 4);
-  m.checksum = r.u64("checksum");
-  TESSERA_RETURN_IF_ERROR(r.finish("exchange_data"));
+  TESSERA_RETURN_IF_ERROR(decode_message(e, m));
   TESSERA_RETURN_IF_ERROR(expect_payloads(e, 1, "exchange_data"));
   if (e.payloads[0].size() != m.elements * 4) {
     return status::bad_message("exchange_data: payload has " + std::to_string(e.payloads[0].size()) +
@@ -551,189 +646,35 @@ status decode(const envelope& e, exchange_data& m) {
   return status::ok();
 }
 
-// ---- sync_token ----
-envelope encode(const sync_token& m) {
-  header_builder h(msg_type::sync_token, 5);
-  h.p.pack(m.program_id);
-  h.p.pack(m.batch_id);
-  h.p.pack(m.superstep);
-  h.p.pack(m.round);
-  h.p.pack(m.src_tile);
-  return h.finish();
-}
-status decode(const envelope& e, sync_token& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::sync_token, h));
-  wire_reader r = h.body(5);
-  m.program_id = r.u32("program_id");
-  m.batch_id = r.u64("batch_id");
-  m.superstep = r.u32("superstep");
-  m.round = r.u32("round", 31);
-  m.src_tile = r.u32("src_tile", max_tiles - 1);
-  TESSERA_RETURN_IF_ERROR(r.finish("sync_token"));
-  return expect_payloads(e, 0, "sync_token");
-}
-
-// ---- run_done ----
+// The header states how many payload frames follow: the frames given here, whatever m says.
 envelope encode(const run_done& m, std::vector<zmq::message_t> outputs) {
-  header_builder h(msg_type::run_done, 10);
-  h.p.pack(m.program_id);
-  h.p.pack(m.batch_id);
-  h.p.pack(m.tile_id);
-  h.p.pack(static_cast<uint8_t>(m.code));
-  h.p.pack(m.message);
-  h.p.pack_array(static_cast<uint32_t>(m.counters.size()));
-  for (const auto& c : m.counters) put(h.p, c);
-  h.p.pack(m.memory_used);
-  h.p.pack(m.memory_high_water);
-  h.p.pack(static_cast<uint32_t>(outputs.size()));
-  put(h.p, m.injected);
-  return h.finish(std::move(outputs));
+  run_done h = m;
+  h.outputs = static_cast<uint32_t>(outputs.size());
+  return encode_message(h, std::move(outputs));
 }
 status decode(const envelope& e, run_done& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::run_done, h));
-  wire_reader r = h.body(10);
-  m.program_id = r.u32("program_id");
-  m.batch_id = r.u64("batch_id");
-  m.tile_id = r.u32("tile_id", max_tiles - 1);
-  m.code = static_cast<errc>(r.u8("code", static_cast<uint8_t>(errc::internal)));
-  m.message = r.str("message", 64 * 1024);
-  wire_reader c = r.array("counters");
-  m.counters.resize(c.size());
-  for (auto& x : m.counters) get(c, x);
-  m.memory_used = r.u64("memory_used");
-  m.memory_high_water = r.u64("memory_high_water");
-  m.outputs = r.u32("outputs", 1024);
-  get(r, m.injected);
-  TESSERA_RETURN_IF_ERROR(r.finish("run_done"));
+  TESSERA_RETURN_IF_ERROR(decode_message(e, m));
   return expect_payloads(e, m.outputs, "run_done");
 }
 
-// ---- heartbeat ----
-envelope encode(const heartbeat& m) {
-  header_builder h(msg_type::heartbeat, 7);
-  h.p.pack(m.tile_id);
-  h.p.pack(m.incarnation);
-  h.p.pack(m.memory_used);
-  h.p.pack(m.memory_high_water);
-  h.p.pack(m.bad_messages);
-  h.p.pack(m.stale_messages);
-  put(h.p, m.injected);
-  return h.finish();
-}
-status decode(const envelope& e, heartbeat& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::heartbeat, h));
-  wire_reader r = h.body(7);
-  m.tile_id = r.u32("tile_id", max_tiles - 1);
-  m.incarnation = r.u32("incarnation");
-  m.memory_used = r.u64("memory_used");
-  m.memory_high_water = r.u64("memory_high_water");
-  m.bad_messages = r.u64("bad_messages");
-  m.stale_messages = r.u64("stale_messages");
-  get(r, m.injected);
-  TESSERA_RETURN_IF_ERROR(r.finish("heartbeat"));
-  return expect_payloads(e, 0, "heartbeat");
-}
-
-// ---- shutdown ----
-envelope encode(const shutdown& m) {
-  header_builder h(msg_type::shutdown, 1);
-  h.p.pack(m.reason);
-  return h.finish();
-}
-status decode(const envelope& e, shutdown& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::shutdown, h));
-  wire_reader r = h.body(1);
-  m.reason = r.str("reason", 4096);
-  TESSERA_RETURN_IF_ERROR(r.finish("shutdown"));
-  return expect_payloads(e, 0, "shutdown");
-}
-
-// ---- ack ----
 envelope encode(const ack& m, std::vector<zmq::message_t> payloads) {
-  header_builder h(msg_type::ack, 5);
-  h.p.pack(m.request_id);
-  h.p.pack(m.tile_id);
-  h.p.pack(static_cast<uint8_t>(m.code));
-  h.p.pack(m.message);
-  h.p.pack(static_cast<uint32_t>(payloads.size()));
-  return h.finish(std::move(payloads));
+  ack h = m;
+  h.payloads = static_cast<uint32_t>(payloads.size());
+  return encode_message(h, std::move(payloads));
 }
 status decode(const envelope& e, ack& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::ack, h));
-  wire_reader r = h.body(5);
-  m.request_id = r.u64("request_id");
-  m.tile_id = r.u32("tile_id", max_tiles - 1);
-  m.code = static_cast<errc>(r.u8("code", static_cast<uint8_t>(errc::internal)));
-  m.message = r.str("message", 64 * 1024);
-  m.payloads = r.u32("payloads", 1024);
-  TESSERA_RETURN_IF_ERROR(r.finish("ack"));
+  TESSERA_RETURN_IF_ERROR(decode_message(e, m));
   return expect_payloads(e, m.payloads, "ack");
 }
 
-// ---- abort_run ----
-envelope encode(const abort_run& m) {
-  header_builder h(msg_type::abort_run, 3);
-  h.p.pack(m.program_id);
-  h.p.pack(m.batch_id);
-  h.p.pack(m.reason);
-  return h.finish();
-}
-status decode(const envelope& e, abort_run& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::abort_run, h));
-  wire_reader r = h.body(3);
-  m.program_id = r.u32("program_id");
-  m.batch_id = r.u64("batch_id");
-  m.reason = r.str("reason", 4096);
-  TESSERA_RETURN_IF_ERROR(r.finish("abort_run"));
-  return expect_payloads(e, 0, "abort_run");
-}
-
-// ---- fetch_tensor ----
-envelope encode(const fetch_tensor& m) {
-  header_builder h(msg_type::fetch_tensor, 3);
-  h.p.pack(m.request_id);
-  put(h.p, m.slice);
-  h.p.pack(m.active_tokens);
-  return h.finish();
-}
-status decode(const envelope& e, fetch_tensor& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::fetch_tensor, h));
-  wire_reader r = h.body(3);
-  m.request_id = r.u64("request_id");
-  get(r, m.slice);
-  m.active_tokens = r.i64("active_tokens");
-  TESSERA_RETURN_IF_ERROR(r.finish("fetch_tensor"));
-  return expect_payloads(e, 0, "fetch_tensor");
-}
-
-// ---- infer_batch ----
 envelope encode(const infer_batch& m, zmq::message_t token_ids, zmq::message_t token_types) {
-  header_builder h(msg_type::infer_batch, 4);
-  h.p.pack(m.batch_id);
-  h.p.pack(m.seq_lengths);
-  h.p.pack(m.layout);
-  h.p.pack(m.padded_length);
   std::vector<zmq::message_t> frames;
   frames.push_back(std::move(token_ids));
   frames.push_back(std::move(token_types));
-  return h.finish(std::move(frames));
+  return encode_message(m, std::move(frames));
 }
 status decode(const envelope& e, infer_batch& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::infer_batch, h));
-  wire_reader r = h.body(4);
-  m.batch_id = r.u64("batch_id");
-  m.seq_lengths = r.i32_list("seq_lengths", max_batch_sequences);
-  m.layout = r.u8("layout", 1);
-  m.padded_length = static_cast<int32_t>(r.i64("padded_length"));
-  TESSERA_RETURN_IF_ERROR(r.finish("infer_batch"));
+  TESSERA_RETURN_IF_ERROR(decode_message(e, m));
   TESSERA_RETURN_IF_ERROR(expect_payloads(e, 2, "infer_batch"));
   uint64_t tokens = 0;
   for (int32_t len : m.seq_lengths) {
@@ -748,29 +689,11 @@ status decode(const envelope& e, infer_batch& m) {
   return status::ok();
 }
 
-// ---- infer_result ----
 envelope encode(const infer_result& m, zmq::message_t logits) {
-  header_builder h(msg_type::infer_result, 6);
-  h.p.pack(m.batch_id);
-  h.p.pack(static_cast<uint8_t>(m.code));
-  h.p.pack(m.message);
-  h.p.pack(m.num_labels);
-  h.p.pack(m.wall_seconds);
-  h.p.pack(m.modelled_seconds);
-  if (m.code == errc::ok) return h.finish(one(std::move(logits)));
-  return h.finish();
+  return m.code == errc::ok ? encode_message(m, one(std::move(logits))) : encode_message(m);
 }
 status decode(const envelope& e, infer_result& m) {
-  parsed_header h;
-  TESSERA_RETURN_IF_ERROR(open_body(e, msg_type::infer_result, h));
-  wire_reader r = h.body(6);
-  m.batch_id = r.u64("batch_id");
-  m.code = static_cast<errc>(r.u8("code", static_cast<uint8_t>(errc::internal)));
-  m.message = r.str("message", 64 * 1024);
-  m.num_labels = static_cast<int32_t>(r.i64("num_labels"));
-  m.wall_seconds = r.f64("wall_seconds");
-  m.modelled_seconds = r.f64("modelled_seconds");
-  TESSERA_RETURN_IF_ERROR(r.finish("infer_result"));
+  TESSERA_RETURN_IF_ERROR(decode_message(e, m));
   if (m.num_labels < 0 || m.num_labels > 1 << 16) return status::bad_message("infer_result: num_labels out of range");
   TESSERA_RETURN_IF_ERROR(expect_payloads(e, m.code == errc::ok ? 1 : 0, "infer_result"));
   if (m.code == errc::ok && m.num_labels > 0 && e.payloads[0].size() % (4 * m.num_labels) != 0)
