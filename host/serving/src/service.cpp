@@ -206,8 +206,11 @@ void service::run_watchdog() {
       continue;
     }
     auto it = watched_.begin();
-    if (steady::now() < it->first) {
-      watch_cv_.wait_until(lock, it->first);
+    // A copy: wait_until reads the deadline after waking, when unwatch() may have erased the
+    // entry (ASan: heap-use-after-free in every served test).
+    const time_point next = it->first;
+    if (steady::now() < next) {
+      watch_cv_.wait_until(lock, next);
       continue;
     }
     std::shared_ptr<call_state> call = it->second.lock();
