@@ -5,11 +5,11 @@
 // HTTP itself is broken, a 400 or a clean close), the process lives, and its next good answer is
 // byte-identical to the one before the case.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -43,13 +43,8 @@ struct raw_reply {
 raw_reply exchange(uint16_t port, const std::string& bytes, bool half_close = true,
                    std::chrono::milliseconds wait = 10s) {
   raw_reply out;
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
+  int fd = connect_loopback(port);
+  if (fd < 0) {
     out.closed = true;
     return out;
   }
@@ -267,7 +262,9 @@ class HostileInput : public ::testing::Test {
     ASSERT_FALSE(baseline_.empty());
   }
   static void TearDownTestSuite() {
-    if (server_) EXPECT_EQ(server_->stop(), 0) << "tessera-serve did not exit cleanly";
+    if (server_) {
+      EXPECT_EQ(server_->stop(), 0) << "tessera-serve did not exit cleanly";
+    }
     delete server_;
     server_ = nullptr;
   }
@@ -308,7 +305,9 @@ TEST_F(HostileInput, EachCaseGetsA4xxJsonErrorAndTheNextAnswerIsUnchanged) {
       ASSERT_TRUE(j.is_object() && j.contains("error") && j["error"].is_string() && j.contains("error_type"))
           << c.name << ": " << r.body;
       EXPECT_NE(j["error"].get<std::string>().find(c.must_contain), std::string::npos) << c.name << ": " << r.body;
-      if (r.status == 405) EXPECT_NE(r.head.find("Allow: "), std::string::npos) << c.name;
+      if (r.status == 405) {
+        EXPECT_NE(r.head.find("Allow: "), std::string::npos) << c.name;
+      }
     }
     expect_unchanged(c.name);
   }
@@ -333,12 +332,8 @@ TEST_F(HostileInput, SlowClientsDoNotBlockOthers) {
   const std::string slow = post(R"({"inputs": "slowly"})");
   std::vector<int> fds;
   for (int i = 0; i < 8; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(server_->port());
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    int fd = connect_loopback(server_->port());
+    ASSERT_GE(fd, 0);
     fds.push_back(fd);
   }
   std::atomic<bool> stop{false};

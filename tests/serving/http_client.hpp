@@ -19,6 +19,9 @@ struct http_response {
   std::string www_authenticate;
 };
 
+/// A plain TCP socket connected to 127.0.0.1:port (for raw bytes), or -1. The caller closes it.
+int connect_loopback(uint16_t port);
+
 class http_connection {
  public:
   http_connection(std::string host, uint16_t port);
