@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "tessera/common/log.hpp"
+#include "tessera/exchange/security.hpp"
 #include "tessera/gpu/gpu_server.hpp"
 
 namespace po = boost::program_options;
@@ -21,14 +22,16 @@ int main(int argc, char** argv) {
   gpu::gpu_server_config cfg;
   std::string model_name = "bert-tiny", dtype_name = "fp16";
   uint64_t seed = 0;
+  std::string keys_dir;
   po::options_description opts(
       "tessera-gpu: the GPU baseline backend: one process, the whole model in one memory, a pool of\n"
       "worker threads; serves infer_batch / infer_result (exchange/protocol.hpp) on a ROUTER socket.\n"
       "Prints 'listening on <endpoint>' once ready; SIGTERM answers accepted batches, then exits 0.\n\n"
       "Examples:\n"
       "  tessera-gpu --model bert-tiny --bind tcp://127.0.0.1:0 --threads 2\n"
-      "  tessera-gpu --model path/to/hf-folder --bind tcp://0.0.0.0:7000 --omp-threads 4\n"
-      "  tessera-host --model bert-tiny --tiles 2 --serve --gpu-endpoint tcp://gpuhost:7000 --routing hybrid\n\n"
+      "  tessera-gpu --model path/to/hf-folder --bind tcp://0.0.0.0:7000 --keys /etc/tessera/keys --omp-threads 4\n"
+      "  tessera-host --model bert-tiny --tiles 2 --serve --keys /etc/tessera/keys \\\n"
+      "      --gpu-endpoint tcp://gpuhost:7000 --routing hybrid\n\n"
       "Options");
   opts.add_options()
     ("help,h", "show this help")
@@ -41,6 +44,9 @@ int main(int argc, char** argv) {
     ("dtype", po::value(&dtype_name)->default_value(dtype_name), "dtype of the timing model: fp16 or fp32")
     ("parallel-forwards", "let worker threads run forwards at the same time (default: they take turns, see reference_backend.hpp)")
     ("max-queued-batches", po::value(&cfg.max_queued_batches)->default_value(cfg.max_queued_batches), "batches accepted at once; beyond, answered 'overloaded'")
+    ("keys", po::value(&keys_dir), "CurveZMQ key directory (tessera-tile --make-keys DIR; this machine needs gpu.pub, "
+     "gpu.key, host.pub): encrypt the socket and admit the host's key alone")
+    ("insecure", "allow a plain socket off loopback (no --keys); only on a trusted network")
     ("name", po::value(&cfg.name)->default_value(cfg.name), "name in logs")
     ("die-with-parent", "exit when the parent process exits (local launches by tessera-host)");
   po::variables_map vm;
@@ -56,6 +62,15 @@ int main(int argc, char** argv) {
   else if (dtype_name == "fp32") cfg.dtype = timing::dtype::fp32;
   else return std::cerr << "tessera-gpu: --dtype must be fp16 or fp32\n", 2;
   cfg.serialize_forwards = !vm.count("parallel-forwards");
+  if (!keys_dir.empty()) {
+    auto sec = exchange::load_security(keys_dir, exchange::security_role::gpu);
+    if (!sec) return std::cerr << "tessera-gpu: --keys: " << sec.error().message() << "\n", 2;
+    exchange::set_process_security(*sec);
+  } else if (!vm.count("insecure") && !exchange::is_loopback_endpoint(cfg.bind)) {
+    return std::cerr << "tessera-gpu: --bind " << cfg.bind
+                     << " leaves this machine: pass --keys DIR (made by tessera-tile --make-keys DIR; the GPU "
+                        "machine needs gpu.pub, gpu.key and host.pub) or --insecure\n", 2;
+  }
   if (vm.count("die-with-parent")) prctl(PR_SET_PDEATHSIG, SIGTERM);
 
   // Block the stop signals before any thread starts; one thread waits for them.
@@ -82,6 +97,7 @@ int main(int argc, char** argv) {
   std::cout << "listening on " << (*server)->endpoint() << std::endl;
   (*server)->run(stop);
   std::cerr << "tessera-gpu: answered " << (*server)->batches_answered() << " batches, rejected "
-            << (*server)->bad_messages() << " bad messages\n";
+            << (*server)->bad_messages() << " bad messages, refused " << exchange::zap_denied()
+            << " CURVE peers whose key is not the host's\n";
   return 0;
 }

@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
     ("heartbeat-timeout-ms", po::value(&heartbeat_timeout_ms)->default_value(heartbeat_timeout_ms), "declare a silent tile failed after this")
     ("log-dir", po::value(&cfg.launcher.log_dir), "write each local tile's log to DIR/tile-N.log")
     ("pin-cores", "pin local tiles to cores round-robin")
-    ("keys", po::value(&keys_dir), "CurveZMQ key directory (tessera-tile --make-keys DIR): encrypt and authenticate every socket")
+    ("keys", po::value(&keys_dir), "CurveZMQ key directory (tessera-tile --make-keys DIR): encrypt and authenticate every socket "
+     "(tiles, --gpu-endpoint and --spawn-gpu processes)")
     ("faults", po::value(&faults_spec), "fault plan, JSON text or a file (exchange/fault_plan.hpp): tile kinds go to the "
      "tiles this host launches; kill_gpu is applied here to a --spawn-gpu process");
   po::options_description model_opts("Model");
@@ -53,7 +54,8 @@ int main(int argc, char** argv) {
     ("trace", po::value(&mo.trace_path), "with --check: write a Chrome trace / Perfetto JSON of the batches to FILE and print a profile")
     ("preset", po::value(&mo.timing_preset)->default_value(mo.timing_preset), "IPU preset of the trace's modelled time (ipu-mk2, ipu-c600, ipu-bow or a .json)")
     ("gpu-replicas", po::value(&mo.gpu_replicas)->default_value(0), "in-process GPU-style backends beside the tiles (use --routing hybrid)")
-    ("gpu-endpoint", po::value(&mo.gpu_endpoints)->composing(), "a running tessera-gpu process (tcp://host:port or ipc://path; repeatable): route to it as a GPU backend")
+    ("gpu-endpoint", po::value(&mo.gpu_endpoints)->composing(), "a running tessera-gpu process (tcp://host:port or ipc://path; repeatable): route to it as a GPU backend; "
+     "off loopback it needs --keys (or --insecure)")
     ("spawn-gpu", po::value(&mo.spawn_gpu)->default_value(0), "launch N local tessera-gpu processes on ipc endpoints and route to them as GPU backends");
   po::options_description demo_opts("Demo programs (without --model)");
   demo_opts.add_options()
@@ -88,9 +90,15 @@ int main(int argc, char** argv) {
     if (!sec) return std::cerr << "tessera-host: --keys: " << sec.error().message() << "\n", 2;
     exchange::set_process_security(*sec);
     cfg.extra_tile_args.insert(cfg.extra_tile_args.end(), {"--keys", keys_dir});
-  } else if (!mo.so.insecure && !exchange::is_loopback_endpoint(cfg.control_bind)) {  // --insecure: serve_options
-    return std::cerr << "tessera-host: --control " << cfg.control_bind
-                     << " leaves this machine: pass --keys DIR (made by tessera-tile --make-keys DIR) or --insecure\n", 2;
+  } else if (!mo.so.insecure) {  // --insecure: serve_options
+    if (!exchange::is_loopback_endpoint(cfg.control_bind))
+      return std::cerr << "tessera-host: --control " << cfg.control_bind
+                       << " leaves this machine: pass --keys DIR (made by tessera-tile --make-keys DIR) or --insecure\n", 2;
+    for (const auto& ep : mo.gpu_endpoints)
+      if (!exchange::is_loopback_endpoint(ep))
+        return std::cerr << "tessera-host: --gpu-endpoint " << ep
+                         << " leaves this machine: pass --keys DIR (made by tessera-tile --make-keys DIR; the GPU "
+                            "process needs its gpu.pub, gpu.key and host.pub) or --insecure\n", 2;
   }
   if (!mo.model.empty()) {
     if (!plan_text.empty()) {

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
     ("tile-id", po::value(&cfg.tile_id), "this tile's id in the group (0-based, required)")
     ("keys", po::value(&keys_dir), "CurveZMQ key directory (from --make-keys): encrypt and authenticate every socket")
     ("insecure", "allow plain sockets across machines (no --keys); only on a trusted network")
-    ("make-keys", po::value(&make_keys_dir), "write a new cluster key directory (host and tile key pairs) and exit")
+    ("make-keys", po::value(&make_keys_dir), "write a new cluster key directory (host, tile and GPU key pairs) and exit; a directory made before the GPU pair gets the GPU pair alone")
     ("incarnation", po::value(&cfg.incarnation)->default_value(0), "restart count of this tile id")
     ("memory", po::value(&memory)->default_value(memory), "tile memory capacity (e.g. 624KiB, 64MiB)")
     ("exchange-bind", po::value(&cfg.exchange_bind)->default_value(cfg.exchange_bind),
@@ -52,11 +52,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (vm.count("make-keys")) {
-    if (auto st = tessera::exchange::make_keys(make_keys_dir); !st) {
-      std::cerr << "tessera-tile: --make-keys: " << st.message() << "\n";
+    auto made = tessera::exchange::make_keys(make_keys_dir);
+    if (!made) {
+      std::cerr << "tessera-tile: --make-keys: " << made.error().message() << "\n";
       return 2;
     }
-    std::cout << "keys in " << make_keys_dir << ": host.pub host.key tile.pub tile.key authorized_keys\n";
+    std::cout << "keys in " << make_keys_dir << ":";
+    for (const auto& f : *made) std::cout << " " << f;
+    std::cout << "\n";
     return 0;
   }
   if (!keys_dir.empty()) {

@@ -97,23 +97,36 @@ result<curve_keypair> make_keypair() {
   return curve_keypair{pub, sec};
 }
 
-status make_keys(const std::string& dir) {
+result<std::vector<std::string>> make_keys(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return status::io_error("cannot create " + dir + ": " + ec.message());
   chmod(dir.c_str(), 0700);
-  if (fs::exists(fs::path(dir) / "host.key") || fs::exists(fs::path(dir) / "tile.key"))
+  const fs::path d(dir);
+  const bool has_host = fs::exists(d / "host.key"), has_tile = fs::exists(d / "tile.key"),
+             has_gpu = fs::exists(d / "gpu.key") || fs::exists(d / "gpu.pub");
+  if (has_gpu || has_host != has_tile)
     return status::invalid(dir + " already holds keys; remove them or choose another directory");
+  auto write_pair = [&](const std::string& name, const curve_keypair& k) -> status {
+    TESSERA_RETURN_IF_ERROR(write_file(d / (name + ".pub"), k.public_key + "\n", 0644));
+    return write_file(d / (name + ".key"), k.secret_key + "\n", 0600);
+  };
+  auto gpu = make_keypair();
+  if (!gpu) return gpu.error();
+  if (has_host) {  // a directory made before the GPU pair: add it, touch nothing else
+    TESSERA_RETURN_IF_ERROR(write_pair("gpu", *gpu));
+    return std::vector<std::string>{"gpu.pub", "gpu.key"};
+  }
   auto host = make_keypair();
   if (!host) return host.error();
   auto tile = make_keypair();
   if (!tile) return tile.error();
-  fs::path d(dir);
-  TESSERA_RETURN_IF_ERROR(write_file(d / "host.pub", host->public_key + "\n", 0644));
-  TESSERA_RETURN_IF_ERROR(write_file(d / "host.key", host->secret_key + "\n", 0600));
-  TESSERA_RETURN_IF_ERROR(write_file(d / "tile.pub", tile->public_key + "\n", 0644));
-  TESSERA_RETURN_IF_ERROR(write_file(d / "tile.key", tile->secret_key + "\n", 0600));
-  return write_file(d / "authorized_keys", host->public_key + "\n" + tile->public_key + "\n", 0644);
+  TESSERA_RETURN_IF_ERROR(write_pair("host", *host));
+  TESSERA_RETURN_IF_ERROR(write_pair("tile", *tile));
+  TESSERA_RETURN_IF_ERROR(write_pair("gpu", *gpu));
+  // gpu.pub stays out: tessera-gpu is only ever a server, and its key must not register as a tile.
+  TESSERA_RETURN_IF_ERROR(write_file(d / "authorized_keys", host->public_key + "\n" + tile->public_key + "\n", 0644));
+  return std::vector<std::string>{"host.pub", "host.key", "tile.pub", "tile.key", "gpu.pub", "gpu.key", "authorized_keys"};
 }
 
 result<security_config> load_security(const std::string& dir, security_role role) {
@@ -121,16 +134,33 @@ result<security_config> load_security(const std::string& dir, security_role role
   fs::path d(dir);
   security_config c;
   c.curve = true;
+  c.dir = dir;
   auto host_pub = read_key(d / "host.pub");
   if (!host_pub) return host_pub.error();
+  c.host_public = *host_pub;
+  if (role == security_role::gpu) {
+    // tessera-gpu serves the host alone: its ZAP handler admits host.pub, whatever else is listed.
+    auto pub = read_key(d / "gpu.pub");
+    if (!pub) return pub.error().with_context("a GPU process needs gpu.pub and gpu.key (tessera-tile --make-keys DIR adds them to an older directory)");
+    auto sec = read_key(d / "gpu.key");
+    if (!sec) return sec.error();
+    c.self = {*pub, *sec};
+    c.gpu_public = *pub;
+    c.authorized = {*host_pub};
+    return c;
+  }
   auto tile_pub = read_key(d / "tile.pub");
   if (!tile_pub) return tile_pub.error();
-  c.host_public = *host_pub;
   c.tile.public_key = *tile_pub;
   if (role == security_role::host) {
     auto sec = read_key(d / "host.key");
     if (!sec) return sec.error();
     c.self = {*host_pub, *sec};
+    if (fs::exists(d / "gpu.pub")) {  // only a host with GPU backends needs it (remote_backend checks)
+      auto gpu_pub = read_key(d / "gpu.pub");
+      if (!gpu_pub) return gpu_pub.error();
+      c.gpu_public = *gpu_pub;
+    }
   } else {
     auto sec = read_key(d / "tile.key");
     if (!sec) return sec.error();

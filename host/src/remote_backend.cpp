@@ -92,6 +92,7 @@ struct remote_backend::impl {
     std::vector<std::string> args{c.spawn_binary};
     args.insert(args.end(), c.spawn_args.begin(), c.spawn_args.end());
     args.insert(args.end(), {"--bind", c.endpoint, "--die-with-parent"});
+    if (const auto& sec = ex::process_security(); sec.curve) args.insert(args.end(), {"--keys", sec.dir});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -210,6 +211,14 @@ result<std::shared_ptr<remote_backend>> remote_backend::start(remote_backend_con
   if (cfg.endpoint.empty()) return status::invalid("remote backend: no endpoint given");
   if (cfg.info.kind.empty()) cfg.info.kind = "gpu";
   if (cfg.info.name.empty()) cfg.info.name = "gpu";
+  if (const auto& sec = ex::process_security(); sec.curve && sec.gpu_public.empty())
+    return status::invalid("remote backend " + cfg.endpoint + ": the key directory " + sec.dir +
+                           " has no gpu.pub (the GPU process's public key); add the GPU pair with "
+                           "tessera-tile --make-keys " + sec.dir + " and give tessera-gpu gpu.pub, gpu.key and host.pub");
+  if (const auto& sec = ex::process_security();
+      sec.curve && !cfg.spawn_binary.empty() && !std::filesystem::exists(std::filesystem::path(sec.dir) / "gpu.key"))
+    return status::invalid("cannot spawn " + cfg.spawn_binary + " with --keys " + sec.dir +
+                           ": the directory has no gpu.key (the GPU process's secret key)");
   auto p = std::make_unique<impl>();
   p->cfg = std::move(cfg);
   const auto& c = p->cfg;
@@ -230,6 +239,7 @@ result<std::shared_ptr<remote_backend>> remote_backend::start(remote_backend_con
   o.configure = [](zmq::socket_t& s) {
     s.set(zmq::sockopt::reconnect_ivl, 100);
     s.set(zmq::sockopt::reconnect_ivl_max, 1000);
+    ex::secure_gpu_client(s);  // CurveZMQ, server key gpu.pub, when keys are loaded
   };
   ex::channel::handlers h;
   h.reply_id = [](const ex::envelope& e) { return ex::peek_request_id(e); };

@@ -98,7 +98,7 @@ void add_serve_options(po::options_description& opts, serve_options& so) {
       ("tls-key", po::value(&so.server.tls_key), "the PEM private key of --tls-cert")
       ("insecure", po::bool_switch(&so.insecure),
        "allow plain sockets off loopback: the HTTP port without the API key and TLS (and, in "
-       "tessera-host, the control socket without --keys); only on a trusted network");
+       "tessera-host, the control socket and --gpu-endpoint without --keys); only on a trusted network");
 }
 
 status finish_serve_options(serve_options& so) {
