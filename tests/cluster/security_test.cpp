@@ -8,7 +8,6 @@
 // netns scripts show the same across namespaces.
 #include <gtest/gtest.h>
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -28,6 +27,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../serving/child_process.hpp"
 #include "../serving/http_client.hpp"
 #include "tessera/exchange/security.hpp"
 #include "tessera/exchange/zmq_transport.hpp"
@@ -201,31 +201,12 @@ struct process {
   int out_fd = -1;
   fs::path err = fs::temp_directory_path() / ("tessera-sec-" + std::to_string(getpid()) + "-" +
                                               std::to_string(std::rand()) + ".err");
-  explicit process(std::vector<std::string> args) {
-    int fds[2];
-    if (pipe(fds) != 0) return;
-    pid = fork();
-    if (pid == 0) {
-      dup2(fds[1], 1);
-      int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      dup2(e, 2);
-      close(fds[0]);
-      close(fds[1]);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    out_fd = fds[0];
+  explicit process(const std::vector<std::string>& args) {
+    auto c = tessera::serving::test_support::spawn(args, err.string());
+    pid = c.pid;
+    out_fd = c.out_fd;
   }
-  std::string line() {
-    std::string l;
-    char c;
-    while (read(out_fd, &c, 1) == 1 && c != '\n') l += c;
-    return l;
-  }
+  std::string line() { return tessera::serving::test_support::read_line(out_fd); }
   std::string stderr_text() const { return slurp(err); }
   /// SIGTERM (or `sig`) and the exit code (128 + signal when killed).
   int stop(int sig = SIGTERM) {

@@ -2,6 +2,7 @@
 // with stdout on a pipe, read the "listening on http(s)://ADDR:PORT ..." line, stop them.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,12 +24,17 @@ struct child {
   int out_fd = -1;  ///< the child's stdout (its stderr is the test's)
 };
 
-inline child spawn(const std::vector<std::string>& args) {
+/// `stderr_path` non-empty: the child's stderr goes to that file (created, truncated).
+inline child spawn(const std::vector<std::string>& args, const std::string& stderr_path = "") {
   int fds[2];
   if (pipe(fds) != 0) return {};
   pid_t pid = fork();
   if (pid == 0) {
     dup2(fds[1], 1);
+    if (!stderr_path.empty()) {
+      int e = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (e >= 0) dup2(e, 2);
+    }
     close(fds[0]);
     close(fds[1]);
     std::vector<char*> argv;
