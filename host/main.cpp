@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   mo.so.batching_name = "packed";
   mo.so.batching.token_budget = 4096;
   std::string memory = "256MiB", plan_text, keys_dir, faults_spec;
-  int64_t register_ms = 20000, heartbeat_timeout_ms = 3000;
+  int64_t register_ms = 20000, heartbeat_timeout_ms = 3000, exchange_timeout_ms = 30000;
   po::options_description opts(
       "tessera-host: compiles work onto a group of tile processes and runs it\n\n"
       "Examples:\n"
@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
     ("external", "do not launch tiles; wait for tiles started elsewhere (ssh, Slurm) to register")
     ("register-timeout-ms", po::value(&register_ms)->default_value(register_ms), "how long to wait for tiles to register")
     ("heartbeat-timeout-ms", po::value(&heartbeat_timeout_ms)->default_value(heartbeat_timeout_ms), "declare a silent tile failed after this")
+    ("exchange-timeout-ms", po::value(&exchange_timeout_ms)->default_value(exchange_timeout_ms),
+     "local tiles' wait for one slice or barrier token before they fail the batch (a dropped slice costs this)")
     ("log-dir", po::value(&cfg.launcher.log_dir), "write each local tile's log to DIR/tile-N.log")
     ("pin-cores", "pin local tiles to cores round-robin")
     ("keys", po::value(&keys_dir), "CurveZMQ key directory (tessera-tile --make-keys DIR): encrypt and authenticate every socket "
@@ -83,6 +85,8 @@ int main(int argc, char** argv) {
   cfg.launcher.pin_cores = vm.count("pin-cores") > 0;
   cfg.register_timeout = std::chrono::milliseconds(register_ms);
   cfg.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms);
+  if (exchange_timeout_ms <= 0) return std::cerr << "tessera-host: --exchange-timeout-ms must be positive\n", 2;
+  cfg.exchange_timeout = std::chrono::milliseconds(exchange_timeout_ms);
   if (cfg.local_exchange != "ipc" && cfg.local_exchange != "tcp")
     return std::cerr << "tessera-host: --exchange must be ipc or tcp\n", 2;
   if (!keys_dir.empty()) {

@@ -249,3 +249,22 @@ TEST(HostFaults, ATileRefusesAKindItCannotApply) {
   EXPECT_EQ(r.rc, 2) << r.err;
   EXPECT_NE(r.err.find("(kill_gpu) cannot be applied by a tile"), std::string::npos) << r.err;
 }
+
+// --exchange-timeout-ms reaches the tiles the host launches: a tile cut off from its peer for
+// the first batch gives up on the missing slice after 700 ms, not the tiles' default 30 s (a
+// dropped slice costs a served batch this long before it runs again elsewhere).
+TEST(HostFaults, ExchangeTimeoutReachesTheLaunchedTiles) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run({bin("tessera-host"), "--model", "bert-tiny", "--tiles", "2", "--plan", "1,1,2", "--check", "1",
+                "--exchange-timeout-ms", "700", "--faults",
+                R"({"faults":[{"kind":"partition","tiles":[0],"batch":1,"batches":1}]})"},
+               60);
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("waited 700 ms"), std::string::npos) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 25s);
+  auto bad = run({bin("tessera-host"), "--model", "bert-tiny", "--tiles", "2", "--check", "1",
+                  "--exchange-timeout-ms", "0"},
+                 20);
+  EXPECT_EQ(bad.rc, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--exchange-timeout-ms must be positive"), std::string::npos) << bad.err;
+}
