@@ -76,12 +76,13 @@ def make_fault_plan(o):
     victims = [t for t in range(o.tiles) if t not in o.spare] or list(range(o.tiles))
     faults = []
     # Kills and stalls fire in a tile's first incarnation only: early batches, so they happen.
+    # Stalls first: a tile killed before its stall's batch never stalls.
     for t in victims:
-        faults.append({"kind": "kill", "tile": t, "batch": rng.randint(10, 150), "superstep": rng.randint(0, 8)})
+        faults.append({"kind": "kill", "tile": t, "batch": rng.randint(30, 150), "superstep": rng.randint(0, 8)})
     t = rng.choice(victims)
-    faults.append({"kind": "stall", "tile": t, "batch": rng.randint(5, 60), "seconds": round(rng.uniform(0.5, 1.5), 2)})
+    faults.append({"kind": "stall", "tile": t, "batch": rng.randint(3, 12), "seconds": round(rng.uniform(0.5, 1.5), 2)})
     t = rng.choice(victims)  # past the heartbeat timeout: declared failed, restarted
-    faults.append({"kind": "stall", "tile": t, "batch": rng.randint(5, 60), "seconds": 4.0})
+    faults.append({"kind": "stall", "tile": t, "batch": rng.randint(13, 25), "seconds": 4.0})
     faults.append({"kind": "slow", "tile": rng.randrange(o.tiles), "factor": 1.5})
     a, b = rng.sample(range(o.tiles), 2) if o.tiles > 1 else (0, 0)
     faults.append({"kind": "delay", "from": a, "to": b, "ms": 0.5, "jitter_ms": 0.5})
@@ -394,6 +395,7 @@ class soak:
 
     def killer(self, end):
         rng = random.Random(self.o.seed * 104729 + 3)
+        self.stop_all.wait(min(20.0, end / 4))  # the plan's stalls and kills come first
         while True:
             if self.stop_all.wait(max(1.0, rng.expovariate(1.0 / self.o.kill_every))):
                 return
