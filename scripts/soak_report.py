@@ -17,13 +17,33 @@ def slope_kb_per_min(points):
     return round(sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / den, 1) if den else None
 
 
-def summarize_processes(procs, warmup, end_t):
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def half_growth(smp, t0, t1):
+    """RSS growth (%) over the second half of [t0, t1]: a plateau shows ~0, a leak half the total."""
+    mid = (t0 + t1) / 2
+    later = [x for x in smp if x[0] >= mid]
+    if len(later) < 2:
+        return None
+    return round(100.0 * (later[-1][1] - later[0][1]) / later[0][1], 2) if later[0][1] else None
+
+
+def summarize_processes(procs, warmup, end_t, window=30):
     """One row per process (a restarted tile is a new process). Long-lived: alive at the end of the
-    warm-up and at the end; its growth runs from the first sample after the warm-up to the last."""
+    warm-up and at the end. Growth runs from the base (the median of the samples in the `window`
+    seconds after the warm-up: a sample may catch a recovery's transient buffers) to the last
+    sample, taken after every replica is back and the load has stopped."""
     rows = []
     for p in procs.values():
         smp = p["samples"]
-        base = next((x for x in smp if x[0] >= warmup), smp[-1]) if p["first_seen"] < warmup else smp[0]
+        if p["first_seen"] < warmup:
+            win = [x for x in smp if warmup <= x[0] <= warmup + window] or [smp[-1]]
+        else:
+            win = [smp[0]]
+        base = (win[0][0], median([x[1] for x in win]), median([x[2] for x in win]))
         last = smp[-1]
         rows.append({
             "process": p["role"], "tile": p["tile"], "incarnation": p["incarnation"], "pid": p["pid"],
@@ -32,6 +52,7 @@ def summarize_processes(procs, warmup, end_t):
             "rss_peak_kb": max(x[1] for x in smp),
             "rss_growth_pct": round(100.0 * (last[1] - base[1]) / base[1], 2) if base[1] else 0.0,
             "rss_slope_kb_per_min": slope_kb_per_min([x for x in smp if x[0] >= base[0]]),
+            "rss_second_half_growth_pct": half_growth(smp, base[0], last[0]),
             "fds_first": smp[0][2], "fds_base": base[2], "fds_end": last[2], "fds_growth": last[2] - base[2],
         })
     order = {"host": 0, "tile": 1, "gpu": 2}
@@ -101,6 +122,10 @@ def write(report, out_dir):
         w.writerows(rows)
 
 
+def pct(x):
+    return "-" if x is None else "%+.2f%%" % x
+
+
 def print_table(report):
     n, c = report["requests"], report["config"]
     print("\nsoak: %s, %d tiles (plan %s) + 1 tessera-gpu (hybrid, long > %d tokens), %.1f min, seed %d, %d clients"
@@ -117,22 +142,24 @@ def print_table(report):
     print("recoveries: tile replicas %s, tessera-gpu restarts %s, batches run again %s; back in rotation after an "
           "outside kill: median %s s, max %s s" % (rc["tile_replica_recoveries"], rc["gpu_restarts"], rc["retries"],
                                                     rc["back_median_s"], rc["back_max_s"]))
-    print("\n| process | pid | alive (s) | RSS base MiB | RSS end MiB | growth | slope kB/min | fds base | fds end |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| process | pid | alive (s) | RSS start MiB | RSS base MiB | RSS end MiB | growth | 2nd half | fds start "
+          "| fds base | fds end |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in report["processes"]:
         if r["long_lived"]:
-            print("| %s | %d | %.0f-%.0f | %.1f | %.1f | %+.2f%% | %s | %d | %d |" % (
-                name_of(r), r["pid"], r["first_s"], r["last_s"], r["rss_base_kb"] / 1024, r["rss_end_kb"] / 1024,
-                r["rss_growth_pct"], r["rss_slope_kb_per_min"], r["fds_base"], r["fds_end"]))
+            print("| %s | %d | %.0f-%.0f | %.1f | %.1f | %.1f | %+.2f%% | %s | %d | %d | %d |" % (
+                name_of(r), r["pid"], r["first_s"], r["last_s"], r["rss_first_kb"] / 1024, r["rss_base_kb"] / 1024,
+                r["rss_end_kb"] / 1024, r["rss_growth_pct"], pct(r["rss_second_half_growth_pct"]), r["fds_first"],
+                r["fds_base"], r["fds_end"]))
     short = [r for r in report["processes"] if not r["long_lived"]]
     for key in sorted({(r["process"], r["tile"] or 0) for r in short}):
         g = [r for r in short if (r["process"], r["tile"] or 0) == key]
         life = [r["last_s"] - r["first_s"] for r in g]
-        print("| %s: %d other incarnations | - | %.0f-%.0f s each | - | %.1f-%.1f | - | - | - | %d-%d |" % (
+        print("| %s: %d other incarnations | - | %.0f-%.0f s each | - | - | %.1f-%.1f | - | - | - | - | %d-%d |" % (
             "tile %d" % key[1] if key[0] == "tile" else "tessera-gpu", len(g), min(life), max(life),
             min(r["rss_end_kb"] for r in g) / 1024, max(r["rss_end_kb"] for r in g) / 1024,
             min(r["fds_end"] for r in g), max(r["fds_end"] for r in g)))
-    print("\ngrowth: from the first sample after %.0f s of warm-up to the last; a restarted tile or tessera-gpu is a "
+    print("\ngrowth: from the median of the samples in the 30 s after %.0f s of warm-up to the last (quiet) one; a restarted tile or tessera-gpu is a "
           "new process (its last sample above; every row in soak.csv)" % c["warmup"])
     v = report["verdict"]
     print("verdict: %s%s" % ("PASS" if v["pass"] else "FAIL", "" if v["pass"] else ": " + "; ".join(v["failures"])))

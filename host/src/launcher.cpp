@@ -43,6 +43,10 @@ result<pid_t> local_launcher::spawn(const std::vector<std::string>& args, uint32
 
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
+  // The tile gets stdin, stdout and stderr only. Without this a tile restarted while the host
+  // serves inherited the HTTP listening socket and every client connection open at that moment
+  // (Asio does not open them close-on-exec) and held them for its whole life (scripts/soak).
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   std::string log_path;
   if (!cfg_.log_dir.empty()) {
     log_path = cfg_.log_dir + "/tile-" + std::to_string(tile_id) + ".log";

@@ -3,6 +3,8 @@
 // OpenSSL); the two differ only in how a connection starts (detect TLS, handshake) and ends.
 #include "tessera/serving/http_server.hpp"
 
+#include <fcntl.h>
+
 #include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
 #include <algorithm>
 #include <array>
@@ -315,6 +317,14 @@ class session final : public session_base {
   std::optional<http_reply> refused_;  // the 401 of the request being read
 };
 
+namespace {
+// Processes the host starts while it serves (a restarted tile, tessera-gpu) must not inherit the
+// HTTP sockets: a child holding a client's connection keeps it open after the server closes it.
+void close_on_exec(int fd) {
+  if (int flags = fcntl(fd, F_GETFD); flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+}  // namespace
+
 void http_server::impl::do_accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec) {
@@ -323,6 +333,7 @@ void http_server::impl::do_accept() {
     } else {
       beast::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
+      close_on_exec(socket.native_handle());
       std::shared_ptr<session_base> s;
       if (tls)
         s = std::make_shared<session<tls_stream>>(*this, std::move(socket), *tls);
@@ -375,6 +386,7 @@ status http_server::start() {
   if (!ec) m.acceptor.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) m.acceptor.bind(ep, ec);
   if (!ec) m.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (!ec) close_on_exec(m.acceptor.native_handle());
   if (ec)
     return status::io_error("cannot listen on " + m.cfg.address + ":" + std::to_string(m.cfg.port) +
                             ": " + ec.message() + "; pass another --port");

@@ -1,0 +1,143 @@
+// The processes a serving tessera-host starts hold none of its sockets. A tile or tessera-gpu
+// restarted while clients are connected used to inherit the HTTP listening socket and every
+// client connection open at that moment, and kept them for its whole life (found by
+// scripts/soak: restarted tiles had 9 more fds than the first ones). Real processes: the host,
+// its tiles, its tessera-gpu, HTTP clients, SIGKILLs from outside.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../serving/child_process.hpp"
+#include "../serving/http_client.hpp"
+
+using namespace tessera::serving::test_support;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+// The children of `parent` (not zombies) whose command name is `comm`.
+std::vector<pid_t> children_named(pid_t parent, const std::string& comm) {
+  std::vector<pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    auto open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && state != 'Z' && line.substr(open + 1, close - open - 1) == comm)
+      out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+// The inodes of the sockets a process has open ("socket:[N]" in /proc/PID/fd).
+std::set<std::string> sockets_of(pid_t pid) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    auto target = fs::read_symlink(e.path(), ec);
+    if (!ec && target.string().rfind("socket:", 0) == 0) out.insert(target.string());
+  }
+  return out;
+}
+
+std::string shared_sockets(pid_t host, pid_t child) {
+  const auto mine = sockets_of(host);
+  std::string out;
+  for (const auto& s : sockets_of(child))
+    if (mine.count(s)) out += s + " ";
+  return out;
+}
+
+// Every replica up, with a live process behind it that is none of `gone`.
+bool all_up(uint16_t port, const std::set<pid_t>& gone) {
+  http_connection c("127.0.0.1", port);
+  auto r = c.request("GET", "/info");
+  auto info = nlohmann::json::parse(r.body, nullptr, false);
+  if (r.status != 200 || !info.is_object()) return false;
+  for (const auto& b : info["backends"])
+    for (const auto& rep : b["replicas"]) {
+      if (rep["state"] != "up") return false;
+      for (const auto& p : rep["pids"])
+        if (p.get<int64_t>() <= 0 || gone.count(static_cast<pid_t>(p.get<int64_t>()))) return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+TEST(ChildFds, RestartedTilesAndGpuHoldNoneOfTheHostsSockets) {
+  child host = spawn({bin("tessera-host"), "--model", "bert-tiny", "--tiles", "2", "--serve", "--port", "0",
+                      "--spawn-gpu", "1", "--routing", "hybrid", "--long-threshold", "8"});
+  ASSERT_GT(host.pid, 0);
+  struct stopper {  // SIGTERM and reap the host however the test ends
+    child& c;
+    ~stopper() {
+      kill(c.pid, SIGTERM);
+      waitpid(c.pid, nullptr, 0);
+      close(c.out_fd);
+    }
+  } stop_host{host};
+  uint16_t port = 0;
+  for (int i = 0; i < 50 && port == 0; ++i) port = listening_port(read_line(host.out_fd));
+  ASSERT_NE(port, 0) << "tessera-host did not start";
+  // Clients connected while the processes are restarted: short texts go to tessera-gpu, long ones
+  // to the tiles.
+  std::vector<std::unique_ptr<http_connection>> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(std::make_unique<http_connection>("127.0.0.1", port));
+    auto r = clients.back()->request("POST", "/predict",
+                                     i % 2 ? R"({"inputs":"short"})"
+                                           : R"({"inputs":"a longer text that the hybrid router sends to the tiles"})");
+    ASSERT_EQ(r.status, 200u) << r.body;
+  }
+  auto tiles = children_named(host.pid, "tessera-tile");
+  auto gpus = children_named(host.pid, "tessera-gpu");
+  ASSERT_EQ(tiles.size(), 2u);
+  ASSERT_EQ(gpus.size(), 1u);
+  for (pid_t p : tiles) EXPECT_EQ(shared_sockets(host.pid, p), "") << "first tile " << p;
+  EXPECT_EQ(shared_sockets(host.pid, gpus[0]), "") << "first tessera-gpu";
+
+  ASSERT_EQ(kill(tiles[0], SIGKILL), 0);
+  ASSERT_EQ(kill(gpus[0], SIGKILL), 0);
+  const std::set<pid_t> gone{tiles[0], gpus[0]};
+  const auto until = steady::now() + 60s;
+  while (steady::now() < until && !all_up(port, gone)) std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(all_up(port, gone)) << "the killed tile and tessera-gpu did not come back within 60 s";
+
+  auto new_tiles = children_named(host.pid, "tessera-tile");
+  auto new_gpus = children_named(host.pid, "tessera-gpu");
+  ASSERT_EQ(new_tiles.size(), 2u);
+  ASSERT_EQ(new_gpus.size(), 1u);
+  int restarted = 0;
+  for (pid_t p : new_tiles) {
+    if (p == tiles[1]) continue;
+    ++restarted;
+    EXPECT_EQ(shared_sockets(host.pid, p), "") << "restarted tile " << p << " holds the host's sockets";
+  }
+  EXPECT_EQ(restarted, 1);
+  EXPECT_NE(new_gpus[0], gpus[0]);
+  EXPECT_EQ(shared_sockets(host.pid, new_gpus[0]), "") << "restarted tessera-gpu holds the host's sockets";
+  // The clients connected across the restart are still served.
+  for (auto& c : clients) EXPECT_EQ(c->request("POST", "/predict", R"({"inputs":"still here"})").status, 200u);
+}
