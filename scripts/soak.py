@@ -84,8 +84,9 @@ def make_fault_plan(o):
     t = rng.choice(victims)  # past the heartbeat timeout: declared failed, restarted
     faults.append({"kind": "stall", "tile": t, "batch": rng.randint(13, 25), "seconds": 4.0})
     faults.append({"kind": "slow", "tile": rng.randrange(o.tiles), "factor": 1.5})
-    a, b = rng.sample(range(o.tiles), 2) if o.tiles > 1 else (0, 0)
-    faults.append({"kind": "delay", "from": a, "to": b, "ms": 0.5, "jitter_ms": 0.5})
+    # Tiles are numbered replica by replica: a tile and its even/odd neighbour exchange slices.
+    a = rng.randrange(o.tiles - o.tiles % 2) if o.tiles > 1 else 0
+    faults.append({"kind": "delay", "from": a, "to": a ^ 1 if o.tiles > 1 else -1, "ms": 0.5, "jitter_ms": 0.5})
     faults += [{"kind": "drop", "fraction": 2e-4}, {"kind": "duplicate", "fraction": 2e-3},
                {"kind": "reorder", "fraction": 2e-3}, {"kind": "corrupt", "fraction": 2e-4}]
     if o.tiles > 1:

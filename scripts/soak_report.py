@@ -6,29 +6,20 @@ import os
 import re
 
 
-def slope_kb_per_min(points):
-    """Least-squares slope of RSS (kB) over time (minutes) of [(t s, rss kB, fds)]."""
-    if len(points) < 3:
-        return None
-    ts = [p[0] / 60 for p in points]
-    ys = [p[1] for p in points]
-    mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
-    den = sum((t - mt) ** 2 for t in ts)
-    return round(sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / den, 1) if den else None
-
-
 def median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2]
 
 
-def half_growth(smp, t0, t1):
-    """RSS growth (%) over the second half of [t0, t1]: a plateau shows ~0, a leak half the total."""
+def half_growth(smp, t0, t1, window=30):
+    """RSS growth (%) over the second half of [t0, t1] (from the median of the samples in the
+    `window` seconds after the middle): a plateau shows ~0, a steady leak half the total."""
     mid = (t0 + t1) / 2
-    later = [x for x in smp if x[0] >= mid]
-    if len(later) < 2:
+    win = [x[1] for x in smp if mid <= x[0] <= mid + window]
+    if not win or smp[-1][0] <= mid + window:
         return None
-    return round(100.0 * (later[-1][1] - later[0][1]) / later[0][1], 2) if later[0][1] else None
+    start = median(win)
+    return round(100.0 * (smp[-1][1] - start) / start, 2) if start else None
 
 
 def summarize_processes(procs, warmup, end_t, window=30):
@@ -51,7 +42,6 @@ def summarize_processes(procs, warmup, end_t, window=30):
             "rss_first_kb": smp[0][1], "rss_base_kb": base[1], "rss_end_kb": last[1],
             "rss_peak_kb": max(x[1] for x in smp),
             "rss_growth_pct": round(100.0 * (last[1] - base[1]) / base[1], 2) if base[1] else 0.0,
-            "rss_slope_kb_per_min": slope_kb_per_min([x for x in smp if x[0] >= base[0]]),
             "rss_second_half_growth_pct": half_growth(smp, base[0], last[0]),
             "fds_first": smp[0][2], "fds_base": base[2], "fds_end": last[2], "fds_growth": last[2] - base[2],
         })
