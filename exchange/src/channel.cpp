@@ -36,6 +36,7 @@ struct channel::impl {
   };
   std::map<std::pair<peer, uint64_t>, pending_request> pending;
   std::map<peer, clock::time_point> heard;
+  std::map<peer, status> retired;
   clock::time_point next_tick = clock::now();
 
   impl(zmq::context_t& ctx, options o, handlers hs)
@@ -250,6 +251,10 @@ void channel::request(peer to, uint64_t id, envelope e, clock::time_point deadli
       (*cb)(status{errc::cancelled, s->opts.name + " stopped"});
       return;
     }
+    if (auto gone = s->retired.find(to); gone != s->retired.end()) {
+      (*cb)(gone->second);
+      return;
+    }
     if (auto st = s->send_now(to, std::move(*box)); !st) {
       (*cb)(st);
       return;
@@ -263,6 +268,16 @@ void channel::fail_peer(peer p, status why) {
   impl* s = impl_.get();
   if (on_io_thread()) return s->fail_peer(p, why);
   s->enqueue([s, p = std::move(p), why = std::move(why)] { s->fail_peer(p, why); });
+}
+
+void channel::retire_peer(peer p, status why) {
+  impl* s = impl_.get();
+  auto run = [s, p, why] {
+    s->retired[p] = why;
+    s->fail_peer(p, why);
+  };
+  if (on_io_thread()) return run();
+  s->enqueue(run);
 }
 
 void channel::post(std::function<void()> fn) {

@@ -43,6 +43,7 @@ tile_backend::tile_backend(std::unique_ptr<tile_model> model, std::string name, 
       if (int r = replica_of(t.id); r >= 0) mark_down(r, "tile " + std::to_string(t.id) + " failed: " + t.failure);
   model_->group().on_event([this](const tile_event& ev) { on_tile_event(ev); });
   for (int r = 0; r < c.chosen.replicas; ++r) workers_.emplace_back([this, r] { work(r); });
+  for (int r = 0; r < c.chosen.replicas; ++r) recoverers_.emplace_back([this, r] { recover_loop(r); });
   supervisor_ = std::thread([this] { supervise(); });
 }
 
@@ -148,6 +149,9 @@ void tile_backend::stop() {
   for (auto& w : workers_)
     if (w.joinable()) w.join();
   workers_.clear();
+  for (auto& t : recoverers_)
+    if (t.joinable()) t.join();
+  recoverers_.clear();
   if (supervisor_.joinable()) supervisor_.join();
   model_->group().on_event(nullptr);
 }
@@ -259,48 +263,18 @@ bool tile_backend::recover(int r) {
   return true;
 }
 
-void tile_backend::supervise() {
+// One recovery thread per replica: replicas that fail together come back in parallel.
+void tile_backend::recover_loop(int r) {
+  auto& rep = replicas_[static_cast<size_t>(r)];
   std::unique_lock lk(mu_);
-  while (!stopping_) {
-    int todo = -1;
-    for (size_t r = 0; r < replicas_.size() && todo < 0; ++r)
-      if (replicas_[r].st == state::down) todo = static_cast<int>(r);
-    // Batches waiting while no replica is up must not wait forever.
-    bool any_up = false;
-    for (const auto& rep : replicas_) any_up |= rep.st == state::up;
-    if (!any_up) {
-      const auto now = steady::now();
-      std::deque<job> expired;
-      for (auto it = jobs_.begin(); it != jobs_.end();) {
-        if (now - it->queued > cfg_.max_wait_for_replica) {
-          expired.push_back(std::move(*it));
-          it = jobs_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      if (!expired.empty()) {
-        lk.unlock();
-        for (auto& j : expired) {
-          batch_result res;
-          res.batch_id = j.request.batch_id;
-          res.st = status::peer_failed(info_.name + ": no replica came back within " +
-                                       std::to_string(cfg_.max_wait_for_replica.count()) + " ms");
-          answer(j, std::move(res));
-        }
-        lk.lock();
-        continue;
-      }
-    }
-    if (todo < 0) {
-      supervisor_cv_.wait_for(lk, 100ms);
-      continue;
-    }
-    auto& rep = replicas_[static_cast<size_t>(todo)];
+  for (;;) {
+    supervisor_cv_.wait(lk, [&] { return stopping_ || rep.st == state::down; });
+    if (stopping_) return;
     rep.st = state::recovering;
     lk.unlock();
-    const bool back = recover(todo);
+    const bool back = recover(r);
     lk.lock();
+    if (stopping_) return;
     if (back) {
       rep.st = state::up;
       rep.why.clear();
@@ -308,14 +282,46 @@ void tile_backend::supervise() {
       rep.last_recovery_seconds = std::chrono::duration<double>(steady::now() - rep.down_since).count();
       last_recovery_seconds_ = rep.last_recovery_seconds;
       ++recoveries_;
-      TESSERA_LOG_WARN(info_.name << " replica " << todo << " back in rotation after "
+      TESSERA_LOG_WARN(info_.name << " replica " << r << " back in rotation after "
                                   << static_cast<int>(rep.last_recovery_seconds * 1e3) << " ms");
       work_cv_.notify_all();
-    } else if (rep.st == state::recovering) {
-      rep.st = state::down;
-      // Local tiles: try again soon (a kill during the restart). Remote: await_return waited already.
-      supervisor_cv_.wait_for(lk, model_->group().can_restart() ? 50ms : 0ms);
+      continue;
     }
+    rep.st = state::down;
+    // Local tiles: try again soon (a kill during the restart). Remote: await_return waited already.
+    if (model_->group().can_restart()) supervisor_cv_.wait_for(lk, 50ms, [&] { return stopping_; });
+  }
+}
+
+// Batches waiting while no replica is up must not wait forever.
+void tile_backend::supervise() {
+  std::unique_lock lk(mu_);
+  while (!stopping_) {
+    supervisor_cv_.wait_for(lk, 100ms);
+    if (stopping_) break;
+    bool any_up = false;
+    for (const auto& rep : replicas_) any_up |= rep.st == state::up;
+    if (any_up) continue;
+    const auto now = steady::now();
+    std::deque<job> expired;
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      if (now - it->queued > cfg_.max_wait_for_replica) {
+        expired.push_back(std::move(*it));
+        it = jobs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (expired.empty()) continue;
+    lk.unlock();
+    for (auto& j : expired) {
+      batch_result res;
+      res.batch_id = j.request.batch_id;
+      res.st = status::peer_failed(info_.name + ": no replica came back within " +
+                                   std::to_string(cfg_.max_wait_for_replica.count()) + " ms");
+      answer(j, std::move(res));
+    }
+    lk.lock();
   }
 }
 

@@ -267,7 +267,7 @@ void tile_group::mark_failed(uint32_t tile, const std::string& why) {
   TESSERA_LOG_ERROR("tile " << tile << " failed: " << why);
   changed_.notify_all();
   // Every request waiting on it ends now, with the reason (not at its deadline).
-  channel_->fail_peer(route, status::peer_failed("tile " + std::to_string(tile) + " failed: " + why));
+  channel_->retire_peer(route, status::peer_failed("tile " + std::to_string(tile) + " failed: " + why));
   emit({tile_event::kind::failed, tile, incarnation, why});
 }
 
@@ -557,7 +557,7 @@ status tile_group::restart_tile(uint32_t tile) {
   }
   lk.unlock();
   if (!was_failed)  // requests to the old incarnation end now
-    channel_->fail_peer(old_route, status::peer_failed("tile " + std::to_string(tile) + " was restarted"));
+    channel_->retire_peer(old_route, status::peer_failed("tile " + std::to_string(tile) + " was restarted"));
   lk.lock();
   bool ok = changed_.wait_until(lk, steady::now() + cfg_.register_timeout, [&] {
     return (t.registered && t.incarnation == next) || t.failed || shut_;

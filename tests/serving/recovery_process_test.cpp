@@ -41,6 +41,12 @@ struct process {
   pid_t pid = -1;
   int out_fd = -1;
 };
+void stop(process& p);
+// Stops the process when a failed assertion leaves the test early.
+struct process_guard {
+  process& p;
+  ~process_guard() { stop(p); }
+};
 
 process spawn(const std::vector<std::string>& args, bool capture = true) {
   int fds[2];
@@ -254,6 +260,7 @@ TEST(Recovery, TwentyTileKillsAtRandomMomentsUnderLoadLoseNothing) {
   const uint32_t seed = kill_seed();
   std::printf("kill seed %u (replay: TESSERA_KILL_SEED=%u)\n", seed, seed);
   process host = spawn({exe, "--model", "bert-mini", "--tiles", "4", "--serve", "--port", "0", "--max-batch-size", "8"});
+  process_guard host_guard{host};
   const uint16_t port = await_port(host.out_fd);
   ASSERT_NE(port, 0) << "tessera-host did not start";
   ASSERT_TRUE(all_up(port));
@@ -361,6 +368,7 @@ TEST(Recovery, GpuProcessKilledUnderHybridRoutingIsRestarted) {
   std::printf("kill seed %u (replay: TESSERA_KILL_SEED=%u)\n", seed, seed);
   process host = spawn({exe, "--model", "bert-mini", "--tiles", "2", "--serve", "--port", "0", "--spawn-gpu", "1",
                         "--routing", "hybrid", "--long-threshold", "12"});
+  process_guard host_guard{host};
   const uint16_t port = await_port(host.out_fd);
   ASSERT_NE(port, 0) << "tessera-host did not start";
   ASSERT_TRUE(all_up(port));
@@ -422,8 +430,15 @@ TEST(Recovery, ExternalTileKilledLeavesOthersServingAndComesBackWhenRelaunched) 
                   std::to_string(incarnation), "--memory", "268435456", "--exchange-bind", "tcp://127.0.0.1:0"},
                  false);
   };
+  process_guard host_guard{host};
   std::vector<process> tiles;
   for (int i = 0; i < 4; ++i) tiles.push_back(tile(i, 0));
+  struct tiles_guard {
+    std::vector<process>& t;
+    ~tiles_guard() {
+      for (auto& p : t) stop(p);
+    }
+  } tiles_stopper{tiles};
   const uint16_t port = await_port(host.out_fd);
   ASSERT_NE(port, 0) << "tessera-host did not start";
   ASSERT_TRUE(all_up(port));

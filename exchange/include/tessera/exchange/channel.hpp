@@ -84,6 +84,10 @@ class channel {
   void request(peer to, uint64_t id, envelope e, clock::time_point deadline, completion done);
   /// Completes every pending request to `p` with `why` (the peer is gone or unusable).
   void fail_peer(peer p, status why);
+  /// fail_peer, and every later request to `p` fails at once with `why`: for peers whose identity
+  /// is never reused (a tile's routing id carries its incarnation). Closes the window where a
+  /// request posted before the failure was seen would wait for its deadline.
+  void retire_peer(peer p, status why);
   /// Runs `fn` on the I/O thread.
   void post(std::function<void()> fn);
   /// Completes pending requests with `cancelled`, runs posted work, joins the I/O thread.

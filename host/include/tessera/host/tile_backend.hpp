@@ -4,7 +4,7 @@
 // always takes the next batch. Each replica is routable on its own: when one of its tiles fails
 // (the tile group reports a child exit, heartbeat silence or a batch it did not finish), the
 // replica leaves rotation, the batch it was running goes back to the front of the queue for the
-// others, and the supervisor thread brings the replica back: it restarts the failed tiles (a
+// others, and that replica's recovery thread brings it back: it restarts the failed tiles (a
 // new incarnation; or, for tiles launched elsewhere, waits for their launcher to start them
 // again), streams their shards, reloads their programs and puts the replica back in rotation.
 // Every batch is answered exactly once.
@@ -75,6 +75,7 @@ class tile_backend final : public backend {
   };
   void work(int r);
   void supervise();
+  void recover_loop(int r);
   /// Brings replica r back; false if it must be tried again later.
   bool recover(int r);
   void on_tile_event(const tile_event& ev);
@@ -97,6 +98,7 @@ class tile_backend final : public backend {
   std::vector<replica> replicas_;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
+  std::vector<std::thread> recoverers_;  // one per replica
   std::thread supervisor_;
 };
 
