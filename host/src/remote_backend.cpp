@@ -71,7 +71,10 @@ struct remote_backend::impl {
   steady::time_point next_ping = steady::now();
   steady::time_point started = steady::now();     // the current connection or child
   steady::time_point down_since = steady::now();
-  bool waiting_restart = false;
+  bool waiting_restart = false;   // restarted, no pong yet
+  bool restart_pending = false;   // the child died; start it again at restart_at
+  steady::time_point restart_at;
+  int failed_starts = 0;          // deaths in a row before a first pong
 
   std::string who() const { return cfg.info.name + " (" + cfg.endpoint + ")"; }
   std::string reason() {
@@ -139,22 +142,37 @@ struct remote_backend::impl {
         set_down(why);
         ch->fail_peer("", status::peer_failed(who() + " " + why));
         if (cfg.restart && !stopping.load()) {
-          auto again = spawn();
-          if (again) {
-            child = *again;
-            restarts.fetch_add(1);
-            waiting_restart = true;
-            started = now;
-            TESSERA_LOG_WARN(who() << ": restarted as process " << *again);
-          } else {
+          // A child that dies before it ever answered a ping is crash-looping: back off, then stop.
+          failed_starts = waiting_restart ? failed_starts + 1 : 0;
+          if (failed_starts >= 8) {
             child = 0;
             child_gone.store(true);
-            set_down(why + "; restart failed: " + again.error().message());
+            set_down(why + "; it died " + std::to_string(failed_starts) +
+                     " times in a row before answering a ping: not restarted again");
+          } else {
+            child = 0;
+            restart_at = now + (failed_starts == 0 ? std::chrono::milliseconds(0)
+                                                   : std::chrono::milliseconds(100 << (failed_starts - 1)));
+            restart_pending = true;
           }
         } else {
           child = 0;
           child_gone.store(true);
         }
+      }
+    }
+    if (restart_pending && now >= restart_at && !stopping.load()) {
+      restart_pending = false;
+      auto again = spawn();
+      if (again) {
+        child = *again;
+        restarts.fetch_add(1);
+        waiting_restart = true;
+        started = now;
+        TESSERA_LOG_WARN(who() << ": restarted as process " << *again);
+      } else {
+        child_gone.store(true);
+        set_down("restart failed: " + again.error().message());
       }
     }
     auto heard = ch->last_heard("");
@@ -302,7 +320,7 @@ std::vector<replica_status> remote_backend::replicas() const {
   const impl& s = *impl_;
   replica_status r;
   const bool up = s.healthy.load();
-  r.state = up ? "up" : (s.cfg.restart && !s.child_gone.load() && s.child.load() > 0 && s.restarts.load() > 0) ? "recovering" : "down";
+  r.state = up ? "up" : (s.cfg.restart && !s.child_gone.load()) ? "recovering" : "down";
   if (!up) r.detail = const_cast<impl&>(s).reason();
   r.pids.push_back(s.child_gone.load() ? 0 : s.child.load());
   r.recoveries = s.restarts.load();
