@@ -241,6 +241,11 @@ class soak:
                 self.problems.append("%.1f s: %s" % (self.now(), what[:400]))
 
     # -- clients ----------------------------------------------------------------------------
+    def text_list(self, kind, ids):
+        return kind, "/predict", {"inputs": [self.texts[i] for i in ids]}, \
+            lambda a: isinstance(a, list) and len(a) == len(ids) and \
+            all(scores_close(x, self.want["text"][i]) for x, i in zip(a, ids))
+
     def pick(self, rng):
         """(kind, path, body, check) of one request of the mix."""
         r = rng.random()
@@ -248,10 +253,7 @@ class soak:
             i = rng.randrange(len(self.texts))
             return "single", "/predict", {"inputs": self.texts[i]}, lambda a: scores_close(a, self.want["text"][i])
         if r < 0.7:
-            ids = [rng.randrange(len(self.texts)) for _ in range(rng.randint(2, 6))]
-            return "list", "/predict", {"inputs": [self.texts[i] for i in ids]}, \
-                lambda a: isinstance(a, list) and len(a) == len(ids) and \
-                all(scores_close(x, self.want["text"][i]) for x, i in zip(a, ids))
+            return self.text_list("list", [rng.randrange(len(self.texts)) for _ in range(rng.randint(2, 6))])
         if r < 0.85:
             ids = [rng.randrange(len(self.pairs)) for _ in range(rng.randint(1, 3))]
             return "pair", "/predict", {"inputs": [self.pairs[i] for i in ids]}, \
@@ -273,8 +275,14 @@ class soak:
         rng = random.Random(self.o.seed * 7919 + index)
         conn = None
         self.conns[index] = None
+        # First the longest texts, a dozen a request: full token budgets, so that each tile has
+        # touched its activations' pages (reserved, resident when first written) before the
+        # growth baseline.
+        longest = sorted(range(len(self.texts)), key=lambda i: -len(self.texts[i]))[:12]
+        first = True
         while not self.stop_clients.is_set():
-            kind, path, body, check = self.pick(rng)
+            kind, path, body, check = self.text_list("prime", longest) if first else self.pick(rng)
+            first = False
             if conn is None:
                 conn = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=self.o.request_timeout)
             with self.mu:

@@ -29,27 +29,6 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-// The children of `parent` (not zombies) whose command name is `comm`.
-std::vector<pid_t> children_named(pid_t parent, const std::string& comm) {
-  std::vector<pid_t> out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(f, line)) continue;
-    auto open = line.find('('), close = line.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent && state != 'Z' && line.substr(open + 1, close - open - 1) == comm)
-      out.push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  return out;
-}
-
 // The inodes of the sockets a process has open ("socket:[N]" in /proc/PID/fd).
 std::set<std::string> sockets_of(pid_t pid) {
   std::set<std::string> out;

@@ -63,27 +63,6 @@ run_output run(const std::vector<std::string>& args, int timeout = 60) {
   return r;
 }
 
-// The children of `parent` whose command name is `comm`.
-std::vector<pid_t> children_named(pid_t parent, const std::string& comm) {
-  std::vector<pid_t> out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(f, line)) continue;
-    auto open = line.find('('), close = line.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent && state != 'Z' && line.substr(open + 1, close - open - 1) == comm)
-      out.push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  return out;
-}
-
 // Gone, or a zombie its parent has not reaped yet.
 bool process_gone(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");

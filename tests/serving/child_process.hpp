@@ -1,5 +1,6 @@
 // Serving executables as child processes for the tests: find them (TESSERA_BIN_DIR), start them
-// with stdout on a pipe, read the "listening on http(s)://ADDR:PORT ..." line, stop them.
+// with stdout on a pipe, read the "listening on http(s)://ADDR:PORT ..." line, stop them; find the
+// processes they started (children_named).
 #pragma once
 
 #include <fcntl.h>
@@ -9,6 +10,9 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -114,5 +118,26 @@ class served_process {
   uint16_t port_ = 0;
   int exit_code_ = -1;
 };
+
+// The children of `parent` whose command name is `comm`.
+inline std::vector<pid_t> children_named(pid_t parent, const std::string& comm) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    auto open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && state != 'Z' && line.substr(open + 1, close - open - 1) == comm)
+      out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
 
 }  // namespace tessera::serving::test_support
