@@ -8,11 +8,13 @@
 #include "tessera/common/log.hpp"
 #include "tessera/common/units.hpp"
 #include "tessera/exchange/security.hpp"
+#include "tessera/serving/serve_options.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
 
 int main(int argc, char** argv) {
+  serving::take_stop_signals();  // before any thread starts: a served stop is graceful
   log::init_from_env();
   log::set_prefix("host");
   host::tile_group_config cfg;

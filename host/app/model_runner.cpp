@@ -135,7 +135,6 @@ int run_model(tile_group_config group_cfg, model_options o) {
   }
   if (!o.serve) return 0;
 
-  serving::block_stop_signals();
   serving::serving_metrics metrics;
   serving::router r(o.so.routing, serving::default_clock(), &metrics);
   auto tiles = std::make_shared<tile_backend>(std::move(*deployed), "tiles0");

@@ -96,10 +96,12 @@ class served_process {
     reaped(ws);
     return false;
   }
-  /// SIGTERM, then the exit code (-1 when killed by a signal or never started).
-  int stop() {
+  pid_t pid() const { return c_.pid; }
+  /// SIGTERM (`times` in a row, as GNU timeout or a process-group kill deliver it), then the exit
+  /// code (-1 when killed by a signal or never started).
+  int stop(int times = 1) {
     if (c_.pid <= 0) return exit_code_;
-    kill(c_.pid, SIGTERM);
+    for (int i = 0; i < times; ++i) kill(c_.pid, SIGTERM);
     int ws = 0;
     waitpid(c_.pid, &ws, 0);
     reaped(ws);

@@ -5,8 +5,13 @@
 
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
 #include <csignal>
 
+#include "tessera/common/log.hpp"
 #include "tessera/serving/access.hpp"
 #include "tls_context.hpp"
 
@@ -147,16 +152,70 @@ sigset_t stop_signals() {
 }
 }  // namespace
 
-void block_stop_signals() {
-  sigset_t s = stop_signals();
-  pthread_sigmask(SIG_BLOCK, &s, nullptr);
+namespace {
+// The state shared by the signal thread and wait_for_stop_signal.
+struct stop_state {
+  std::mutex m;
+  std::condition_variable cv;
+  bool waiting = false;  // wait_for_stop_signal has been called: a signal now means "stop gracefully"
+  int first = 0;         // the signal that began the graceful stop
+  std::chrono::steady_clock::time_point first_at;
+};
+stop_state& state() {
+  static stop_state s;
+  return s;
+}
+
+// Ends the process by `sig`'s default action, as if no one had blocked it.
+[[noreturn]] void die_by(int sig) {
+  std::signal(sig, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  raise(sig);
+  std::_Exit(128 + sig);  // not reached: the default action of SIGINT and SIGTERM ends the process
+}
+
+// A repeat of the stop signal within this time is the same request (GNU timeout sends SIGTERM
+// to its child and again to its process group; a shell's kill may reach a process group too).
+// Later, it is a user asking again: the process stops at once.
+constexpr auto same_request = std::chrono::seconds(2);
+}  // namespace
+
+void take_stop_signals() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    sigset_t s = stop_signals();
+    pthread_sigmask(SIG_BLOCK, &s, nullptr);
+    std::thread([s] {
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&s, &sig) != 0) continue;
+        auto& st = state();
+        std::unique_lock lock(st.m);
+        if (!st.waiting) die_by(sig);  // not serving yet: nothing accepted to answer
+        auto now = std::chrono::steady_clock::now();
+        if (st.first == 0) {
+          st.first = sig;
+          st.first_at = now;
+          st.cv.notify_all();
+        } else if (now - st.first_at >= same_request) {
+          TESSERA_LOG_WARN("signal " << sig << " again while stopping: stopping now, unanswered requests are lost");
+          die_by(sig);
+        }
+      }
+    }).detach();
+  });
 }
 
 int wait_for_stop_signal() {
-  sigset_t s = stop_signals();
-  int sig = 0;
-  sigwait(&s, &sig);
-  return sig;
+  take_stop_signals();
+  auto& st = state();
+  std::unique_lock lock(st.m);
+  st.waiting = true;
+  st.cv.wait(lock, [&] { return st.first != 0; });
+  return st.first;
 }
 
 }  // namespace tessera::serving

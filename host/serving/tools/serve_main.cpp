@@ -18,6 +18,7 @@ using namespace tessera;
 using namespace tessera::serving;
 
 int main(int argc, char** argv) {
+  take_stop_signals();  // before any thread starts; main waits for them below
   log::init_from_env();
   log::set_prefix("serve");
   serve_options so;
@@ -78,7 +79,6 @@ int main(int argc, char** argv) {
   if (kind_list.empty()) kind_list.push_back("gpu");
   auto kind_of = [&](int i) { return kind_list[static_cast<size_t>(i) % kind_list.size()]; };
 
-  block_stop_signals();  // before any thread starts; main waits for them below
   serving_metrics metrics;
   router r(so.routing, default_clock(), &metrics);
   std::shared_ptr<const tokenizer> tok;

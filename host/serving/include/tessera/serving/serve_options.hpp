@@ -1,12 +1,12 @@
 // tessera/serving/serve_options.hpp: the serving command-line flags, shared by tessera-serve and
 // tessera-host (same names everywhere), and the signal handling of a serving main().
 //
+//   take_stop_signals();                          // first in main(), before any thread starts
 //   serve_options so;
 //   po::options_description opts("tessera-host");
 //   add_serve_options(opts, so);                  // --address --port --batching --routing ...
 //   po::store(po::parse_command_line(argc, argv, opts), vm); po::notify(vm);
 //   if (auto st = finish_serve_options(so); !st) { std::cerr << st.message(); return 2; }
-//   block_stop_signals();                         // before any thread starts
 //   router r(so.routing, default_clock(), &metrics);
 //   for (auto& b : backends) r.add_backend(b, so.batching);
 //   r.start();
@@ -68,9 +68,15 @@ void add_serve_options(boost::program_options::options_description& opts, serve_
 /// --address off loopback unless both the API key and TLS are configured, or --insecure.
 status finish_serve_options(serve_options& so);
 
-/// Blocks SIGINT and SIGTERM in this thread and every thread started after it.
-void block_stop_signals();
-/// Waits for SIGINT or SIGTERM (blocked by block_stop_signals); returns the signal.
+/// Takes SIGINT and SIGTERM on a thread of its own for the rest of the process's life. Call it
+/// first in main(), before any thread starts: it blocks them in the calling thread, and every
+/// thread started later inherits that (a thread started earlier could still be killed by one).
+/// Until wait_for_stop_signal is called, a stop signal ends the process as its default action
+/// would. Calling it again does nothing.
+void take_stop_signals();
+/// Waits for SIGINT or SIGTERM and returns it; the caller then stops gracefully. The same
+/// signal again within 2 s is the same request and is ignored (GNU timeout and a process-group
+/// kill deliver it twice); a signal after that ends the process at once.
 int wait_for_stop_signal();
 
 }  // namespace tessera::serving
