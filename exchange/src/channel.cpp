@@ -274,6 +274,7 @@ void channel::retire_peer(peer p, status why) {
   impl* s = impl_.get();
   auto run = [s, p, why] {
     s->retired[p] = why;
+    s->heard.erase(p);
     s->fail_peer(p, why);
   };
   if (on_io_thread()) return run();

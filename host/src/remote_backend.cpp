@@ -102,6 +102,7 @@ struct remote_backend::impl {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);  // the HTTP port and client sockets stay ours
     pid_t pid = 0;
     int rc = posix_spawn(&pid, c.spawn_binary.c_str(), &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);

@@ -273,9 +273,14 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
       return status::bad_message("corrupt slice from tile " + std::to_string(op.peer) + " (tag " +
                                  std::to_string(op.tag) + ", superstep " + std::to_string(step) +
                                  "): checksum mismatch");
-    const float* in = payload.data<float>();
+    // A small message's bytes live inside the message object, not 4-byte aligned: read by memcpy.
+    const auto* in = static_cast<const unsigned char*>(payload.data());
     if (op.accumulate) {
-      for (uint64_t i = 0; i < dst->elements; ++i) dst->data[i] += in[i];
+      for (uint64_t i = 0; i < dst->elements; ++i) {
+        float v;
+        std::memcpy(&v, in + i * sizeof v, sizeof v);
+        dst->data[i] += v;
+      }
     } else {
       std::memcpy(dst->data, in, payload.size());
     }
