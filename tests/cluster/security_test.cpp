@@ -79,10 +79,11 @@ tile_group_config secure_group(uint32_t tiles) {
   return c;
 }
 
-// Watches a socket's handshake: returns the first of succeeded / failed events within `wait`.
+// Watches a socket's handshake: returns the first of succeeded / failed events within `wait`
+// (generous: it returns at the first event, and a loaded machine can take seconds to get there).
 enum class handshake { none, succeeded, failed };
 handshake watch_handshake(zmq::context_t& ctx, zmq::socket_t& s, const std::string& endpoint,
-                          const std::function<void()>& after_connect, std::chrono::milliseconds wait = 3000ms) {
+                          const std::function<void()>& after_connect, std::chrono::milliseconds wait = 15000ms) {
   static std::atomic<int> n{0};
   std::string mon = "inproc://mon-" + std::to_string(n++);
   zmq_socket_monitor(s.handle(), mon.c_str(), ZMQ_EVENT_ALL);

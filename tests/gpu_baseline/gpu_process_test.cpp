@@ -324,9 +324,14 @@ TEST(GpuProcess, BatchDeadlineAnswersTimeoutAndLateRepliesAreIgnored) {
   auto r = run(**b, request_of(batch, 1), 10s);
   EXPECT_EQ(r.st.code(), errc::timeout) << r.st.to_string();
   kill(p.pid, SIGCONT);  // its late answer to batch 1 must not answer anything else
-  auto ok = run(**b, request_of(batch, 2), 10s);
+  // The next batch is answered, and by its own reply. On a loaded machine the resumed process may
+  // need more than 300 ms for it: then it times out too, and a later one must get through.
+  uint64_t id = 2;
+  auto ok = run(**b, request_of(batch, id), 10s);
+  for (; !ok.st && id < 8; ok = run(**b, request_of(batch, ++id), 10s))
+    ASSERT_EQ(ok.st.code(), errc::timeout) << ok.st.to_string();
   ASSERT_TRUE(ok.st) << ok.st.to_string();
-  EXPECT_EQ(ok.batch_id, 2u);
+  EXPECT_EQ(ok.batch_id, id);
 }
 
 TEST(GpuProcess, RouterAnswersEveryRequestExactlyOnce) {
