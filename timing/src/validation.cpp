@@ -1,7 +1,9 @@
 #include "tessera/timing/validation.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <variant>
 
 #include "tessera/timing/bert_model.hpp"
 #include "tessera/timing/preset.hpp"
@@ -44,38 +46,81 @@ std::vector<int64_t> byte_mlperf_ipu_seq_lens() {
           177, 188, 199, 210, 221, 232, 244, 256, 268, 281, 294, 309, 324, 341, 359, 380, 384, 384, 384, 384};
 }
 
-result<std::vector<validation_row>> validation_table() {
-  std::vector<validation_row> rows;
-  for (const char* ipu : {"ipu-mk2", "ipu-c600", "ipu-bow"}) TESSERA_RETURN_IF_ERROR(add_ipu_peaks(ipu, rows));
+namespace {
 
-  auto shape = bert_shape_by_name("bert-base");
-  if (!shape) return shape.error();
+std::string row_name(const anchor_row& r) {
+  return r.id + " (" + r.model + " " + r.precision + ", batch " + std::to_string(r.batch) +
+         (r.lengths == "uniform" ? ", seq " + std::to_string(r.seq) : ", packed lengths up to " + std::to_string(r.seq)) +
+         ")";
+}
+
+double target_percent(const anchor_row& r) { return r.lengths == "bytemlperf_packed" ? 25.0 : 15.0; }
+
+result<validation_row> model_row(const hardware_preset& p, const anchor_row& r) {
+  auto v = std::visit([&](const auto& preset) { return model_anchor(preset, r); }, p);
+  if (!v) return v.error();
+  return validation_row{row_name(r), r.unit(), *v, r.value, target_percent(r), r.source_title + " <" + r.source_url + ">"};
+}
+
+}  // namespace
+
+result<validation_report> validate_timing_model(const std::vector<anchor_row>& anchors) {
+  validation_report rep;
   auto a100 = load_gpu_preset("a100-40gb");
   if (!a100) return a100.error();
-  const std::string trt =
-      "NVIDIA TensorRT BERT inference figures (A100 40GB, BERT-base, fp16), as listed in /work/shared/DESIGN.md "
-      "and NVIDIA's TensorRT demo/BERT results";
-  struct gpu_case {
-    int64_t batch, seq;
-    double ms;
-  };
-  for (gpu_case c : {gpu_case{1, 128, 0.67}, gpu_case{32, 128, 4.10}, gpu_case{128, 128, 16.14},
-                     gpu_case{128, 384, 51.26}}) {
-    auto s = model_gpu_batch_seconds(*a100, *shape, bert_batch::uniform(c.batch, c.seq), dtype::fp16);
-    if (!s) return s.error();
-    rows.push_back({"a100-40gb BERT-base seq " + std::to_string(c.seq) + " batch " + std::to_string(c.batch) + " fp16",
-                    "ms", *s * 1e3, c.ms, 15.0, trt});
-  }
-
   auto c600 = load_ipu_preset("ipu-c600");
   if (!c600) return c600.error();
-  auto ipu = model_ipu_batch_seconds(*c600, *shape, bert_batch{byte_mlperf_ipu_seq_lens(), 0}, dtype::fp16);
-  if (!ipu) return ipu.error();
-  rows.push_back({"ipu-c600 BERT-base max seq 384 fp16, 40 packed sequences (ByteMLPerf lengths)", "ms", *ipu * 1e3,
-                  40.0 / 3134.0 * 1e3, 25.0,
-                  "ByteMLPerf byte_mlperf/reports/IPU/bert-torch-fp32/result-fp16.json: BS 40, QPS 3134 "
-                  "(AVG latency 50.42 ms); 40 sequences per 40 / 3134 s, see docs/timing.md"});
-  return rows;
+  auto fit = fit_gpu_constants(*a100, anchors);
+  if (!fit) return fit.error();
+  rep.a100_fit = *fit;
+  rep.a100_preset_efficiency = a100->calibration.tensor_core_efficiency;
+  rep.a100_preset_launch_overhead_s = a100->launch_overhead_s;
+  auto amp = fit_ipu_amp_efficiency(*c600, anchors);
+  if (!amp) return amp.error();
+  rep.ipu_amp_fit = *amp;
+  rep.ipu_preset_amp_efficiency = c600->calibration.amp_efficiency;
+
+  for (const anchor_row& r : anchors) {
+    hardware_preset p;
+    if (r.preset == a100->name) {
+      p = *a100;
+    } else if (r.preset == c600->name) {
+      p = *c600;
+    } else {
+      auto other = load_preset(r.preset);
+      if (!other) return other.error().with_context("anchor '" + r.id + "'");
+      p = *other;
+    }
+    auto row = model_row(p, r);
+    if (!row) return row.error();
+    (r.calibration() ? rep.calibration : rep.held_out).push_back(std::move(*row));
+  }
+
+  for (const anchor_row& r : anchors) {
+    if (!r.calibration() || r.preset != a100->name) continue;
+    auto f = fit_gpu_constants(*a100, anchors, r.id);
+    if (!f) return f.error();
+    const gpu_preset refit = with_fit(*a100, *f);
+    auto left = model_anchor(refit, r);
+    if (!left) return left.error();
+    double worst = 0;
+    for (const anchor_row& h : anchors) {
+      if (h.calibration() || h.preset != a100->name) continue;
+      auto v = model_anchor(refit, h);
+      if (!v) return v.error();
+      worst = std::max(worst, std::abs(100.0 * (*v - h.value) / h.value));
+    }
+    rep.leave_one_out.push_back({r.id, *f, 100.0 * (*left - r.value) / r.value, worst});
+  }
+
+  for (const char* ipu : {"ipu-mk2", "ipu-c600", "ipu-bow"}) TESSERA_RETURN_IF_ERROR(add_ipu_peaks(ipu, rep.preset_checks));
+  return rep;
+}
+
+result<validation_report> validate_timing_model() {
+  auto anchors = load_anchors();
+  if (!anchors) return anchors.error();
+  return validate_timing_model(*anchors);
 }
 
 std::string validation_markdown(const std::vector<validation_row>& rows) {
@@ -86,6 +131,62 @@ std::string validation_markdown(const std::vector<validation_row>& rows) {
                   r.model, r.reference, r.error_percent(), r.tolerance_percent, r.within_tolerance() ? "yes" : "NO");
     s += buf;
   }
+  return s;
+}
+
+}  // namespace tessera::timing
+
+namespace tessera::timing {
+
+std::string validation_report_markdown(const validation_report& r) {
+  char buf[1024];
+  std::string s;
+  s += "## Fitted constants (fitted on the calibration rows only)\n\n";
+  std::snprintf(buf, sizeof buf,
+                "| constant | fitted | preset holds |\n|---|---|---|\n"
+                "| a100-40gb calibration.tensor_core_efficiency | %.4f | %.4g |\n"
+                "| a100-40gb launch_overhead_s | %.3f us | %.3g us |\n"
+                "| ipu-c600 calibration.amp_efficiency (all IPU presets) | %.4f | %.4g |\n\n",
+                r.a100_fit.tensor_core_efficiency, r.a100_preset_efficiency, r.a100_fit.launch_overhead_s * 1e6,
+                r.a100_preset_launch_overhead_s * 1e6, r.ipu_amp_fit, r.ipu_preset_amp_efficiency);
+  s += buf;
+  s += "## Calibration rows (the constants above were fitted on these; an error here is a fit residual, not validation)\n\n";
+  s += validation_markdown(r.calibration);
+  s += "\n## Held-out rows (no fit read these; the model's error on points it has not seen)\n\n";
+  s += validation_markdown(r.held_out);
+  double worst = 0, sum = 0;
+  std::string misses;
+  int a100 = 0, ipu = 0;
+  for (const auto& h : r.held_out) {
+    worst = std::max(worst, std::abs(h.error_percent()));
+    sum += std::abs(h.error_percent());
+    (h.tolerance_percent == 25 ? ipu : a100) += 1;
+    if (!h.within_tolerance()) misses += (misses.empty() ? "" : ", ") + h.name.substr(0, h.name.find(' '));
+  }
+  std::snprintf(buf, sizeof buf,
+                "\nheld out: %d A100 rows (target 15%%), %d IPU rows (target 25%%); mean |error| %.1f%%, max |error| "
+                "%.1f%%; rows over their target: %s\n",
+                a100, ipu, r.held_out.empty() ? 0.0 : sum / double(r.held_out.size()), worst,
+                misses.empty() ? "none" : misses.c_str());
+  s += buf;
+  s += "\n## Leave-one-out over the A100 calibration rows (refit on the other rows)\n\n";
+  s += "| left out | tensor_core_efficiency | change % | launch_overhead us | change % | error on the left-out row % | "
+       "max held-out error % |\n|---|---|---|---|---|---|---|\n";
+  for (const auto& l : r.leave_one_out) {
+    std::snprintf(buf, sizeof buf, "| %s | %.4f | %+.1f | %.3f | %+.1f | %+.1f | %.1f |\n", l.left_out.c_str(),
+                  l.fit.tensor_core_efficiency,
+                  100.0 * (l.fit.tensor_core_efficiency - r.a100_fit.tensor_core_efficiency) /
+                      r.a100_fit.tensor_core_efficiency,
+                  l.fit.launch_overhead_s * 1e6,
+                  r.a100_fit.launch_overhead_s > 0
+                      ? 100.0 * (l.fit.launch_overhead_s - r.a100_fit.launch_overhead_s) / r.a100_fit.launch_overhead_s
+                      : 0.0,
+                  l.left_out_error_percent, l.held_out_max_abs_error_percent);
+    s += buf;
+  }
+  s += "\n## Preset checks (peaks derived from the preset's fields vs the vendor's published peaks: consistency of "
+       "the preset files, not validation of the model)\n\n";
+  s += validation_markdown(r.preset_checks);
   return s;
 }
 

@@ -13,6 +13,7 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tessera/timing/anchors.hpp"
 #include "tessera/timing/bert_model.hpp"
 #include "tessera/timing/estimator.hpp"
 #include "tessera/timing/preset.hpp"
@@ -47,7 +48,7 @@ tessera::result<std::vector<int64_t>> parse_lens(const std::string& csv) {
 
 int main(int argc, char** argv) {
   po::options_description opts("tessera-timing: modelled device time of BERT batches on hardware presets");
-  opts.add_options()("help", "show this help")("validate", "print the validation table (markdown) and exit")(
+  opts.add_options()("help", "show this help")("validate", "print the calibration and held-out validation tables (markdown) and exit")(
       "list-presets", "list the presets in the presets folder")("list-kernels", "list the registered kernel estimators")(
       "preset", po::value<std::string>(), "preset name (in $TESSERA_PRESETS_DIR or the built-in folder) or path")(
       "model-shape", po::value<std::string>()->default_value("bert-base"), "bert-tiny ... bert-large")(
@@ -78,17 +79,37 @@ int main(int argc, char** argv) {
     return fail(tessera::status::invalid("--format must be text or json, got '" + format + "'"));
   const bool json_out = format == "json";
   if (vm.count("validate")) {
-    auto rows = validation_table();
-    if (!rows) return fail(rows.error());
+    auto rep = validate_timing_model();
+    if (!rep) return fail(rep.error());
     if (!json_out) {
-      std::cout << validation_markdown(*rows);
+      std::cout << "# tessera timing model: calibration and held-out validation\n\nanchors: " << anchors_path().string()
+                << "\n\n"
+                << validation_report_markdown(*rep);
       return 0;
     }
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& r : *rows)
-      out.push_back({{"case", r.name}, {"unit", r.unit}, {"model", r.model}, {"reference", r.reference},
-                     {"error_percent", r.error_percent()}, {"tolerance_percent", r.tolerance_percent},
-                     {"within_tolerance", r.within_tolerance()}, {"source", r.source}});
+    auto table = [](const std::vector<validation_row>& rows) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& r : rows)
+        out.push_back({{"case", r.name}, {"unit", r.unit}, {"model", r.model}, {"reference", r.reference},
+                       {"error_percent", r.error_percent()}, {"tolerance_percent", r.tolerance_percent},
+                       {"within_tolerance", r.within_tolerance()}, {"source", r.source}});
+      return out;
+    };
+    nlohmann::json loo = nlohmann::json::array();
+    for (const auto& l : rep->leave_one_out)
+      loo.push_back({{"left_out", l.left_out}, {"tensor_core_efficiency", l.fit.tensor_core_efficiency},
+                     {"launch_overhead_s", l.fit.launch_overhead_s}, {"left_out_error_percent", l.left_out_error_percent},
+                     {"held_out_max_abs_error_percent", l.held_out_max_abs_error_percent}});
+    nlohmann::json out = {
+        {"anchors", anchors_path().string()},
+        {"fitted", {{"a100-40gb", {{"tensor_core_efficiency", rep->a100_fit.tensor_core_efficiency},
+                                   {"launch_overhead_s", rep->a100_fit.launch_overhead_s},
+                                   {"calibration_rows", rep->a100_fit.rows_used}}},
+                    {"ipu-c600", {{"amp_efficiency", rep->ipu_amp_fit}}}}},
+        {"calibration", table(rep->calibration)},
+        {"held_out", table(rep->held_out)},
+        {"leave_one_out", loo},
+        {"preset_checks", table(rep->preset_checks)}};
     std::cout << out.dump(2) << "\n";
     return 0;
   }
