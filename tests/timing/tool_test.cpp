@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace {
 
 std::string tool() {
@@ -37,8 +39,14 @@ TEST_F(tool_test, help_validate_and_estimate) {
   EXPECT_EQ(run("--help", out), 0);
   EXPECT_NE(out.find("--preset"), std::string::npos);
   EXPECT_EQ(run("--validate", out), 0);
-  EXPECT_NE(out.find("a100-40gb BERT-base seq 128 batch 32 fp16"), std::string::npos) << out;
-  EXPECT_EQ(out.find("| NO |"), std::string::npos) << out;
+  EXPECT_NE(out.find("## Calibration rows"), std::string::npos) << out;
+  EXPECT_NE(out.find("## Held-out rows"), std::string::npos) << out;
+  EXPECT_NE(out.find("a100-trt-bert-base-s128-b32"), std::string::npos) << out;
+  EXPECT_EQ(run("--validate --format json", out), 0);
+  auto j = nlohmann::json::parse(out);
+  EXPECT_GE(j["held_out"].size(), 13u);
+  EXPECT_EQ(j["calibration"].size(), 5u);
+  EXPECT_EQ(j["leave_one_out"].size(), 4u);
   EXPECT_EQ(run("--preset a100-40gb --model-shape bert-base --batch 32 --seq 128 --dtype fp16", out), 0);
   EXPECT_NE(out.find("modelled time:"), std::string::npos) << out;
   EXPECT_EQ(run("--preset ipu-mk2 --batch 4 --seq 64 --emulated-tiles 8 --format json", out), 0);
