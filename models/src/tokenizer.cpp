@@ -205,7 +205,7 @@ result<wordpiece_tokenizer> wordpiece_tokenizer::from_vocab_file(const std::stri
   return create(std::make_shared<const vocabulary>(std::move(*v)), opts);
 }
 
-result<std::vector<std::string>> wordpiece_tokenizer::tokenize(std::string_view text) const {
+result<std::vector<word_piece>> wordpiece_tokenizer::tokenize_with_offsets(std::string_view text) const {
   auto valid = decode_utf8(text);  // errors report byte offsets in the whole text
   if (!valid) return valid.error();
   // Special tokens written in the text ("[SEP]") stay whole, as HF's added tokens: split around them.
@@ -217,7 +217,7 @@ result<std::vector<std::string>> wordpiece_tokenizer::tokenize(std::string_view 
   size_t next[num_specials];
   for (size_t k = 0; k < num_specials; ++k)
     next[k] = vocab_->id(specials[k]) >= 0 ? text.find(specials[k]) : std::string_view::npos;
-  std::vector<std::string> pieces;
+  std::vector<word_piece> pieces;
   size_t pos = 0;
   while (pos <= text.size()) {
     size_t best = std::string_view::npos;
@@ -230,117 +230,165 @@ result<std::vector<std::string>> wordpiece_tokenizer::tokenize(std::string_view 
       }
     }
     const size_t end = best == std::string_view::npos ? text.size() : best;
-    auto seg = tokenize_segment(text.substr(pos, end - pos));
-    if (!seg) return seg.error();
-    pieces.insert(pieces.end(), seg->begin(), seg->end());
+    if (auto st = tokenize_segment(text, pos, end, pieces); !st) return st;
     if (best == std::string_view::npos) break;
-    pieces.emplace_back(which);
+    pieces.push_back({std::string(which), vocab_->id(which), best, best + which.size()});
     pos = best + which.size();
   }
   return pieces;
 }
 
-result<std::vector<std::string>> wordpiece_tokenizer::tokenize_segment(std::string_view text) const {
+result<std::vector<std::string>> wordpiece_tokenizer::tokenize(std::string_view text) const {
+  auto pieces = tokenize_with_offsets(text);
+  if (!pieces) return pieces.error();
+  std::vector<std::string> out;
+  out.reserve(pieces->size());
+  for (auto& p : *pieces) out.push_back(std::move(p.piece));
+  return out;
+}
+
+namespace {
+
+/// Bytes of the UTF-8 sequence led by `b` (the text is valid UTF-8 already).
+size_t utf8_length(unsigned char b) { return b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : 4; }
+
+char32_t decode_one(std::string_view s, size_t i, size_t n) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  char32_t cp = n == 1 ? b0 : n == 2 ? (b0 & 0x1F) : n == 3 ? (b0 & 0x0F) : (b0 & 0x07);
+  for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  return cp;
+}
+
+/// A normalised text with, for each of its characters, the bytes of the original character it
+/// came from (what Hugging Face's NormalizedString keeps to report offsets).
+struct traced_text {
+  std::u32string chars;
+  std::vector<std::pair<size_t, size_t>> from;
+  void push(char32_t cp, std::pair<size_t, size_t> origin) {
+    chars.push_back(cp);
+    from.push_back(origin);
+  }
+};
+
+}  // namespace
+
+status wordpiece_tokenizer::tokenize_segment(std::string_view text, size_t begin, size_t end,
+                                             std::vector<word_piece>& out) const {
   using namespace unicode;
-  auto dec = decode_utf8(text);
-  if (!dec) return dec.error();
   // 1. clean (drop NUL, U+FFFD and control chars; whitespace to ' ') and space out CJK ideographs.
-  std::u32string t;
-  t.reserve(dec->size());
-  for (char32_t cp : *dec) {
+  traced_text t;
+  t.chars.reserve(end - begin);
+  t.from.reserve(end - begin);
+  for (size_t i = begin; i < end;) {
+    const size_t n = utf8_length(static_cast<unsigned char>(text[i]));
+    const char32_t cp = decode_one(text, i, n);
+    const std::pair<size_t, size_t> origin{i, i + n};
+    i += n;
     if (cp == 0 || cp == 0xFFFD) continue;
     const uint8_t c = char_class(cp);
     if (c & control) continue;
     if (c & whitespace) {
-      t.push_back(U' ');
+      t.push(U' ', origin);
     } else if (opts_.tokenize_chinese_chars && is_cjk(cp)) {
-      t.append({U' ', cp, U' '});
+      t.push(U' ', origin);
+      t.push(cp, origin);
+      t.push(U' ', origin);
     } else {
-      t.push_back(cp);
+      t.push(cp, origin);
     }
   }
   // 2. lower-case (full mapping: U+0130 -> "i\u0307", final sigma) and strip accents.
   const bool strip = opts_.strip_accents < 0 ? opts_.lower_case : opts_.strip_accents == 1;
   if (opts_.lower_case) {
-    std::u32string l;
-    l.reserve(t.size());
-    for (size_t i = 0; i < t.size(); ++i) {
-      if (t[i] == 0x130) l.append({U'i', 0x307});
-      else if (t[i] == 0x3A3) l.push_back(is_final_sigma(t, i) ? 0x3C2 : 0x3C3);
-      else l.push_back(to_lower(t[i]));
+    traced_text l;
+    l.chars.reserve(t.chars.size());
+    l.from.reserve(t.chars.size());
+    for (size_t i = 0; i < t.chars.size(); ++i) {
+      const char32_t cp = t.chars[i];
+      if (cp == 0x130) {
+        l.push(U'i', t.from[i]);
+        l.push(0x307, t.from[i]);
+      } else if (cp == 0x3A3) {
+        l.push(is_final_sigma(t.chars, i) ? 0x3C2 : 0x3C3, t.from[i]);
+      } else {
+        l.push(to_lower(cp), t.from[i]);
+      }
     }
-    t.swap(l);
+    std::swap(t, l);
   }
   if (strip) {
-    std::u32string d, s;
-    for (char32_t cp : t) append_nfd(cp, d);
-    s.reserve(d.size());
-    for (char32_t cp : d)
-      if (!(char_class(cp) & nonspacing_mark)) s.push_back(cp);
-    t.swap(s);
+    traced_text s;
+    std::u32string d;
+    for (size_t i = 0; i < t.chars.size(); ++i) {
+      d.clear();
+      append_nfd(t.chars[i], d);
+      for (char32_t cp : d)
+        if (!(char_class(cp) & nonspacing_mark)) s.push(cp, t.from[i]);
+    }
+    std::swap(t, s);
   }
   // 3. split on whitespace and punctuation, 4. WordPiece each word.
-  std::vector<std::string> pieces;
   std::u32string word;
+  std::vector<std::pair<size_t, size_t>> word_from;
   std::string candidate;
+  std::vector<word_piece> found;
   auto flush = [&]() {
     if (word.empty()) return;
+    const size_t word_start = word_from.front().first, word_stop = word_from.back().second;
+    auto unknown = [&] { out.push_back({"[UNK]", unk_, word_start, word_stop}); };
     if (static_cast<int>(word.size()) > opts_.max_input_chars_per_word) {
-      pieces.push_back("[UNK]");
-      word.clear();
-      return;
-    }
-    std::vector<std::string> out;
-    size_t start = 0;
-    bool ok = true;
-    while (start < word.size()) {
-      size_t end = word.size();
-      bool found = false;
-      while (start < end) {
-        candidate = start > 0 ? "##" : "";
-        for (size_t k = start; k < end; ++k) append_utf8(word[k], candidate);
-        if (vocab_->id(candidate) >= 0) {
-          found = true;
+      unknown();
+    } else {
+      found.clear();
+      size_t start = 0;
+      bool ok = true;
+      while (start < word.size()) {
+        size_t stop = word.size();
+        int32_t id = -1;
+        while (start < stop) {
+          candidate = start > 0 ? "##" : "";
+          for (size_t k = start; k < stop; ++k) append_utf8(word[k], candidate);
+          if ((id = vocab_->id(candidate)) >= 0) break;
+          --stop;
+        }
+        if (id < 0) {
+          ok = false;
           break;
         }
-        --end;
+        found.push_back({candidate, id, word_from[start].first, word_from[stop - 1].second});
+        start = stop;
       }
-      if (!found) {
-        ok = false;
-        break;
-      }
-      out.push_back(candidate);
-      start = end;
+      if (ok) out.insert(out.end(), found.begin(), found.end());
+      else unknown();
     }
-    if (ok) pieces.insert(pieces.end(), out.begin(), out.end());
-    else pieces.push_back("[UNK]");
     word.clear();
+    word_from.clear();
   };
-  for (char32_t cp : t) {
+  for (size_t i = 0; i < t.chars.size(); ++i) {
+    const char32_t cp = t.chars[i];
     const uint8_t c = char_class(cp);
     if (c & whitespace) {
       flush();
     } else if (c & punctuation) {
       flush();
       word.push_back(cp);
+      word_from.push_back(t.from[i]);
       flush();
     } else {
       word.push_back(cp);
+      word_from.push_back(t.from[i]);
     }
   }
   flush();
-  return pieces;
+  return status::ok();
 }
 
 result<std::vector<int32_t>> wordpiece_tokenizer::token_ids(std::string_view text) const {
-  auto pieces = tokenize(text);
+  auto pieces = tokenize_with_offsets(text);
   if (!pieces) return pieces.error();
   std::vector<int32_t> ids;
   ids.reserve(pieces->size());
-  for (const auto& p : *pieces) {
-    const int32_t id = vocab_->id(p);
-    ids.push_back(id >= 0 ? id : unk_);
-  }
+  for (const auto& p : *pieces) ids.push_back(p.id >= 0 ? p.id : unk_);
   return ids;
 }
 

@@ -131,16 +131,17 @@ std::vector<hostile_case> all_cases() {
   add("inputs_triple", post(R"({"inputs": [["a", "b", "c"]]})"), c422);
   add("truncate_string", post(R"({"inputs": "x", "truncate": "yes"})"), c422);
   add("raw_scores_number", post(R"({"inputs": "x", "raw_scores": 1})"), c422);
-  add("empty_text", post(R"({"inputs": ""})"), c400);
-  add("empty_list", post(R"({"inputs": []})"), c400);
+  add("empty_text", post(R"({"inputs": ""})"), c413);  // TEI: "`inputs` cannot be empty"
+  add("empty_list", post(R"({"inputs": []})"), c422);
+  add("more_than_a_pair", post(json{{"inputs", std::vector<std::string>(33, "a")}}.dump()), c422);
   {
-    json many = {{"inputs", std::vector<std::string>(33, "a")}};
-    add("too_many_inputs", post(many.dump()), c422);
+    json many = {{"inputs", std::vector<std::vector<std::string>>(33, {"a"})}};
+    add("too_many_inputs", post(many.dump()), c413, false, "batch size 33");
   }
   {
     std::string words;
     for (int i = 0; i < 600; ++i) words += "word ";
-    add("too_long_untruncated", post(json{{"inputs", words}}.dump()), c422, false, "truncate");
+    add("too_long_untruncated", post(json{{"inputs", words}}.dump()), c413, false, "truncate");
   }
   // Huge and deep bodies.
   add("deep_nesting", post("{\"inputs\": " + std::string(100000, '[') + std::string(100000, ']') + "}"), c400,
@@ -176,39 +177,67 @@ std::vector<hostile_case> all_cases() {
   // KServe shape, datatype and range errors.
   add("kserve_shape_overflow",
       infer(R"({"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [4611686018427387904, 4], "data": [1, 2]}]})"),
-      c422);
+      c400);
   add("kserve_shape_negative",
-      infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1], "data": ["a"]}]})"), c422);
+      infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1], "data": ["a"]}]})"), c400);
   add("kserve_shape_mismatch",
-      infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [3], "data": ["a", "b"]}]})"), c422);
+      infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [3], "data": ["a", "b"]}]})"), c400);
   add("kserve_shape_not_ints",
-      infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": ["1"], "data": ["a"]}]})"), c422);
+      infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": ["1"], "data": ["a"]}]})"), c400);
   add("kserve_ids_datatype",
-      infer(R"({"inputs": [{"name": "input_ids", "datatype": "FP32", "shape": [1, 1], "data": [1.5]}]})"), c422);
+      infer(R"({"inputs": [{"name": "input_ids", "datatype": "FP32", "shape": [1, 1], "data": [1.5]}]})"), c400);
   add("kserve_ids_1d", infer(R"({"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [2], "data": [101, 102]}]})"),
-      c422);
+      c400);
   add("kserve_id_out_of_range",
       infer(R"({"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [1, 2], "data": [101, 99999999999]}]})"),
-      c422, false, "out of range");
+      c400, false, "out of range");
   add("kserve_id_negative",
-      infer(R"({"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [1, 1], "data": [-5]}]})"), c422);
+      infer(R"({"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [1, 1], "data": [-5]}]})"), c400);
   add("kserve_type_id_range",
       infer(R"({"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [1, 1], "data": [101]},)"
             R"({"name": "token_type_ids", "datatype": "INT64", "shape": [1, 1], "data": [7]}]})"),
-      c422);
+      c400);
   add("kserve_mask_size",
       infer(R"({"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [1, 2], "data": [101, 102]},)"
             R"({"name": "attention_mask", "datatype": "INT64", "shape": [1, 1], "data": [1]}]})"),
-      c422);
-  add("kserve_unknown_input", infer(R"({"inputs": [{"name": "pixels", "datatype": "FP32", "data": [1]}]})"), c422);
+      c400);
+  add("kserve_unknown_input", infer(R"({"inputs": [{"name": "pixels", "datatype": "FP32", "data": [1]}]})"), c400);
   add("kserve_duplicate_input",
-      infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "data": ["a"]}, {"name": "t2", "datatype": "BYTES", "data": ["b"]}]})"),
-      c422, false, "twice");
-  add("kserve_bytes_numbers", infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "data": [1, 2]}]})"), c422);
+      infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["a"]}, {"name": "text", "datatype": "BYTES", "shape": [1], "data": ["b"]}]})"),
+      c400, false, "twice");
+  add("kserve_bytes_numbers", infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [2], "data": [1, 2]}]})"), c400);
   add("kserve_truncate_number",
-      infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "data": ["a"]}], "parameters": {"truncate": 1}})"), c422);
-  add("kserve_inputs_not_list", infer(R"({"inputs": {"name": "text"}})"), c422);
-  add("kserve_empty_data", infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "data": []}]})"), c400);
+      infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["a"]}], "parameters": {"truncate": 1}})"), c400);
+  add("kserve_inputs_not_list", infer(R"({"inputs": {"name": "text"}})"), c400);
+  add("kserve_empty_data", infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [0], "data": []}]})"), c400);
+  // The binary tensor data extension: JSON, then raw tensors; the header gives the JSON's length.
+  auto binary_infer = [](const std::string& json_text, const std::string& binary) {
+    return request("POST", "/v2/models/bert-tiny/infer", json_text + binary,
+                   "Inference-Header-Content-Length: " + std::to_string(json_text.size()) + "\r\n");
+  };
+  add("kserve_binary_past_end",
+      binary_infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 99}}]})", "abc"),
+      c400, false, "past the end");
+  add("kserve_binary_header_too_big",
+      request("POST", "/v2/models/bert-tiny/infer", "{}", "Inference-Header-Content-Length: 99999\r\n"), c400);
+  add("kserve_binary_header_not_a_number",
+      request("POST", "/v2/models/bert-tiny/infer", "{}", "Inference-Header-Content-Length: -2\r\n"), c400);
+  add("kserve_binary_bytes_length_lies",
+      binary_infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 6}}]})",
+                   std::string("\xff\xff\xff\x7f" "ab", 6)),
+      c400, false, "runs past");
+  add("kserve_binary_invalid_utf8_text",
+      binary_infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 6}}]})",
+                   std::string("\x02\x00\x00\x00\xc0\xaf", 6)),
+      c400, false, "invalid UTF-8");
+  add("kserve_binary_leftover",
+      binary_infer(R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 5}}]})",
+                   std::string("\x01\x00\x00\x00" "a" "junk", 9)),
+      c400, false, "no input's binary_data_size");
+  add("kserve_binary_int64_size",
+      binary_infer(R"({"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [1, 2], "parameters": {"binary_data_size": 12}}]})",
+                   std::string(12, '\x01')),
+      c400);
   add("kserve_unknown_model", post("{}", "/v2/models/other/infer"), c404);
   // Methods and routes.
   add("delete_predict", request("DELETE", "/predict", ""), c405);

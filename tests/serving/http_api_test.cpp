@@ -82,7 +82,16 @@ TEST_F(HttpApi, Info) {
   EXPECT_EQ(j["max_input_length"], 512);
   EXPECT_EQ(j["max_client_batch_size"], 8);
   EXPECT_EQ(j["model_type"]["classifier"]["id2label"]["0"], "LABEL_0");
+  EXPECT_EQ(j["model_type"]["classifier"]["label2id"]["LABEL_1"], 1);
   EXPECT_EQ(j["backends"].size(), 1u);
+  // TEI's Info fields, typed as TEI types them.
+  for (const char* f : {"model_id", "model_dtype", "version"}) EXPECT_TRUE(j[f].is_string()) << f;
+  for (const char* f : {"max_concurrent_requests", "max_input_length", "max_batch_tokens",
+                        "max_client_batch_size", "tokenization_workers"})
+    EXPECT_TRUE(j[f].is_number_unsigned()) << f;
+  EXPECT_TRUE(j["auto_truncate"].is_boolean());
+  for (const char* f : {"model_sha", "sha", "docker_label"}) EXPECT_TRUE(j.contains(f)) << f;
+  EXPECT_TRUE(j["max_batch_requests"].is_null() || j["max_batch_requests"].is_number_unsigned());
 }
 
 TEST_F(HttpApi, PredictSingleIsSoftmaxSortedDescending) {
@@ -103,7 +112,7 @@ TEST_F(HttpApi, PredictSingleIsSoftmaxSortedDescending) {
 }
 
 TEST_F(HttpApi, PredictBatchAndPairsAndRawScores) {
-  auto r = post("/predict", R"({"inputs": ["first text", "second one"], "raw_scores": true})");
+  auto r = post("/predict", R"({"inputs": [["first text"], ["second one"]], "raw_scores": true})");
   ASSERT_EQ(r.status, 200u) << r.body;
   auto j = json::parse(r.body);
   ASSERT_EQ(j.size(), 2u);
@@ -127,15 +136,35 @@ TEST_F(HttpApi, PredictBatchAndPairsAndRawScores) {
   }
 }
 
-TEST_F(HttpApi, Tokenize) {
-  auto r = post("/tokenize", R"({"inputs": ["hello world", ["a question", "an answer"]]})");
+TEST_F(HttpApi, TokenizeGivesTokenObjectsWithByteOffsets) {
+  auto r = post("/tokenize", R"({"inputs": ["hello world", "a question"]})");
   ASSERT_EQ(r.status, 200u) << r.body;
   auto j = json::parse(r.body);
   ASSERT_EQ(j.size(), 2u);
-  EXPECT_EQ(j[0].get<std::vector<int32_t>>(), server_->tok().encode("hello world", 0)->token_ids);
-  EXPECT_EQ(j[1].get<std::vector<int32_t>>(),
-            server_->tok().encode_pair("a question", "an answer", 0)->token_ids);
-  EXPECT_EQ(j[0][0], 101);
+  const char* texts[] = {"hello world", "a question"};
+  for (int i = 0; i < 2; ++i) {
+    std::vector<int32_t> ids;
+    for (auto& t : j[i]) ids.push_back(t["id"]);
+    EXPECT_EQ(ids, server_->tok().encode(texts[i], 0)->token_ids);
+    EXPECT_EQ(j[i].front()["special"], true);
+    EXPECT_TRUE(j[i].front()["start"].is_null());
+    for (size_t k = 1; k + 1 < j[i].size(); ++k) {
+      const auto& t = j[i][k];
+      EXPECT_EQ(t["special"], false);
+      const size_t start = t["start"], stop = t["stop"];
+      EXPECT_EQ(t["text"], std::string(texts[i]).substr(start, stop - start));
+    }
+  }
+  EXPECT_EQ(j[0][1]["text"], "hello");
+  EXPECT_EQ(j[0][1]["start"], 0);
+  EXPECT_EQ(j[0][1]["stop"], 5);
+  // add_special_tokens: false drops [CLS] and [SEP].
+  r = post("/tokenize", R"({"inputs": "hello world", "add_special_tokens": false})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  j = json::parse(r.body);
+  ASSERT_EQ(j.size(), 1u);
+  ASSERT_EQ(j[0].size(), server_->tok().encode("hello world", 0)->token_ids.size() - 2);
+  for (auto& t : j[0]) EXPECT_EQ(t["special"], false);
 }
 
 TEST_F(HttpApi, Metrics) {
@@ -152,7 +181,7 @@ TEST_F(HttpApi, Metrics) {
     EXPECT_NE(r.body.find(name), std::string::npos) << name;
   post("/predict", R"({"inputs": ""})");
   r = get("/metrics");
-  EXPECT_NE(r.body.find("tessera_request_failure{err=\"empty\"}"), std::string::npos);
+  EXPECT_NE(r.body.find("tessera_request_failure{err=\"Validation\"}"), std::string::npos);
 }
 
 TEST_F(HttpApi, KServeModelMetadataAndReady) {
@@ -205,32 +234,36 @@ TEST_F(HttpApi, KServeInferTokenIds) {
   ASSERT_EQ(data.size(), 4u);
   EXPECT_NEAR(data[0], want0[0], logits_tolerance);
   EXPECT_NEAR(data[3], want1[1], logits_tolerance);
-  // INT32 works too; bad shapes and ids are 422.
+  // INT32 works too; bad shapes and ids are 400 (the protocol's code for a bad request).
   req["inputs"][0]["datatype"] = "INT32";
+  req["inputs"][1]["datatype"] = "INT32";
   EXPECT_EQ(post("/v2/models/" + name + "/infer", req.dump()).status, 200u);
   req["inputs"][0]["shape"] = {3, 5};
-  expect_error(post("/v2/models/" + name + "/infer", req.dump()), 422, "validation");
+  expect_error(post("/v2/models/" + name + "/infer", req.dump()), 400, "Validation");
   json bad = {{"inputs", {{{"name", "input_ids"}, {"shape", {1, 3}}, {"datatype", "INT64"},
                            {"data", {101, 99999999, 102}}}}}};
   if (!server_->is_toy())
-    expect_error(post("/v2/models/" + name + "/infer", bad.dump()), 422, "validation");
-  expect_error(post("/v2/models/" + name + "/infer", R"({"inputs": []})"), 422, "validation");
+    expect_error(post("/v2/models/" + name + "/infer", bad.dump()), 400, "Validation");
+  expect_error(post("/v2/models/" + name + "/infer", R"({"inputs": []})"), 400, "Validation");
 }
 
-TEST_F(HttpApi, EmptyInputIs400) {
-  expect_error(post("/predict", R"({"inputs": ""})"), 400, "empty");
-  expect_error(post("/predict", R"({"inputs": []})"), 400, "empty");
-  expect_error(post("/predict", R"({"inputs": [["", "x"]]})"), 400, "empty");
+// TEI: an empty text is a validation error (413), an empty list does not have the shape of
+// "inputs" (422), and a pair is empty only when both texts are.
+TEST_F(HttpApi, EmptyInputsAsTei) {
+  expect_error(post("/predict", R"({"inputs": ""})"), 413, "Validation");
+  expect_error(post("/predict", R"({"inputs": [["", ""]]})"), 413, "Validation");
+  expect_error(post("/predict", R"({"inputs": []})"), 422, "Validation");
+  EXPECT_EQ(post("/predict", R"({"inputs": [["", "x"]]})").status, 200u);
 }
 
 TEST_F(HttpApi, MalformedJsonIs400AndWrongShapeIs422) {
   expect_error(post("/predict", R"({"inputs": "unterminated)"), 400, "bad_request");
   expect_error(post("/predict", "not json at all"), 400, "bad_request");
-  expect_error(post("/predict", R"({"text": "no inputs field"})"), 422, "validation");
-  expect_error(post("/predict", R"({"inputs": 42})"), 422, "validation");
-  expect_error(post("/predict", R"({"inputs": [["a", "b", "c"]]})"), 422, "validation");
-  expect_error(post("/predict", R"({"inputs": "x", "truncate": "yes"})"), 422, "validation");
-  expect_error(post("/predict", R"({"inputs": "x", "raw_scores": 1})"), 422, "validation");
+  expect_error(post("/predict", R"({"text": "no inputs field"})"), 422, "Validation");
+  expect_error(post("/predict", R"({"inputs": 42})"), 422, "Validation");
+  expect_error(post("/predict", R"({"inputs": [["a", "b", "c"]]})"), 422, "Validation");
+  expect_error(post("/predict", R"({"inputs": "x", "truncate": "yes"})"), 422, "Validation");
+  expect_error(post("/predict", R"({"inputs": "x", "raw_scores": 1})"), 422, "Validation");
 }
 
 // Issue 11: each of these bodies used to abort the process (an exception from a JSON dump).
@@ -259,25 +292,20 @@ TEST_F(HttpApi, InvalidUtf8Is400NamingTheByteAndTheServerLives) {
   EXPECT_EQ(post("/predict", R"({"inputs": "hello world"})").body, before);
 }
 
-TEST_F(HttpApi, TooLongWithoutTruncationIs422AndTruncationServesIt) {
+TEST_F(HttpApi, TooLongWithoutTruncationIs413AndTruncationServesIt) {
   std::string body = json{{"inputs", long_text(600)}}.dump();
   auto r = post("/predict", body);
-  expect_error(r, 422, "validation");
+  expect_error(r, 413, "Validation");
   EXPECT_NE(r.body.find("truncate"), std::string::npos);
   r = post("/predict", json{{"inputs", long_text(600)}, {"truncate", true}}.dump());
   EXPECT_EQ(r.status, 200u) << r.body;
-  r = post("/tokenize", json{{"inputs", long_text(600)}, {"truncate", true}}.dump());
-  ASSERT_EQ(r.status, 200u);
-  auto ids = json::parse(r.body)[0];
-  EXPECT_EQ(ids.size(), 512u);
-  EXPECT_EQ(ids.back(), 102);
 }
 
-TEST_F(HttpApi, TooManyInputsIs422) {
+TEST_F(HttpApi, TooManyInputsIs413) {
   json many = json::array();
-  for (int i = 0; i < 9; ++i) many.push_back("text " + std::to_string(i));
+  for (int i = 0; i < 9; ++i) many.push_back({"text " + std::to_string(i)});
   auto r = post("/predict", json{{"inputs", many}}.dump());
-  expect_error(r, 422, "validation");
+  expect_error(r, 413, "Validation");
   EXPECT_NE(r.body.find("batch size 9"), std::string::npos);
 }
 
@@ -377,7 +405,7 @@ TEST(HttpServer, OverloadedQueueIs429) {
       for (int i = 0; i < 5; ++i) {
         auto r = conn.request("POST", "/predict", json{{"inputs", long_text(40)}}.dump());
         if (r.status == 200) ok++;
-        else if (r.status == 429 && json::parse(r.body)["error_type"] == "overloaded") overloaded++;
+        else if (r.status == 429 && json::parse(r.body)["error_type"] == "Overloaded") overloaded++;
         else other++;
       }
     });
@@ -385,7 +413,7 @@ TEST(HttpServer, OverloadedQueueIs429) {
   EXPECT_GT(ok.load(), 0);
   EXPECT_GT(overloaded.load(), 0);
   EXPECT_EQ(other.load(), 0);
-  EXPECT_EQ(s.metrics().failures("overloaded"), static_cast<uint64_t>(overloaded.load()));
+  EXPECT_EQ(s.metrics().failures("Overloaded"), static_cast<uint64_t>(overloaded.load()));
 }
 
 TEST(HttpServer, UnhealthyBackendIs503) {
@@ -399,7 +427,7 @@ TEST(HttpServer, UnhealthyBackendIs503) {
   EXPECT_EQ(conn.request("GET", "/v2/health/ready").status, 503u);
   auto r = conn.request("POST", "/predict", R"({"inputs": "hi"})");
   EXPECT_EQ(r.status, 503u);
-  EXPECT_EQ(json::parse(r.body)["error_type"], "unhealthy");
+  EXPECT_EQ(json::parse(r.body)["error_type"], "Unhealthy");
   s.backend().set_healthy(true);
   EXPECT_EQ(conn.request("POST", "/predict", R"({"inputs": "hi"})").status, 200u);
 }
@@ -439,10 +467,12 @@ TEST(HttpServer, FailedBatchIsRetriedOnAnotherReplica) {
     auto r = conn.request("POST", "/predict", json{{"inputs", "retry me " + std::to_string(i)}}.dump());
     EXPECT_EQ(r.status, 200u) << r.body;
   }
-  // Both replicas failing: the error reaches the client as a backend failure, never silence.
+  // Both replicas failing: the error reaches the client as TEI's backend failure (424), never
+  // silence and never a 500.
   s.backend(1).fail_next_batches(1000, status::internal("injected too"));
   auto r = conn.request("POST", "/predict", R"({"inputs": "doomed"})");
-  EXPECT_TRUE(r.status == 500u || r.status == 503u) << r.status << r.body;
+  EXPECT_EQ(r.status, 424u) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error_type"], "Backend");
 }
 
 TEST(HttpServer, StopAnswersEveryAcceptedRequest) {
@@ -467,7 +497,7 @@ TEST(HttpServer, StopAnswersEveryAcceptedRequest) {
   EXPECT_EQ(answered.load() + refused.load(), 12);
   EXPECT_GE(answered.load(), 1);
   EXPECT_EQ(s.metrics().request_count.load(),
-            s.metrics().request_success.load() + s.metrics().failures("unhealthy"));
+            s.metrics().request_success.load() + s.metrics().failures("Unhealthy"));
 }
 
 // A wrk run: many connections, keep-alive, no errors.

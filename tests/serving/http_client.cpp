@@ -1,6 +1,7 @@
 // The test HTTP client. See http_client.hpp.
 #include "http_client.hpp"
 
+#include <cctype>
 #include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
 
 #include <boost/asio.hpp>
@@ -50,6 +51,11 @@ struct http_connection::impl {
     out.allow = std::string(res[http::field::allow]);
     out.www_authenticate = std::string(res[http::field::www_authenticate]);
     out.keep_alive = res.keep_alive();
+    for (const auto& f : res) {
+      std::string name(f.name_string());
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      out.headers[name] = std::string(f.value());
+    }
     if (!out.keep_alive) stream.reset();
     return out;
   }

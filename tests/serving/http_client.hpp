@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -17,6 +18,12 @@ struct http_response {
   bool keep_alive = false;
   std::string error;  ///< transport error, empty when a response was read
   std::string www_authenticate;
+  std::map<std::string, std::string> headers;  ///< every response header, names lower-cased
+  /// A header's value ("" when absent); `name` in lower case.
+  std::string header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? "" : it->second;
+  }
 };
 
 /// A plain TCP socket connected to 127.0.0.1:port (for raw bytes), or -1. The caller closes it.

@@ -174,8 +174,12 @@ TEST(Access, ApiKeyCheckAcceptsOnlyTheBearerKey) {
 }
 
 TEST(Access, PublicRoutesAreTheProbesAndMetrics) {
-  for (const char* open : {"/health", "/health?verbose=1", "/metrics", "/v2/health/live", "/v2/health/ready"})
+  for (const char* open : {"/health", "/health?verbose=1", "/metrics", "/v2/health/live", "/v2/health/ready", "/ping"})
     EXPECT_TRUE(is_public_route(open)) << open;
+  // TEI's GET / is a health probe, open; POST / predicts and needs the key.
+  EXPECT_TRUE(is_public_route("/", "GET"));
+  EXPECT_FALSE(is_public_route("/", "POST"));
+  EXPECT_FALSE(is_public_route("/predict", "GET"));
   for (const char* closed : {"/info", "/predict", "/tokenize", "/healthz", "/v2", "/v2/health",
                              "/v2/models/toy/ready", "/v2/models/toy/infer", "/", "", "/nope", "//health"})
     EXPECT_FALSE(is_public_route(closed)) << closed;

@@ -23,6 +23,7 @@ struct test_server_options {
   int replicas = 1;
   int backend_threads = 1;
   std::chrono::nanoseconds toy_per_token{0};
+  int32_t toy_labels = 2;                 ///< labels of the toy model
 };
 
 class test_server {
@@ -42,8 +43,9 @@ class test_server {
       tok_ = make_toy_tokenizer();
       info_.model_id = "toy";
       for (int i = 0; i < o.replicas; ++i)
-        backends_.push_back(make_toy_backend({.name = "toy" + std::to_string(i), .kind = "gpu"},
-                                             o.backend_threads, o.toy_per_token));
+        backends_.push_back(make_toy_backend(
+            {.name = "toy" + std::to_string(i), .kind = "gpu", .num_labels = o.toy_labels},
+            o.backend_threads, o.toy_per_token));
     }
     for (auto& b : backends_) router_.add_backend(b, o.batching);
     router_.start();
@@ -73,7 +75,7 @@ class test_server {
 #ifdef TESSERA_SERVING_HAS_MODELS
     if (model_) return reference_logits(*model_, s);
 #endif
-    return toy_logits(s, 2);
+    return toy_logits(s, router_.num_labels());
   }
 
  private:

@@ -29,10 +29,10 @@ bool iequals(std::string_view a, std::string_view b) {
 
 }  // namespace
 
-bool is_public_route(std::string_view target) {
+bool is_public_route(std::string_view target, std::string_view method) {
   std::string_view path = target.substr(0, target.find('?'));
-  return path == "/health" || path == "/metrics" || path == "/v2/health/live" ||
-         path == "/v2/health/ready";
+  return path == "/health" || path == "/ping" || (path == "/" && method == "GET") || path == "/metrics" ||
+         path == "/v2/health/live" || path == "/v2/health/ready";
 }
 
 api_key_check::api_key_check(std::string_view key) : digest_(sha256(key)) {}

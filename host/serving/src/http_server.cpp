@@ -65,9 +65,14 @@ struct http_server::impl {
 
   impl(server_config c, router& r, std::shared_ptr<const tokenizer> tok, model_info info,
        serving_metrics& m)
-      : cfg(std::move(c)), svc(cfg.api, r, std::move(tok), std::move(info), m),
+      : cfg(with_workers(std::move(c))), svc(cfg.api, r, std::move(tok), std::move(info), m),
         acceptor(net::make_strand(ioc)) {}
 
+  /// The API tokenizes on the I/O threads: /info reports them as TEI's tokenization_workers.
+  static server_config with_workers(server_config c) {
+    c.api.tokenization_workers = std::max(1, c.io_threads);
+    return c;
+  }
   void do_accept();
   void forget(const std::shared_ptr<session_base>& s) {
     std::lock_guard lock(sessions_mu);
@@ -75,8 +80,9 @@ struct http_server::impl {
   }
 
   /// The answer to a request that may not pass (a missing or wrong API key), else nothing.
-  std::optional<http_reply> refuse(std::string_view target, std::string_view authorization) {
-    if (!key || is_public_route(target) || key->accepts(authorization)) return std::nullopt;
+  std::optional<http_reply> refuse(std::string_view method, std::string_view target,
+                                   std::string_view authorization) {
+    if (!key || is_public_route(target, method) || key->accepts(authorization)) return std::nullopt;
     http_reply r = svc.error_reply(
         401, "unauthorized",
         std::string(authorization.empty() ? "missing" : "wrong") +
@@ -164,7 +170,8 @@ class session final : public session_base {
   void on_header(beast::error_code ec) {
     if (!ec) {
       auto& req = parser_->get();
-      refused_ = server_.refuse(as_view(req.target()), as_view(req[http::field::authorization]));
+      refused_ = server_.refuse(as_view(req.method_string()), as_view(req.target()),
+                                as_view(req[http::field::authorization]));
       if (refused_ && !parser_->is_done()) {
         auto length = parser_->content_length();
         if (!length || *length > std::min<uint64_t>(64 << 10, server_.cfg.api.max_body_bytes)) {
@@ -209,6 +216,8 @@ class session final : public session_base {
     lowest().expires_never();
     std::string method(req.method_string());
     std::string target(req.target());
+    request_headers headers;
+    headers.inference_header_content_length = as_view(req["Inference-Header-Content-Length"]);
     // Requests that do work are journalled (accepted now, answered when the reply is made).
     const uint64_t journal_id = server_.journal && method == "POST" ? server_.journal->accepted() : 0;
     auto replied = std::make_shared<std::atomic<bool>>(false);
@@ -241,6 +250,7 @@ class session final : public session_base {
     res_.set(http::field::content_type, r.content_type);
     if (!r.allow.empty()) res_.set(http::field::allow, r.allow);
     if (!r.www_authenticate.empty()) res_.set(http::field::www_authenticate, r.www_authenticate);
+    for (const auto& [name, value] : r.headers) res_.set(name, value);
     res_.keep_alive(keep_alive && !drain_after && !server_.stopping.load());
     res_.body() = std::move(r.body);
     res_.prepare_payload();

@@ -26,36 +26,22 @@ models::packed_batch to_packed(const host::batch_request& req) {
 
 class model_tokenizer final : public tokenizer {
  public:
-  model_tokenizer(models::wordpiece_tokenizer untruncated, models::wordpiece_tokenizer truncating,
-                  int32_t sep)
-      : untruncated_(std::move(untruncated)), truncating_(std::move(truncating)), sep_(sep) {}
+  explicit model_tokenizer(models::wordpiece_tokenizer wordpiece) : wordpiece_(std::move(wordpiece)) {}
 
-  result<host::sequence_input> encode(std::string_view text, int32_t max_length) const override {
-    auto e = pick(max_length).encode(text);
-    if (!e) return e.error();
-    return finish(std::move(*e), max_length);
+  result<std::vector<text_piece>> pieces(std::string_view text) const override {
+    auto p = wordpiece_.tokenize_with_offsets(text);
+    if (!p) return p.error();
+    std::vector<text_piece> out;
+    out.reserve(p->size());
+    for (const auto& w : *p) out.push_back({w.id, w.start, w.stop});
+    return out;
   }
-  result<host::sequence_input> encode_pair(std::string_view a, std::string_view b,
-                                           int32_t max_length) const override {
-    auto e = pick(max_length).encode_pair(a, b);
-    if (!e) return e.error();
-    return finish(std::move(*e), max_length);
-  }
-  int32_t sep_id() const override { return sep_; }
+  int32_t cls_id() const override { return wordpiece_.cls_id(); }
+  int32_t sep_id() const override { return wordpiece_.sep_id(); }
+  std::string special_text(int32_t id) const override { return wordpiece_.vocab().token(id); }
 
  private:
-  const models::wordpiece_tokenizer& pick(int32_t max_length) const {
-    return max_length > 0 && max_length >= truncating_.options().max_length ? truncating_
-                                                                             : untruncated_;
-  }
-  result<host::sequence_input> finish(models::encoding e, int32_t max_length) const {
-    host::sequence_input s{std::move(e.token_ids), std::move(e.token_type_ids)};
-    if (max_length > 0) truncate_sequence(s, max_length, sep_);
-    return s;
-  }
-  models::wordpiece_tokenizer untruncated_;
-  models::wordpiece_tokenizer truncating_;
-  int32_t sep_;
+  models::wordpiece_tokenizer wordpiece_;  // untruncated: tokenizer truncates (both sides)
 };
 
 }  // namespace
@@ -102,18 +88,12 @@ result<std::shared_ptr<const tokenizer>> make_model_tokenizer(const models::bert
   if (!model.vocab)
     return status::invalid("model " + model.source +
                            " has no vocab.txt; the server needs one to tokenize text");
-  models::tokenizer_options untrunc;
-  untrunc.lower_case = model.lower_case;
-  untrunc.max_length = 1 << 30;
-  models::tokenizer_options trunc = untrunc;
-  trunc.max_length = model.config.max_position_embeddings;
-  auto a = models::wordpiece_tokenizer::create(model.vocab, untrunc);
-  if (!a) return a.error();
-  auto b = models::wordpiece_tokenizer::create(model.vocab, trunc);
-  if (!b) return b.error();
-  int32_t sep = model.vocab->id("[SEP]");
-  return std::shared_ptr<const tokenizer>(
-      std::make_shared<model_tokenizer>(std::move(*a), std::move(*b), sep >= 0 ? sep : 102));
+  models::tokenizer_options opts;
+  opts.lower_case = model.lower_case;
+  opts.max_length = 1 << 30;
+  auto wordpiece = models::wordpiece_tokenizer::create(model.vocab, opts);
+  if (!wordpiece) return wordpiece.error();
+  return std::shared_ptr<const tokenizer>(std::make_shared<model_tokenizer>(std::move(*wordpiece)));
 }
 
 model_info model_info_of(const models::bert_model& model, std::string model_id) {

@@ -6,17 +6,10 @@
 
 namespace tessera::serving {
 
-void truncate_sequence(host::sequence_input& s, int32_t max_length, int32_t sep_id) {
-  if (max_length < 2 || static_cast<int32_t>(s.token_ids.size()) <= max_length) return;
-  s.token_ids.resize(static_cast<size_t>(max_length));
-  s.token_ids.back() = sep_id;
-  if (!s.token_type_ids.empty()) s.token_type_ids.resize(static_cast<size_t>(max_length));
-}
-
 namespace {
 
-constexpr int32_t cls_id = 101;
-constexpr int32_t sep = 102;
+constexpr int32_t toy_cls = 101;
+constexpr int32_t toy_sep = 102;
 
 int32_t word_id(std::string_view w) {
   uint32_t h = 2166136261u;
@@ -24,44 +17,34 @@ int32_t word_id(std::string_view w) {
   return 1000 + static_cast<int32_t>(h % (30522u - 1000u));
 }
 
-void append_words(std::string_view text, std::vector<int32_t>& out) {
-  std::string word;
-  auto flush = [&] {
-    if (!word.empty()) out.push_back(word_id(word));
-    word.clear();
-  };
-  for (unsigned char c : text) {
-    if (std::isspace(c)) {
-      flush();
-    } else if (std::ispunct(c)) {
-      flush();
-      out.push_back(word_id(std::string_view(reinterpret_cast<const char*>(&c), 1)));
-    } else {
-      word.push_back(static_cast<char>(std::tolower(c)));
-    }
-  }
-  flush();
-}
-
 class toy_tokenizer final : public tokenizer {
  public:
-  result<host::sequence_input> encode(std::string_view text, int32_t max_length) const override {
-    host::sequence_input s;
-    s.token_ids.push_back(cls_id);
-    append_words(text, s.token_ids);
-    s.token_ids.push_back(sep);
-    s.token_type_ids.assign(s.token_ids.size(), 0);
-    truncate_sequence(s, max_length, sep);
-    return s;
+  // Words split at spaces and punctuation (each punctuation byte a piece of its own).
+  result<std::vector<text_piece>> pieces(std::string_view text) const override {
+    std::vector<text_piece> out;
+    std::string word;
+    size_t word_start = 0;
+    auto flush = [&](size_t stop) {
+      if (!word.empty()) out.push_back({word_id(word), word_start, stop});
+      word.clear();
+    };
+    for (size_t i = 0; i < text.size(); ++i) {
+      const auto c = static_cast<unsigned char>(text[i]);
+      if (std::isspace(c)) {
+        flush(i);
+      } else if (std::ispunct(c)) {
+        flush(i);
+        out.push_back({word_id(text.substr(i, 1)), i, i + 1});
+      } else {
+        if (word.empty()) word_start = i;
+        word.push_back(static_cast<char>(std::tolower(c)));
+      }
+    }
+    flush(text.size());
+    return out;
   }
-  result<host::sequence_input> encode_pair(std::string_view a, std::string_view b,
-                                           int32_t max_length) const override {
-    auto s = encode(a, 0);
-    append_words(b, s->token_ids);
-    s->token_ids.push_back(sep);
-    s->token_type_ids.resize(s->token_ids.size(), 1);
-    truncate_sequence(*s, max_length, sep);
-    return s;
+  std::string special_text(int32_t id) const override {
+    return id == toy_cls ? "[CLS]" : id == toy_sep ? "[SEP]" : "[UNK]";
   }
 };
 

@@ -48,6 +48,14 @@ class vocabulary {
   std::unordered_map<std::string, int32_t> ids_;
 };
 
+/// One word piece of a text and the bytes of the text it came from.
+struct word_piece {
+  std::string piece;   ///< e.g. "##ing"; "[UNK]" for an unknown word; a special typed in the text
+  int32_t id = 0;      ///< vocab id ([UNK]'s id when the piece is not in the vocab)
+  size_t start = 0;    ///< first byte in the text (UTF-8 byte offset)
+  size_t stop = 0;     ///< one past the last byte: the piece came from text[start, stop)
+};
+
 struct tokenizer_options {
   bool lower_case = true;        ///< HF do_lower_case (uncased vocabs)
   int strip_accents = -1;        ///< -1: follow lower_case (HF default None); 0 no; 1 yes
@@ -67,6 +75,10 @@ class wordpiece_tokenizer {
   /// Word pieces of a text, e.g. "unaffable" -> "una", "##ffa", "##ble". Special tokens written in
   /// the text ([PAD] [UNK] [CLS] [SEP] [MASK]) are kept whole, as Hugging Face does.
   result<std::vector<std::string>> tokenize(std::string_view text) const;
+  /// Word pieces with ids and the byte range of the original text each came from, as Hugging
+  /// Face's fast tokenizer reports offsets: a piece covers the characters it was normalised from
+  /// (accents stripped, case folded), "##" pieces only their own characters, [UNK] its whole word.
+  result<std::vector<word_piece>> tokenize_with_offsets(std::string_view text) const;
   /// Ids of the word pieces (no [CLS]/[SEP] added).
   result<std::vector<int32_t>> token_ids(std::string_view text) const;
   /// [CLS] text [SEP], truncated to max_length; token_type_ids all 0.
@@ -75,10 +87,15 @@ class wordpiece_tokenizer {
   result<encoding> encode_pair(std::string_view a, std::string_view b) const;
 
   const vocabulary& vocab() const { return *vocab_; }
+  int32_t cls_id() const { return cls_; }
+  int32_t sep_id() const { return sep_; }
+  int32_t unk_id() const { return unk_; }
   const tokenizer_options& options() const { return opts_; }
 
  private:
-  result<std::vector<std::string>> tokenize_segment(std::string_view text) const;
+  /// Word pieces of text[begin, end) (a stretch without special tokens), appended to `out`.
+  status tokenize_segment(std::string_view text, size_t begin, size_t end,
+                          std::vector<word_piece>& out) const;
 
   std::shared_ptr<const vocabulary> vocab_;
   tokenizer_options opts_;

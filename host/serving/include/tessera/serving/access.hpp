@@ -17,9 +17,10 @@
 namespace tessera::serving {
 
 /// Routes answered without the key, as TEI leaves them open: the health probes and the
-/// Prometheus scrape (/health, /metrics, /v2/health/live, /v2/health/ready). The query string
-/// is ignored. Everything else, /info and unknown paths included, needs the key.
-bool is_public_route(std::string_view target);
+/// Prometheus scrape (/health, /ping, GET /, /metrics, /v2/health/live, /v2/health/ready). The
+/// query string is ignored. Everything else, POST / (predictions), /info and unknown paths
+/// included, needs the key.
+bool is_public_route(std::string_view target, std::string_view method = "");
 
 /// Holds the SHA-256 of the key (not the key) and compares digests with CRYPTO_memcmp, so the
 /// time a check takes says nothing about how much of a guess was right, nor about the key's length.

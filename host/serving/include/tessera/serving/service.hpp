@@ -1,22 +1,28 @@
 // tessera/serving/service.hpp: the HTTP API without the sockets: routes, JSON in and out,
 // validation, tokenization, submission to the router, error mapping. http_server.hpp puts it on
-// a socket; tests may call it directly.
+// a socket; tests may call it directly. docs/serving.md lists every route, field and error, and
+// where tessera differs from text-embeddings-inference (TEI) or KServe on purpose.
 //
-// Routes (Hugging Face text-embeddings-inference where they overlap, and KServe v2):
-//   POST /predict   {"inputs": "text" | ["a", "b"] (two inputs) | [["q", "p"]] (a pair),
-//                    "truncate": bool, "raw_scores": bool}
-//                   -> [{"label","score"}] sorted by score (softmax, or raw logits), a list per
-//                      input when "inputs" is a list
-//   POST /tokenize  {"inputs": same forms} -> [[ids...], ...] (one list per input)
-//   GET  /info, /health, /metrics (Prometheus text)
-//   GET  /v2/health/ready, /v2/health/live, /v2/models/{name}, /v2/models/{name}/ready
-//   POST /v2/models/{name}/infer  (BYTES "text" input, shape [N] or [N,2] for pairs; or INT32/INT64
-//                                  "input_ids" [N,L] with optional token_type_ids/attention_mask)
-// Errors: {"error": "...", "error_type": "..."}: 400 empty / malformed JSON, 401 missing or wrong
-// API key (http_server, before the service sees the request), 404 unknown route or
-// model, 405 wrong method, 413 body too large (http_server), 422 validation / too long without
-// truncation / too many inputs / tokenizer, 429 overloaded, 503 unhealthy, 504 timeout,
-// 500 backend.
+// Dialects (one source file each, sharing service_internal.hpp):
+//   TEI (service_tei.cpp), as TEI v1.7.1 for a sequence-classification model:
+//     POST /predict, /invocations  {"inputs": "text" | ["text", "text_pair"] (one pair)
+//                                   | [["text"], ["text", "text_pair"], ...] (a batch),
+//                                   "truncate": bool|null, "truncation_direction": "Left"|"Right",
+//                                   "raw_scores": bool}
+//                                  -> [{"score","label"}] sorted by score (softmax; sigmoid for one
+//                                     label; raw logits with raw_scores), a list per batch input
+//     POST /          the same, but a single input answers [[{"score","label"}]] (Hugging Face's
+//                     clients), and "parameters": {"top_k", "function_to_apply"} are honoured
+//     POST /tokenize  {"inputs": "text" | ["text", ...], "add_special_tokens": bool}
+//                     -> [[{"id","text","special","start","stop"}]] (byte offsets)
+//     GET /info, /health, / and /ping (health), /metrics (Prometheus text)
+//   KServe v2 / Open Inference Protocol (service_kserve.cpp): GET /v2, /v2/health/{live,ready},
+//     /v2/models/{name}[/versions/1][/ready]; POST /v2/models/{name}[/versions/1]/infer in JSON
+//     or with the binary tensor data extension (Inference-Header-Content-Length).
+// Errors: {"error": "...", "error_type": "..."} with TEI's codes and spellings where TEI has them
+// (413 Validation, 422 Tokenizer, 424 Backend, 429 Overloaded, 503 Unhealthy), else 400
+// bad_request, 401 (http_server), 404 not_found, 405 method_not_allowed, 422 Validation (a
+// request that does not have the documented shape), 504 timeout.
 //
 //   service svc(service_config{}, router, make_toy_tokenizer(), model_info{.model_id = "toy"}, m);
 //   svc.handle("POST", "/predict", R"({"inputs":"hi"})", [](http_reply r) { send(r); });
@@ -58,6 +64,7 @@ struct service_config {
   duration answer_grace = std::chrono::seconds(1);
   bool auto_truncate = false;           ///< truncate when the request does not say
   size_t max_body_bytes = 2 << 20;      ///< reported in /info; enforced by http_server
+  int32_t tokenization_workers = 1;     ///< threads that tokenize (http_server: its I/O threads)
 };
 
 struct call_state;  // one request's fan-in of sequence answers (service.cpp)
@@ -68,6 +75,14 @@ struct http_reply {
   std::string body;
   std::string allow;  ///< the Allow header of a 405
   std::string www_authenticate;  ///< the WWW-Authenticate header of a 401
+  /// More response headers (TEI's x-*-time, KServe's Inference-Header-Content-Length).
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+/// The request headers the API reads.
+struct request_headers {
+  /// KServe binary tensor data extension: the length of the JSON part of the body ("" = none).
+  std::string_view inference_header_content_length;
 };
 
 using reply_fn = std::function<void(http_reply)>;
@@ -83,9 +98,9 @@ class service {
   /// Handles one request. `reply` is called exactly once, on this thread or a backend's. Throws
   /// nothing a route throws: such a request is answered 500 {"error_type": "internal"} and logged.
   void handle(std::string_view method, std::string_view target, std::string_view body,
-              reply_fn reply);
+              reply_fn reply, request_headers headers = {});
 
-  /// {"error": message, "error_type": type} with `status`; counts the failure in the metrics.
+  /// {"error": message, "error_type": type} with `status`.
   http_reply error_reply(unsigned status, std::string_view type, std::string_view message);
 
   const service_config& config() const { return cfg_; }
@@ -95,11 +110,21 @@ class service {
 
  private:
   friend struct call_state;
+  /// How a TEI predict route shapes a single input's answer.
+  enum class predict_dialect { tei, hugging_face };
+
   void route(std::string_view method, std::string_view target, std::string_view body,
-             const reply_fn& reply);
+             const request_headers& headers, const reply_fn& reply);
+  /// error_reply for an inference request: counted in tessera_request_failure.
+  http_reply inference_error(unsigned status, std::string_view type, std::string_view message);
   void submit_all(std::shared_ptr<call_state> call, std::vector<host::sequence_input> seqs);
-  void predict(std::string_view body, bool tokenize_only, const reply_fn& reply);
-  void kserve_infer(std::string_view name, std::string_view body, const reply_fn& reply);
+  // service_tei.cpp
+  void tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply);
+  void tei_tokenize(std::string_view body, const reply_fn& reply);
+  // service_kserve.cpp
+  void kserve_route(std::string_view method, std::string_view path, std::string_view body,
+                    const request_headers& headers, const reply_fn& reply);
+  void kserve_infer(std::string_view body, const request_headers& headers, const reply_fn& reply);
   /// "; <backend> replica <i> <state>: <why>" for every replica not up ("" when all are).
   std::string degraded_detail() const;
   http_reply info_reply() const;

@@ -1,0 +1,302 @@
+// The text-embeddings-inference dialect: /predict, /invocations, / (Hugging Face's clients) and
+// /tokenize, following TEI v1.7.1 (router/src/http/types.rs, server.rs; core/src/tokenization.rs,
+// infer.rs). docs/serving.md lists where tessera differs and why.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <set>
+
+#include "service_internal.hpp"
+#include "tessera/serving/utf8.hpp"
+
+namespace tessera::serving {
+
+using namespace detail;
+
+namespace {
+
+/// One input: a text, or a pair of texts (the model sees "[CLS] a [SEP] b [SEP]").
+struct tei_input {
+  std::string a, b;
+  bool pair = false;
+};
+
+/// What a score becomes: TEI's rule (softmax over several labels, sigmoid over one), either
+/// function forced (Hugging Face's parameters.function_to_apply), or the raw logit.
+enum class score_function { tei, softmax, sigmoid, none };
+
+struct predict_request {
+  std::vector<tei_input> inputs;
+  bool batch = false;  ///< "inputs" was a batch: the answer is a list per input
+  bool truncate = false;
+  truncation_side side = truncation_side::right;
+  score_function function = score_function::tei;
+  int64_t top_k = 0;  ///< keep this many labels (0 = all)
+};
+
+constexpr std::string_view inputs_forms =
+    "a string, a pair of strings [\"text\", \"text_pair\"], or a batch of single texts and pairs "
+    "[[\"text\"], [\"text\", \"text_pair\"], ...]";
+
+/// TEI's reading of "inputs": a string is one input; a list whose first element is a string is
+/// ONE input, a single text (one element) or a pair (two); a list whose first element is a list
+/// is a batch, each element a list of one text or two. Anything else is refused, as TEI does.
+std::optional<std::string> read_inputs(const json& in, predict_request& out) {
+  auto describe = [](const json& j) { return std::string(json_kind(j)); };
+  if (in.is_string()) {
+    out.inputs.push_back({in.get<std::string>(), "", false});
+    return std::nullopt;
+  }
+  if (!in.is_array()) return "\"inputs\" must be " + std::string(inputs_forms) + "; got " + describe(in);
+  if (in.empty()) return "\"inputs\" is an empty list; it must be " + std::string(inputs_forms);
+  if (in[0].is_string()) {
+    if (in.size() > 2)
+      return "\"inputs\" is a list of " + std::to_string(in.size()) +
+             " strings: a list of strings is one input, a text or a [text, text_pair] pair; send a "
+             "batch as [[\"text\"], [\"text\"], ...]";
+    for (size_t i = 1; i < in.size(); ++i)
+      if (!in[i].is_string())
+        return "\"inputs\"[" + std::to_string(i) + "] is " + describe(in[i]) +
+               ": a list starting with a string is one input, all its elements strings";
+    tei_input x{in[0].get<std::string>(), "", in.size() == 2};
+    if (x.pair) x.b = in[1].get<std::string>();
+    out.inputs.push_back(std::move(x));
+    return std::nullopt;
+  }
+  if (!in[0].is_array()) return "\"inputs\"[0] is " + describe(in[0]) + "; \"inputs\" must be " + std::string(inputs_forms);
+  out.batch = true;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const json& e = in[i];
+    const std::string where = "\"inputs\"[" + std::to_string(i) + "]";
+    if (!e.is_array())
+      return where + " is " + describe(e) + ": in a batch every input is a list, [\"text\"] or [\"text\", \"text_pair\"]";
+    if (e.empty() || e.size() > 2)
+      return where + " has " + std::to_string(e.size()) + " elements; an input is [\"text\"] or [\"text\", \"text_pair\"]";
+    for (const auto& t : e)
+      if (!t.is_string()) return where + " holds " + describe(t) + "; an input holds strings only";
+    tei_input x{e[0].get<std::string>(), "", e.size() == 2};
+    if (x.pair) x.b = e[1].get<std::string>();
+    out.inputs.push_back(std::move(x));
+  }
+  return std::nullopt;
+}
+
+/// The fields of a predict request, as TEI's PredictRequest deserialises them (and Hugging Face's
+/// "parameters" on POST /). An unknown field is refused: TEI ignores it, but a field tessera does
+/// not act on must not look accepted.
+std::optional<std::string> read_predict(const json& req, bool hugging_face, bool auto_truncate,
+                                        predict_request& out) {
+  if (!req.is_object())
+    return "the body must be a JSON object {\"inputs\": ...}; got " + std::string(json_kind(req));
+  static const std::set<std::string, std::less<>> tei_fields = {"inputs", "truncate",
+                                                                "truncation_direction", "raw_scores"};
+  for (const auto& [key, value] : req.items())
+    if (!tei_fields.count(key) && !(hugging_face && key == "parameters"))
+      return "unknown field \"" + printable(key, 60) + "\"; a predict request takes \"inputs\", "
+             "\"truncate\", \"truncation_direction\", \"raw_scores\"" +
+             std::string(hugging_face ? ", \"parameters\"" : "");
+  if (!req.contains("inputs")) return "missing field \"inputs\"";
+  if (auto err = read_inputs(req["inputs"], out)) return err;
+  out.truncate = auto_truncate;
+  if (const auto it = req.find("truncate"); it != req.end() && !it->is_null()) {
+    if (!it->is_boolean()) return "\"truncate\" must be true, false or null; got " + std::string(json_kind(*it));
+    out.truncate = it->get<bool>();
+  }
+  if (const auto it = req.find("truncation_direction"); it != req.end()) {
+    if (*it == "Right") out.side = truncation_side::right;
+    else if (*it == "Left") out.side = truncation_side::left;
+    else return "\"truncation_direction\" must be \"Left\" or \"Right\" (TEI's spelling)";
+  }
+  bool raw_scores = false;
+  if (const auto it = req.find("raw_scores"); it != req.end()) {
+    if (!it->is_boolean()) return "\"raw_scores\" must be true or false; got " + std::string(json_kind(*it));
+    raw_scores = it->get<bool>();
+  }
+  out.function = raw_scores ? score_function::none : score_function::tei;
+  if (const auto it = req.find("parameters"); it != req.end() && !it->is_null()) {
+    if (!it->is_object()) return "\"parameters\" must be an object; got " + std::string(json_kind(*it));
+    for (const auto& [key, value] : it->items()) {
+      if (value.is_null()) continue;
+      if (key == "top_k") {
+        if (!value.is_number_integer() || value.get<int64_t>() < 1)
+          return "parameters.top_k must be an integer >= 1";
+        out.top_k = value.get<int64_t>();
+      } else if (key == "function_to_apply") {
+        if (raw_scores) return "give \"raw_scores\" or parameters.function_to_apply, not both";
+        if (value == "softmax") out.function = score_function::softmax;
+        else if (value == "sigmoid") out.function = score_function::sigmoid;
+        else if (value == "none") out.function = score_function::none;
+        else return "parameters.function_to_apply must be \"softmax\", \"sigmoid\" or \"none\"";
+      } else {
+        return "unknown parameter \"" + printable(key, 60) +
+               "\"; text classification takes parameters top_k and function_to_apply";
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<float> apply(score_function f, std::vector<float> x) {
+  if (f == score_function::tei) f = x.size() > 1 ? score_function::softmax : score_function::sigmoid;
+  if (f == score_function::softmax && !x.empty()) {
+    const float m = *std::max_element(x.begin(), x.end());
+    double sum = 0;
+    for (auto& v : x) sum += (v = std::exp(v - m));
+    for (auto& v : x) v = static_cast<float>(v / sum);
+  } else if (f == score_function::sigmoid) {
+    for (auto& v : x) v = 1.0f / (1.0f + std::exp(-v));
+  }
+  return x;
+}
+
+/// The (code point) length TEI caps untruncated inputs at: max_input_length * 250 characters.
+constexpr int64_t max_chars_per_token = 250;
+
+std::string millis(double seconds) { return std::to_string(static_cast<int64_t>(seconds * 1e3)); }
+
+}  // namespace
+
+void service::tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply) {
+  const time_point start = steady::now();
+  metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
+  auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
+    reply(inference_error(status, type, message));
+  };
+  json req;
+  if (auto err = parse_body(body, req)) return fail(err->status, err->type, err->message);
+  predict_request p;
+  if (auto err = read_predict(req, dialect == predict_dialect::hugging_face, cfg_.auto_truncate, p))
+    return fail(422, error_kind::validation, *err);
+  if (p.batch && static_cast<int64_t>(p.inputs.size()) > cfg_.max_client_batch_size)
+    return fail(413, error_kind::validation,
+                "batch size " + std::to_string(p.inputs.size()) + " > maximum allowed batch size " +
+                    std::to_string(cfg_.max_client_batch_size));
+  // Tokenize and validate, input by input (the first failing input answers, as in TEI).
+  const int32_t max_len = info_.max_input_length;
+  std::vector<host::sequence_input> seqs;
+  seqs.reserve(p.inputs.size());
+  size_t chars = 0, tokens = 0;
+  for (const auto& in : p.inputs) {
+    if (in.a.empty() && in.b.empty())
+      return fail(413, error_kind::validation, "Input validation error: `inputs` cannot be empty");
+    const size_t n = count_chars(in.a) + count_chars(in.b);
+    chars += n;
+    const int64_t char_limit = static_cast<int64_t>(max_len) * max_chars_per_token;
+    if (!p.truncate && static_cast<int64_t>(n) > char_limit)
+      return fail(413, error_kind::validation,
+                  "Input validation error: `inputs` must have at most " + std::to_string(char_limit) +
+                      " characters. Given: " + std::to_string(n) + "; pass \"truncate\": true to cut it");
+    const int32_t cut = p.truncate ? max_len : 0;
+    auto enc = in.pair ? tokenizer_->encode_pair(in.a, in.b, cut, p.side) : tokenizer_->encode(in.a, cut, p.side);
+    if (!enc) return fail(422, error_kind::tokenizer, enc.error().message());
+    if (static_cast<int32_t>(enc->token_ids.size()) > max_len)
+      return fail(413, error_kind::validation,
+                  "Input validation error: `inputs` must have at most " + std::to_string(max_len) +
+                      " tokens. Given: " + std::to_string(enc->token_ids.size()) +
+                      "; pass \"truncate\": true to cut it");
+    tokens += enc->token_ids.size();
+    metrics_.request_input_length.observe(static_cast<double>(enc->token_ids.size()));
+    seqs.push_back(std::move(*enc));
+  }
+  const double tokenization_seconds = to_seconds(steady::now() - start);
+  metrics_.tokenization_duration.observe(tokenization_seconds);
+  if (!router_.healthy()) return fail(503, error_kind::unhealthy, "no healthy backend");
+
+  auto call = std::make_shared<call_state>();
+  call->outcomes.resize(seqs.size());
+  call->remaining.store(seqs.size());
+  call->reply = reply;
+  call->svc = this;
+  call->start = start;
+  const bool nest_single = dialect == predict_dialect::hugging_face;
+  call->build = [this, p = std::move(p), nest_single, chars, tokens, tokenization_seconds,
+                 start](std::vector<sequence_outcome>& outs) {
+    json all = json::array();
+    double queue = 0, inference = 0;
+    for (auto& o : outs) {
+      queue += o.queue_seconds;
+      inference += o.inference_seconds;
+      std::vector<float> scores = apply(p.function, o.logits);
+      for (float s : scores)
+        if (std::isnan(s)) return error_reply(424, error_kind::backend, "score is NaN");
+      // TEI sorts ascending and reverses: ties list the later label first.
+      std::vector<int32_t> order(scores.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return scores[x] < scores[y]; });
+      std::reverse(order.begin(), order.end());
+      if (p.top_k > 0 && static_cast<size_t>(p.top_k) < order.size()) order.resize(static_cast<size_t>(p.top_k));
+      json one = json::array();
+      for (int32_t i : order) one.push_back({{"score", scores[i]}, {"label", label(i)}});
+      all.push_back(std::move(one));
+    }
+    http_reply r{200, "application/json", to_text(p.batch || nest_single ? all : all[0])};
+    const double n = static_cast<double>(std::max<size_t>(1, outs.size()));
+    const std::string total = millis(to_seconds(steady::now() - start));
+    // TEI's timing headers (milliseconds; a batch reports the mean queue and inference time).
+    r.headers = {{"x-compute-type", "cpu"},
+                 {"x-compute-time", total},
+                 {"x-compute-characters", std::to_string(chars)},
+                 {"x-compute-tokens", std::to_string(tokens)},
+                 {"x-total-time", total},
+                 {"x-tokenization-time", millis(tokenization_seconds)},
+                 {"x-queue-time", millis(queue / n)},
+                 {"x-inference-time", millis(inference / n)}};
+    return r;
+  };
+  submit_all(call, std::move(seqs));
+}
+
+void service::tei_tokenize(std::string_view body, const reply_fn& reply) {
+  metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
+  auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
+    reply(inference_error(status, type, message));
+  };
+  json req;
+  if (auto err = parse_body(body, req)) return fail(err->status, err->type, err->message);
+  if (!req.is_object())
+    return fail(422, error_kind::validation, "the body must be a JSON object {\"inputs\": ...}");
+  for (const auto& [key, value] : req.items())
+    if (key != "inputs" && key != "add_special_tokens")
+      return fail(422, error_kind::validation,
+                  "unknown field \"" + printable(key, 60) +
+                      "\"; a tokenize request takes \"inputs\" and \"add_special_tokens\"");
+  if (!req.contains("inputs")) return fail(422, error_kind::validation, "missing field \"inputs\"");
+  bool add_special_tokens = true;
+  if (const auto it = req.find("add_special_tokens"); it != req.end()) {
+    if (!it->is_boolean()) return fail(422, error_kind::validation, "\"add_special_tokens\" must be true or false");
+    add_special_tokens = it->get<bool>();
+  }
+  // TEI's TokenizeInput: a string, or a list of strings (each one input; no pairs here).
+  const json& in = req["inputs"];
+  std::vector<std::string> texts;
+  if (in.is_string()) {
+    texts.push_back(in.get<std::string>());
+  } else if (in.is_array() && std::all_of(in.begin(), in.end(), [](const json& e) { return e.is_string(); })) {
+    if (in.empty()) return fail(413, error_kind::validation, "Input validation error: `inputs` cannot be empty");
+    if (static_cast<int64_t>(in.size()) > cfg_.max_client_batch_size)
+      return fail(413, error_kind::validation,
+                  "batch size " + std::to_string(in.size()) + " > maximum allowed batch size " +
+                      std::to_string(cfg_.max_client_batch_size));
+    for (const auto& e : in) texts.push_back(e.get<std::string>());
+  } else {
+    return fail(422, error_kind::validation, "\"inputs\" must be a string or a list of strings");
+  }
+  json out = json::array();
+  for (const auto& text : texts) {
+    if (text.empty()) return fail(413, error_kind::validation, "Input validation error: `inputs` cannot be empty");
+    auto tokens = tokenizer_->tokenize(text, add_special_tokens);
+    if (!tokens) return fail(422, error_kind::tokenizer, tokens.error().message());
+    json one = json::array();
+    for (const auto& t : *tokens)
+      one.push_back({{"id", t.id},
+                     {"text", t.text},
+                     {"special", t.special},
+                     {"start", t.special ? json(nullptr) : json(t.start)},
+                     {"stop", t.special ? json(nullptr) : json(t.stop)}});
+    out.push_back(std::move(one));
+  }
+  metrics_.request_success.fetch_add(1, std::memory_order_relaxed);
+  reply({200, "application/json", to_text(out)});
+}
+
+}  // namespace tessera::serving
