@@ -348,7 +348,7 @@ TEST_F(HostileInput, ManySpecialTokensAnswerQuickly) {
   std::string text;
   while (text.size() + 5 < body_limit - 64) text += "[SEP]";
   auto t0 = std::chrono::steady_clock::now();
-  raw_reply r = exchange(server_->port(), post(json{{"inputs", text}, {"truncate", true}}.dump(), "/tokenize"));
+  raw_reply r = exchange(server_->port(), post(json{{"inputs", text}, {"truncate", true}}.dump(), "/predict"));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.status, 200u) << r.body;
   EXPECT_LT(seconds, 5.0) << "tokenizing " << text.size() << " bytes of [SEP]";

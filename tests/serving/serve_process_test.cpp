@@ -195,3 +195,48 @@ TEST(ServeProcess, RestartedHostReportsWhatTheKilledOneLeftUnanswered) {
   close(again.out_fd);
   std::filesystem::remove(journal);
 }
+
+// Prometheus's own linter accepts the exposition of a live server that has served good and bad
+// requests of every API: tessera's metrics and TEI's te_* set, with TEI's names, labels and
+// buckets (counters TEI names without _total are exposed untyped; see metrics.hpp).
+TEST(ServeProcess, PromtoolAcceptsMetrics) {
+  ASSERT_EQ(std::system("command -v promtool > /dev/null"), 0)
+      << "promtool is not installed: scripts/setup installs Debian's prometheus package";
+  served_process server({bin("tessera-serve"), "--model", "bert-tiny", "--port", "0", "--replicas", "2"});
+  ASSERT_NE(server.port(), 0) << server.line();
+  http_connection conn("127.0.0.1", server.port());
+  const char* singles[] = {R"({"inputs": "one text"})", R"({"inputs": ["a question", "an answer"]})",
+                           R"({"inputs": ""})"};
+  for (const char* body : singles) conn.request("POST", "/predict", body);
+  conn.request("POST", "/", R"({"inputs": [["a"], ["b"]]})");
+  conn.request("POST", "/predict", R"({"inputs": [["a"], ["b"], ["c"], ["d"], ["e"], ["f"], ["g"], ["h"], ["i"], ["j"],)"
+                                   R"( ["k"], ["l"], ["m"], ["n"], ["o"], ["p"], ["q"], ["r"], ["s"], ["t"], ["u"], ["v"],)"
+                                   R"( ["w"], ["x"], ["y"], ["z"], ["1"], ["2"], ["3"], ["4"], ["5"], ["6"], ["7"]]})");
+  conn.request("POST", "/tokenize", R"({"inputs": "tokens"})");
+  conn.request("POST", "/v2/models/bert-tiny/infer",
+               R"({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["kserve"]}]})");
+  conn.request("POST", "/v2/models/bert-tiny/infer", R"({"inputs": []})");
+  conn.request("GET", "/nowhere");
+  auto r = conn.request("GET", "/metrics");
+  ASSERT_EQ(r.status, 200u);
+  const std::string path = ::testing::TempDir() + "/tessera_metrics.prom";
+  std::ofstream(path) << r.body;
+  const std::string out_path = path + ".promtool";
+  const int rc = std::system(("promtool check metrics < " + path + " > " + out_path + " 2>&1").c_str());
+  std::ifstream in(out_path);
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(rc, 0) << "promtool: " << said << "\n" << r.body;
+  EXPECT_EQ(said, "");
+  for (const char* name : {"te_request_count{method=\"single\"} 3", "te_request_count{method=\"batch\"} 2",
+                           "te_request_success{method=\"single\"} 2", "te_request_success{method=\"batch\"} 1",
+                           "te_request_failure{err=\"batch_size\"} 1", "te_request_failure{err=\"tokenization\"} 1",
+                           "te_request_duration_bucket{le=\"1.5e-05\"}", "te_request_input_length_bucket{le=\"512\"}",
+                           "te_batch_next_size_bucket{le=\"4096\"}", "te_queue_size ",
+                           "# TYPE te_request_count untyped", "# TYPE tessera_request_count untyped"})
+    EXPECT_NE(r.body.find(name), std::string::npos) << name << "\n" << r.body;
+  // Buckets above max_input_length are left out, as TEI leaves them.
+  EXPECT_EQ(r.body.find("te_request_input_length_bucket{le=\"1024\"}"), std::string::npos);
+  EXPECT_EQ(server.stop(), 0);
+  std::filesystem::remove(path);
+  std::filesystem::remove(out_path);
+}

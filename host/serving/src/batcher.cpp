@@ -146,6 +146,8 @@ std::optional<time_point> batcher::poll(bool flush) {
         metrics_->batch_count.fetch_add(1, std::memory_order_relaxed);
         metrics_->batch_size.observe(static_cast<double>(pb.sequences->size()));
         metrics_->batch_tokens.observe(static_cast<double>(real_tokens));
+        metrics_->tei.batch_next_size.observe(static_cast<double>(pb.sequences->size()));
+        metrics_->tei.batch_next_tokens.observe(static_cast<double>(real_tokens));
         metrics_->batch_tokens_total.fetch_add(real_tokens, std::memory_order_relaxed);
         metrics_->padding_tokens.fetch_add(std::max<int64_t>(0, computed - real_tokens),
                                            std::memory_order_relaxed);

@@ -231,7 +231,8 @@ class session final : public session_base {
                                      [self, keep_alive, version, r = std::move(r)]() mutable {
                                        self->write(std::move(r), keep_alive, version, false);
                                      });
-                         });
+                         },
+                         headers);
     } catch (const std::exception& e) {
       // The last resort at the handler boundary: answer 500, log, keep the process serving.
       TESSERA_LOG_ERROR("request handler threw: " << e.what());

@@ -28,6 +28,15 @@ void write_header(std::string& out, std::string_view name, std::string_view help
   out += '\n';
 }
 
+/// A count named without _total (TEI's naming): "untyped", see metrics.hpp.
+void write_count(std::string& out, std::string_view name, std::string_view help, uint64_t v) {
+  write_header(out, name, help, "untyped");
+  out += name;
+  out += ' ';
+  out += std::to_string(v);
+  out += '\n';
+}
+
 void write_counter(std::string& out, std::string_view name, std::string_view help, uint64_t v) {
   write_header(out, name, help, "counter");
   out += name;
@@ -52,11 +61,13 @@ void histogram::observe(double v) {
   sum_.fetch_add(v, std::memory_order_relaxed);
 }
 
-void histogram::write(std::string& out, std::string_view name, std::string_view help) const {
+void histogram::write(std::string& out, std::string_view name, std::string_view help,
+                      double max_bound) const {
   write_header(out, name, help, "histogram");
   uint64_t cumulative = 0;
   for (size_t i = 0; i <= bounds_.size(); ++i) {
     cumulative += buckets_[i].load(std::memory_order_relaxed);
+    if (i < bounds_.size() && bounds_[i] > max_bound) continue;
     out += name;
     out += "_bucket{le=\"";
     out += i < bounds_.size() ? format_number(bounds_[i]) : "+Inf";
@@ -85,6 +96,63 @@ std::vector<double> histogram::powers_of_two(double max) {
   return b;
 }
 
+std::vector<double> histogram::tei_duration_buckets() {
+  std::vector<double> b;
+  double v = 0.00001;
+  for (int i = 0; i < 35; ++i) b.push_back(v *= 1.5);
+  return b;
+}
+
+void failure_counts::add(std::string_view kind) {
+  std::lock_guard lock(mu_);
+  auto it = counts_.find(kind);
+  if (it == counts_.end()) it = counts_.emplace(std::string(kind), 0).first;
+  ++it->second;
+}
+
+uint64_t failure_counts::get(std::string_view kind) const {
+  std::lock_guard lock(mu_);
+  auto it = counts_.find(kind);
+  return it == counts_.end() ? 0 : it->second;
+}
+
+void failure_counts::write(std::string& out, std::string_view name) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [kind, n] : counts_) {
+    out += name;
+    out += "{err=\"" + kind + "\"} " + std::to_string(n) + "\n";
+  }
+}
+
+tei_metrics::tei_metrics()
+    : request_duration(histogram::tei_duration_buckets()),
+      request_tokenization_duration(histogram::tei_duration_buckets()),
+      request_queue_duration(histogram::tei_duration_buckets()),
+      request_inference_duration(histogram::tei_duration_buckets()),
+      request_input_length(histogram::powers_of_two(1 << 19)),
+      batch_next_size(histogram::powers_of_two(1 << 12)),
+      batch_next_tokens(histogram::powers_of_two(1 << 20)) {}
+
+void tei_metrics::write(std::string& out) const {
+  write_header(out, "te_request_count", "Requests to TEI's routes (text-embeddings-inference's metric)",
+               "untyped");
+  out += "te_request_count{method=\"single\"} " + std::to_string(request_count_single.load()) + "\n";
+  out += "te_request_count{method=\"batch\"} " + std::to_string(request_count_batch.load()) + "\n";
+  write_header(out, "te_request_success", "Requests to TEI's routes answered successfully", "untyped");
+  out += "te_request_success{method=\"single\"} " + std::to_string(request_success_single.load()) + "\n";
+  out += "te_request_success{method=\"batch\"} " + std::to_string(request_success_batch.load()) + "\n";
+  write_header(out, "te_request_failure", "Failed requests to TEI's routes by kind", "untyped");
+  request_failure.write(out, "te_request_failure");
+  request_duration.write(out, "te_request_duration", "End-to-end request time (seconds)");
+  request_tokenization_duration.write(out, "te_request_tokenization_duration", "Tokenization time (seconds)");
+  request_queue_duration.write(out, "te_request_queue_duration", "Queue time (seconds)");
+  request_inference_duration.write(out, "te_request_inference_duration", "Inference time (seconds)");
+  request_input_length.write(out, "te_request_input_length", "Tokens per input",
+                             static_cast<double>(max_input_length.load()));
+  batch_next_size.write(out, "te_batch_next_size", "Sequences per batch");
+  batch_next_tokens.write(out, "te_batch_next_tokens", "Tokens per batch");
+}
+
 serving_metrics::serving_metrics()
     : tokenization_duration(histogram::seconds_buckets()),
       queue_duration(histogram::seconds_buckets()),
@@ -96,37 +164,19 @@ serving_metrics::serving_metrics()
       batch_wall_duration(histogram::seconds_buckets()),
       batch_modelled_duration(histogram::seconds_buckets()) {}
 
-void serving_metrics::count_failure(std::string_view kind) {
-  std::lock_guard lock(failures_mu_);
-  auto it = failures_.find(kind);
-  if (it == failures_.end()) it = failures_.emplace(std::string(kind), 0).first;
-  ++it->second;
-}
-
-uint64_t serving_metrics::failures(std::string_view kind) const {
-  std::lock_guard lock(failures_mu_);
-  auto it = failures_.find(kind);
-  return it == failures_.end() ? 0 : it->second;
-}
-
 std::string serving_metrics::to_prometheus(const std::vector<gauge_sample>& gauges) const {
   std::string out;
   out.reserve(8192);
-  write_counter(out, "tessera_request_count", "Inference requests received", request_count.load());
-  write_counter(out, "tessera_request_success", "Inference requests answered successfully",
-                request_success.load());
-  write_header(out, "tessera_request_failure", "Failed requests by kind of error", "counter");
-  {
-    std::lock_guard lock(failures_mu_);
-    for (const auto& [kind, n] : failures_)
-      out += "tessera_request_failure{err=\"" + kind + "\"} " + std::to_string(n) + "\n";
-  }
-  write_counter(out, "tessera_sequence_count", "Sequences admitted to the router",
-                sequence_count.load());
-  write_counter(out, "tessera_batch_count", "Batches sent to backends", batch_count.load());
-  write_counter(out, "tessera_batch_failures", "Batches a backend answered with an error",
-                batch_failures.load());
-  write_counter(out, "tessera_retries", "Sequences retried on another backend", retries.load());
+  write_count(out, "tessera_request_count", "Inference requests received", request_count.load());
+  write_count(out, "tessera_request_success", "Inference requests answered successfully",
+              request_success.load());
+  write_header(out, "tessera_request_failure", "Failed inference requests by error_type", "untyped");
+  failures_.write(out, "tessera_request_failure");
+  write_count(out, "tessera_sequence_count", "Sequences admitted to the router", sequence_count.load());
+  write_count(out, "tessera_batch_count", "Batches sent to backends", batch_count.load());
+  write_count(out, "tessera_batch_failures", "Batches a backend answered with an error",
+              batch_failures.load());
+  write_count(out, "tessera_retries", "Sequences retried on another backend", retries.load());
   write_counter(out, "tessera_batch_tokens_total", "Real tokens sent to backends",
                 batch_tokens_total.load());
   write_counter(out, "tessera_padding_tokens_total", "Padding positions sent to backends",
@@ -145,6 +195,7 @@ std::string serving_metrics::to_prometheus(const std::vector<gauge_sample>& gaug
                             "Batch time measured by the backend (seconds, wall clock)");
   batch_modelled_duration.write(out, "tessera_batch_modelled_duration",
                                 "Batch time of the emulated hardware (seconds, timing model)");
+  tei.write(out);
   std::string last_name;
   for (const auto& g : gauges) {
     std::string base = g.name.substr(0, g.name.find('{'));

@@ -148,6 +148,8 @@ std::vector<gauge_sample> router::gauges() const {
   std::vector<gauge_sample> g;
   g.push_back({"tessera_queue_size", "Sequences waiting in batch queues",
                static_cast<double>(queue_size())});
+  g.push_back({"te_queue_size", "Sequences waiting in batch queues (text-embeddings-inference's metric)",
+               static_cast<double>(queue_size())});
   auto label = [&](size_t i) { return "{backend=\"" + infos_[i].name + "\"}"; };
   for (size_t i = 0; i < batchers_.size(); ++i)
     g.push_back({"tessera_backend_healthy" + label(i), "1 if the backend can serve",

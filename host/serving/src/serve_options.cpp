@@ -83,7 +83,7 @@ void add_serve_options(po::options_description& opts, serve_options& so) {
        "hybrid: sequences longer than this many tokens go to tiles")
       ("max-client-batch-size",
        po::value(&so.server.api.max_client_batch_size)->default_value(so.server.api.max_client_batch_size),
-       "inputs per request (422 beyond)")
+       "inputs per request (413 beyond, as TEI)")
       ("timeout-ms", po::value(&so.timeout_ms)->default_value(so.timeout_ms),
        "per-request deadline (504 when it passes in the queue; 0 = none)")
       ("answer-grace-ms", po::value(&so.answer_grace_ms)->default_value(so.answer_grace_ms),
@@ -96,8 +96,8 @@ void add_serve_options(po::options_description& opts, serve_options& so) {
       ("auto-truncate", po::bool_switch(&so.server.api.auto_truncate),
        "truncate long inputs unless a request says \"truncate\": false")
       ("api-key", po::value(&so.server.api_key),
-       "require 'Authorization: Bearer KEY' on every route but /health, /metrics and the KServe "
-       "health probes (401 without it); visible to ps, prefer --api-key-file")
+       "require 'Authorization: Bearer KEY' on every route but the health probes (/health, /ping, "
+       "GET /, KServe's) and /metrics (401 without it); visible to ps, prefer --api-key-file")
       ("api-key-file", po::value(&so.api_key_file), "read the API key from FILE (one line)")
       ("tls-cert", po::value(&so.server.tls_cert), "serve HTTPS (TLS 1.2+) with this PEM certificate chain")
       ("tls-key", po::value(&so.server.tls_key), "the PEM private key of --tls-cert")

@@ -109,7 +109,7 @@ void call_state::complete(size_t i, sequence_outcome o) {
   for (const auto& out : outcomes) {
     if (!out.st) {
       api_error e = map_status(out.st);
-      reply(svc->inference_error(e.status, e.type, e.message));
+      fail(svc->inference_error(e.status, e.type, e.message));
       return;
     }
   }
@@ -118,16 +118,16 @@ void call_state::complete(size_t i, sequence_outcome o) {
     r = build(outcomes);
   } catch (const std::exception& e) {  // never on a backend's thread: answer, log, go on
     TESSERA_LOG_ERROR("building a reply failed: " << e.what());
-    reply(svc->inference_error(500, error_kind::internal, "internal error while building the answer"));
+    fail(svc->inference_error(500, error_kind::internal, "internal error while building the answer"));
     return;
   }
   auto& m = svc->metrics();
-  if (r.status == 200) {
-    m.request_success.fetch_add(1, std::memory_order_relaxed);
-    m.request_duration.observe(to_seconds(steady::now() - start));
-  } else {
+  if (r.status != 200) {
     m.count_failure(r.status == 424 ? error_kind::backend : error_kind::validation);
+    return fail(std::move(r));
   }
+  m.request_success.fetch_add(1, std::memory_order_relaxed);
+  m.request_duration.observe(to_seconds(steady::now() - start));
   reply(std::move(r));
 }
 
@@ -138,6 +138,7 @@ service::service(service_config cfg, router& r, std::shared_ptr<const tokenizer>
   watchdog_ = std::thread([this] { run_watchdog(); });
   if (info_.max_input_length <= 0 || info_.max_input_length > router_.max_sequence_length())
     info_.max_input_length = router_.max_sequence_length();
+  metrics_.tei.max_input_length.store(info_.max_input_length);
 }
 
 service::~service() {
@@ -185,7 +186,7 @@ void service::run_watchdog() {
     call->watched = false;
     lock.unlock();
     if (call->claim_reply())
-      call->reply(inference_error(504, error_kind::timeout,
+      call->fail(inference_error(504, error_kind::timeout,
                               "no answer from the backend within the request deadline (" +
                                   std::to_string(to_seconds(cfg_.request_timeout)) +
                                   " s) plus " + std::to_string(to_seconds(cfg_.answer_grace)) +

@@ -73,6 +73,9 @@ struct call_state {
   std::atomic<size_t> remaining{0};
   reply_fn reply;
   std::function<http_reply(std::vector<sequence_outcome>&)> build;
+  /// Called with the status of an error answer (a failed sequence, the watchdog's 504, a
+  /// non-200 from build), before it is sent; may be empty.
+  std::function<void(unsigned status)> on_error;
   service* svc = nullptr;
   time_point start;
   std::atomic<bool> replied{false};
@@ -82,6 +85,10 @@ struct call_state {
   /// True for the one caller allowed to reply.
   bool claim_reply() { return !replied.exchange(true, std::memory_order_acq_rel); }
   void complete(size_t i, sequence_outcome o);
+  void fail(http_reply r) {
+    if (on_error) on_error(r.status);
+    reply(std::move(r));
+  }
 };
 
 }  // namespace tessera::serving

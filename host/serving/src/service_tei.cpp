@@ -167,10 +167,18 @@ void service::tei_predict(std::string_view body, predict_dialect dialect, const 
   predict_request p;
   if (auto err = read_predict(req, dialect == predict_dialect::hugging_face, cfg_.auto_truncate, p))
     return fail(422, error_kind::validation, *err);
+  // From here on the request counts in TEI's te_* metrics too (TEI counts a request once its body
+  // has deserialised), failures labelled as TEI labels them.
+  auto& te = metrics_.tei;
+  (p.batch ? te.request_count_batch : te.request_count_single).fetch_add(1, std::memory_order_relaxed);
+  auto te_fail = [&](std::string_view err, unsigned status, std::string_view type, std::string_view message) {
+    te.request_failure.add(err);
+    fail(status, type, message);
+  };
   if (p.batch && static_cast<int64_t>(p.inputs.size()) > cfg_.max_client_batch_size)
-    return fail(413, error_kind::validation,
-                "batch size " + std::to_string(p.inputs.size()) + " > maximum allowed batch size " +
-                    std::to_string(cfg_.max_client_batch_size));
+    return te_fail("batch_size", 413, error_kind::validation,
+                   "batch size " + std::to_string(p.inputs.size()) + " > maximum allowed batch size " +
+                       std::to_string(cfg_.max_client_batch_size));
   // Tokenize and validate, input by input (the first failing input answers, as in TEI).
   const int32_t max_len = info_.max_input_length;
   std::vector<host::sequence_input> seqs;
@@ -178,29 +186,30 @@ void service::tei_predict(std::string_view body, predict_dialect dialect, const 
   size_t chars = 0, tokens = 0;
   for (const auto& in : p.inputs) {
     if (in.a.empty() && in.b.empty())
-      return fail(413, error_kind::validation, "Input validation error: `inputs` cannot be empty");
+      return te_fail("tokenization", 413, error_kind::validation, "Input validation error: `inputs` cannot be empty");
     const size_t n = count_chars(in.a) + count_chars(in.b);
     chars += n;
     const int64_t char_limit = static_cast<int64_t>(max_len) * max_chars_per_token;
     if (!p.truncate && static_cast<int64_t>(n) > char_limit)
-      return fail(413, error_kind::validation,
+      return te_fail("tokenization", 413, error_kind::validation,
                   "Input validation error: `inputs` must have at most " + std::to_string(char_limit) +
                       " characters. Given: " + std::to_string(n) + "; pass \"truncate\": true to cut it");
     const int32_t cut = p.truncate ? max_len : 0;
     auto enc = in.pair ? tokenizer_->encode_pair(in.a, in.b, cut, p.side) : tokenizer_->encode(in.a, cut, p.side);
-    if (!enc) return fail(422, error_kind::tokenizer, enc.error().message());
+    if (!enc) return te_fail("tokenization", 422, error_kind::tokenizer, enc.error().message());
     if (static_cast<int32_t>(enc->token_ids.size()) > max_len)
-      return fail(413, error_kind::validation,
+      return te_fail("tokenization", 413, error_kind::validation,
                   "Input validation error: `inputs` must have at most " + std::to_string(max_len) +
                       " tokens. Given: " + std::to_string(enc->token_ids.size()) +
                       "; pass \"truncate\": true to cut it");
     tokens += enc->token_ids.size();
     metrics_.request_input_length.observe(static_cast<double>(enc->token_ids.size()));
+    te.request_input_length.observe(static_cast<double>(enc->token_ids.size()));
     seqs.push_back(std::move(*enc));
   }
   const double tokenization_seconds = to_seconds(steady::now() - start);
   metrics_.tokenization_duration.observe(tokenization_seconds);
-  if (!router_.healthy()) return fail(503, error_kind::unhealthy, "no healthy backend");
+  if (!router_.healthy()) return te_fail("inference", 503, error_kind::unhealthy, "no healthy backend");
 
   auto call = std::make_shared<call_state>();
   call->outcomes.resize(seqs.size());
@@ -208,6 +217,7 @@ void service::tei_predict(std::string_view body, predict_dialect dialect, const 
   call->reply = reply;
   call->svc = this;
   call->start = start;
+  call->on_error = [&te](unsigned status) { te.request_failure.add(status == 429 ? "overloaded" : "inference"); };
   const bool nest_single = dialect == predict_dialect::hugging_face;
   call->build = [this, p = std::move(p), nest_single, chars, tokens, tokenization_seconds,
                  start](std::vector<sequence_outcome>& outs) {
@@ -231,7 +241,14 @@ void service::tei_predict(std::string_view body, predict_dialect dialect, const 
     }
     http_reply r{200, "application/json", to_text(p.batch || nest_single ? all : all[0])};
     const double n = static_cast<double>(std::max<size_t>(1, outs.size()));
-    const std::string total = millis(to_seconds(steady::now() - start));
+    const double total_seconds = to_seconds(steady::now() - start);
+    const std::string total = millis(total_seconds);
+    auto& te = metrics_.tei;
+    (p.batch ? te.request_success_batch : te.request_success_single).fetch_add(1, std::memory_order_relaxed);
+    te.request_duration.observe(total_seconds);
+    te.request_tokenization_duration.observe(tokenization_seconds);
+    te.request_queue_duration.observe(queue / n);
+    te.request_inference_duration.observe(inference / n);
     // TEI's timing headers (milliseconds; a batch reports the mean queue and inference time).
     r.headers = {{"x-compute-type", "cpu"},
                  {"x-compute-time", total},
@@ -282,8 +299,13 @@ void service::tei_tokenize(std::string_view body, const reply_fn& reply) {
     return fail(422, error_kind::validation, "\"inputs\" must be a string or a list of strings");
   }
   json out = json::array();
+  const int64_t char_limit = static_cast<int64_t>(info_.max_input_length) * max_chars_per_token;
   for (const auto& text : texts) {
     if (text.empty()) return fail(413, error_kind::validation, "Input validation error: `inputs` cannot be empty");
+    if (const auto n = static_cast<int64_t>(count_chars(text)); n > char_limit)
+      return fail(413, error_kind::validation,
+                  "Input validation error: `inputs` must have at most " + std::to_string(char_limit) +
+                      " characters. Given: " + std::to_string(n));
     auto tokens = tokenizer_->tokenize(text, add_special_tokens);
     if (!tokens) return fail(422, error_kind::tokenizer, tokens.error().message());
     json one = json::array();

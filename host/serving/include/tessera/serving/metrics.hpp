@@ -1,6 +1,11 @@
 // tessera/serving/metrics.hpp: the serving counters and histograms, exposed in the Prometheus
-// text format at GET /metrics (names follow text-embeddings-inference's te_* set, prefixed
-// tessera_).
+// text format at GET /metrics: tessera's own (tessera_*, every API) and, beside them,
+// text-embeddings-inference's te_* set with TEI's names, labels and buckets (TEI's routes only),
+// so that dashboards built for TEI read tessera unchanged.
+//
+// Counters named as TEI names them (te_request_count, tessera_request_count: no _total suffix)
+// are exposed as "untyped": Prometheus stores and queries them the same (rate() works), and
+// promtool's lint, which requires a counter's name to end in _total, accepts them.
 //
 //   serving_metrics m;
 //   m.request_count.fetch_add(1);
@@ -11,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,13 +33,17 @@ class histogram {
   void observe(double v);
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
   double sum() const { return sum_.load(std::memory_order_relaxed); }
-  /// Appends the # HELP/# TYPE lines, buckets, _sum and _count.
-  void write(std::string& out, std::string_view name, std::string_view help) const;
+  /// Appends the # HELP/# TYPE lines, buckets, _sum and _count; buckets above `max_bound` are
+  /// left out (+Inf still counts everything).
+  void write(std::string& out, std::string_view name, std::string_view help,
+             double max_bound = std::numeric_limits<double>::infinity()) const;
 
   /// 50 us .. 60 s, roughly x2.5 per step.
   static std::vector<double> seconds_buckets();
   /// 1, 2, 4, ... up to `max`.
   static std::vector<double> powers_of_two(double max);
+  /// TEI's duration buckets: 35 steps of x1.5 from 15 us (1e-5 * 1.5^k, k = 1..35).
+  static std::vector<double> tei_duration_buckets();
 
  private:
   std::vector<double> bounds_;
@@ -49,8 +59,37 @@ struct gauge_sample {
   double value = 0;
 };
 
+/// Failures by kind, as label values of one counter.
+class failure_counts {
+ public:
+  void add(std::string_view kind);
+  uint64_t get(std::string_view kind) const;
+  /// One "name{err=\"kind\"} n" line per kind.
+  void write(std::string& out, std::string_view name) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, uint64_t, std::less<>> counts_;
+};
+
+/// text-embeddings-inference's te_* metrics (TEI v1.7.1 router/src/prometheus.rs, lib.rs and
+/// http/server.rs): per request of TEI's routes, method "single" or "batch".
+struct tei_metrics {
+  tei_metrics();
+  std::atomic<uint64_t> request_count_single{0}, request_count_batch{0};
+  std::atomic<uint64_t> request_success_single{0}, request_success_batch{0};
+  failure_counts request_failure;  ///< err: validation, batch_size, tokenization, overloaded, inference, ...
+  histogram request_duration, request_tokenization_duration, request_queue_duration,
+      request_inference_duration;
+  histogram request_input_length;  ///< buckets 2^0 .. 2^19, those above max_input_length left out
+  histogram batch_next_size, batch_next_tokens;
+  std::atomic<int64_t> max_input_length{512};
+  void write(std::string& out) const;
+};
+
 struct serving_metrics {
   serving_metrics();
+  tei_metrics tei;
 
   std::atomic<uint64_t> request_count{0};    ///< inference HTTP requests received
   std::atomic<uint64_t> request_success{0};  ///< answered 200
@@ -71,16 +110,16 @@ struct serving_metrics {
   histogram batch_wall_duration;      ///< backend-measured wall time per batch
   histogram batch_modelled_duration;  ///< emulated hardware time per batch (timing model on)
 
-  /// One failed request of kind `kind` ("validation", "overloaded", "timeout", ...).
-  void count_failure(std::string_view kind);
-  uint64_t failures(std::string_view kind) const;
+  /// One failed inference request of kind `kind` (its error_type: "Validation", "Overloaded",
+  /// "timeout", ...). Only inference requests count, so failures never outnumber requests.
+  void count_failure(std::string_view kind) { failures_.add(kind); }
+  uint64_t failures(std::string_view kind) const { return failures_.get(kind); }
 
   /// The whole exposition text, with `gauges` appended.
   std::string to_prometheus(const std::vector<gauge_sample>& gauges = {}) const;
 
  private:
-  mutable std::mutex failures_mu_;
-  std::map<std::string, uint64_t, std::less<>> failures_;
+  failure_counts failures_;
 };
 
 }  // namespace tessera::serving

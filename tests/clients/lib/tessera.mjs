@@ -1,0 +1,76 @@
+// Starting a real tessera-serve for the client tests, and the reference forward to compare its
+// answers with (tessera-models: the models library's tokenizer and forward, in another process,
+// sharing no code with the server's batching or HTTP path).
+//
+//   const server = await startServer(["--model", "bert-tiny"]);
+//   const logits = referenceLogits("bert-tiny", "some text", "optional pair");
+//   await server.stop();
+import { spawn, execFileSync } from "node:child_process";
+import { createInterface } from "node:readline";
+import path from "node:path";
+
+const binDir = process.env.TESSERA_BIN_DIR;
+if (!binDir) throw new Error("TESSERA_BIN_DIR is not set: run these tests through ctest, or set it to build/bin");
+
+export function bin(name) {
+  return path.join(binDir, name);
+}
+
+/// Starts tessera-serve on a free loopback port; resolves once it prints its listening line.
+export function startServer(args = []) {
+  const child = spawn(bin("tessera-serve"), ["--port", "0", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+  let stderr = "";
+  child.stderr.on("data", (d) => (stderr += d));
+  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`tessera-serve printed no listening line in 30 s: ${stderr}`));
+    }, 30000);
+    child.on("error", (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    exited.then(({ code, signal }) => {
+      clearTimeout(timer);
+      reject(new Error(`tessera-serve exited (${code ?? signal}) before listening: ${stderr}`));
+    });
+    const lines = createInterface({ input: child.stdout });
+    lines.on("line", (line) => {
+      const m = /^listening on (https?):\/\/([^ ]+):(\d+) model/.exec(line);
+      if (!m) return;
+      clearTimeout(timer);
+      const url = `${m[1]}://127.0.0.1:${m[3]}`;
+      resolve({
+        url,
+        stop: async () => {
+          child.kill("SIGTERM");
+          const { code, signal } = await exited;
+          if (code !== 0) throw new Error(`tessera-serve exited with ${code ?? signal}: ${stderr}`);
+        },
+      });
+    });
+  });
+}
+
+/// Logits of the reference forward for one text (or pair): {LABEL_0: x, LABEL_1: y, ...}.
+export function referenceLogits(model, text, pair) {
+  const args = ["--model", model, "--threads", "1", "--text", text];
+  if (pair !== undefined) args.push("--pair", pair);
+  const out = execFileSync(bin("tessera-models"), args, { encoding: "utf8" });
+  const line = out.split("\n").find((l) => l.startsWith("logits[0]:"));
+  if (!line) throw new Error(`no logits in tessera-models output: ${out}`);
+  const logits = {};
+  for (const m of line.matchAll(/(\S+)=(-?[0-9.]+(?:e[-+]?\d+)?)/g)) logits[m[1]] = Number(m[2]);
+  return logits;
+}
+
+/// TEI's scores: softmax over several labels, sigmoid over one.
+export function scores(logits) {
+  const labels = Object.keys(logits);
+  if (labels.length === 1) return { [labels[0]]: 1 / (1 + Math.exp(-logits[labels[0]])) };
+  const max = Math.max(...Object.values(logits));
+  const exp = Object.fromEntries(labels.map((l) => [l, Math.exp(logits[l] - max)]));
+  const sum = Object.values(exp).reduce((a, b) => a + b, 0);
+  return Object.fromEntries(labels.map((l) => [l, exp[l] / sum]));
+}
