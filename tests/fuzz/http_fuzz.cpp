@@ -82,14 +82,15 @@ struct reply_slot {
   http_reply reply;
 };
 
-http_reply call(front_door& d, std::string_view method, std::string_view target, std::string_view body) {
+http_reply call(front_door& d, std::string_view method, std::string_view target, std::string_view body,
+                request_headers headers) {
   auto slot = std::make_shared<reply_slot>();
   d.svc->handle(method, target, body, [slot](http_reply r) {
     std::lock_guard lock(slot->mu);
     if (++slot->calls > 1) fail("the handler replied twice (status " + std::to_string(r.status) + ")");
     slot->reply = std::move(r);
     slot->cv.notify_all();
-  });
+  }, headers);
   std::unique_lock lock(slot->mu);
   if (!slot->cv.wait_for(lock, std::chrono::seconds(10), [&] { return slot->calls > 0; }))
     fail("no reply within 10 s");
@@ -139,7 +140,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto& req = p.get();
     const std::string_view method(req.method_string().data(), req.method_string().size());
     const std::string_view target(req.target().data(), req.target().size());
-    http_reply r = call(d, method, target, req.body());
+    const auto header_length = req["Inference-Header-Content-Length"];
+    request_headers headers{std::string_view(header_length.data(), header_length.size())};
+    http_reply r = call(d, method, target, req.body(), headers);
     check(r, method, target);
     if (!req.keep_alive()) break;
   }

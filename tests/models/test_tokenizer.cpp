@@ -62,6 +62,44 @@ TEST(tokenizer, word_pieces_and_unknowns) {
   EXPECT_EQ(tok.tokenize("a\xf0\xa0\x80\x80" "b")->size(), 3u);
 }
 
+// Offsets as Hugging Face's fast tokenizer reports them: bytes of the original text, a "##"
+// piece only its own characters, an accent-stripped or case-folded piece the characters it came
+// from, [UNK] its whole word, a special typed in the text its own bytes.
+TEST(tokenizer, offsets_are_bytes_of_the_original_text) {
+  const auto tok = make(true);
+  const std::string text = "Unaffable  tiles, PLAYING! [SEP] ab\xe2\x98\x83" "cd";
+  auto p = tok.tokenize_with_offsets(text);
+  ASSERT_TRUE(p) << p.error().to_string();
+  std::vector<std::string> slices;
+  for (const auto& w : *p) slices.push_back(text.substr(w.start, w.stop - w.start));
+  EXPECT_EQ(slices, (std::vector<std::string>{"Un", "a", "f", "f", "able", "tiles", ",", "PLAY", "ING", "!", "[SEP]",
+                                              "ab\xe2\x98\x83" "cd"}));
+  EXPECT_EQ(p->back().piece, "[UNK]");
+  EXPECT_EQ(p->back().id, tok.vocab().id("[UNK]"));
+  for (const auto& w : *p) EXPECT_EQ(w.id, tok.vocab().id(w.piece)) << w.piece;
+  // The ids are token_ids()'s.
+  std::vector<int32_t> ids;
+  for (const auto& w : *p) ids.push_back(w.id);
+  EXPECT_EQ(ids, tok.token_ids(text).value());
+}
+
+TEST(tokenizer, offsets_of_stripped_accents_cover_the_original_character) {
+  const auto tok = make(true);
+  // "é" (2 bytes) lower-cases and strips to "e": the piece that holds it covers both bytes.
+  const std::string text = "caf\xc3\xa9 x";
+  auto p = tok.tokenize_with_offsets(text).value();
+  ASSERT_FALSE(p.empty());
+  size_t covered = 0;
+  for (const auto& w : p) {
+    EXPECT_LE(w.stop, text.size());
+    EXPECT_LT(w.start, w.stop);
+    EXPECT_GE(w.start, covered);  // in order, not overlapping
+    covered = w.stop;
+  }
+  EXPECT_EQ(p[p.size() - 2].stop, 5u);  // the last piece of "café" ends after é's second byte
+  EXPECT_EQ(p.back().start, 6u);
+}
+
 TEST(tokenizer, truncation_single_and_pair_longest_first) {
   const auto tok = make(true, 8);
   auto e = tok.encode("a b c d e f g h i j");

@@ -287,6 +287,8 @@ TEST_F(Tei, FailuresCountOnlyInferenceRequests) {
                            "bad_request", "not_found", "method_not_allowed", "internal"})
     failures += m.failures(kind);
   EXPECT_EQ(m.failures("not_found"), 0u);
+  EXPECT_GE(m.http_errors.get("not_found"), 10u);  // counted apart
+  EXPECT_GE(m.http_errors.get("method_not_allowed"), 5u);
   EXPECT_EQ(m.failures("method_not_allowed"), 0u);
   EXPECT_LE(failures + m.request_success.load(), m.request_count.load());
 }

@@ -172,6 +172,9 @@ std::string serving_metrics::to_prometheus(const std::vector<gauge_sample>& gaug
               request_success.load());
   write_header(out, "tessera_request_failure", "Failed inference requests by error_type", "untyped");
   failures_.write(out, "tessera_request_failure");
+  write_header(out, "tessera_http_errors", "Error answers to requests that are not inference requests, by error_type",
+               "untyped");
+  http_errors.write(out, "tessera_http_errors");
   write_count(out, "tessera_sequence_count", "Sequences admitted to the router", sequence_count.load());
   write_count(out, "tessera_batch_count", "Batches sent to backends", batch_count.load());
   write_count(out, "tessera_batch_failures", "Batches a backend answered with an error",

@@ -200,16 +200,21 @@ std::string service::label(int32_t i) const {
   return "LABEL_" + std::to_string(i);
 }
 
-http_reply service::error_reply(unsigned status, std::string_view type, std::string_view message) {
+http_reply service::error_body(unsigned status, std::string_view type, std::string_view message) {
   http_reply r;
   r.status = status;
   r.body = to_text(json{{"error", message}, {"error_type", type}});
   return r;
 }
 
+http_reply service::error_reply(unsigned status, std::string_view type, std::string_view message) {
+  metrics_.http_errors.add(type);
+  return error_body(status, type, message);
+}
+
 http_reply service::inference_error(unsigned status, std::string_view type, std::string_view message) {
   metrics_.count_failure(type);
-  return error_reply(status, type, message);
+  return error_body(status, type, message);
 }
 
 void service::handle(std::string_view method, std::string_view target, std::string_view body,

@@ -228,7 +228,7 @@ void service::tei_predict(std::string_view body, predict_dialect dialect, const 
       inference += o.inference_seconds;
       std::vector<float> scores = apply(p.function, o.logits);
       for (float s : scores)
-        if (std::isnan(s)) return error_reply(424, error_kind::backend, "score is NaN");
+        if (std::isnan(s)) return error_body(424, error_kind::backend, "score is NaN");
       // TEI sorts ascending and reverses: ties list the later label first.
       std::vector<int32_t> order(scores.size());
       for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);

@@ -114,6 +114,9 @@ struct serving_metrics {
   /// "timeout", ...). Only inference requests count, so failures never outnumber requests.
   void count_failure(std::string_view kind) { failures_.add(kind); }
   uint64_t failures(std::string_view kind) const { return failures_.get(kind); }
+  /// Error answers to requests that are not inference requests (401, 404, 405, 413, a malformed
+  /// request, a 503 probe), by error_type: tessera_http_errors{err}.
+  failure_counts http_errors;
 
   /// The whole exposition text, with `gauges` appended.
   std::string to_prometheus(const std::vector<gauge_sample>& gauges = {}) const;

@@ -100,7 +100,8 @@ class service {
   void handle(std::string_view method, std::string_view target, std::string_view body,
               reply_fn reply, request_headers headers = {});
 
-  /// {"error": message, "error_type": type} with `status`.
+  /// {"error": message, "error_type": type} with `status`, for a request that is not an
+  /// inference request (counted in tessera_http_errors; inference failures count apart).
   http_reply error_reply(unsigned status, std::string_view type, std::string_view message);
 
   const service_config& config() const { return cfg_; }
@@ -117,6 +118,7 @@ class service {
              const request_headers& headers, const reply_fn& reply);
   /// error_reply for an inference request: counted in tessera_request_failure.
   http_reply inference_error(unsigned status, std::string_view type, std::string_view message);
+  static http_reply error_body(unsigned status, std::string_view type, std::string_view message);
   void submit_all(std::shared_ptr<call_state> call, std::vector<host::sequence_input> seqs);
   // service_tei.cpp
   void tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply);
