@@ -62,8 +62,15 @@ result<double> device_model::batch_seconds(const std::vector<int32_t>& lens, hos
     seconds = *s;
   }
   std::lock_guard lock(mu_);
+  if (cache_.size() >= max_cached) cache_.clear();
   cache_.emplace(std::move(key), seconds);
   return seconds;
+}
+
+size_t device_model::key_hash::operator()(const std::vector<int64_t>& k) const {
+  size_t h = k.size();
+  for (int64_t v : k) h ^= static_cast<size_t>(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h;
 }
 
 }  // namespace tessera::experiment

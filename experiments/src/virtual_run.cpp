@@ -150,7 +150,8 @@ result<run_result> run_virtual(const trace& t, const virtual_run_config& cfg) {
   run_result out;
   const size_t n = t.entries.size();
   out.requests.resize(n);
-  bool computed = true;
+  bool computed = true;      // every backend computes (answers can be checked)
+  bool any_computes = false;  // some backend computes (requests need real token ids)
 
   std::vector<std::shared_ptr<virtual_backend>> vbs;
   serving::router router(cfg.routing, clk);
@@ -168,6 +169,7 @@ result<run_result> run_virtual(const trace& t, const virtual_run_config& cfg) {
     }
     if (kind.empty()) kind = "gpu";
     if (!spec.compute) computed = false;
+    if (spec.compute) any_computes = true;
     auto vb = std::make_shared<virtual_backend>(spec, kind, svc, clk, t0, &out.batches);
     serving::batching_config bc = spec.batching;
     bc.max_queue_requests = std::max<size_t>(bc.max_queue_requests, n + 1);  // the trace decides load, not refusals
@@ -187,8 +189,12 @@ result<run_result> run_virtual(const trace& t, const virtual_run_config& cfg) {
     rec.arrival_s = e.arrival_s;
     auto req = std::make_unique<serving::inference_request>();
     req->id = i;
-    auto pb = models::synthetic_batch({e.length}, cfg.vocab_size, cfg.input_seed + i);
-    req->input.token_ids = std::move(pb.token_ids);
+    if (any_computes) {
+      auto pb = models::synthetic_batch({e.length}, cfg.vocab_size, cfg.input_seed + i);
+      req->input.token_ids = std::move(pb.token_ids);
+    } else {
+      req->input.token_ids.assign(static_cast<size_t>(e.length), 0);  // timing-only: only the length is read
+    }
     req->arrival = clk.now();
     req->done = [&, i](serving::sequence_outcome o) {
       request_record& r = out.requests[i];

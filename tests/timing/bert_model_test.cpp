@@ -4,6 +4,8 @@
 #include <numeric>
 
 #include "tessera/timing/bert_model.hpp"
+#include "tessera/timing/estimator.hpp"
+#include "tessera/timing/superstep.hpp"
 #include "test_presets.hpp"
 
 namespace tessera::timing {
@@ -112,6 +114,49 @@ TEST(bert_model, bigger_batches_take_longer_but_amortise) {
   EXPECT_LT(i32 / 32, i1);
   double f32 = *model_ipu_batch_seconds(*mk2, base(), bert_batch::uniform(32, 128), dtype::fp32);
   EXPECT_GT(f32, i32);
+}
+
+// model_ipu_batch costs one encoder layer and counts it `layers` times: the same number as costing
+// every superstep of bert_forward_ops one by one (the definition), for odd packed and padded batches.
+TEST(bert_model, ipu_layer_reuse_equals_costing_every_superstep) {
+  auto mk2 = load_ipu_preset("ipu-mk2");
+  ASSERT_TRUE(mk2) << mk2.error().to_string();
+  for (const bert_batch& b : {bert_batch{{7, 300, 41, 128, 5}, 0}, bert_batch{{17, 230}, 384}, bert_batch::uniform(3, 64)}) {
+    for (const char* name : {"bert-base", "bert-large", "bert-tiny"}) {
+      auto shape = *bert_shape_by_name(name);
+      auto ops = bert_forward_ops(shape, b, dtype::fp16);
+      ASSERT_TRUE(ops);
+      double cycles = 0;
+      for (const auto& q : *ops) {
+        auto c = estimate_spread(q, *mk2, mk2->tiles);
+        ASSERT_TRUE(c) << c.error().to_string();
+        cycles += c->compute_cycles + sync_cycles(*mk2) + exchange_cycles(*mk2, c->exchange_bytes);
+      }
+      auto s = model_ipu_batch_seconds(*mk2, shape, b, dtype::fp16);
+      ASSERT_TRUE(s) << s.error().to_string();
+      EXPECT_NEAR(*s, cycles_to_seconds(*mk2, cycles), 1e-12 * *s) << name;
+      auto detail = model_ipu_batch(*mk2, shape, b, dtype::fp16);
+      ASSERT_TRUE(detail);
+      EXPECT_EQ(detail->ops.size(), ops->size()) << name;
+      EXPECT_EQ(detail->supersteps, static_cast<int64_t>(ops->size())) << name;
+      EXPECT_DOUBLE_EQ(detail->seconds, *s) << name;
+    }
+  }
+}
+
+TEST(bert_ops, split_parts_rebuild_the_forward) {
+  auto parts = bert_forward_split(base(), bert_batch{{9, 33}, 0}, dtype::fp16);
+  ASSERT_TRUE(parts);
+  EXPECT_EQ(parts->layers, 12);
+  EXPECT_EQ(parts->head.size(), 2u);
+  EXPECT_EQ(parts->layer.size(), 10u);
+  EXPECT_EQ(parts->tail.size(), 1u);
+  auto ops = bert_forward_ops(base(), bert_batch{{9, 33}, 0}, dtype::fp16);
+  ASSERT_TRUE(ops);
+  for (size_t i = 0; i < ops->size(); ++i) {
+    const kernel_query& want = i < 2 ? parts->head[i] : i + 1 == ops->size() ? parts->tail[0] : parts->layer[(i - 2) % 10];
+    EXPECT_EQ((*ops)[i].to_string(), want.to_string()) << i;
+  }
 }
 
 }  // namespace

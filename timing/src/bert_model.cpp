@@ -61,8 +61,11 @@ std::string fmt(const char* f, double v) {
 
 }  // namespace
 
-result<ipu_batch_estimate> model_ipu_batch(const ipu_preset& p, const bert_shape& shape, const bert_batch& batch,
-                                           dtype t, const ipu_mapping& mapping) {
+namespace {
+
+// `detail`: fill est.ops with every superstep (the tool's --ops); the seconds alone need one layer.
+result<ipu_batch_estimate> model_ipu(const ipu_preset& p, const bert_shape& shape, const bert_batch& batch, dtype t,
+                                     const ipu_mapping& mapping, bool detail) {
   TESSERA_RETURN_IF_ERROR(shape.validate());
   TESSERA_RETURN_IF_ERROR(batch.validate());
   ipu_batch_estimate est;
@@ -87,29 +90,52 @@ result<ipu_batch_estimate> model_ipu_batch(const ipu_preset& p, const bert_shape
           std::to_string(part.computed_tokens()) + " tokens) over " + std::to_string(width) + " tiles needs ~" +
           fmt("%.0f", mem) + " bytes per tile; " + p.name + " tiles hold " + std::to_string(p.memory_bytes_per_tile) +
           "; use a wider tensor_parallel_width or a smaller batch");
-    auto ops = bert_forward_ops(shape, part, t);
-    if (!ops) return ops.error();
-    double compute = 0, sync = 0, exchange = 0;
-    std::vector<ipu_op_time> times;
-    times.reserve(ops->size());
-    for (const kernel_query& q : *ops) {
-      auto c = estimate_spread(q, p, width);
-      if (!c) return c.error().with_context("IPU cost of " + q.to_string());
-      ipu_op_time o{q.kernel, c->plan, c->compute_cycles, sync_cycles(p), exchange_cycles(p, c->exchange_bytes)};
-      compute += o.compute_cycles, sync += o.sync_cycles, exchange += o.exchange_cycles;
-      times.push_back(std::move(o));
-    }
+    // Every encoder layer runs the same queries: cost head, one layer and tail, count the layer `layers` times.
+    auto parts = bert_forward_split(shape, part, t);
+    if (!parts) return parts.error();
+    struct part_cost {
+      double compute = 0, sync = 0, exchange = 0;
+      std::vector<ipu_op_time> times;
+    };
+    auto cost = [&](const std::vector<kernel_query>& ops) -> result<part_cost> {
+      part_cost c;
+      c.times.reserve(ops.size());
+      for (const kernel_query& q : ops) {
+        auto sc = estimate_spread(q, p, width);
+        if (!sc) return sc.error().with_context("IPU cost of " + q.to_string());
+        ipu_op_time o{q.kernel, sc->plan, sc->compute_cycles, sync_cycles(p), exchange_cycles(p, sc->exchange_bytes)};
+        c.compute += o.compute_cycles, c.sync += o.sync_cycles, c.exchange += o.exchange_cycles;
+        c.times.push_back(std::move(o));
+      }
+      return c;
+    };
+    auto head = cost(parts->head);
+    if (!head) return head.error();
+    auto layer = cost(parts->layer);
+    if (!layer) return layer.error();
+    auto tail = cost(parts->tail);
+    if (!tail) return tail.error();
+    const double layers = double(parts->layers);
+    const double compute = head->compute + layers * layer->compute + tail->compute;
+    const double sync = head->sync + layers * layer->sync + tail->sync;
+    const double exchange = head->exchange + layers * layer->exchange + tail->exchange;
     const double total = compute + sync + exchange;
     if (total > worst_cycles) {
       worst_cycles = total;
       est.compute_s = cycles_to_seconds(p, compute);
       est.sync_s = cycles_to_seconds(p, sync);
       est.exchange_s = cycles_to_seconds(p, exchange);
-      est.supersteps = static_cast<int64_t>(times.size());
-      est.ops = std::move(times);
+      est.supersteps = static_cast<int64_t>(head->times.size() + parts->layers * layer->times.size() + tail->times.size());
+      est.ops.clear();
+      if (detail) {
+        est.ops = head->times;
+        for (int64_t l = 0; l < parts->layers; ++l) est.ops.insert(est.ops.end(), layer->times.begin(), layer->times.end());
+        est.ops.insert(est.ops.end(), tail->times.begin(), tail->times.end());
+      }
     }
   }
   est.seconds = est.compute_s + est.sync_s + est.exchange_s;
+  if (!detail) return est;  // the note is for people; a timing-only sweep wants the seconds
   est.note = shape.name + " on " + p.name + ": " + std::to_string(est.groups) + " model cop" +
              (est.groups == 1 ? "y" : "ies") + " x " + std::to_string(width) + " tiles (" +
              std::to_string(est.tiles_used) + " of " + std::to_string(p.tiles) + " tiles), " +
@@ -119,9 +145,17 @@ result<ipu_batch_estimate> model_ipu_batch(const ipu_preset& p, const bert_shape
   return est;
 }
 
+}  // namespace
+
+result<ipu_batch_estimate> model_ipu_batch(const ipu_preset& p, const bert_shape& shape, const bert_batch& batch,
+                                           dtype t, const ipu_mapping& mapping) {
+  return model_ipu(p, shape, batch, t, mapping, true);
+}
+
+
 result<double> model_ipu_batch_seconds(const ipu_preset& p, const bert_shape& shape, const bert_batch& batch, dtype t,
                                        const ipu_mapping& mapping) {
-  auto e = model_ipu_batch(p, shape, batch, t, mapping);
+  auto e = model_ipu(p, shape, batch, t, mapping, false);
   if (!e) return e.error();
   return e->seconds;
 }

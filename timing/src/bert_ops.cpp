@@ -88,33 +88,43 @@ status bert_batch::validate() const {
   return status::ok();
 }
 
-result<std::vector<kernel_query>> bert_forward_ops(const bert_shape& s, const bert_batch& batch, dtype t) {
+result<bert_forward_parts> bert_forward_split(const bert_shape& s, const bert_batch& batch, dtype t) {
   TESSERA_RETURN_IF_ERROR(s.validate());
   TESSERA_RETURN_IF_ERROR(batch.validate());
-  for (int64_t l : batch.computed_lens())
+  const std::vector<int64_t> lens = batch.computed_lens();
+  for (int64_t l : lens)
     if (l > s.max_positions)
       return status::invalid("sequence length " + std::to_string(l) + " exceeds max_positions " +
                              std::to_string(s.max_positions) + " of " + s.name);
-  const int64_t tokens = batch.computed_tokens(), h = s.hidden;
+  const int64_t tokens = std::accumulate(lens.begin(), lens.end(), int64_t{0}), h = s.hidden;
+  bert_forward_parts f;
+  f.layers = s.layers;
+  f.head.push_back(kernel_query("embed", {{"tokens", tokens}, {"hidden", h}}, t));
+  f.head.push_back(kernel_query("layer_norm", {{"tokens", tokens}, {"hidden", h}}, t));
+  f.layer.reserve(10);
+  f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", h}, {"out", 3 * h}}, t));
+  f.layer.push_back(kernel_query("attention", {{"heads", s.heads}, {"head_dim", s.head_dim()}}, t).with_seq_lens(lens));
+  f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", h}, {"out", h}}, t));
+  f.layer.push_back(kernel_query("add", {{"elements", tokens * h}}, t));
+  f.layer.push_back(kernel_query("layer_norm", {{"tokens", tokens}, {"hidden", h}}, t));
+  f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", h}, {"out", s.ffn}}, t));
+  f.layer.push_back(kernel_query("gelu", {{"elements", tokens * s.ffn}}, t));
+  f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", s.ffn}, {"out", h}}, t));
+  f.layer.push_back(kernel_query("add", {{"elements", tokens * h}}, t));
+  f.layer.push_back(kernel_query("layer_norm", {{"tokens", tokens}, {"hidden", h}}, t));
+  f.tail.push_back(kernel_query(
+      "classifier", {{"seqs", static_cast<int64_t>(batch.seq_lens.size())}, {"hidden", h}, {"labels", s.labels}}, t));
+  return f;
+}
+
+result<std::vector<kernel_query>> bert_forward_ops(const bert_shape& s, const bert_batch& batch, dtype t) {
+  auto f = bert_forward_split(s, batch, t);
+  if (!f) return f.error();
   std::vector<kernel_query> ops;
-  ops.reserve(2 + 10 * static_cast<size_t>(s.layers) + 1);
-  ops.push_back(kernel_query("embed", {{"tokens", tokens}, {"hidden", h}}, t));
-  ops.push_back(kernel_query("layer_norm", {{"tokens", tokens}, {"hidden", h}}, t));
-  for (int64_t layer = 0; layer < s.layers; ++layer) {
-    ops.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", h}, {"out", 3 * h}}, t));
-    ops.push_back(kernel_query("attention", {{"heads", s.heads}, {"head_dim", s.head_dim()}}, t)
-                      .with_seq_lens(batch.computed_lens()));
-    ops.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", h}, {"out", h}}, t));
-    ops.push_back(kernel_query("add", {{"elements", tokens * h}}, t));
-    ops.push_back(kernel_query("layer_norm", {{"tokens", tokens}, {"hidden", h}}, t));
-    ops.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", h}, {"out", s.ffn}}, t));
-    ops.push_back(kernel_query("gelu", {{"elements", tokens * s.ffn}}, t));
-    ops.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", s.ffn}, {"out", h}}, t));
-    ops.push_back(kernel_query("add", {{"elements", tokens * h}}, t));
-    ops.push_back(kernel_query("layer_norm", {{"tokens", tokens}, {"hidden", h}}, t));
-  }
-  ops.push_back(kernel_query("classifier",
-                             {{"seqs", static_cast<int64_t>(batch.seq_lens.size())}, {"hidden", h}, {"labels", s.labels}}, t));
+  ops.reserve(f->head.size() + f->layer.size() * static_cast<size_t>(f->layers) + f->tail.size());
+  ops.insert(ops.end(), f->head.begin(), f->head.end());
+  for (int64_t layer = 0; layer < f->layers; ++layer) ops.insert(ops.end(), f->layer.begin(), f->layer.end());
+  ops.insert(ops.end(), f->tail.begin(), f->tail.end());
   return ops;
 }
 

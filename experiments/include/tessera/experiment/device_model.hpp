@@ -6,14 +6,15 @@
 // padding): the roofline over bert_forward_ops of the packed batch (per-sequence attention).
 // Tiles: timing::model_ipu_batch on the chip (whole chip unless a mapping says otherwise),
 // packed or padded as the batch says. Results are memoised by (sorted lengths, padding), so a
-// timing-only sweep costs each distinct batch shape once.
+// timing-only sweep costs each distinct batch shape once (up to 2^18 shapes, then the memo starts over,
+// so a long trace of ever-new shapes keeps memory flat).
 //
 //   auto gpu = device_model::load("a100-40gb", *timing::bert_shape_by_name("bert-base"));
 //   double s = *gpu->batch_seconds({30, 400}, host::batch_layout::padded, 512);
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -49,7 +50,11 @@ class device_model {
   std::optional<timing::gpu_preset> gpu_;
   std::optional<timing::ipu_preset> ipu_;
   std::mutex mu_;
-  std::map<std::vector<int64_t>, double> cache_;
+  struct key_hash {
+    size_t operator()(const std::vector<int64_t>& k) const;
+  };
+  std::unordered_map<std::vector<int64_t>, double, key_hash> cache_;  ///< bounded: cleared at max_cached entries
+  static constexpr size_t max_cached = 1 << 18;
 };
 
 }  // namespace tessera::experiment

@@ -69,4 +69,13 @@ struct bert_batch {
 /// linear(ffn in), gelu, linear(ffn out), add, layer_norm; then classifier.
 result<std::vector<kernel_query>> bert_forward_ops(const bert_shape& shape, const bert_batch& batch, dtype t);
 
+/// The same forward in three parts: `head` (embed, layer_norm), `layer` (the ten queries of one
+/// encoder layer, identical for every layer) and `tail` (classifier). bert_forward_ops is head,
+/// then `layers` copies of layer, then tail; a cost model can cost one layer and multiply.
+struct bert_forward_parts {
+  std::vector<kernel_query> head, layer, tail;
+  int64_t layers = 0;
+};
+result<bert_forward_parts> bert_forward_split(const bert_shape& shape, const bert_batch& batch, dtype t);
+
 }  // namespace tessera::timing
