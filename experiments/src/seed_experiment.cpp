@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <variant>
+
+#include "tessera/timing/preset.hpp"
 
 namespace tessera::experiment {
 
@@ -150,10 +153,21 @@ result<std::vector<experiment_row>> run_seed_experiment(const experiment_options
       experiment_row row;
       row.config = c.name;
       row.long_share = share;
+      row.device_count = static_cast<int>(c.backends.size());
+      bool tdp_known = true, price_known = true;
       for (size_t k = 0; k < c.backends.size(); ++k) {
         row.devices += (k ? " + " : "") + c.backends[k].preset;
         row.batching += (k ? " + " : "") + batching_text(c.backends[k].batching);
+        auto preset = timing::load_preset(c.backends[k].preset);
+        if (!preset) return preset.error();
+        const auto& pub = std::visit([](const auto& x) -> const timing::published_figures& { return x.published; }, *preset);
+        if (pub.tdp_watts) row.tdp_w += *pub.tdp_watts;
+        else tdp_known = false, row.cost_note += (row.cost_note.empty() ? "" : "; ") + c.backends[k].preset + ": no TDP";
+        if (pub.list_price_usd) row.price_usd += *pub.list_price_usd;
+        else price_known = false, row.cost_note += (row.cost_note.empty() ? "" : "; ") + c.backends[k].preset + ": no list price";
       }
+      if (!tdp_known) row.tdp_w = 0;
+      if (!price_known) row.price_usd = 0;
       row.saturation_rps = sats[i].throughput_rps;
       row.saturation_padding = sats[i].padding_share;
       row.saturation_batch = sats[i].mean_batch_sequences;
@@ -166,6 +180,21 @@ result<std::vector<experiment_row>> run_seed_experiment(const experiment_options
       if (!lr) return lr.error().with_context(c.name + " at " + fmt("%.1f", load) + " req/s");
       row.p50_s = lr->summary.p50_latency_s;
       row.p99_s = lr->summary.p99_latency_s;
+      for (int k = 1; k <= o.slo_points; ++k) {
+        const double offered = row.saturation_rps * double(k) / double(o.slo_points);
+        trace t = poisson_trace({.requests = o.latency_requests, .rate = offered, .long_share = share, .seed = o.seed + 3});
+        auto cr = run_virtual(t, vc);
+        if (!cr) return cr.error().with_context(c.name + " curve at " + fmt("%.1f", offered) + " req/s");
+        row.curve.push_back({offered, cr->summary.throughput_rps, cr->summary.p50_latency_s, cr->summary.p99_latency_s});
+      }
+      for (double slo_ms : o.slo_p99_ms) {
+        double best = 0;  // the highest load before the first point that misses (p99 grows with load)
+        for (const auto& pt : row.curve) {
+          if (pt.p99_s * 1e3 > slo_ms) break;
+          best = pt.load_rps;
+        }
+        row.slo_rps.push_back(best);
+      }
       if (!o.timing_only && o.computed_requests > 0 && compute) {
         virtual_run_config cc = vc;
         std::string notes;
@@ -204,6 +233,17 @@ result<std::vector<experiment_row>> run_seed_experiment(const experiment_options
   return rows;
 }
 
+double rps_per_kw(const experiment_row& r) { return r.tdp_w > 0 ? r.saturation_rps / (r.tdp_w / 1000) : 0; }
+
+double rps_per_kusd(const experiment_row& r) { return r.price_usd > 0 ? r.saturation_rps / (r.price_usd / 1000) : 0; }
+
+double usd_per_million(const experiment_row& r, const experiment_options& o) {
+  if (r.tdp_w <= 0 || r.price_usd <= 0 || r.saturation_rps <= 0 || o.amortization_years <= 0) return 0;
+  const double seconds = o.amortization_years * 365.25 * 86400;
+  const double usd_per_s = r.price_usd / seconds + r.tdp_w / 1000 * o.energy_usd_per_kwh / 3600;
+  return usd_per_s / r.saturation_rps * 1e6;
+}
+
 std::string rows_markdown(const std::vector<experiment_row>& rows, const experiment_options& o,
                           const std::string& compute_note) {
   std::ostringstream s;
@@ -229,32 +269,83 @@ std::string rows_markdown(const std::vector<experiment_row>& rows, const experim
       if (r.config == c && r.long_share == share) return &r;
     return nullptr;
   };
-  s << "\n| long % | tiles-packed / gpu-static (seed: 580/320 = 1.81 at 0%, 510/280 = 1.82 at 40%) | tiles-packed / gpu-packed (architecture) | gpu-packed / gpu-static (batching) | hybrid / gpu-static |\n|---|---|---|---|---|\n";
+  s << "\n| long % | tiles-packed / gpu-static (seed: 580/320 = 1.81 at 0%, 510/280 = 1.82 at 40%) | tiles-packed / gpu-packed (architecture, best GPU batching) | gpu-packed / gpu-static (batching) | hybrid / gpu-static (2 devices vs 1) | hybrid / gpu-static per device |\n|---|---|---|---|---|---|\n";
   for (double share : o.long_shares) {
     auto tp = find("tiles-packed", share), gs = find("gpu-static", share), gp = find("gpu-packed", share),
          hy = find("hybrid", share);
-    auto ratio = [](const experiment_row* a, const experiment_row* b) {
-      return a && b && b->saturation_rps > 0 ? fmt("%.2f", a->saturation_rps / b->saturation_rps) : std::string("-");
+    auto ratio = [](const experiment_row* a, const experiment_row* b, bool per_device = false) {
+      if (!a || !b || b->saturation_rps <= 0) return std::string("-");
+      double r = a->saturation_rps / b->saturation_rps;
+      if (per_device) r *= double(b->device_count) / double(a->device_count);
+      return fmt("%.2f", r);
     };
     s << "| " << fmt("%.0f", share * 100) << " | " << ratio(tp, gs) << " | " << ratio(tp, gp) << " | "
-      << ratio(gp, gs) << " | " << ratio(hy, gs) << " |\n";
+      << ratio(gp, gs) << " | " << ratio(hy, gs) << " | " << ratio(hy, gs, true) << " |\n";
   }
+  // The service view: the highest load meeting a p99 target, and throughput per watt and per dollar.
+  s << "\nService view: SLO req/s = the highest offered load on the curve (" << o.slo_points
+    << " Poisson runs of " << o.latency_requests
+    << " requests at k/" << o.slo_points << " of saturation) whose p99 meets the target; per kW uses the devices' TDP, per $1k their list "
+       "price, $ per 1M requests = list price amortised over "
+    << fmt("%.0f", o.amortization_years) << " years + TDP energy at $" << fmt("%.2f", o.energy_usd_per_kwh)
+    << "/kWh, at saturation (assumptions; the presets cite each TDP and price). '-': the preset has no public figure.\n\n";
+  s << "| long % | configuration | devices |";
+  for (double t : o.slo_p99_ms) s << " SLO req/s p99<=" << fmt("%g", t) << " ms |";
+  s << " TDP W | req/s per kW | req/s per $1k | $ per 1M req |\n|---|---|---|";
+  for (size_t i = 0; i < o.slo_p99_ms.size(); ++i) s << "---|";
+  s << "---|---|---|---|\n";
+  std::string notes;
+  for (const auto& r : rows) {
+    s << "| " << fmt("%.0f", r.long_share * 100) << " | " << r.config << " | " << r.device_count << " |";
+    for (size_t i = 0; i < o.slo_p99_ms.size(); ++i)
+      s << " " << (i < r.slo_rps.size() && r.slo_rps[i] > 0 ? fmt("%.0f", r.slo_rps[i]) : std::string("none")) << " |";
+    const double usd = usd_per_million(r, o);
+    s << " " << (r.tdp_w > 0 ? fmt("%.0f", r.tdp_w) : std::string("-")) << " | "
+      << (r.tdp_w > 0 ? fmt("%.0f", rps_per_kw(r)) : std::string("-")) << " | "
+      << (r.price_usd > 0 ? fmt("%.1f", rps_per_kusd(r)) : std::string("-")) << " | "
+      << (usd > 0 ? fmt("%.3f", usd) : std::string("-")) << " |\n";
+    if (!r.cost_note.empty() && notes.find(r.cost_note) == std::string::npos) notes += (notes.empty() ? "" : "; ") + r.cost_note;
+  }
+  if (!notes.empty()) s << "\nMissing public figures: " << notes << ".\n";
   return s.str();
 }
 
-status write_rows_csv(const std::vector<experiment_row>& rows, const std::string& path) {
+status write_rows_csv(const std::vector<experiment_row>& rows, const std::string& path, const experiment_options& o,
+                      const std::string& header_comments) {
   std::ofstream f(path);
   if (!f) return status::invalid(path + ": cannot write");
+  f << header_comments;
   f << "long_share,config,devices,batching,saturation_rps,saturation_padding_share,saturation_seqs_per_batch,"
-       "load_rps,p50_s,p99_s,computed_requests,wall_rps,max_abs_logit_error,modelled_match,compute\n";
-  char buf[512];
+       "load_rps,p50_s,p99_s,computed_requests,wall_rps,max_abs_logit_error,modelled_match,compute,device_count,"
+       "tdp_w,price_usd,rps_per_kw,rps_per_kusd,usd_per_million";
+  for (double t : o.slo_p99_ms) f << ",slo_rps_p99_" << fmt("%g", t) << "ms";
+  f << "\n";
+  char buf[768];
   for (const auto& r : rows) {
-    std::snprintf(buf, sizeof buf, "%.3f,%s,%s,%s,%.6g,%.6g,%.6g,%.6g,%.9g,%.9g,%lld,%.6g,%.3g,%d,%s\n", r.long_share,
-                  r.config.c_str(), r.devices.c_str(), r.batching.c_str(), r.saturation_rps, r.saturation_padding,
-                  r.saturation_batch, r.load_rps, r.p50_s, r.p99_s, (long long)r.computed, r.wall_rps,
-                  r.max_logit_error, r.modelled_match ? 1 : 0, r.compute_note.c_str());
+    std::snprintf(buf, sizeof buf, "%.3f,%s,%s,%s,%.6g,%.6g,%.6g,%.6g,%.9g,%.9g,%lld,%.6g,%.3g,%d,%s,%d,%.6g,%.6g,%.6g,%.6g,%.6g",
+                  r.long_share, r.config.c_str(), r.devices.c_str(), r.batching.c_str(), r.saturation_rps,
+                  r.saturation_padding, r.saturation_batch, r.load_rps, r.p50_s, r.p99_s, (long long)r.computed,
+                  r.wall_rps, r.max_logit_error, r.modelled_match ? 1 : 0, r.compute_note.c_str(), r.device_count,
+                  r.tdp_w, r.price_usd, rps_per_kw(r), rps_per_kusd(r), usd_per_million(r, o));
     f << buf;
+    for (size_t i = 0; i < o.slo_p99_ms.size(); ++i) f << "," << fmt("%.6g", i < r.slo_rps.size() ? r.slo_rps[i] : 0.0);
+    f << "\n";
   }
+  return f ? status::ok() : status::internal(path + ": write failed");
+}
+
+status write_curves_csv(const std::vector<experiment_row>& rows, const std::string& path,
+                        const std::string& header_comments) {
+  std::ofstream f(path);
+  if (!f) return status::invalid(path + ": cannot write");
+  f << header_comments << "long_share,config,load_rps,throughput_rps,p50_s,p99_s\n";
+  char buf[256];
+  for (const auto& r : rows)
+    for (const auto& pt : r.curve) {
+      std::snprintf(buf, sizeof buf, "%.3f,%s,%.6g,%.6g,%.9g,%.9g\n", r.long_share, r.config.c_str(), pt.load_rps,
+                    pt.throughput_rps, pt.p50_s, pt.p99_s);
+      f << buf;
+    }
   return f ? status::ok() : status::internal(path + ": write failed");
 }
 

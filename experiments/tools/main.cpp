@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "tessera/experiment/compute.hpp"
+#include "tessera/experiment/provenance.hpp"
 #include "tessera/experiment/seed_experiment.hpp"
 
 namespace po = boost::program_options;
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
   experiment_options o;
   compute_options co;
   std::string mode = "seed", long_shares = "0,0.4", configs, out_dir = "results", trace_path, requests_csv,
-              save_trace;
+              save_trace, slo_ms = "10,25,50,100";
   bool full = false, no_tiles = false;
   int requests = 0;
   double rate = 300, share = 0.4;
@@ -65,6 +66,10 @@ int main(int argc, char** argv) {
       ("max-queue-delay-ms", po::value(&o.max_queue_delay_ms)->default_value(o.max_queue_delay_ms), "")
       ("max-inflight", po::value(&o.max_inflight_batches)->default_value(o.max_inflight_batches), "batches at a device at once")
       ("seed", po::value(&o.seed)->default_value(o.seed), "trace seed")
+      ("slo-p99-ms", po::value(&slo_ms)->default_value(slo_ms), "seed: p99 targets of the SLO columns, ms, comma-separated")
+      ("slo-points", po::value(&o.slo_points)->default_value(o.slo_points), "seed: offered loads per latency-throughput curve (0: none)")
+      ("amortization-years", po::value(&o.amortization_years)->default_value(o.amortization_years), "seed: list price amortised over these years ($ per 1M requests)")
+      ("energy-usd-per-kwh", po::value(&o.energy_usd_per_kwh)->default_value(o.energy_usd_per_kwh), "seed: energy price ($ per 1M requests)")
       ("out-dir", po::value(&out_dir)->default_value(out_dir), "seed: writes seed-experiment.csv and .md here")
       ("trace", po::value(&trace_path), "run: a CSV trace (arrival_s,length)")
       ("requests", po::value(&requests)->default_value(0), "run: requests of a generated trace")
@@ -94,6 +99,20 @@ int main(int argc, char** argv) {
   o.long_shares.clear();
   for (const auto& s : split(long_shares)) o.long_shares.push_back(std::stod(s));
   o.configs = split(configs);
+  o.slo_p99_ms.clear();
+  for (const auto& s : split(slo_ms)) {
+    double v = 0;
+    try {
+      v = std::stod(s);
+    } catch (const std::exception&) {
+    }
+    if (!(v > 0)) return fail(status::invalid("--slo-p99-ms: '" + s + "' is not a positive number of ms; pass e.g. 10,25,50"));
+    o.slo_p99_ms.push_back(v);
+  }
+  if (o.slo_points < 0) return fail(status::invalid("--slo-points must be >= 0"));
+  if (!(o.amortization_years > 0) || !(o.energy_usd_per_kwh >= 0))
+    return fail(status::invalid("--amortization-years must be > 0 and --energy-usd-per-kwh >= 0"));
+  const provenance prov = collect_provenance(argc, argv, {o.tiles_preset, o.gpu_preset}, {o.seed, o.seed + 1, o.seed + 2, o.seed + 3});
   auto log = [](const std::string& s) { std::cerr << "tessera-experiment: " << s << "\n"; };
 
   std::unique_ptr<compute_pool> pool;
@@ -150,12 +169,14 @@ int main(int argc, char** argv) {
   std::string note = pool ? pool->note() : "";
   auto rows = run_seed_experiment(o, pool ? pool->provider() : compute_provider{}, pool ? pool->model() : nullptr, log);
   if (!rows) return fail(rows.error());
-  std::string md = rows_markdown(*rows, o, note);
+  std::string md = rows_markdown(*rows, o, note) + prov.markdown();
   std::cout << md;
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
-  if (auto st = write_rows_csv(*rows, out_dir + "/seed-experiment.csv"); !st) return fail(st);
+  if (auto st = write_rows_csv(*rows, out_dir + "/seed-experiment.csv", o, prov.comment_lines("# ")); !st) return fail(st);
+  if (auto st = write_curves_csv(*rows, out_dir + "/seed-experiment-curves.csv", prov.comment_lines("# ")); !st)
+    return fail(st);
   std::ofstream(out_dir + "/seed-experiment.md") << md;
-  std::cerr << "tessera-experiment: wrote " << out_dir << "/seed-experiment.csv and .md\n";
+  std::cerr << "tessera-experiment: wrote " << out_dir << "/seed-experiment.csv, -curves.csv and .md\n";
   return 0;
 }

@@ -10,10 +10,20 @@ export TESSERA_BUILD_DIR="$(dirname "$bin")"
 
 "$src/scripts/seed-experiment" --timing-only --out-dir "$tmp/ok" >"$tmp/ok.out" 2>"$tmp/ok.err" ||
   { cat "$tmp/ok.err" >&2; fail "seed-experiment --timing-only exited $?"; }
-for f in seed-experiment.csv seed-experiment.md seed-experiment.png; do
+for f in seed-experiment.csv seed-experiment.md seed-experiment.png seed-experiment-curves.csv seed-experiment-curves.png; do
   [ -s "$tmp/ok/$f" ] || fail "missing $f"
 done
-head -c 8 "$tmp/ok/seed-experiment.png" | od -An -c | grep -q "P   N   G" || fail "seed-experiment.png is not a PNG"
+for f in seed-experiment.png seed-experiment-curves.png; do
+  head -c 8 "$tmp/ok/$f" | od -An -c | grep -q "P   N   G" || fail "$f is not a PNG"
+done
+# Provenance in every results file: commit, the exact command, preset hashes, seeds, cores, load.
+for f in seed-experiment.csv seed-experiment-curves.csv seed-experiment.md; do
+  for key in "commit: " "command: .*--timing-only" "preset a100-40gb: sha256:" "seeds: " "cores: " "load average at start: "; do
+    grep -q "$key" "$tmp/ok/$f" || fail "$f has no '$key' line"
+  done
+done
+grep -q "SLO req/s p99<=" "$tmp/ok.out" || fail "no SLO columns in the printed table"
+grep -q "req/s per kW" "$tmp/ok.out" || fail "no per-watt column in the printed table"
 grep -q "| 40 |" "$tmp/ok.out" || fail "no 40% row in the printed table"
 
 # No interpreter with matplotlib (TESSERA_PYTHON replaces the ones tried): a clear failure, fast.

@@ -154,5 +154,26 @@ TEST(preset, gpu_peaks_match_datasheets) {
   }
 }
 
+TEST(preset, power_and_price_are_optional_published_figures_with_sources) {
+  auto text = replace(good_ipu, R"("kind": "ipu",)", R"("kind": "ipu", "published": {"tdp_watts": 185, "list_price_usd": 9000},)");
+  auto p = parse_preset(text, "mine.json");
+  ASSERT_TRUE(p) << p.error().to_string();
+  EXPECT_EQ(*std::get<ipu_preset>(*p).published.tdp_watts, 185);
+  EXPECT_EQ(*std::get<ipu_preset>(*p).published.list_price_usd, 9000);
+  auto bad = parse_preset(replace(good_ipu, R"("kind": "ipu",)", R"("kind": "ipu", "published": {"tdp_watts": "185 W"},)"),
+                          "mine.json");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("published.tdp_watts"), std::string::npos) << bad.error().message();
+  for (const char* name : {"a100-40gb", "a100-80gb", "ipu-c600"}) {  // the shipped figures, each with a source
+    auto q = load_preset(name);
+    ASSERT_TRUE(q);
+    std::visit([&](const auto& x) {
+      ASSERT_TRUE(x.published.tdp_watts) << name;
+      EXPECT_FALSE(x.sources.at("published.tdp_watts").empty()) << name;
+      if (x.published.list_price_usd) EXPECT_FALSE(x.sources.at("published.list_price_usd").empty()) << name;
+    }, *q);
+  }
+}
+
 }  // namespace
 }  // namespace tessera::timing

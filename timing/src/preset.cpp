@@ -118,6 +118,8 @@ void read_common(const json& root, std::string& name, std::string& description,
     published.memory_bytes = r.optional_number("memory_bytes");
     published.exchange_bytes_per_s = r.optional_number("exchange_bytes_per_s");
     published.hbm_bytes_per_s = r.optional_number("hbm_bytes_per_s");
+    published.tdp_watts = r.optional_number("tdp_watts");
+    published.list_price_usd = r.optional_number("list_price_usd");
     if (err.is_ok()) err = r.error();
   }
 }

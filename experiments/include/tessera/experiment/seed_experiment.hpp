@@ -49,6 +49,15 @@ struct experiment_options {
   int max_inflight_batches = 1;            ///< per device: the next batch forms when it is free
   uint64_t seed = 0;
   std::vector<std::string> configs;        ///< subset by name; empty: all
+  /// Latency-throughput curves: each configuration is run at slo_points offered loads (k / slo_points of
+  /// its saturation, k = 1..slo_points; 0: no curves) with latency_requests Poisson arrivals each, and
+  /// the highest load whose p99 meets each threshold is reported.
+  std::vector<double> slo_p99_ms{10, 25, 50, 100};
+  int slo_points = 8;
+  /// Cost per million requests = (list price / amortization_years + TDP x energy price) per second of
+  /// saturated service; both are stated assumptions, not measurements.
+  double amortization_years = 3;
+  double energy_usd_per_kwh = 0.10;
 };
 
 /// One configuration: its devices (with batching) and routing.
@@ -65,8 +74,21 @@ std::vector<std::string> configuration_names();
 /// Supplies the real backend that computes a configuration's device (null: timing-only).
 using compute_provider = std::function<std::shared_ptr<host::backend>(const configuration&, const virtual_backend_spec&)>;
 
+/// One point of a latency-throughput curve.
+struct curve_point {
+  double load_rps = 0;        ///< offered (Poisson rate)
+  double throughput_rps = 0;  ///< completed / makespan
+  double p50_s = 0, p99_s = 0;
+};
+
 struct experiment_row {
   std::string config;
+  int device_count = 1;          ///< devices the configuration uses (hybrid: 2)
+  double tdp_w = 0;              ///< sum of the devices' TDP; 0 when a preset has none
+  double price_usd = 0;          ///< sum of the devices' list prices; 0 when a preset has none
+  std::string cost_note;         ///< which preset lacks which figure ("" when both are known)
+  std::vector<curve_point> curve;
+  std::vector<double> slo_rps;   ///< per o.slo_p99_ms: highest offered load on the curve meeting it (0: none)
   std::string devices;           ///< "ipu-mk2", "a100-40gb", "ipu-mk2 + a100-40gb"
   std::string batching;          ///< "token-budget 4096", "static 32x512", ...
   double long_share = 0;
@@ -82,6 +104,12 @@ struct experiment_row {
   std::string compute_note;      ///< what computed it
 };
 
+/// Saturation req/s per kW of TDP, per $1,000 of list price, and $ per million requests at saturation
+/// (amortised price + energy); 0 when the figure needed is unknown.
+double rps_per_kw(const experiment_row& r);
+double rps_per_kusd(const experiment_row& r);
+double usd_per_million(const experiment_row& r, const experiment_options& o);
+
 using log_fn = std::function<void(const std::string&)>;
 
 result<std::vector<experiment_row>> run_seed_experiment(const experiment_options& o, const compute_provider& compute,
@@ -90,7 +118,12 @@ result<std::vector<experiment_row>> run_seed_experiment(const experiment_options
 
 std::string rows_markdown(const std::vector<experiment_row>& rows, const experiment_options& o,
                           const std::string& compute_note);
-status write_rows_csv(const std::vector<experiment_row>& rows, const std::string& path);
+/// `header_comments` (e.g. provenance lines starting with '#') are written before the column names.
+status write_rows_csv(const std::vector<experiment_row>& rows, const std::string& path,
+                      const experiment_options& o = {}, const std::string& header_comments = "");
+/// Every curve point: long_share, config, load_rps, throughput_rps, p50_s, p99_s.
+status write_curves_csv(const std::vector<experiment_row>& rows, const std::string& path,
+                        const std::string& header_comments = "");
 /// Per-request records of a run (arrival, dispatch, done, latency, backend) as CSV.
 status write_requests_csv(const run_result& r, const std::string& path);
 

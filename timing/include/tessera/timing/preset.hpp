@@ -40,13 +40,16 @@ struct ipu_calibration {
   double vector_bytes_per_cycle = 8;
 };
 
-/// Public peak figures, used only to check the preset (validation), never by the model.
+/// Public figures: peaks, used only to check the preset (validation), and the device's power and
+/// price, used only by cost and energy reports; never by the timing model.
 struct published_figures {
   std::optional<double> fp16_flops_per_s;
   std::optional<double> fp32_flops_per_s;
   std::optional<double> memory_bytes;
   std::optional<double> exchange_bytes_per_s;
   std::optional<double> hbm_bytes_per_s;
+  std::optional<double> tdp_watts;       ///< thermal design power of one device (board), W
+  std::optional<double> list_price_usd;  ///< list price of one device (or its share of a system), USD
 };
 
 /// An IPU-like chip: Poplar's IPUModel parameters plus calibration.
