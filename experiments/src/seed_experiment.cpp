@@ -349,10 +349,10 @@ status write_curves_csv(const std::vector<experiment_row>& rows, const std::stri
   return f ? status::ok() : status::internal(path + ": write failed");
 }
 
-status write_requests_csv(const run_result& r, const std::string& path) {
+status write_requests_csv(const run_result& r, const std::string& path, const std::string& header_comments) {
   std::ofstream f(path);
   if (!f) return status::invalid(path + ": cannot write");
-  f << "id,length,arrival_s,dispatch_s,done_s,latency_s,backend,ok\n";
+  f << header_comments << "id,length,arrival_s,dispatch_s,done_s,latency_s,backend,ok\n";
   char buf[256];
   for (const auto& q : r.requests) {
     std::snprintf(buf, sizeof buf, "%llu,%d,%.9f,%.9f,%.9f,%.9f,%s,%d\n", (unsigned long long)q.id, q.length,

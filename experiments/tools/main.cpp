@@ -112,7 +112,10 @@ int main(int argc, char** argv) {
   if (o.slo_points < 0) return fail(status::invalid("--slo-points must be >= 0"));
   if (!(o.amortization_years > 0) || !(o.energy_usd_per_kwh >= 0))
     return fail(status::invalid("--amortization-years must be > 0 and --energy-usd-per-kwh >= 0"));
-  const provenance prov = collect_provenance(argc, argv, {o.tiles_preset, o.gpu_preset}, {o.seed, o.seed + 1, o.seed + 2, o.seed + 3});
+  // run: one trace from --seed; seed: saturation, latency, computed-sample and curve traces use seed .. seed + 3.
+  const std::vector<uint64_t> seeds =
+      mode == "run" ? std::vector<uint64_t>{o.seed} : std::vector<uint64_t>{o.seed, o.seed + 1, o.seed + 2, o.seed + 3};
+  const provenance prov = collect_provenance(argc, argv, {o.tiles_preset, o.gpu_preset}, seeds);
   auto log = [](const std::string& s) { std::cerr << "tessera-experiment: " << s << "\n"; };
 
   std::unique_ptr<compute_pool> pool;
@@ -160,7 +163,7 @@ int main(int argc, char** argv) {
     else
       std::printf("timing-only: %.3f s wall\n", s.wall_s);
     if (!requests_csv.empty())
-      if (auto st = write_requests_csv(*r, requests_csv); !st) return fail(st);
+      if (auto st = write_requests_csv(*r, requests_csv, prov.comment_lines("# ")); !st) return fail(st);
     if (s.computed && s.max_abs_logit_error > 1e-4) return fail(status::internal("logits differ from the reference forward"));
     return s.failed > 0 ? 1 : 0;
   }

@@ -23,6 +23,11 @@ for f in seed-experiment.csv seed-experiment-curves.csv seed-experiment.md; do
   done
 done
 grep -q "SLO req/s p99<=" "$tmp/ok.out" || fail "no SLO columns in the printed table"
+"$bin/tessera-experiment" --mode run --timing-only --config gpu-static --requests 20 --seed 5 \
+  --requests-csv "$tmp/requests.csv" >/dev/null || fail "--mode run --requests-csv failed"
+grep -q "^# seeds: 5$" "$tmp/requests.csv" || fail "requests.csv does not record its seed"
+grep -q "^# command: .*--requests-csv" "$tmp/requests.csv" || fail "requests.csv does not record its command"
+[ "$(grep -vc '^#' "$tmp/requests.csv")" = 21 ] || fail "requests.csv: want a header and 20 rows"
 grep -q "req/s per kW" "$tmp/ok.out" || fail "no per-watt column in the printed table"
 grep -q "| 40 |" "$tmp/ok.out" || fail "no 40% row in the printed table"
 

@@ -124,7 +124,7 @@ status write_rows_csv(const std::vector<experiment_row>& rows, const std::string
 /// Every curve point: long_share, config, load_rps, throughput_rps, p50_s, p99_s.
 status write_curves_csv(const std::vector<experiment_row>& rows, const std::string& path,
                         const std::string& header_comments = "");
-/// Per-request records of a run (arrival, dispatch, done, latency, backend) as CSV.
-status write_requests_csv(const run_result& r, const std::string& path);
+/// Per-request records of a run (arrival, dispatch, done, latency, backend) as CSV, after `header_comments`.
+status write_requests_csv(const run_result& r, const std::string& path, const std::string& header_comments = "");
 
 }  // namespace tessera::experiment
