@@ -199,6 +199,37 @@ TEST(validation, held_out_errors_are_the_documented_ones) {
   for (const auto& r : rep->calibration) EXPECT_LT(std::abs(r.error_percent()), 5) << r.name;  // fit residuals
 }
 
+// The figures README and docs/timing.md quote: A100 32 of 36 within 15%, mean |error| 8.0%, max 33.6%;
+// IPU 3 of 3, max 3.2%.
+TEST(validation, summary_figures_are_the_quoted_ones) {
+  auto rep = validate_timing_model();
+  ASSERT_TRUE(rep);
+  int a100 = 0, a100_within = 0, ipu = 0, ipu_within = 0;
+  double a100_sum = 0, a100_max = 0, ipu_max = 0;
+  for (const auto& r : rep->held_out) {
+    const double e = std::abs(r.error_percent());
+    if (r.unit == "ms") {
+      ++a100, a100_within += r.within_tolerance(), a100_sum += e, a100_max = std::max(a100_max, e);
+    } else {
+      ++ipu, ipu_within += r.within_tolerance(), ipu_max = std::max(ipu_max, e);
+    }
+  }
+  EXPECT_EQ(a100, 36);
+  EXPECT_EQ(a100_within, 32);
+  EXPECT_NEAR(a100_sum / a100, 8.0, 0.05);
+  EXPECT_NEAR(a100_max, 33.6, 0.05);
+  EXPECT_EQ(ipu, 3);
+  EXPECT_EQ(ipu_within, 3);
+  EXPECT_NEAR(ipu_max, 3.2, 0.05);
+  const std::string md = validation_report_markdown(*rep);
+  EXPECT_NE(md.find("held out, A100 rows (target 15%): 32 of 36 within target; mean |error| 8.0%, max 33.6%"),
+            std::string::npos)
+      << md;
+  const std::string readme = read_text(source_dir() / "README.md");
+  EXPECT_NE(readme.find("32 within 15%, mean |error| 8.0%"), std::string::npos);
+  EXPECT_NE(readme.find("3 held-out C600 points (within 3.2%)"), std::string::npos);
+}
+
 TEST(validation, leave_one_out_refits_every_a100_calibration_row) {
   auto rep = validate_timing_model();
   ASSERT_TRUE(rep);
