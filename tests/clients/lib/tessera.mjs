@@ -4,6 +4,7 @@
 //
 //   const server = await startServer(["--model", "bert-tiny"]);
 //   const logits = referenceLogits("bert-tiny", "some text", "optional pair");
+//   const [a, b] = referenceBatch("bert-tiny", [["text"], ["question", "answer"]]);
 //   await server.stop();
 import { spawn, execFileSync } from "node:child_process";
 import { createInterface } from "node:readline";
@@ -55,14 +56,38 @@ export function startServer(args = []) {
 
 /// Logits of the reference forward for one text (or pair): {LABEL_0: x, LABEL_1: y, ...}.
 export function referenceLogits(model, text, pair) {
-  const args = ["--model", model, "--threads", "1", "--text", text];
-  if (pair !== undefined) args.push("--pair", pair);
-  const out = execFileSync(bin("tessera-models"), args, { encoding: "utf8" });
-  const line = out.split("\n").find((l) => l.startsWith("logits[0]:"));
-  if (!line) throw new Error(`no logits in tessera-models output: ${out}`);
-  const logits = {};
-  for (const m of line.matchAll(/(\S+)=(-?[0-9.]+(?:e[-+]?\d+)?)/g)) logits[m[1]] = Number(m[2]);
-  return logits;
+  return referenceBatch(model, [[text, pair]])[0];
+}
+
+/// Logits of the reference forward for each of `sequences` ([text] or [text, pair]), in order.
+/// One tessera-models process for all the single texts and one per distinct pair text (its
+/// --pair goes with every --text), as each process start costs about a second on a loaded machine;
+/// a sequence asked for before is answered from memory.
+const known = new Map();  // JSON [model, text, pair] -> logits
+export function referenceBatch(model, sequences) {
+  const key = ([text, pair]) => JSON.stringify([model, text, pair ?? null]);
+  const groups = new Map();  // pair text (or undefined) -> indices into sequences
+  sequences.forEach(([text, pair], i) => {
+    if (known.has(key([text, pair]))) return;
+    if (!groups.has(pair)) groups.set(pair, []);
+    groups.get(pair).push(i);
+  });
+  const result = sequences.map((s) => known.get(key(s)));
+  for (const [pair, indices] of groups) {
+    const args = ["--model", model, "--threads", "1"];
+    for (const i of indices) args.push("--text", sequences[i][0]);
+    if (pair !== undefined) args.push("--pair", pair);
+    const out = execFileSync(bin("tessera-models"), args, { encoding: "utf8" });
+    indices.forEach((seq, k) => {
+      const line = out.split("\n").find((l) => l.startsWith(`logits[${k}]:`));
+      if (!line) throw new Error(`no logits[${k}] in tessera-models output: ${out}`);
+      const logits = {};
+      for (const m of line.slice(line.indexOf(":") + 1).matchAll(/(\S+)=(-?[0-9.]+(?:e[-+]?\d+)?)/g)) logits[m[1]] = Number(m[2]);
+      result[seq] = logits;
+      known.set(key(sequences[seq]), logits);
+    });
+  }
+  return result;
 }
 
 /// TEI's scores: softmax over several labels, sigmoid over one.
