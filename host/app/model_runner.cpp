@@ -163,6 +163,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
   serving::http_server server(o.so.server, r, *tok, serving::model_info_of(*model, id), metrics);
   if (auto st = server.start(); !st) return fail(st);
+  serving::accept_graceful_stop();  // a stop signal from now on is graceful (the listening line invites one)
   std::cout << "listening on " << (o.so.server.tls_cert.empty() ? "http" : "https") << "://" << o.so.server.address << ":" << server.port() << " model " << id << " tiles "
             << group_cfg.tiles << std::endl;
   int sig = serving::wait_for_stop_signal();

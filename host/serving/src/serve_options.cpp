@@ -157,7 +157,7 @@ namespace {
 struct stop_state {
   std::mutex m;
   std::condition_variable cv;
-  bool waiting = false;  // wait_for_stop_signal has been called: a signal now means "stop gracefully"
+  bool waiting = false;  // accept_graceful_stop has been called: a signal now means "stop gracefully"
   int first = 0;         // the signal that began the graceful stop
   std::chrono::steady_clock::time_point first_at;
 };
@@ -209,11 +209,17 @@ void take_stop_signals() {
   });
 }
 
-int wait_for_stop_signal() {
+void accept_graceful_stop() {
   take_stop_signals();
   auto& st = state();
-  std::unique_lock lock(st.m);
+  std::lock_guard lock(st.m);
   st.waiting = true;
+}
+
+int wait_for_stop_signal() {
+  accept_graceful_stop();
+  auto& st = state();
+  std::unique_lock lock(st.m);
   st.cv.wait(lock, [&] { return st.first != 0; });
   return st.first;
 }

@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // The one line scripts and tests wait for.
+  accept_graceful_stop();  // a stop signal from now on is graceful (the listening line invites one)
   std::cout << "listening on " << (so.server.tls_cert.empty() ? "http" : "https") << "://" << so.server.address << ":" << server.port() << " model "
             << info.model_id << " batching " << policy_kind_name(so.batching.kind) << " replicas "
             << replicas << std::endl;

@@ -12,6 +12,7 @@
 //   r.start();
 //   http_server server(so.server, r, tokenizer, info, metrics);
 //   server.start();
+//   accept_graceful_stop();                       // then print the listening line
 //   wait_for_stop_signal();                       // SIGINT / SIGTERM
 //   server.stop(); r.stop();
 #pragma once
@@ -71,9 +72,13 @@ status finish_serve_options(serve_options& so);
 /// Takes SIGINT and SIGTERM on a thread of its own for the rest of the process's life. Call it
 /// first in main(), before any thread starts: it blocks them in the calling thread, and every
 /// thread started later inherits that (a thread started earlier could still be killed by one).
-/// Until wait_for_stop_signal is called, a stop signal ends the process as its default action
-/// would. Calling it again does nothing.
+/// Until accept_graceful_stop (or wait_for_stop_signal) is called, a stop signal ends the process
+/// as its default action would. Calling it again does nothing.
 void take_stop_signals();
+/// From now on a stop signal is a graceful stop, answered by wait_for_stop_signal: call it before
+/// telling anyone the server listens (a signal sent right after the listening line would
+/// otherwise find the process not yet waiting, and kill it).
+void accept_graceful_stop();
 /// Waits for SIGINT or SIGTERM and returns it; the caller then stops gracefully. The same
 /// signal again within 2 s is the same request and is ignored (GNU timeout and a process-group
 /// kill deliver it twice); a signal after that ends the process at once.
