@@ -1,7 +1,8 @@
 // text-embeddings-inference compatibility (issue 12), over real sockets against a real server:
 // TEI v1.7.1's reading of "inputs" (single, pair, batch of singles, batch of pairs, and what it
 // refuses), raw_scores (softmax, sigmoid for one label), truncate and truncation_direction, the
-// routes TEI serves for a classifier (POST / and /invocations, GET / and /ping), the answer shape
+// routes TEI serves for a classifier (POST / and /invocations, GET / and /ping) and a re-ranker
+// (/rerank), the answer shape
 // Hugging Face's clients read from POST /, /tokenize's token objects, /info, timing headers, and
 // failures counted only for inference requests.
 #include <gtest/gtest.h>
@@ -203,6 +204,13 @@ TEST_F(Tei, RootAndInvocationsRoutes) {
   EXPECT_EQ(json::parse(post("/", batch).body), json::parse(post("/predict", batch).body));
   for (const char* path : {"/", "/ping", "/health"}) EXPECT_EQ(get(path).status, 200u) << path;
   EXPECT_EQ(conn_.request("PUT", "/").status, 405u);
+  // /rerank is a re-ranker's (one label): a classifier answers TEI's 424, counted as TEI counts it.
+  const uint64_t model_type_failures = server_->metrics().tei.request_failure.get("model_type");
+  auto rr = post("/rerank", R"({"query": "q", "texts": ["a", "b"]})");
+  EXPECT_EQ(rr.status, 424u) << rr.body;
+  EXPECT_EQ(json::parse(rr.body)["error_type"], "Backend");
+  EXPECT_EQ(json::parse(rr.body)["error"], "model is not a re-ranker model");
+  EXPECT_EQ(server_->metrics().tei.request_failure.get("model_type"), model_type_failures + 1);
 }
 
 // Hugging Face's text-classification parameters are honoured on POST /: top_k and
@@ -314,4 +322,89 @@ TEST(TeiOneLabel, SigmoidAndReranker) {
     auto raw = json::parse(conn.request("POST", "/predict", json{{"inputs", text}, {"raw_scores", true}}.dump()).body);
     EXPECT_NEAR(raw[0]["score"].get<double>(), logit, 1e-5);
   }
+}
+
+// A one-label model reranks as TEI's re-ranker: /rerank, and POST / and /invocations (TEI's
+// default routes for a re-ranker) take {"query", "texts"}; each text is scored as the pair
+// (query, text), sorted highest first; POST / with "inputs" still answers Hugging Face's clients.
+TEST(TeiOneLabel, RerankAsTei) {
+  test_server_options o;
+  o.toy = true;
+  o.toy_labels = 1;
+  o.api.max_client_batch_size = 4;
+  test_server s(o);
+  http_connection conn("127.0.0.1", s.port());
+  const std::string query = "which tile?";
+  const std::vector<std::string> texts = {"the first tile", "tile two answers", "a third text", "tile"};
+  std::vector<double> logits;
+  for (const auto& t : texts) logits.push_back(s.expected_logits(s.tok().encode_pair(query, t, 0).value())[0]);
+  auto sigmoid = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  const json body{{"query", query}, {"texts", texts}};
+  auto r = conn.request("POST", "/rerank", body.dump());
+  ASSERT_EQ(r.status, 200u) << r.body;
+  auto ranks = json::parse(r.body);
+  ASSERT_EQ(ranks.size(), texts.size()) << r.body;
+  std::vector<bool> seen(texts.size());
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    const size_t i = ranks[k]["index"];
+    ASSERT_LT(i, texts.size());
+    seen[i] = true;
+    EXPECT_NEAR(ranks[k]["score"].get<double>(), sigmoid(logits[i]), 1e-5) << texts[i];
+    EXPECT_FALSE(ranks[k].contains("text"));
+    if (k > 0) {
+      EXPECT_GE(ranks[k - 1]["score"].get<double>(), ranks[k]["score"].get<double>());
+    }
+  }
+  EXPECT_EQ(seen, std::vector<bool>(texts.size(), true));
+  // TEI's timing headers: the query's characters count once per text.
+  size_t chars = texts.size() * query.size();
+  for (const auto& t : texts) chars += t.size();
+  EXPECT_EQ(r.header("x-compute-characters"), std::to_string(chars));
+  EXPECT_FALSE(r.header("x-inference-time").empty());
+  // return_text, raw_scores.
+  auto with_text = json::parse(
+      conn.request("POST", "/rerank", json{{"query", query}, {"texts", texts}, {"return_text", true}, {"raw_scores", true}}.dump())
+          .body);
+  ASSERT_EQ(with_text.size(), texts.size());
+  for (const auto& rank : with_text) {
+    const size_t i = rank["index"];
+    EXPECT_EQ(rank["text"], texts[i]);
+    EXPECT_NEAR(rank["score"].get<double>(), logits[i], 1e-5);
+  }
+  // TEI's default routes for a re-ranker answer the same; POST / with "inputs" predicts.
+  for (const char* path : {"/", "/invocations"}) {
+    auto again = conn.request("POST", path, body.dump());
+    ASSERT_EQ(again.status, 200u) << path << ": " << again.body;
+    EXPECT_EQ(json::parse(again.body), ranks) << path;
+  }
+  auto hf = conn.request("POST", "/", json{{"inputs", texts[0]}}.dump());
+  ASSERT_EQ(hf.status, 200u) << hf.body;
+  ASSERT_EQ(json::parse(hf.body).size(), 1u);
+  EXPECT_EQ(json::parse(hf.body)[0].size(), 1u);
+  EXPECT_EQ(conn.request("POST", "/predict", json{{"inputs", texts[0]}}.dump()).status, 200u);
+  // What TEI refuses: no texts (400 Empty), more texts than --max-client-batch-size (413), and
+  // what tessera refuses rather than ignore (422).
+  struct refused {
+    json body;
+    unsigned status;
+    const char* type;
+  };
+  for (const auto& c : {refused{{{"query", "q"}, {"texts", json::array()}}, 400, "Empty"},
+                        refused{{{"query", "q"}, {"texts", {"a", "b", "c", "d", "e"}}}, 413, "Validation"},
+                        refused{{{"query", "q"}, {"texts", {"a", ""}}}, 200, ""},  // a pair with one empty text is a pair
+                        refused{{{"query", ""}, {"texts", {""}}}, 413, "Validation"},
+                        refused{{{"texts", {"a"}}}, 422, "Validation"},
+                        refused{{{"query", "q"}, {"texts", "a"}}, 422, "Validation"},
+                        refused{{{"query", "q"}, {"texts", {"a", 1}}}, 422, "Validation"},
+                        refused{{{"query", "q"}, {"texts", {"a"}}, {"top_n", 1}}, 422, "Validation"},
+                        refused{{{"query", "q"}, {"texts", {"a"}}, {"truncation_direction", "left"}}, 422, "Validation"},
+                        refused{{{"query", "q"}, {"texts", {"a"}}, {"return_text", "yes"}}, 422, "Validation"}}) {
+    auto e = conn.request("POST", "/rerank", c.body.dump());
+    EXPECT_EQ(e.status, c.status) << c.body << " -> " << e.body;
+    if (c.status != 200) {
+      EXPECT_EQ(json::parse(e.body)["error_type"], c.type) << c.body;
+    }
+  }
+  EXPECT_EQ(conn.request("GET", "/rerank").status, 405u);
+  EXPECT_EQ(conn.request("POST", "/rerank", "{not json").status, 400u);
 }

@@ -255,7 +255,15 @@ void service::route(std::string_view method, std::string_view target, std::strin
   // shape Hugging Face's clients read) and health to GET, as TEI does.
   if (path == "/predict" || path == "/invocations") {
     if (!post) return wrong_method("POST");
-    return tei_predict(body, predict_dialect::tei, reply);
+    return tei_predict(body, path == "/predict" ? predict_dialect::tei : predict_dialect::tei_default, reply);
+  }
+  if (path == "/rerank") {
+    if (!post) return wrong_method("POST");
+    metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
+    const time_point start = steady::now();
+    json req;
+    if (auto err = parse_body(body, req)) return reply(inference_error(err->status, err->type, err->message));
+    return tei_rerank(req, start, reply);
   }
   if (path == "/") {
     if (post) return tei_predict(body, predict_dialect::hugging_face, reply);

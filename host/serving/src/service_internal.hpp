@@ -21,7 +21,7 @@ namespace tessera::serving::detail {
 
 using json = nlohmann::json;
 
-/// error_type values. The first five are text-embeddings-inference's, spelled as its ErrorType
+/// error_type values. The first six are text-embeddings-inference's, spelled as its ErrorType
 /// serialises (capitalised); the rest are tessera's own, for errors TEI has no kind for.
 namespace error_kind {
 inline constexpr std::string_view unhealthy = "Unhealthy";    // 503
@@ -29,6 +29,7 @@ inline constexpr std::string_view backend = "Backend";        // 424
 inline constexpr std::string_view overloaded = "Overloaded";  // 429
 inline constexpr std::string_view validation = "Validation";  // 413 (TEI), 422 (request shape)
 inline constexpr std::string_view tokenizer = "Tokenizer";    // 422
+inline constexpr std::string_view empty = "Empty";            // 400 (TEI: /rerank without texts)
 inline constexpr std::string_view bad_request = "bad_request";  // 400: not JSON / not UTF-8
 inline constexpr std::string_view not_found = "not_found";
 inline constexpr std::string_view method_not_allowed = "method_not_allowed";

@@ -1,10 +1,11 @@
-// The text-embeddings-inference dialect: /predict, /invocations, / (Hugging Face's clients) and
-// /tokenize, following TEI v1.7.1 (router/src/http/types.rs, server.rs; core/src/tokenization.rs,
+// The text-embeddings-inference dialect: /predict, /invocations, / (Hugging Face's clients),
+// /rerank (a one-label model) and /tokenize, following TEI v1.7.1 (router/src/http/types.rs, server.rs; core/src/tokenization.rs,
 // infer.rs). docs/serving.md lists where tessera differs and why.
 #include <algorithm>
 #include <cmath>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include "service_internal.hpp"
 #include "tessera/serving/utf8.hpp"
@@ -156,6 +157,17 @@ std::string millis(double seconds) { return std::to_string(static_cast<int64_t>(
 
 }  // namespace
 
+/// One TEI inference request after its body was read: the inputs, how to cut them, and how to
+/// turn their logits into the answer's body (or an error).
+struct service::tei_job {
+  std::vector<tei_input> inputs;
+  bool batch = false;  ///< counted as TEI's method="batch" (else "single")
+  bool truncate = false;
+  truncation_side side = truncation_side::right;
+  time_point start;
+  std::function<std::optional<api_error>(std::vector<sequence_outcome>&, json& body)> answer;
+};
+
 void service::tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply) {
   const time_point start = steady::now();
   metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
@@ -164,38 +176,156 @@ void service::tei_predict(std::string_view body, predict_dialect dialect, const 
   };
   json req;
   if (auto err = parse_body(body, req)) return fail(err->status, err->type, err->message);
+  // A one-label model is TEI's re-ranker: POST / and /invocations rerank there, as in TEI. On
+  // POST / a body with "inputs" (Hugging Face's clients) still predicts: the fields differ.
+  const bool reranker = router_.num_labels() == 1;
+  if (reranker && (dialect == predict_dialect::tei_default ||
+                   (dialect == predict_dialect::hugging_face && req.is_object() && !req.contains("inputs"))))
+    return tei_rerank(req, start, reply);
   predict_request p;
   if (auto err = read_predict(req, dialect == predict_dialect::hugging_face, cfg_.auto_truncate, p))
     return fail(422, error_kind::validation, *err);
+  tei_job job;
+  job.batch = p.batch;
+  job.truncate = p.truncate;
+  job.side = p.side;
+  job.start = start;
+  job.inputs = std::move(p.inputs);
+  const bool nest_single = dialect == predict_dialect::hugging_face;
+  job.answer = [this, batch = p.batch, function = p.function, top_k = p.top_k, nest_single](
+                   std::vector<sequence_outcome>& outs, json& body) -> std::optional<api_error> {
+    json all = json::array();
+    for (auto& o : outs) {
+      std::vector<float> scores = apply(function, o.logits);
+      for (float s : scores)
+        if (std::isnan(s)) return api_error{424, std::string(error_kind::backend), "score is NaN"};
+      // TEI sorts ascending and reverses: ties list the later label first.
+      std::vector<int32_t> order(scores.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return scores[x] < scores[y]; });
+      std::reverse(order.begin(), order.end());
+      if (top_k > 0 && static_cast<size_t>(top_k) < order.size()) order.resize(static_cast<size_t>(top_k));
+      json one = json::array();
+      for (int32_t i : order) one.push_back({{"score", scores[i]}, {"label", label(i)}});
+      all.push_back(std::move(one));
+    }
+    body = batch || nest_single ? std::move(all) : std::move(all[0]);
+    return std::nullopt;
+  };
+  tei_infer(std::move(job), reply);
+}
+
+void service::tei_rerank(const json& req, time_point start, const reply_fn& reply) {
+  auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
+    reply(inference_error(status, type, message));
+  };
+  // TEI's RerankRequest. As on /predict, an unknown field is refused rather than ignored.
+  if (!req.is_object())
+    return fail(422, error_kind::validation,
+                "the body must be a JSON object {\"query\": ..., \"texts\": [...]}; got " + std::string(json_kind(req)));
+  static const std::set<std::string, std::less<>> fields = {"query", "texts", "truncate", "truncation_direction",
+                                                            "raw_scores", "return_text"};
+  for (const auto& [key, value] : req.items())
+    if (!fields.count(key))
+      return fail(422, error_kind::validation,
+                  "unknown field \"" + printable(key, 60) +
+                      "\"; a rerank request takes \"query\", \"texts\", \"truncate\", \"truncation_direction\", "
+                      "\"raw_scores\", \"return_text\"");
+  const auto query = req.find("query");
+  if (query == req.end() || !query->is_string()) return fail(422, error_kind::validation, "\"query\" must be a string");
+  const auto texts = req.find("texts");
+  if (texts == req.end() || !texts->is_array() ||
+      !std::all_of(texts->begin(), texts->end(), [](const json& t) { return t.is_string(); }))
+    return fail(422, error_kind::validation, "\"texts\" must be a list of strings");
+  tei_job job;
+  job.batch = true;
+  job.start = start;
+  job.truncate = cfg_.auto_truncate;
+  if (const auto it = req.find("truncate"); it != req.end() && !it->is_null()) {
+    if (!it->is_boolean()) return fail(422, error_kind::validation, "\"truncate\" must be true, false or null");
+    job.truncate = it->get<bool>();
+  }
+  if (const auto it = req.find("truncation_direction"); it != req.end()) {
+    if (*it == "Right") job.side = truncation_side::right;
+    else if (*it == "Left") job.side = truncation_side::left;
+    else return fail(422, error_kind::validation, "\"truncation_direction\" must be \"Left\" or \"Right\" (TEI's spelling)");
+  }
+  bool raw_scores = false, return_text = false;
+  for (auto [name, flag] : {std::pair{"raw_scores", &raw_scores}, std::pair{"return_text", &return_text}})
+    if (const auto it = req.find(name); it != req.end()) {
+      if (!it->is_boolean()) return fail(422, error_kind::validation, "\"" + std::string(name) + "\" must be true or false");
+      *flag = it->get<bool>();
+    }
+  // TEI's order: no texts (400 "empty"), then a model that is not a re-ranker (424), then the
+  // batch size (413), each counted in te_request_failure.
+  auto& te = metrics_.tei;
+  if (texts->empty()) {
+    te.request_failure.add("validation");
+    return fail(400, error_kind::empty, "`texts` cannot be empty");
+  }
+  if (router_.num_labels() != 1) {
+    te.request_failure.add("model_type");
+    return fail(424, error_kind::backend, "model is not a re-ranker model");
+  }
+  for (const auto& t : *texts) job.inputs.push_back({query->get<std::string>(), t.get<std::string>(), true});
+  job.answer = [raw_scores, return_text, texts = *texts](std::vector<sequence_outcome>& outs,
+                                                         json& body) -> std::optional<api_error> {
+    std::vector<float> scores;
+    for (auto& o : outs) {
+      if (o.logits.empty()) return api_error{424, std::string(error_kind::backend), "no score"};
+      const float s = apply(raw_scores ? score_function::none : score_function::tei, {o.logits[0]})[0];
+      if (std::isnan(s)) return api_error{424, std::string(error_kind::backend), "score is NaN"};
+      scores.push_back(s);
+    }
+    // TEI sorts ascending and reverses: ties list the later text first.
+    std::vector<size_t> order(scores.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return scores[x] < scores[y]; });
+    std::reverse(order.begin(), order.end());
+    body = json::array();
+    for (size_t i : order) {
+      json rank{{"index", i}, {"score", scores[i]}};
+      if (return_text) rank["text"] = texts[i];
+      body.push_back(std::move(rank));
+    }
+    return std::nullopt;
+  };
+  tei_infer(std::move(job), reply);
+}
+
+void service::tei_infer(tei_job job, const reply_fn& reply) {
+  auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
+    reply(inference_error(status, type, message));
+  };
   // From here on the request counts in TEI's te_* metrics too (TEI counts a request once its body
   // has deserialised), failures labelled as TEI labels them.
   auto& te = metrics_.tei;
-  (p.batch ? te.request_count_batch : te.request_count_single).fetch_add(1, std::memory_order_relaxed);
+  (job.batch ? te.request_count_batch : te.request_count_single).fetch_add(1, std::memory_order_relaxed);
   auto te_fail = [&](std::string_view err, unsigned status, std::string_view type, std::string_view message) {
     te.request_failure.add(err);
     fail(status, type, message);
   };
-  if (p.batch && static_cast<int64_t>(p.inputs.size()) > cfg_.max_client_batch_size)
+  if (job.batch && static_cast<int64_t>(job.inputs.size()) > cfg_.max_client_batch_size)
     return te_fail("batch_size", 413, error_kind::validation,
-                   "batch size " + std::to_string(p.inputs.size()) + " > maximum allowed batch size " +
+                   "batch size " + std::to_string(job.inputs.size()) + " > maximum allowed batch size " +
                        std::to_string(cfg_.max_client_batch_size));
   // Tokenize and validate, input by input (the first failing input answers, as in TEI).
   const int32_t max_len = info_.max_input_length;
   std::vector<host::sequence_input> seqs;
-  seqs.reserve(p.inputs.size());
+  seqs.reserve(job.inputs.size());
   size_t chars = 0, tokens = 0;
-  for (const auto& in : p.inputs) {
+  for (const auto& in : job.inputs) {
     if (in.a.empty() && in.b.empty())
       return te_fail("tokenization", 413, error_kind::validation, "Input validation error: `inputs` cannot be empty");
     const size_t n = count_chars(in.a) + count_chars(in.b);
     chars += n;
     const int64_t char_limit = static_cast<int64_t>(max_len) * max_chars_per_token;
-    if (!p.truncate && static_cast<int64_t>(n) > char_limit)
+    if (!job.truncate && static_cast<int64_t>(n) > char_limit)
       return te_fail("tokenization", 413, error_kind::validation,
                   "Input validation error: `inputs` must have at most " + std::to_string(char_limit) +
                       " characters. Given: " + std::to_string(n) + "; pass \"truncate\": true to cut it");
-    const int32_t cut = p.truncate ? max_len : 0;
-    auto enc = in.pair ? tokenizer_->encode_pair(in.a, in.b, cut, p.side) : tokenizer_->encode(in.a, cut, p.side);
+    const int32_t cut = job.truncate ? max_len : 0;
+    auto enc = in.pair ? tokenizer_->encode_pair(in.a, in.b, cut, job.side) : tokenizer_->encode(in.a, cut, job.side);
     if (!enc) return te_fail("tokenization", 422, error_kind::tokenizer, enc.error().message());
     if (static_cast<int32_t>(enc->token_ids.size()) > max_len)
       return te_fail("tokenization", 413, error_kind::validation,
@@ -207,6 +337,7 @@ void service::tei_predict(std::string_view body, predict_dialect dialect, const 
     te.request_input_length.observe(static_cast<double>(enc->token_ids.size()));
     seqs.push_back(std::move(*enc));
   }
+  const time_point start = job.start;
   const double tokenization_seconds = to_seconds(steady::now() - start);
   metrics_.tokenization_duration.observe(tokenization_seconds);
   if (!router_.healthy()) return te_fail("inference", 503, error_kind::unhealthy, "no healthy backend");
@@ -218,33 +349,21 @@ void service::tei_predict(std::string_view body, predict_dialect dialect, const 
   call->svc = this;
   call->start = start;
   call->on_error = [&te](unsigned status) { te.request_failure.add(status == 429 ? "overloaded" : "inference"); };
-  const bool nest_single = dialect == predict_dialect::hugging_face;
-  call->build = [this, p = std::move(p), nest_single, chars, tokens, tokenization_seconds,
+  call->build = [this, batch = job.batch, answer = std::move(job.answer), chars, tokens, tokenization_seconds,
                  start](std::vector<sequence_outcome>& outs) {
-    json all = json::array();
     double queue = 0, inference = 0;
     for (auto& o : outs) {
       queue += o.queue_seconds;
       inference += o.inference_seconds;
-      std::vector<float> scores = apply(p.function, o.logits);
-      for (float s : scores)
-        if (std::isnan(s)) return error_body(424, error_kind::backend, "score is NaN");
-      // TEI sorts ascending and reverses: ties list the later label first.
-      std::vector<int32_t> order(scores.size());
-      for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-      std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return scores[x] < scores[y]; });
-      std::reverse(order.begin(), order.end());
-      if (p.top_k > 0 && static_cast<size_t>(p.top_k) < order.size()) order.resize(static_cast<size_t>(p.top_k));
-      json one = json::array();
-      for (int32_t i : order) one.push_back({{"score", scores[i]}, {"label", label(i)}});
-      all.push_back(std::move(one));
     }
-    http_reply r{200, "application/json", to_text(p.batch || nest_single ? all : all[0])};
+    json body;
+    if (auto err = answer(outs, body)) return error_body(err->status, err->type, err->message);
+    http_reply r{200, "application/json", to_text(body)};
     const double n = static_cast<double>(std::max<size_t>(1, outs.size()));
     const double total_seconds = to_seconds(steady::now() - start);
     const std::string total = millis(total_seconds);
     auto& te = metrics_.tei;
-    (p.batch ? te.request_success_batch : te.request_success_single).fetch_add(1, std::memory_order_relaxed);
+    (batch ? te.request_success_batch : te.request_success_single).fetch_add(1, std::memory_order_relaxed);
     te.request_duration.observe(total_seconds);
     te.request_tokenization_duration.observe(tokenization_seconds);
     te.request_queue_duration.observe(queue / n);

@@ -36,6 +36,7 @@
 #include <mutex>
 #include <thread>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -111,8 +112,10 @@ class service {
 
  private:
   friend struct call_state;
-  /// How a TEI predict route shapes a single input's answer.
-  enum class predict_dialect { tei, hugging_face };
+  /// Which TEI predict route: /predict (always predicts), POST / (Hugging Face's answer shape),
+  /// /invocations (TEI's default route: predicts, or reranks for a one-label model).
+  enum class predict_dialect { tei, hugging_face, tei_default };
+  struct tei_job;  // service_tei.cpp
 
   void route(std::string_view method, std::string_view target, std::string_view body,
              const request_headers& headers, const reply_fn& reply);
@@ -123,6 +126,9 @@ class service {
   // service_tei.cpp
   void tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply);
   void tei_tokenize(std::string_view body, const reply_fn& reply);
+  void tei_rerank(const nlohmann::json& req, time_point start, const reply_fn& reply);
+  /// Tokenizes, validates and submits a TEI request; counts it in te_*; answers with its headers.
+  void tei_infer(tei_job job, const reply_fn& reply);
   // service_kserve.cpp
   void kserve_route(std::string_view method, std::string_view path, std::string_view body,
                     const request_headers& headers, const reply_fn& reply);
