@@ -49,12 +49,9 @@ result<double> device_model::batch_seconds(const std::vector<int32_t>& lens, hos
       seconds = *s;
     } else {
       // Padding-free GPU execution: the same kernels over the packed tokens.
-      TESSERA_RETURN_IF_ERROR(b.validate());
-      auto ops = timing::bert_forward_ops(shape_, b, dtype_);
-      if (!ops) return ops.error();
-      auto e = timing::estimate_gpu_ops(*gpu_, *ops);
+      auto e = timing::model_gpu_forward_seconds(*gpu_, shape_, b, dtype_);
       if (!e) return e.error();
-      seconds = e->seconds;
+      seconds = *e;
     }
   } else {
     auto s = timing::model_ipu_batch_seconds(*ipu_, shape_, b, dtype_, mapping_);

@@ -144,6 +144,31 @@ TEST(bert_model, ipu_layer_reuse_equals_costing_every_superstep) {
   }
 }
 
+// The GPU seconds from one layer counted `layers` times equal estimate_gpu_ops over the whole forward,
+// fused (TensorRT-like) and unfused, padded and packed.
+TEST(bert_model, gpu_layer_reuse_equals_costing_every_launch) {
+  auto a100 = load_gpu_preset("a100-40gb");
+  ASSERT_TRUE(a100);
+  for (bool fusion : {true, false}) {
+    gpu_preset p = *a100;
+    p.fusion = fusion;
+    for (const bert_batch& b : {bert_batch{{7, 300, 41, 128, 5}, 0}, bert_batch{{17, 230}, 384}, bert_batch::uniform(3, 64)}) {
+      for (const char* name : {"bert-base", "bert-large", "bert-tiny"}) {
+        auto shape = *bert_shape_by_name(name);
+        auto whole = estimate_gpu_ops(p, *bert_forward_ops(shape, b, dtype::fp16));
+        ASSERT_TRUE(whole);
+        auto s = model_gpu_forward_seconds(p, shape, b, dtype::fp16);
+        ASSERT_TRUE(s) << s.error().to_string();
+        EXPECT_NEAR(*s, whole->seconds, 1e-12 * whole->seconds) << name << " fusion " << fusion;
+        auto padded = model_gpu_batch(p, shape, b, dtype::fp16);
+        auto padded_s = model_gpu_batch_seconds(p, shape, b, dtype::fp16);
+        ASSERT_TRUE(padded && padded_s);
+        EXPECT_NEAR(*padded_s, padded->seconds, 1e-12 * padded->seconds) << name << " fusion " << fusion;
+      }
+    }
+  }
+}
+
 TEST(bert_ops, split_parts_rebuild_the_forward) {
   auto parts = bert_forward_split(base(), bert_batch{{9, 33}, 0}, dtype::fp16);
   ASSERT_TRUE(parts);

@@ -17,10 +17,24 @@ result<gpu_estimate> model_gpu_batch(const gpu_preset& p, const bert_shape& shap
   return estimate_gpu_ops(p, *ops);
 }
 
+result<double> model_gpu_forward_seconds(const gpu_preset& p, const bert_shape& shape, const bert_batch& batch,
+                                         dtype t) {
+  // Every encoder layer is the same launches and no epilogue fuses across a part boundary (each part
+  // starts with embed, a GEMM or the classifier): cost head, one layer and tail.
+  auto parts = bert_forward_split(shape, batch, t);
+  if (!parts) return parts.error();
+  auto head = estimate_gpu_ops(p, parts->head);
+  if (!head) return head.error();
+  auto layer = estimate_gpu_ops(p, parts->layer);
+  if (!layer) return layer.error();
+  auto tail = estimate_gpu_ops(p, parts->tail);
+  if (!tail) return tail.error();
+  return head->seconds + double(parts->layers) * layer->seconds + tail->seconds;
+}
+
 result<double> model_gpu_batch_seconds(const gpu_preset& p, const bert_shape& shape, const bert_batch& batch, dtype t) {
-  auto e = model_gpu_batch(p, shape, batch, t);
-  if (!e) return e.error();
-  return e->seconds;
+  TESSERA_RETURN_IF_ERROR(batch.validate());
+  return model_gpu_forward_seconds(p, shape, batch.padded_to_longest(), t);
 }
 
 namespace {

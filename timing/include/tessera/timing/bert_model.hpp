@@ -32,9 +32,13 @@ namespace tessera::timing {
 
 /// Modelled GPU time of one forward of `batch` (padded to its longest sequence, or to pad_to).
 result<gpu_estimate> model_gpu_batch(const gpu_preset& p, const bert_shape& shape, const bert_batch& batch, dtype t);
-/// Same, seconds only.
+/// Same, seconds only (costs one encoder layer and counts it `layers` times: the same number).
 result<double> model_gpu_batch_seconds(const gpu_preset& p, const bert_shape& shape, const bert_batch& batch,
                                        dtype t);
+/// Seconds of one forward of `batch` as given, without padding it to its longest (a padding-free GPU
+/// runtime: the GEMMs over the packed tokens, attention per sequence).
+result<double> model_gpu_forward_seconds(const gpu_preset& p, const bert_shape& shape, const bert_batch& batch,
+                                         dtype t);
 
 /// How a model is laid out on an IPU-like chip.
 struct ipu_mapping {
