@@ -8,7 +8,7 @@ tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export TESSERA_BUILD_DIR="$(dirname "$bin")"
 
-"$src/scripts/seed-experiment" --timing-only --out-dir "$tmp/ok" >"$tmp/ok.out" 2>"$tmp/ok.err" ||
+"$src/scripts/seed-experiment" --timing-only --slo-points 3 --out-dir "$tmp/ok" >"$tmp/ok.out" 2>"$tmp/ok.err" ||
   { cat "$tmp/ok.err" >&2; fail "seed-experiment --timing-only exited $?"; }
 for f in seed-experiment.csv seed-experiment.md seed-experiment.png seed-experiment-curves.csv seed-experiment-curves.png; do
   [ -s "$tmp/ok/$f" ] || fail "missing $f"
