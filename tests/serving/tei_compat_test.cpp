@@ -204,6 +204,13 @@ TEST_F(Tei, RootAndInvocationsRoutes) {
   EXPECT_EQ(json::parse(post("/", batch).body), json::parse(post("/predict", batch).body));
   for (const char* path : {"/", "/ping", "/health"}) EXPECT_EQ(get(path).status, 200u) << path;
   EXPECT_EQ(conn_.request("PUT", "/").status, 405u);
+  // TEI's routes for embedding models and its helpers are not served: an error, never another answer.
+  for (const char* path : {"/embed", "/embed_all", "/embed_sparse", "/similarity", "/v1/embeddings", "/embeddings",
+                           "/decode", "/vertex"}) {
+    auto r = post(path, R"({"inputs": "x", "ids": [1]})");
+    EXPECT_EQ(r.status, 404u) << path;
+    EXPECT_EQ(json::parse(r.body)["error_type"], "not_found") << path;
+  }
   // /rerank is a re-ranker's (one label): a classifier answers TEI's 424, counted as TEI counts it.
   const uint64_t model_type_failures = server_->metrics().tei.request_failure.get("model_type");
   auto rr = post("/rerank", R"({"query": "q", "texts": ["a", "b"]})");

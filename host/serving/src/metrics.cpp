@@ -28,21 +28,23 @@ void write_header(std::string& out, std::string_view name, std::string_view help
   out += '\n';
 }
 
-/// A count named without _total (TEI's naming): "untyped", see metrics.hpp.
-void write_count(std::string& out, std::string_view name, std::string_view help, uint64_t v) {
-  write_header(out, name, help, "untyped");
+/// One metric of one unlabelled sample.
+void write_single(std::string& out, std::string_view name, std::string_view help, std::string_view type,
+                  uint64_t v) {
+  write_header(out, name, help, type);
   out += name;
   out += ' ';
   out += std::to_string(v);
   out += '\n';
 }
 
+/// A count named without _total (TEI's naming): "untyped", see metrics.hpp.
+void write_count(std::string& out, std::string_view name, std::string_view help, uint64_t v) {
+  write_single(out, name, help, "untyped", v);
+}
+
 void write_counter(std::string& out, std::string_view name, std::string_view help, uint64_t v) {
-  write_header(out, name, help, "counter");
-  out += name;
-  out += ' ';
-  out += std::to_string(v);
-  out += '\n';
+  write_single(out, name, help, "counter", v);
 }
 
 }  // namespace

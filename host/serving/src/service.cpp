@@ -212,6 +212,14 @@ http_reply service::error_reply(unsigned status, std::string_view type, std::str
   return error_body(status, type, message);
 }
 
+http_reply service::wrong_method_reply(std::string_view method, std::string_view path, std::string_view allow) {
+  http_reply r = error_reply(405, error_kind::method_not_allowed,
+                             printable(method, 32) + " is not allowed on " + printable(path, 100) + "; use " +
+                                 std::string(allow));
+  r.allow = std::string(allow);
+  return r;
+}
+
 http_reply service::inference_error(unsigned status, std::string_view type, std::string_view message) {
   metrics_.count_failure(type);
   return error_body(status, type, message);
@@ -241,13 +249,7 @@ void service::handle(std::string_view method, std::string_view target, std::stri
 void service::route(std::string_view method, std::string_view target, std::string_view body,
                     const request_headers& headers, const reply_fn& reply) {
   const std::string_view path = target.substr(0, target.find('?'));
-  auto wrong_method = [&](std::string_view allow) {
-    http_reply r = error_reply(405, error_kind::method_not_allowed,
-                               printable(method, 32) + " is not allowed on " + printable(path, 100) +
-                                   "; use " + std::string(allow));
-    r.allow = std::string(allow);
-    reply(std::move(r));
-  };
+  auto wrong_method = [&](std::string_view allow) { reply(wrong_method_reply(method, path, allow)); };
   const bool get = method == "GET";
   const bool post = method == "POST";
 

@@ -83,6 +83,16 @@ struct call_state {
   bool watched = false;  // under the service's watch_mu_
   std::multimap<time_point, std::weak_ptr<call_state>>::iterator watch_entry;
 
+  /// The fan-in of one request's `n` sequences, answered through `reply`.
+  static std::shared_ptr<call_state> make(size_t n, reply_fn reply, service* svc, time_point start) {
+    auto c = std::make_shared<call_state>();
+    c->outcomes.resize(n);
+    c->remaining.store(n);
+    c->reply = std::move(reply);
+    c->svc = svc;
+    c->start = start;
+    return c;
+  }
   /// True for the one caller allowed to reply.
   bool claim_reply() { return !replied.exchange(true, std::memory_order_acq_rel); }
   void complete(size_t i, sequence_outcome o);

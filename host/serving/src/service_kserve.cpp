@@ -149,13 +149,7 @@ std::optional<std::string> decode_input(const json& in, binary_reader& binary, t
 void service::kserve_route(std::string_view method, std::string_view path, std::string_view body,
                            const request_headers& headers, const reply_fn& reply) {
   const bool get = method == "GET";
-  auto wrong_method = [&](std::string_view allow) {
-    http_reply r = error_reply(405, error_kind::method_not_allowed,
-                               printable(method, 32) + " is not allowed on " + printable(path, 100) +
-                                   "; use " + std::string(allow));
-    r.allow = std::string(allow);
-    reply(std::move(r));
-  };
+  auto wrong_method = [&](std::string_view allow) { reply(wrong_method_reply(method, path, allow)); };
   auto not_found = [&] { reply(error_reply(404, error_kind::not_found, "no route " + printable(path, 100))); };
   if (path == "/v2" || path == "/v2/") {
     if (!get) return wrong_method("GET");
@@ -396,12 +390,7 @@ void service::kserve_infer(std::string_view body, const request_headers& headers
                       "; set parameters.truncate to true to cut it");
   if (!router_.healthy()) return fail(503, error_kind::unhealthy, "no healthy backend");
 
-  auto call = std::make_shared<call_state>();
-  call->outcomes.resize(seqs.size());
-  call->remaining.store(seqs.size());
-  call->reply = reply;
-  call->svc = this;
-  call->start = start;
+  auto call = call_state::make(seqs.size(), reply, this, start);
   json id = req.contains("id") ? req["id"] : json();
   call->build = [model = info_.model_id, id, logits_wanted, logits_binary](std::vector<sequence_outcome>& outs) {
     const size_t labels = outs.empty() ? 0 : outs[0].logits.size();

@@ -342,12 +342,7 @@ void service::tei_infer(tei_job job, const reply_fn& reply) {
   metrics_.tokenization_duration.observe(tokenization_seconds);
   if (!router_.healthy()) return te_fail("inference", 503, error_kind::unhealthy, "no healthy backend");
 
-  auto call = std::make_shared<call_state>();
-  call->outcomes.resize(seqs.size());
-  call->remaining.store(seqs.size());
-  call->reply = reply;
-  call->svc = this;
-  call->start = start;
+  auto call = call_state::make(seqs.size(), reply, this, start);
   call->on_error = [&te](unsigned status) { te.request_failure.add(status == 429 ? "overloaded" : "inference"); };
   call->build = [this, batch = job.batch, answer = std::move(job.answer), chars, tokens, tokenization_seconds,
                  start](std::vector<sequence_outcome>& outs) {

@@ -119,6 +119,8 @@ class service {
 
   void route(std::string_view method, std::string_view target, std::string_view body,
              const request_headers& headers, const reply_fn& reply);
+  /// 405 for `method` on `path`, with the Allow header.
+  http_reply wrong_method_reply(std::string_view method, std::string_view path, std::string_view allow);
   /// error_reply for an inference request: counted in tessera_request_failure.
   http_reply inference_error(unsigned status, std::string_view type, std::string_view message);
   static http_reply error_body(unsigned status, std::string_view type, std::string_view message);
