@@ -4,6 +4,8 @@
 
 #include "tessera/common/log.hpp"
 
+#include <algorithm>
+
 namespace tessera::host {
 
 using steady = std::chrono::steady_clock;
@@ -101,7 +103,11 @@ void tile_backend::on_tile_event(const tile_event& ev) {
   std::lock_guard lk(mu_);
   const int r = replica_of(ev.tile);
   if (r < 0) return;
-  if (ev.what == tile_event::kind::failed) mark_down(r, "tile " + std::to_string(ev.tile) + " failed: " + ev.why);
+  if (ev.what == tile_event::kind::failed) {
+    auto& lost = replicas_[static_cast<size_t>(r)].lost;
+    if (std::find(lost.begin(), lost.end(), ev.tile) == lost.end()) lost.push_back(ev.tile);
+    mark_down(r, "tile " + std::to_string(ev.tile) + " failed: " + ev.why);
+  }
   supervisor_cv_.notify_all();  // a registration may be what a waiting recovery needs
 }
 
@@ -236,14 +242,33 @@ void tile_backend::work(int r) {
 
 bool tile_backend::recover(int r) {
   auto& group = model_->group();
+  // Every tile that failed since its last restore: an external tile may be registered again
+  // (a new incarnation, no shards yet) before this runs.
   std::vector<uint32_t> failed;
+  {
+    std::lock_guard lk(mu_);
+    failed = replicas_[static_cast<size_t>(r)].lost;
+  }
   for (const auto& t : group.tiles())
-    if (t.failed && replica_of(t.id) == r) failed.push_back(t.id);
+    if (t.failed && replica_of(t.id) == r && std::find(failed.begin(), failed.end(), t.id) == failed.end())
+      failed.push_back(t.id);
   for (uint32_t t : failed) {
     const auto t0 = steady::now();
-    status st = group.can_restart() ? group.restart_tile(t) : group.await_return(t, 200ms);
+    status st;
+    if (group.tiles()[t].failed)
+      st = group.can_restart() ? group.restart_tile(t) : group.await_return(t, 200ms);
+    else if (!group.can_restart())
+      st = group.await_return(t, 0ms);  // back already: hand out the directory with its endpoint
     const auto t1 = steady::now();
+    const uint32_t incarnation = group.tiles()[t].incarnation;
     if (st) st = model_->restore_tile(t);
+    if (st && group.tiles()[t].incarnation != incarnation)
+      st = status::peer_failed("tile " + std::to_string(t) + " was replaced while its shards were restored");
+    if (st) {
+      std::lock_guard lk(mu_);
+      auto& lost = replicas_[static_cast<size_t>(r)].lost;
+      lost.erase(std::remove(lost.begin(), lost.end(), t), lost.end());
+    }
     if (st)
       TESSERA_LOG_INFO(info_.name << " tile " << t << ": restarted in "
                                   << std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count()

@@ -163,6 +163,8 @@ void tile_group::on_message(const std::string& identity, envelope&& e) {
                                               std::to_string(cfg_.tiles));
       if (identity != route_of(m.tile_id, m.incarnation))
         return bad("register whose socket identity '" + identity + "' does not match tile " + std::to_string(m.tile_id));
+      uint32_t replaced = 0;
+      bool replaces = false;
       {
         std::lock_guard lk(mu_);
         auto& t = tiles_[m.tile_id];
@@ -172,6 +174,18 @@ void tile_group::on_message(const std::string& identity, envelope&& e) {
         if (t.local && m.incarnation != t.incarnation)
           return bad("register of tile " + std::to_string(m.tile_id) + " incarnation " + std::to_string(m.incarnation) +
                      ", but this host launched incarnation " + std::to_string(t.incarnation));
+        // A launcher may start a dead tile again before its silence is noticed: the old
+        // incarnation fails first, so its replica goes through recovery (shards, program).
+        replaces = t.registered && !t.failed;
+        replaced = t.incarnation;
+      }
+      if (replaces)
+        mark_failed(m.tile_id, "incarnation " + std::to_string(m.incarnation) + " registered in place of incarnation " +
+                                   std::to_string(replaced));
+      {
+        std::lock_guard lk(mu_);
+        auto& t = tiles_[m.tile_id];
+        if (m.incarnation != t.incarnation) t.injected = {};
         t.registered = true;
         t.failed = false;
         t.failure.clear();
@@ -180,7 +194,6 @@ void tile_group::on_message(const std::string& identity, envelope&& e) {
         t.exchange_endpoint = m.exchange_endpoint;
         t.memory_capacity = m.memory_capacity;
         t.memory_used = t.memory_high_water = 0;
-        if (m.incarnation != t.incarnation) t.injected = {};
         if (!t.local) t.pid = m.pid;
         t.last_heartbeat = steady::now();
         routes_[m.tile_id] = identity;

@@ -407,8 +407,10 @@ TEST(Recovery, GpuProcessKilledUnderHybridRoutingIsRestarted) {
 
 // Tiles started elsewhere (as ssh or Slurm would): the host cannot restart them. The other
 // replicas keep serving, /health says degraded naming the tile, and starting the tile again
-// with a higher --incarnation (docs/cluster.md) puts its replica back.
-TEST(Recovery, ExternalTileKilledLeavesOthersServingAndComesBackWhenRelaunched) {
+// with a higher --incarnation (docs/cluster.md) puts its replica back: after the host noticed
+// its silence, or at once (as the launchers do), before it did: the new incarnation's
+// registration then fails the old one, and the replica is restored (shards, program) either way.
+void external_tile_relaunch(bool after_silence) {
   const std::string host_exe = bin("tessera-host"), tile_exe = bin("tessera-tile");
   ASSERT_TRUE(std::filesystem::exists(host_exe) && std::filesystem::exists(tile_exe));
   // A free loopback port for the control socket (the tiles must know it before the host prints).
@@ -449,7 +451,7 @@ TEST(Recovery, ExternalTileKilledLeavesOthersServingAndComesBackWhenRelaunched) 
   waitpid(tiles[2].pid, nullptr, 0);
   // Silence is the only sign of a remote tile's death: wait past the heartbeat timeout.
   std::string health_body;
-  auto until = steady::now() + 5s;
+  auto until = steady::now() + (after_silence ? 5s : 0s);
   while (steady::now() < until) {
     http_connection c("127.0.0.1", port);
     auto r = c.request("GET", "/health");
@@ -460,14 +462,25 @@ TEST(Recovery, ExternalTileKilledLeavesOthersServingAndComesBackWhenRelaunched) 
     }
     std::this_thread::sleep_for(50ms);
   }
-  EXPECT_NE(health_body.find("tile 2"), std::string::npos) << health_body;
-  std::this_thread::sleep_for(500ms);  // serving degraded for a while
+  if (after_silence) {
+    EXPECT_NE(health_body.find("tile 2"), std::string::npos) << health_body;
+    std::this_thread::sleep_for(500ms);  // serving degraded for a while
+  }
   const int64_t dead = tiles[2].pid;
-  tiles[2] = tile(2, 1);                // the documented way back: a higher incarnation
+  tiles[2] = tile(2, 1);  // the documented way back: a higher incarnation
   const auto t0 = steady::now();
   const double back = time_until_up(port, t0, 10s, {dead});
   EXPECT_GT(back, 0) << "the relaunched tile's replica did not come back";
-  std::printf("external tile relaunched: back in rotation after %.3f s\n", back);
+  std::printf("external tile relaunched %s: back in rotation after %.3f s\n",
+              after_silence ? "after its silence was noticed" : "at once", back);
+  {
+    // Its replica went through recovery (shards and program restored), not straight back in.
+    json info = get_json(port, "/info");
+    int64_t recoveries = 0;
+    for (const auto& b : info["backends"])
+      for (const auto& r : b["replicas"]) recoveries += r["recoveries"].get<int64_t>();
+    EXPECT_EQ(recoveries, 1) << info.dump();
+  }
   {
     http_connection c("127.0.0.1", port);
     auto r = c.request("GET", "/health");
@@ -483,3 +496,7 @@ TEST(Recovery, ExternalTileKilledLeavesOthersServingAndComesBackWhenRelaunched) 
   stop(host);
   for (auto& t : tiles) stop(t);
 }
+
+TEST(Recovery, ExternalTileKilledLeavesOthersServingAndComesBackWhenRelaunched) { external_tile_relaunch(true); }
+
+TEST(Recovery, ExternalTileRelaunchedBeforeItsSilenceIsNoticedIsRestored) { external_tile_relaunch(false); }

@@ -69,6 +69,7 @@ class tile_backend final : public backend {
     state st = state::up;
     std::string why;
     std::vector<uint32_t> tiles;
+    std::vector<uint32_t> lost;  // tiles that failed since their shards were last restored
     int64_t recoveries = 0;
     double last_recovery_seconds = 0;
     std::chrono::steady_clock::time_point down_since;
