@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
     ("heartbeat-ms", po::value(&heartbeat_ms)->default_value(heartbeat_ms), "heartbeat interval")
     ("exchange-timeout-ms", po::value(&exchange_timeout_ms)->default_value(exchange_timeout_ms),
      "fail a run when a slice or barrier takes longer")
-    ("host-silence-ms", po::value(&silence_ms)->default_value(silence_ms), "exit after this long without the host (0 = never)")
+    ("host-silence-ms", po::value(&silence_ms)->default_value(silence_ms), "exit (status 1) after this long without a word from the host, which sends a keepalive every second (0 = never)")
     ("threads", po::value(&cfg.compute_threads)->default_value(1), "compute threads of this tile")
     ("faults", po::value(&cfg.faults), "fault plan to apply (JSON text or a file; see exchange/fault_plan.hpp)")
     ("die-with-parent", "exit when the parent process exits (local launches)");

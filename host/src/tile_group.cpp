@@ -231,9 +231,18 @@ void tile_group::on_message(const std::string& identity, envelope&& e) {
 
 void tile_group::on_tick(steady::time_point now) {
   std::vector<std::pair<uint32_t, std::string>> failures;
+  // Tiles started elsewhere may exit when the host falls silent (--host-silence-ms): an idle
+  // host tells them every second that it is alive.
+  const bool keepalive = now - last_keepalive_ >= 1s;
+  std::vector<std::pair<std::string, exchange::heartbeat>> alive;
   {
     std::lock_guard lk(mu_);
     if (shut_) return;
+    if (keepalive) {
+      last_keepalive_ = now;
+      for (const auto& t : tiles_)
+        if (!t.local && t.registered && !t.failed) alive.push_back({routes_[t.id], {t.id, t.incarnation}});
+    }
     for (auto& t : tiles_) {
       if (t.failed) continue;
       if (t.local && t.pid > 0 && launcher_) {
@@ -250,6 +259,7 @@ void tile_group::on_tick(steady::time_point now) {
                        " ms (limit " + std::to_string(cfg_.heartbeat_timeout.count()) + " ms)"});
     }
   }
+  for (auto& [route, h] : alive) (void)channel_->send_now(route, encode(h));
   for (auto& [tile, why] : failures) mark_failed(tile, why);
 }
 

@@ -23,3 +23,38 @@ ensure_keys() {
   [ -s "$1/tile.key" ] && return 0
   "$bin/tessera-tile" --make-keys "$1" >/dev/null
 }
+
+# ---- restarts of a serving job's tiles (ssh, slurm)
+# The host restarts only tiles it spawned; for a serving host (--serve among its arguments) the
+# launchers start a dead tile again on its machine, with the next --incarnation (the host takes a
+# higher incarnation back: shards, program, rotation), at most --max-tile-restarts times a tile,
+# each after --restart-delay-ms. Batch jobs (--check, --demo) stop on the first dead tile.
+max_restarts=5; restart_delay_ms=1000; restart_flags_given=""
+# Reads a restart option ($1 name, $2 value) into the variables above; false if $1 is not one.
+restart_option() {
+  case "$1" in
+    --max-tile-restarts) [[ "$2" =~ ^[0-9]+$ ]] || die "--max-tile-restarts takes a whole number >= 0, not '$2'"
+      max_restarts=$2;;
+    --restart-delay-ms) [[ "$2" =~ ^[0-9]+$ ]] || die "--restart-delay-ms takes a whole number >= 0, not '$2'"
+      restart_delay_ms=$2;;
+    *) return 1;;
+  esac
+  restart_flags_given="$restart_flags_given $1"
+}
+# True if the host arguments ask for a serving host.
+serving() { local a; for a in "$@"; do [ "$a" = --serve ] && return 0; done; return 1; }
+# Restarts apply to serving hosts only; asked for a batch job, they are an error, not ignored.
+check_restart_flags() {
+  serving "$@" && return 0
+  [ -z "$restart_flags_given" ] && { max_restarts=0; return 0; }
+  die "$restart_flags_given: tile restarts are for a serving host (--serve among the host arguments); a batch job stops on its first dead tile"
+}
+# A process's exit status in words.
+exit_words() {
+  if [ "$1" -gt 128 ] && [ "$1" -lt 160 ]; then echo "killed by signal $(( $1 - 128 )) ($(kill -l $(( $1 - 128 )) 2>/dev/null))"
+  else echo "exit $1"; fi
+}
+# Sleeps $1 milliseconds in the background, so that a trapped signal is handled at once.
+sleep_ms() { sleep "$(( $1 / 1000 )).$(printf %03d $(( $1 % 1000 )))" & wait $!; }
+# Milliseconds of a monotonic-enough clock (bash 5's EPOCHREALTIME).
+now_ms() { local t=${EPOCHREALTIME/[.,]/}; echo $(( t / 1000 )); }

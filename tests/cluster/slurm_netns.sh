@@ -2,11 +2,14 @@
 # A local Slurm cluster started by the test itself (munged, slurmctld here, one slurmd in each of
 # 3 network namespaces). BERT-tiny with plan 1,2,3 (pipeline x tensor-parallel, so tensors cross
 # namespaces) runs as Slurm tasks, by sbatch and by salloc + the srun launcher, with CurveZMQ;
-# --check compares the logits with the single-process reference (exit 1 when they differ).
+# --check compares the logits with the single-process reference (exit 1 when they differ). Then a
+# serving host under load loses a tile (SIGKILL at a random moment): its task starts it again
+# and the host takes it back with no failed request; killed past --max-tile-restarts, the job
+# stops, naming the tile.
 source "$(dirname "$0")/common.sh"
 require_root_and_netns
 timeout 600 "$src/scripts/cluster/setup-deps" || fail "setup-deps failed"
-need_bins tessera-host tessera-tile
+need_bins tessera-host tessera-tile tessera-loadgen
 trap cluster_down EXIT
 cluster_down
 timeout 60 "$src/scripts/cluster/netns" up 3
@@ -44,4 +47,36 @@ set -e
 grep -v streaming missing.txt | tail -5
 [ $rc != 0 ] && [ $rc != 124 ] || fail "a job missing a tile did not fail promptly (rc $rc)"
 grep -q "2" missing.txt && grep -qi "missing\|did not register\|not register" missing.txt || fail "the missing tile is not named"
-echo "slurm_netns: 3 passed, 0 failed"
+say "4. salloc, a serving host on 4 tiles over 2 nodes (plan 2,2,1): a tile killed under load is started again by its task"
+seed=${TS_SEED:-$RANDOM}; RANDOM=$seed; say "   seed $seed (TS_SEED=$seed replays the kill moment)"
+http=18182
+set +e
+timeout -k 5 400 salloc -N 2 -n 4 "$src/scripts/launch/slurm" --timeout 300 --max-tile-restarts 1 --restart-delay-ms 0 \
+  --log-dir "$out/serve" -- --model bert-tiny --plan 2,2,1 --serve --port $http > serve.txt 2>&1 &
+job=$!
+set -e
+for _ in $(seq 300); do [ "$(replicas_state $http 1 0)" = up ] && break; kill -0 $job || break; sleep 0.3; done
+[ "$(replicas_state $http 1 0)" = up ] || { tail serve.txt; fail "the serving job did not come up"; }
+ns=$(ns_of_tile 1); [ -n "$ns" ] || fail "tile 1 runs in no test namespace"
+kill_under_load $http "$ns" 1 1 10
+grep "launch: tile 1" "$out/serve/tile-1.log"
+grep -q "launch: tile 1 on $TS_PREFIX$ns died (killed by signal 9 (KILL)); starting it again as incarnation 1" "$out/serve/tile-1.log" ||
+  fail "the task did not log the restart of tile 1"
+# Started again at once, before the host's 3 s heartbeat limit: the new incarnation's
+# registration is what fails the old one (or its silence, on a slow machine).
+grep -E "tile 1 failed: (incarnation 1 registered in place of incarnation 0|no heartbeat)" "$out/serve/host.log" ||
+  fail "the host never took tile 1's old incarnation out"
+
+say "5. tile 1 killed again, past --max-tile-restarts 1: the step ends and the job stops, naming the tile"
+kill_tile_in_ns "$ns" 1 || fail "no tile 1 running in namespace $ns"
+rc=0; wait $job || rc=$?
+grep -v streaming serve.txt | tail -4
+grep -q "launch: tile 1 on $TS_PREFIX$ns failed (killed by signal 9 (KILL)) after 1 restart; stopping the job" serve.txt ||
+  fail "the launcher does not name tile 1 and its restarts"
+[ $rc != 0 ] && [ $rc != 124 ] || fail "the job did not fail promptly after losing tile 1 for good (rc $rc)"
+sleep 1
+for i in 1 2 3; do
+  left=$(tiles_in_ns "$i")
+  [ "${left:-0}" = 0 ] || fail "tiles left running in namespace $i after the failure"
+done
+echo "slurm_netns: 5 passed, 0 failed"

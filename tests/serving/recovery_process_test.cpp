@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -81,6 +82,23 @@ void stop(process& p) {
   }
   if (p.out_fd >= 0) close(p.out_fd);
   p = {};
+}
+
+// Runs its function when the test ends, however it ends (a failed ASSERT returns early).
+struct reaper {
+  std::function<void()> fn;
+  ~reaper() { fn(); }
+};
+
+// A free loopback TCP port (for a control socket the tiles must know before the host starts), or 0.
+int free_loopback_port() {
+  process p = spawn({"/usr/bin/python3", "-c",
+                     "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"});
+  char buf[16] = {};
+  const auto n = read(p.out_fd, buf, sizeof buf - 1);
+  waitpid(p.pid, nullptr, 0);
+  close(p.out_fd);
+  return n > 0 ? std::atoi(buf) : 0;
 }
 
 // Reads stdout lines until "listening on http://ADDR:PORT"; 0 if the process ends first.
@@ -413,21 +431,13 @@ TEST(Recovery, GpuProcessKilledUnderHybridRoutingIsRestarted) {
 void external_tile_relaunch(bool after_silence) {
   const std::string host_exe = bin("tessera-host"), tile_exe = bin("tessera-tile");
   ASSERT_TRUE(std::filesystem::exists(host_exe) && std::filesystem::exists(tile_exe));
-  // A free loopback port for the control socket (the tiles must know it before the host prints).
-  int port_probe = 0;
-  {
-    process p = spawn({"/usr/bin/python3", "-c",
-                       "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"});
-    char buf[16] = {};
-    auto n = read(p.out_fd, buf, sizeof buf - 1);
-    ASSERT_GT(n, 0);
-    port_probe = std::atoi(buf);
-    waitpid(p.pid, nullptr, 0);
-    close(p.out_fd);
-  }
-  const std::string control = "tcp://127.0.0.1:" + std::to_string(port_probe);
+  const int control_port = free_loopback_port();
+  ASSERT_GT(control_port, 0);
+  const std::string control = "tcp://127.0.0.1:" + std::to_string(control_port);
+  // The default heartbeat limit (3 s): on a busy 2-core machine (load 20) a deploy held a tile's
+  // heartbeats up past 1 s and past 2 s.
   process host = spawn({host_exe, "--model", "bert-mini", "--tiles", "4", "--external", "--control", control,
-                        "--serve", "--port", "0", "--heartbeat-timeout-ms", "1000"});
+                        "--serve", "--port", "0"});
   auto tile = [&](int id, int incarnation) {
     return spawn({tile_exe, "--host", control, "--tile-id", std::to_string(id), "--incarnation",
                   std::to_string(incarnation), "--memory", "268435456", "--exchange-bind", "tcp://127.0.0.1:0"},
@@ -435,6 +445,10 @@ void external_tile_relaunch(bool after_silence) {
   };
   process_guard host_guard{host};
   std::vector<process> tiles;
+  reaper reap{[&] {
+    stop(host);
+    for (auto& t : tiles) stop(t);
+  }};
   for (int i = 0; i < 4; ++i) tiles.push_back(tile(i, 0));
   struct tiles_guard {
     std::vector<process>& t;
@@ -451,7 +465,7 @@ void external_tile_relaunch(bool after_silence) {
   waitpid(tiles[2].pid, nullptr, 0);
   // Silence is the only sign of a remote tile's death: wait past the heartbeat timeout.
   std::string health_body;
-  auto until = steady::now() + (after_silence ? 5s : 0s);
+  auto until = steady::now() + (after_silence ? 8s : 0s);
   while (steady::now() < until) {
     http_connection c("127.0.0.1", port);
     auto r = c.request("GET", "/health");
@@ -500,3 +514,48 @@ void external_tile_relaunch(bool after_silence) {
 TEST(Recovery, ExternalTileKilledLeavesOthersServingAndComesBackWhenRelaunched) { external_tile_relaunch(true); }
 
 TEST(Recovery, ExternalTileRelaunchedBeforeItsSilenceIsNoticedIsRestored) { external_tile_relaunch(false); }
+
+// Launchers start tiles with --host-silence-ms (they exit, status 1, when the host is gone); the
+// host sends them a keepalive every second, so an idle serving host keeps them (they used to
+// leave after the limit, taking every replica down).
+TEST(Recovery, ExternalTilesStayWhileTheirHostIdles) {
+  const std::string host_exe = bin("tessera-host"), tile_exe = bin("tessera-tile");
+  const int control_port = free_loopback_port();
+  ASSERT_GT(control_port, 0);
+  const std::string control = "tcp://127.0.0.1:" + std::to_string(control_port);
+  process host = spawn({host_exe, "--model", "bert-tiny", "--tiles", "2", "--external", "--control", control,
+                        "--serve", "--port", "0"});
+  std::vector<process> tiles;
+  reaper reap{[&] {
+    stop(host);
+    for (auto& t : tiles) stop(t);
+  }};
+  for (int i = 0; i < 2; ++i)
+    tiles.push_back(spawn({tile_exe, "--host", control, "--tile-id", std::to_string(i), "--memory", "268435456",
+                           "--exchange-bind", "tcp://127.0.0.1:0", "--host-silence-ms", "2000"},
+                          false));
+  const uint16_t port = await_port(host.out_fd);
+  ASSERT_NE(port, 0) << "tessera-host did not start";
+  ASSERT_TRUE(all_up(port));
+  std::this_thread::sleep_for(5s);  // idle: no request reaches the tiles
+  for (auto& t : tiles) EXPECT_EQ(waitpid(t.pid, nullptr, WNOHANG), 0) << "a tile left an idle host";
+  std::string why;
+  EXPECT_TRUE(all_up(port, &why)) << why;
+  http_connection c("127.0.0.1", port);
+  EXPECT_EQ(c.request("POST", "/predict", json{{"inputs", "still here"}}.dump()).status, 200u);
+  // The host vanishes (no shutdown message): the tiles give up after the limit, with status 1,
+  // which a launcher tells from a clean shutdown (status 0).
+  kill(host.pid, SIGKILL);
+  waitpid(host.pid, nullptr, 0);
+  close(host.out_fd);
+  host = {};
+  for (auto& t : tiles) {
+    int ws = 0;
+    auto until = steady::now() + 10s;
+    while (waitpid(t.pid, &ws, WNOHANG) == 0 && steady::now() < until) std::this_thread::sleep_for(20ms);
+    EXPECT_TRUE(WIFEXITED(ws)) << "tile still running 10 s after its host left";
+    if (WIFEXITED(ws)) EXPECT_EQ(WEXITSTATUS(ws), 1);
+    close(t.out_fd);
+    t = {};
+  }
+}

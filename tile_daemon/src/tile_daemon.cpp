@@ -282,6 +282,7 @@ struct tile_daemon::impl {
       case msg_type::run_program: on_run(e); break;
       case msg_type::fetch_tensor: on_fetch(e); break;
       case msg_type::abort_run: break;  // nothing is running: stale
+      case msg_type::heartbeat: break;  // the host's keepalive: heard, nothing to do
       case msg_type::shutdown: return false;
       default: reject(status::bad_message("unexpected " + std::string(msg_type_name(*t)) + " on the control socket"));
     }
@@ -329,7 +330,7 @@ struct tile_daemon::impl {
     TESSERA_LOG_DEBUG("registered at " << cfg.host_endpoint << ", exchange " << reg.exchange_endpoint << ", memory "
                                       << format_bytes(cfg.memory_capacity));
     std::thread hb([this] { heartbeat_loop(); });
-    bool keep = true;
+    bool keep = true, abandoned = false;
     while (keep && !g_stop) {
       while (keep && !deferred.empty()) {
         envelope e = std::move(deferred.front());
@@ -361,12 +362,13 @@ struct tile_daemon::impl {
           std::chrono::steady_clock::now() - last_host_contact > cfg.host_silence_limit) {
         TESSERA_LOG_ERROR("heard nothing from the host for " << cfg.host_silence_limit.count() << " ms; exiting");
         keep = false;
+        abandoned = true;
       }
     }
     heartbeat_stop = true;
     hb.join();
     TESSERA_LOG_DEBUG("shutting down (" << (g_stop ? "signal" : "host request") << ")");
-    return 0;
+    return abandoned ? 1 : 0;  // a launcher tells a lost host from a clean shutdown
   }
 };
 

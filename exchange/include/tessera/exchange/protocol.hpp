@@ -42,7 +42,7 @@ enum class msg_type : uint8_t {
   exchange_data = 7,    ///< tile -> tile: one slice of one superstep (payload frame = the slice)
   sync_token = 8,       ///< tile -> tile: one round of the superstep barrier
   run_done = 9,         ///< tile -> host: result of a run, counters (payload frames = outputs)
-  heartbeat = 10,       ///< tile -> host: alive, with memory figures
+  heartbeat = 10,       ///< tile -> host: alive, with memory figures; host -> tile: alive (keepalive)
   shutdown = 11,        ///< host -> tile: exit cleanly
   ack = 12,             ///< tile -> host: status of a control request
   abort_run = 13,       ///< host -> tile: stop the current run (a peer failed)

@@ -217,6 +217,7 @@ class tile_group {
   std::atomic<uint64_t> next_id_{1};  // request ids and batch ids share one space
   std::atomic<uint64_t> bad_messages_{0};
   std::atomic<uint64_t> restarts_{0};
+  std::chrono::steady_clock::time_point last_keepalive_{};  // I/O thread only
   bool shut_ = false;
 };
 
