@@ -109,5 +109,9 @@ r = json.load(open(sys.argv[1]))
 print(f"   load: {r['sent']} requests, {r['ok']} ok, {r['errors']} errors {r.get('errors_by_kind', {})}, {r['throughput_rps']:.1f} req/s")
 sys.exit(0 if r["errors"] == 0 and r["ok"] == r["sent"] and r["sent"] > 0 else 1)
 PY
-  say "   tile $tile killed: back in rotation as incarnation $want after $kill_back_s s ($kill_degraded /health answers degraded)"
+  local host_s
+  host_s=$(curl -s -m 5 "http://127.0.0.1:$port/info" | python3 -c 'import json, sys
+t = int(sys.argv[1])
+print(["%.2f" % r["last_recovery_seconds"] for b in json.load(sys.stdin)["backends"] for r in b["replicas"] if t in r["tiles"]][0])' "$tile" 2>/dev/null) || host_s="?"
+  say "   tile $tile killed: back in rotation as incarnation $want after $kill_back_s s as this test saw it (polling), the replica down for $host_s s as the host counts it; $kill_degraded /health answers degraded"
 }
