@@ -68,8 +68,19 @@ kill_under_load $http 1 0 1 10
 kill_under_load $http 3 3 1 10
 [ "$kill_degraded" -gt 0 ] || fail "/health never said degraded while tile 3 was down"
 kill_under_load $http 1 0 2 10
+say "   tile 2's ssh session lost (its ssh client killed here): started again, one tile 2 process left there"
+sshpid=$(pgrep -f "^ssh .* $TS_NET.1 .*--tile-id 2 " | head -1)
+[ -n "$sshpid" ] || fail "no ssh session of tile 2 found"
+kill -9 "$sshpid"
+for _ in $(seq 300); do [ "$(replicas_state $http 2 1)" = up ] && break; sleep 0.3; done
+[ "$(replicas_state $http 2 1)" = up ] || fail "tile 2 did not come back after its ssh session was lost"
+n=0
+for pid in $(ip netns pids "${TS_PREFIX}1"); do
+  tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q "tessera-tile .*--tile-id 2 " && n=$((n + 1))
+done
+[ $n = 1 ] || fail "$n tile 2 processes on machine 1 after the restart (want 1)"
 grep "launch: .*tile" "$out/run4.txt" | grep -v "tile logs"
-[ "$(grep -c 'launch: starting tile [0-9]* again' "$out/run4.txt")" = 3 ] || fail "the launcher did not log 3 restarts"
+[ "$(grep -c 'launch: starting tile [0-9]* again' "$out/run4.txt")" = 4 ] || fail "the launcher did not log 4 restarts"
 grep -q "launch: starting tile 0 again on $TS_NET.1 as incarnation 2 (restart 2 of 2)" "$out/run4.txt" ||
   fail "the second restart of tile 0 is not logged as such"
 
