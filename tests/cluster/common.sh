@@ -115,3 +115,20 @@ t = int(sys.argv[1])
 print(["%.2f" % r["last_recovery_seconds"] for b in json.load(sys.stdin)["backends"] for r in b["replicas"] if t in r["tiles"]][0])' "$tile" 2>/dev/null) || host_s="?"
   say "   tile $tile killed: back in rotation as incarnation $want after $kill_back_s s as this test saw it (polling), the replica down for $host_s s as the host counts it; $kill_degraded /health answers degraded"
 }
+
+# Kills tile $3 in test machine $2 once more, past the launcher's --max-tile-restarts: the job
+# (pid $1, output in $4) must stop promptly, print the line matching $5, and leave no tile
+# running in any test machine.
+kill_past_restart_limit() {
+  local job=$1 ns=$2 tile=$3 log=$4 want=$5 rc=0 i left
+  kill_tile_in_ns "$ns" "$tile" || fail "no tile $tile running in namespace $ns"
+  wait "$job" || rc=$?
+  grep -v streaming "$log" | tail -4
+  grep -q "$want" "$log" || fail "the launcher does not name tile $tile and its restarts ('$want')"
+  [ $rc != 0 ] && [ $rc != 124 ] || fail "the job did not fail promptly after losing tile $tile for good (rc $rc)"
+  sleep 1
+  for i in 1 2 3; do
+    left=$(tiles_in_ns "$i")
+    [ "${left:-0}" = 0 ] || fail "tiles left running in namespace $i after the failure"
+  done
+}

@@ -85,17 +85,7 @@ grep -q "launch: starting tile 0 again on $TS_NET.1 as incarnation 2 (restart 2 
   fail "the second restart of tile 0 is not logged as such"
 
 say "5. tile 0 killed a third time, past --max-tile-restarts 2: the job stops, naming it, every tile stopped"
-kill_tile_in_ns 1 0 || fail "no tile 0 running in namespace 1"
-rc=0; wait $job || rc=$?
-grep -v streaming "$out/run4.txt" | tail -4
-grep -q "launch: tile 0 on $TS_NET.1 failed (.*) after 2 restarts; stopping the job" "$out/run4.txt" ||
-  fail "the failure does not name tile 0 and its restarts"
-[ $rc != 0 ] && [ $rc != 124 ] || fail "the job did not fail promptly after losing tile 0 for good (rc $rc)"
-sleep 1
-for i in 1 2 3; do
-  left=$(tiles_in_ns "$i")
-  [ "${left:-0}" = 0 ] || fail "tiles left running in namespace $i after the failure"
-done
+kill_past_restart_limit $job 1 0 "$out/run4.txt" "launch: tile 0 on $TS_NET.1 failed (.*) after 2 restarts; stopping the job"
 
 say "6. restart flags on a batch job are refused, not ignored"
 set +e
