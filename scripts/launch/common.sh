@@ -5,14 +5,18 @@ bin=${TESSERA_BIN_DIR:-$root/build/bin}
 log() { echo "launch: $*" >&2; }
 die() { echo "launch: $*" >&2; exit 2; }
 
-# A free TCP port on this machine (best effort: nothing holds it between here and the bind).
+# A free TCP port on this machine, below the kernel's ephemeral range (outgoing connections take
+# their local ports from that range, and one of them on the port makes the host's bind fail), and
+# used by no socket now. Best effort: nothing holds it between here and the host's bind.
 free_port() {
-  local p
+  local p low=32768
+  read -r low _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  [ "$low" -gt 11000 ] || die "the ephemeral port range starts at $low: pass --port"
   for _ in $(seq 50); do
-    p=$(( 20000 + RANDOM % 20000 ))
-    ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return 0; }
+    p=$(( 10000 + RANDOM % (low - 10000) ))
+    ss -Htan "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return 0; }
   done
-  die "no free port found"
+  die "no free port found below $low: pass --port"
 }
 
 # The address of this machine that reaches $1 (route source address).
