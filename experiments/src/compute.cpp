@@ -1,6 +1,11 @@
 // Real backends for computed runs. See compute.hpp.
 #include "tessera/experiment/compute.hpp"
 
+#include <cstdlib>
+#include <filesystem>
+
+#include "tessera/host/launcher.hpp"
+
 #include "tessera/host/tile_backend.hpp"
 #include "tessera/host/tile_group.hpp"
 #include "tessera/host/tile_model.hpp"
@@ -12,14 +17,51 @@ namespace tessera::experiment {
 result<std::unique_ptr<compute_pool>> compute_pool::start(const compute_options& o, const log_fn& log) {
   std::unique_ptr<compute_pool> p(new compute_pool());
   p->o_ = o;
+  // The caller's thread runs the reference checks (one sequence at a time): one OpenMP thread, so
+  // no second team spins on the cores the tessera-gpu / tessera-tile processes compute on.
+  models::set_num_threads(1);
   auto loaded = models::load_model(o.model, o.seed);
   if (!loaded) return loaded.error();
   p->model_ = std::make_shared<const models::bert_model>(std::move(*loaded));
-  p->gpu_ = serving::make_reference_backend(
-      p->model_, {.name = "gpu0", .kind = "gpu", .threads = 1, .omp_threads = o.omp_threads});
+  // The GPU baseline process loads its model while the tile group starts; it must answer a ping
+  // before the pool is returned.
+  host::remote_backend_config rc;
+  rc.info = {.name = "gpu0", .kind = "gpu", .max_sequence_length = p->model_->config.max_position_embeddings,
+             .num_labels = p->model_->config.num_labels};
+  rc.spawn_binary = o.gpu_binary.empty() ? host::default_bin_dir() + "/tessera-gpu" : o.gpu_binary;
+  rc.spawn_args = {"--model", o.model, "--seed", std::to_string(o.seed), "--name", "gpu0", "--threads", "1",
+                   "--omp-threads", std::to_string(o.omp_threads)};
+  rc.restart = false;  // a process that dies fails the run; it is not silently replaced
+  rc.batch_timeout = std::chrono::minutes(10);  // bert-base batches of 32x512 on a loaded machine
+  // The process computes one batch at a time while this one waits; OpenMP threads that spin
+  // between batches (the default active policy) take the cores from it on a shared machine
+  // (measured: 5x slower per batch). The user's own OMP_WAIT_POLICY is kept.
+  ::setenv("OMP_WAIT_POLICY", "passive", 0);
+  auto ep = host::make_local_ipc_endpoint("gpu0");
+  if (!ep) return ep.error().with_context("the tessera-gpu process's endpoint");
+  rc.endpoint = *ep;
+  auto gpu = host::remote_backend::start(rc);
+  if (!gpu) {
+    std::error_code ec;
+    std::filesystem::remove_all(std::filesystem::path(ep->substr(6)).parent_path(), ec);
+    return gpu.error().with_context("starting the tessera-gpu process that computes the GPU rows");
+  }
+  p->gpu_ = std::move(*gpu);
+  auto gpu_ready = [&]() -> status {
+    if (p->gpu_->wait_ready(o.gpu_ready_timeout)) {
+      if (log) log("gpu0: tessera-gpu process " + std::to_string(p->gpu_->child_pid()) + " at " + rc.endpoint);
+      return status::ok();
+    }
+    auto reps = p->gpu_->replicas();
+    return status::peer_failed("the tessera-gpu process (" + rc.spawn_binary + ", --model " + o.model + ") at " +
+                               rc.endpoint + " did not answer within " +
+                               std::to_string(o.gpu_ready_timeout.count()) + " ms" +
+                               (reps.empty() || reps[0].detail.empty() ? "" : ": " + reps[0].detail));
+  };
   if (!o.tile_processes) {
     p->tiles_ = serving::make_reference_backend(
         p->model_, {.name = "tiles0", .kind = "tiles", .threads = 1, .omp_threads = o.omp_threads});
+    if (auto st = gpu_ready(); !st) return st;
     return p;
   }
   host::placement_request req;
@@ -39,10 +81,12 @@ result<std::unique_ptr<compute_pool>> compute_pool::start(const compute_options&
   auto deployed = host::tile_model::deploy(*p->group_, std::move(*compiled), *p->model_);
   if (!deployed) return deployed.error().with_context("deploying " + o.model + " on the tile group");
   p->tiles_ = std::make_shared<host::tile_backend>(std::move(*deployed), "tiles0");
+  if (auto st = gpu_ready(); !st) return st;
   return p;
 }
 
 compute_pool::~compute_pool() {
+  if (gpu_) gpu_->stop();  // SIGTERM, then SIGKILL after 2 s; removes the ipc directory
   if (auto* tb = dynamic_cast<host::tile_backend*>(tiles_.get())) tb->stop();
   tiles_.reset();
   group_.reset();
@@ -55,7 +99,7 @@ compute_provider compute_pool::provider() {
 }
 
 std::string compute_pool::note() const {
-  std::string s = o_.model + " computed by the reference engine (GPU rows) and ";
+  std::string s = o_.model + " computed by a tessera-gpu process (GPU rows) and ";
   if (o_.tile_processes)
     s += std::to_string(o_.tiles) + " tessera-tile processes (tile rows)";
   else

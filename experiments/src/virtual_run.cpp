@@ -211,6 +211,9 @@ result<run_result> run_virtual(const trace& t, const virtual_run_config& cfg) {
           err = std::max(err, static_cast<double>(std::abs(want[k] - o.logits[k])));
         max_err = std::max(max_err, err);
         ++checked;
+        auto& bc = out.summary.checks[r.backend];
+        bc.max_abs_logit_error = std::max(bc.max_abs_logit_error, err);
+        ++bc.checked;
       }
     };
     if (auto st = router.submit(req); !st) {

@@ -11,8 +11,10 @@
 //   hybrid         long (> threshold) to the chip packed, short to the A100 dynamic padded
 // For each: modelled req/s at saturation (every request queued at 0, timing-only), modelled
 // latency percentiles under Poisson arrivals at a stated load, and a smaller sample computed
-// for real (wall-clock req/s, logits checked against the reference forward, and its modelled
-// results compared with a timing-only replay of the same trace).
+// for real (wall-clock req/s, logits checked against the in-process fp32 reference forward, one
+// sequence at a time, per device: the row's `check` says what computed each device's answers, e.g.
+// a tessera-gpu process, and the max difference; its modelled results are compared with a
+// timing-only replay of the same trace).
 //
 //   experiment_options o;                      // defaults: a few minutes on 2 cores
 //   auto rows = run_seed_experiment(o, make_compute_provider(...), log);
@@ -101,8 +103,18 @@ struct experiment_row {
   double wall_rps = 0;           ///< real computation, wall clock
   double max_logit_error = 0;
   bool modelled_match = true;    ///< computed run's modelled results == timing-only replay
-  std::string compute_note;      ///< what computed it
+  std::string compute_note;      ///< what computed it (backend kinds, "gpu", "tiles + gpu")
+  /// What each check compared, per device: "gpu0: tessera-gpu process (pid 123) vs in-process fp32
+  /// reference_forward, 48 answers, max abs diff 1.2e-07, tolerance 1e-04" ("; " between devices).
+  std::string check;
 };
+
+/// Max |logit difference| a computed answer may have from the reference forward.
+inline constexpr double logit_tolerance = 1e-4;
+
+/// What computes a device's batches, for the reader: "tessera-gpu process (pid 123)",
+/// "2 tessera-tile processes (pids 1, 2)", or "in-process gpu reference engine".
+std::string describe_compute(const host::backend& b);
 
 /// Saturation req/s per kW of TDP, per $1,000 of list price, and $ per million requests at saturation
 /// (amortised price + energy); 0 when the figure needed is unknown.

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,6 +100,12 @@ struct run_summary {
   double wall_rps = 0;          ///< completed / wall_s (real computation)
   int64_t checked = 0;          ///< answers compared with the reference forward
   double max_abs_logit_error = 0;
+  /// Per backend name: answers it computed that were checked, and their max |logit error|.
+  struct backend_check {
+    int64_t checked = 0;
+    double max_abs_logit_error = 0;
+  };
+  std::map<std::string, backend_check> checks;
 };
 
 struct run_result {
