@@ -1,6 +1,7 @@
 #include "tessera/common/units.hpp"
 
 #include <cctype>
+#include <cstdio>
 #include <string>
 
 namespace tessera {
@@ -27,6 +28,15 @@ result<uint64_t> parse_bytes(std::string_view text) {
   else return bad();
   if (v > UINT64_MAX / mult) return bad();
   return v * mult;
+}
+
+std::string format_bytes(uint64_t b) {
+  char buf[64];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  return buf;
 }
 
 }  // namespace tessera

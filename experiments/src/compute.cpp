@@ -4,13 +4,13 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "tessera/backends/reference_backend.hpp"
 #include "tessera/host/launcher.hpp"
 
 #include "tessera/host/tile_backend.hpp"
 #include "tessera/host/tile_group.hpp"
 #include "tessera/host/tile_model.hpp"
 #include "tessera/models/kernels.hpp"
-#include "tessera/serving/reference_backend.hpp"
 
 namespace tessera::experiment {
 
@@ -59,7 +59,7 @@ result<std::unique_ptr<compute_pool>> compute_pool::start(const compute_options&
                                (reps.empty() || reps[0].detail.empty() ? "" : ": " + reps[0].detail));
   };
   if (!o.tile_processes) {
-    p->tiles_ = serving::make_reference_backend(
+    p->tiles_ = backends::make_reference_backend(
         p->model_, {.name = "tiles0", .kind = "tiles", .threads = 1, .omp_threads = o.omp_threads});
     if (auto st = gpu_ready(); !st) return st;
     return p;
@@ -93,7 +93,7 @@ compute_pool::~compute_pool() {
 }
 
 compute_provider compute_pool::provider() {
-  return [this](const configuration&, const virtual_backend_spec& spec) -> std::shared_ptr<host::backend> {
+  return [this](const configuration&, const virtual_backend_spec& spec) -> std::shared_ptr<backends::backend> {
     return spec.kind == "tiles" ? tiles_ : gpu_;
   };
 }

@@ -27,10 +27,10 @@ result<std::shared_ptr<device_model>> device_model::load(const std::string& pres
   return m;
 }
 
-result<double> device_model::batch_seconds(const std::vector<int32_t>& lens, host::batch_layout layout,
+result<double> device_model::batch_seconds(const std::vector<int32_t>& lens, backends::batch_layout layout,
                                            int32_t padded_length) {
   if (lens.empty()) return status::invalid("an empty batch has no modelled time");
-  const bool padded = layout == host::batch_layout::padded;
+  const bool padded = layout == backends::batch_layout::padded;
   std::vector<int64_t> key(lens.begin(), lens.end());
   std::sort(key.begin(), key.end());
   key.push_back(padded ? -static_cast<int64_t>(std::max(padded_length, 1)) : 0);

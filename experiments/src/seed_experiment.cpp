@@ -261,7 +261,7 @@ double usd_per_million(const experiment_row& r, const experiment_options& o) {
   return usd_per_s / r.saturation_rps * 1e6;
 }
 
-std::string describe_compute(const host::backend& b) {
+std::string describe_compute(const backends::backend& b) {
   if (auto* r = dynamic_cast<const host::remote_backend*>(&b)) {
     if (r->child_pid() > 0) return "tessera-gpu process (pid " + std::to_string(r->child_pid()) + ")";
     return "remote " + b.info().kind + " process";

@@ -23,7 +23,7 @@ using ns = std::chrono::nanoseconds;
 int64_t to_ns(double seconds) { return std::llround(seconds * 1e9); }
 
 // One emulated device: serves its batches one after another, each for its modelled time.
-class virtual_backend final : public host::backend {
+class virtual_backend final : public backends::backend {
  public:
   virtual_backend(const virtual_backend_spec& spec, std::string kind, service_time_fn service,
                   const serving::manual_clock& clk, time_point t0, std::vector<batch_record>* batches)
@@ -34,11 +34,11 @@ class virtual_backend final : public host::backend {
     info_.num_labels = spec.compute ? spec.compute->info().num_labels : 2;
   }
 
-  host::backend_info info() const override { return info_; }
+  backends::backend_info info() const override { return info_; }
   bool healthy() const override { return true; }
   int64_t outstanding_tokens() const override { return outstanding_; }
 
-  void submit(host::batch_request req, std::function<void(host::batch_result)> done) override {
+  void submit(backends::batch_request req, std::function<void(backends::batch_result)> done) override {
     const time_point now = clk_.now();
     std::vector<int32_t> lens;
     int64_t real_tokens = 0, real_seqs = 0;
@@ -50,9 +50,9 @@ class virtual_backend final : public host::backend {
         ++real_seqs;
       }
     }
-    const bool padded = req.layout == host::batch_layout::padded;
+    const bool padded = req.layout == backends::batch_layout::padded;
     const int32_t rows = static_cast<int32_t>(lens.size());
-    host::batch_result r;
+    backends::batch_result r;
     r.batch_id = req.batch_id;
     r.num_labels = info_.num_labels;
     auto svc = service_(lens, req.layout, req.padded_length);
@@ -76,10 +76,10 @@ class virtual_backend final : public host::backend {
     rec.computed_tokens = padded ? static_cast<int64_t>(rows) * std::max<int32_t>(req.padded_length, 1) : real_tokens;
     if (spec_.compute) {
       // Computed for real; modelled time does not move while we wait.
-      std::promise<host::batch_result> p;
+      std::promise<backends::batch_result> p;
       auto f = p.get_future();
       auto w0 = std::chrono::steady_clock::now();
-      spec_.compute->submit(std::move(req), [&p](host::batch_result br) { p.set_value(std::move(br)); });
+      spec_.compute->submit(std::move(req), [&p](backends::batch_result br) { p.set_value(std::move(br)); });
       r = f.get();
       rec.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
       r.timing.wall_seconds = rec.wall_s;
@@ -112,8 +112,8 @@ class virtual_backend final : public host::backend {
  private:
   struct pending {
     time_point at;
-    std::function<void(host::batch_result)> done;
-    host::batch_result result;
+    std::function<void(backends::batch_result)> done;
+    backends::batch_result result;
     int64_t tokens = 0;
   };
   virtual_backend_spec spec_;
@@ -121,7 +121,7 @@ class virtual_backend final : public host::backend {
   const serving::manual_clock& clk_;
   time_point t0_;
   std::vector<batch_record>* batches_;
-  host::backend_info info_;
+  backends::backend_info info_;
   int64_t busy_until_ = std::numeric_limits<int64_t>::min();
   int64_t busy_ns_ = 0;
   int64_t outstanding_ = 0;
@@ -163,7 +163,7 @@ result<run_result> run_virtual(const trace& t, const virtual_run_config& cfg) {
       if (!dm) return dm.error().with_context("backend " + spec.name);
       std::shared_ptr<device_model> d = *dm;
       if (kind.empty()) kind = d->kind();
-      svc = [d](const std::vector<int32_t>& l, host::batch_layout lay, int32_t pad) {
+      svc = [d](const std::vector<int32_t>& l, backends::batch_layout lay, int32_t pad) {
         return d->batch_seconds(l, lay, pad);
       };
     }

@@ -10,12 +10,12 @@
 #include <mutex>
 #include <thread>
 
+#include "tessera/backends/reference_backend.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/exchange/channel.hpp"
 #include "tessera/exchange/codec.hpp"
 #include "tessera/exchange/security.hpp"
 #include "tessera/exchange/zmq_transport.hpp"
-#include "tessera/serving/reference_backend.hpp"
 #include "tessera/timing/bert_model.hpp"
 
 namespace tessera::gpu {
@@ -44,10 +44,10 @@ double modelled_gpu_seconds(const timing::gpu_preset& preset, const models::bert
 
 namespace {
 
-host::batch_request to_request(const ex::infer_batch& m, const ex::envelope& e) {
-  host::batch_request req;
+backends::batch_request to_request(const ex::infer_batch& m, const ex::envelope& e) {
+  backends::batch_request req;
   req.batch_id = m.batch_id;
-  req.layout = m.layout == 1 ? host::batch_layout::padded : host::batch_layout::packed;
+  req.layout = m.layout == 1 ? backends::batch_layout::padded : backends::batch_layout::packed;
   req.padded_length = m.padded_length;
   const auto* ids = e.payloads[0].data<char>();
   const auto* types = e.payloads[1].data<char>();
@@ -73,7 +73,7 @@ struct gpu_server::impl {
   timing::gpu_preset preset;
   zmq::context_t ctx{1};
   std::unique_ptr<ex::channel> ch;  // the ROUTER, owned by the channel's I/O thread
-  std::shared_ptr<serving::thread_pool_backend> pool;
+  std::shared_ptr<backends::thread_pool_backend> pool;
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> bad{0};
   std::atomic<uint64_t> answered{0};
@@ -147,11 +147,11 @@ struct gpu_server::impl {
       reply_error(peer, m.batch_id, status{errc::overloaded, "tessera-gpu queue is full"});
       return;
     }
-    host::batch_request req = to_request(m, env);
+    backends::batch_request req = to_request(m, env);
     const auto t0 = clock_type::now();
     const int32_t pad_to = m.layout == 1 ? m.padded_length : 0;
     in_flight.fetch_add(1);
-    pool->submit(std::move(req), [this, peer, t0, pad_to, lengths = std::move(m.seq_lengths)](host::batch_result r) {
+    pool->submit(std::move(req), [this, peer, t0, pad_to, lengths = std::move(m.seq_lengths)](backends::batch_result r) {
       ex::infer_result out;
       out.batch_id = r.batch_id;
       out.num_labels = model->config.num_labels;
@@ -189,7 +189,7 @@ result<std::unique_ptr<gpu_server>> gpu_server::create(std::shared_ptr<const mod
   p->model = std::move(model);
   p->cfg = cfg;
   p->preset = std::move(*preset);
-  p->pool = serving::make_reference_backend(
+  p->pool = backends::make_reference_backend(
       p->model, {.name = cfg.name, .kind = "gpu", .threads = cfg.threads, .omp_threads = cfg.omp_threads,
                  .serialize_forwards = cfg.serialize_forwards});
   impl* raw = p.get();

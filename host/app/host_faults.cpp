@@ -38,19 +38,19 @@ namespace {
 
 // Forwards everything to the GPU backend; counts the batches it answers and kills its process
 // when the count reaches one of the plan's batches.
-class gpu_fault_backend final : public backend {
+class gpu_fault_backend final : public backends::backend {
  public:
   gpu_fault_backend(std::shared_ptr<remote_backend> gpu, std::vector<int64_t> kill_after)
       : state_(std::make_shared<state>()) {
     state_->gpu = std::move(gpu);
     state_->kill_after = std::move(kill_after);
   }
-  backend_info info() const override { return state_->gpu->info(); }
+  backends::backend_info info() const override { return state_->gpu->info(); }
   int64_t outstanding_tokens() const override { return state_->gpu->outstanding_tokens(); }
   bool healthy() const override { return state_->gpu->healthy(); }
-  std::vector<replica_status> replicas() const override { return state_->gpu->replicas(); }
-  void submit(batch_request request, std::function<void(batch_result)> done) override {
-    state_->gpu->submit(std::move(request), [s = state_, done = std::move(done)](batch_result r) {
+  std::vector<backends::replica_status> replicas() const override { return state_->gpu->replicas(); }
+  void submit(backends::batch_request request, std::function<void(backends::batch_result)> done) override {
+    state_->gpu->submit(std::move(request), [s = state_, done = std::move(done)](backends::batch_result r) {
       const bool answered = r.st.is_ok();
       done(std::move(r));
       if (answered) s->on_answered();
@@ -83,7 +83,7 @@ class gpu_fault_backend final : public backend {
 
 }  // namespace
 
-std::shared_ptr<backend> with_gpu_faults(std::shared_ptr<remote_backend> gpu, int index,
+std::shared_ptr<backends::backend> with_gpu_faults(std::shared_ptr<remote_backend> gpu, int index,
                                          const exchange::fault_plan& host_plan) {
   std::vector<int64_t> kill_after;
   for (const auto& f : host_plan.faults)

@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "tessera/backends/backend.hpp"
 #include "tessera/exchange/fault_plan.hpp"
-#include "tessera/host/backend.hpp"
 #include "tessera/host/remote_backend.hpp"
 #include "tessera/host/tile_group.hpp"
 
@@ -38,7 +38,7 @@ result<host_faults> load_host_faults(const std::string& spec, const fault_target
 
 /// The spawned GPU backend number `index`, killed (SIGKILL to its process) each time the number
 /// of batches it answered reaches a kill_gpu fault's batch. `gpu` itself when none applies.
-std::shared_ptr<backend> with_gpu_faults(std::shared_ptr<remote_backend> gpu, int index,
+std::shared_ptr<backends::backend> with_gpu_faults(std::shared_ptr<remote_backend> gpu, int index,
                                          const exchange::fault_plan& host_plan);
 
 /// "tile 0: slow 12; tile 1: none" — what the tiles report injecting (this incarnation each).

@@ -4,13 +4,14 @@
 
 #include "host_app.hpp"
 #include "host_faults.hpp"
+#include "tessera/backends/reference_backend.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/host/launcher.hpp"
-#include "tessera/host/remote_backend.hpp"
 #include "tessera/host/profiler.hpp"
+#include "tessera/host/remote_backend.hpp"
 #include "tessera/host/tile_backend.hpp"
 #include "tessera/models/forward.hpp"
-#include "tessera/serving/reference_backend.hpp"
+#include "tessera/serving/model_adapters.hpp"
 #include "tessera/serving/router.hpp"
 
 namespace tessera::host::app {
@@ -141,7 +142,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   o.so.batching.max_sequence_length = model->config.max_position_embeddings;
   if (auto st = r.add_backend(tiles, o.so.batching); !st) return fail(st);
   for (int i = 0; i < o.gpu_replicas; ++i) {
-    auto gpu = serving::make_reference_backend(model, {.name = "gpu" + std::to_string(i), .kind = "gpu", .threads = 1,
+    auto gpu = backends::make_reference_backend(model, {.name = "gpu" + std::to_string(i), .kind = "gpu", .threads = 1,
                                                        .omp_threads = 1});
     if (auto st = r.add_backend(gpu, o.so.batching); !st) return fail(st);
   }

@@ -107,10 +107,10 @@ result<fault_outcome> run_fault_scenario(const fault_scenario& s) {
   });
   for (int first = 0; first < s.requests; first += s.per_batch) {
     const int count = std::min(s.per_batch, s.requests - first);
-    batch_request b;
+    backends::batch_request b;
     b.batch_id = static_cast<uint64_t>(first / s.per_batch + 1);
     for (int i = first; i < first + count; ++i) {
-      sequence_input q;
+      backends::sequence_input q;
       q.token_ids.assign(all.token_ids.begin() + all.seq_offsets[i], all.token_ids.begin() + all.seq_offsets[i + 1]);
       b.sequences.push_back(std::move(q));
     }
@@ -119,7 +119,7 @@ result<fault_outcome> run_fault_scenario(const fault_scenario& s) {
       ++pending;
     }
     const auto submitted = steady::now();
-    backend->submit(std::move(b), [&, first, count, submitted](batch_result r) {
+    backend->submit(std::move(b), [&, first, count, submitted](backends::batch_result r) {
       std::lock_guard lk(mu);
       --pending;
       ++batches;

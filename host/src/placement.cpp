@@ -6,7 +6,7 @@
 #include <sstream>
 #include <thread>
 
-#include "tessera/tile/tile_memory.hpp"
+#include "tessera/common/units.hpp"
 
 namespace tessera::host {
 
@@ -72,7 +72,7 @@ int compiled_model::supersteps() const { return programs.empty() ? 0 : static_ca
 namespace {
 
 uint64_t arena_bytes(uint64_t bytes) {
-  const uint64_t a = tile::tile_memory::alignment;
+  const uint64_t a = exchange::tensor_alignment;
   return std::max<uint64_t>(a, (bytes + a - 1) / a * a);
 }
 
@@ -290,8 +290,8 @@ std::string memory_table(const std::vector<tile_plan>& tiles, uint64_t cap) {
                   t.stage, t.lane, (std::to_string(t.layer_begin) + "-" + std::to_string(t.layer_end)).c_str(),
                   (std::to_string(t.head_begin) + "-" + std::to_string(t.head_end)).c_str(),
                   (std::to_string(t.ffn_begin) + "-" + std::to_string(t.ffn_end)).c_str(),
-                  tile::format_bytes(t.bytes_of("weights")).c_str(), tile::format_bytes(t.bytes_of("activations")).c_str(),
-                  tile::format_bytes(t.bytes_of("exchange")).c_str(), tile::format_bytes(t.total_bytes()).c_str(),
+                  format_bytes(t.bytes_of("weights")).c_str(), format_bytes(t.bytes_of("activations")).c_str(),
+                  format_bytes(t.bytes_of("exchange")).c_str(), format_bytes(t.total_bytes()).c_str(),
                   t.total_bytes() <= cap ? "yes" : "NO");
     os << line;
   }
@@ -480,10 +480,10 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
       }
       if (fits) break;
     }
-    return status::out_of_memory("the model does not fit: the best plan needs " + tile::format_bytes(smallest_need) +
-                                 " on its fullest tile, tiles have " + tile::format_bytes(req.tile_memory) +
+    return status::out_of_memory("the model does not fit: the best plan needs " + format_bytes(smallest_need) +
+                                 " on its fullest tile, tiles have " + format_bytes(req.tile_memory) +
                                  ". Smallest fix: --tile-memory " + std::to_string(smallest_need) + " (" +
-                                 tile::format_bytes(smallest_need) + "), or " + more_tiles +
+                                 format_bytes(smallest_need) + "), or " + more_tiles +
                                  ", or a smaller --token-budget.\n" + smallest_table);
   }
   best.config = cfg;

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "tessera/common/check.hpp"
-#include "tessera/tile/tile_memory.hpp"
+#include "tessera/common/units.hpp"
 
 namespace tessera::host {
 
@@ -34,7 +34,7 @@ json slice(const std::string& name, const char* cat, int pid, int tid, double ts
   return {{"name", name}, {"cat", cat}, {"ph", "X"}, {"pid", pid}, {"tid", tid}, {"ts", ts_us}, {"dur", dur_us}, {"args", std::move(args)}};
 }
 
-std::string mib(uint64_t b) { return tile::format_bytes(b); }
+std::string mib(uint64_t b) { return format_bytes(b); }
 
 }  // namespace
 

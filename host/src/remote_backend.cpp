@@ -31,7 +31,7 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-int64_t tokens_of(const batch_request& r) {
+int64_t tokens_of(const backends::batch_request& r) {
   int64_t n = 0;
   for (const auto& s : r.sequences) n += static_cast<int64_t>(s.token_ids.size());
   return n;
@@ -190,8 +190,8 @@ struct remote_backend::impl {
     }
   }
 
-  batch_result read_reply(const job_info& j, result<ex::envelope> r) {
-    batch_result out;
+  backends::batch_result read_reply(const job_info& j, result<ex::envelope> r) {
+    backends::batch_result out;
     out.batch_id = j.batch_id;
     out.timing.wall_seconds = std::chrono::duration<double>(steady::now() - j.submitted).count();
     if (!r) {
@@ -310,16 +310,16 @@ void remote_backend::stop() {
   s.healthy.store(false);
 }
 
-backend_info remote_backend::info() const { return impl_->cfg.info; }
+backends::backend_info remote_backend::info() const { return impl_->cfg.info; }
 int64_t remote_backend::outstanding_tokens() const { return impl_->outstanding.load(); }
 bool remote_backend::healthy() const { return impl_->healthy.load(); }
 pid_t remote_backend::child_pid() const { return impl_->child.load(); }
 int64_t remote_backend::restarts() const { return impl_->restarts.load(); }
 double remote_backend::last_restart_seconds() const { return impl_->last_restart_seconds.load(); }
 
-std::vector<replica_status> remote_backend::replicas() const {
+std::vector<backends::replica_status> remote_backend::replicas() const {
   const impl& s = *impl_;
-  replica_status r;
+  backends::replica_status r;
   const bool up = s.healthy.load();
   r.state = up ? "up" : (s.cfg.restart && !s.child_gone.load()) ? "recovering" : "down";
   if (!up) r.detail = const_cast<impl&>(s).reason();
@@ -329,11 +329,11 @@ std::vector<replica_status> remote_backend::replicas() const {
   return {r};
 }
 
-void remote_backend::submit(batch_request request, std::function<void(batch_result)> done) {
+void remote_backend::submit(backends::batch_request request, std::function<void(backends::batch_result)> done) {
   impl& s = *impl_;
   impl::job_info j{request.batch_id, request.sequences.size(), tokens_of(request), steady::now()};
   auto fail_now = [&](status st) {
-    batch_result r;
+    backends::batch_result r;
     r.batch_id = j.batch_id;
     r.st = std::move(st);
     done(std::move(r));

@@ -11,11 +11,11 @@ namespace tessera::host {
 using steady = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-models::packed_batch to_packed(const batch_request& req, int* real) {
+models::packed_batch to_packed(const backends::batch_request& req, int* real) {
   models::packed_batch b;
   for (const auto& s : req.sequences) b.append(s.token_ids, s.token_type_ids);
   *real = b.num_seqs();
-  if (req.layout == batch_layout::padded) {
+  if (req.layout == backends::batch_layout::padded) {
     std::vector<int32_t> filler;
     for (const auto& s : req.sequences) {
       const int missing = req.padded_length - static_cast<int>(s.token_ids.size());
@@ -66,13 +66,13 @@ bool tile_backend::healthy() const {
   return false;
 }
 
-std::vector<replica_status> tile_backend::replicas() const {
+std::vector<backends::replica_status> tile_backend::replicas() const {
   const auto tiles = model_->group().tiles();
   std::lock_guard lk(mu_);
-  std::vector<replica_status> out;
+  std::vector<backends::replica_status> out;
   for (size_t i = 0; i < replicas_.size(); ++i) {
     const auto& r = replicas_[i];
-    replica_status s;
+    backends::replica_status s;
     s.index = static_cast<int>(i);
     s.state = r.st == state::up ? "up" : r.st == state::down ? "down" : "recovering";
     if (r.st != state::up) s.detail = r.why;
@@ -111,7 +111,7 @@ void tile_backend::on_tile_event(const tile_event& ev) {
   supervisor_cv_.notify_all();  // a registration may be what a waiting recovery needs
 }
 
-void tile_backend::submit(batch_request request, std::function<void(batch_result)> done) {
+void tile_backend::submit(backends::batch_request request, std::function<void(backends::batch_result)> done) {
   int64_t tokens = 0;
   for (const auto& s : request.sequences) tokens += static_cast<int64_t>(s.token_ids.size());
   {
@@ -123,13 +123,13 @@ void tile_backend::submit(batch_request request, std::function<void(batch_result
       return;
     }
   }
-  batch_result r;
+  backends::batch_result r;
   r.batch_id = request.batch_id;
   r.st = status{errc::cancelled, "backend " + info_.name + " is stopping"};
   done(std::move(r));
 }
 
-void tile_backend::answer(job& j, batch_result r) {
+void tile_backend::answer(job& j, backends::batch_result r) {
   outstanding_ -= j.tokens;
   auto done = std::move(j.done);
   j.done = nullptr;
@@ -147,7 +147,7 @@ void tile_backend::stop() {
   work_cv_.notify_all();
   supervisor_cv_.notify_all();
   for (auto& j : left) {
-    batch_result r;
+    backends::batch_result r;
     r.batch_id = j.request.batch_id;
     r.st = status{errc::cancelled, "backend " + info_.name + " stopped"};
     answer(j, std::move(r));
@@ -162,8 +162,8 @@ void tile_backend::stop() {
   model_->group().on_event(nullptr);
 }
 
-batch_result tile_backend::run_once(int replica, const batch_request& req) {
-  batch_result out;
+backends::batch_result tile_backend::run_once(int replica, const backends::batch_request& req) {
+  backends::batch_result out;
   out.batch_id = req.batch_id;
   out.num_labels = info_.num_labels;
   int real = 0;
@@ -208,7 +208,7 @@ void tile_backend::work(int r) {
       j = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    batch_result res = run_once(r, j.request);
+    backends::batch_result res = run_once(r, j.request);
     const errc code = res.st.code();
     const bool retryable = code == errc::peer_failed || code == errc::timeout || code == errc::bad_message ||
                            code == errc::cancelled;
@@ -340,7 +340,7 @@ void tile_backend::supervise() {
     if (expired.empty()) continue;
     lk.unlock();
     for (auto& j : expired) {
-      batch_result res;
+      backends::batch_result res;
       res.batch_id = j.request.batch_id;
       res.st = status::peer_failed(info_.name + ": no replica came back within " +
                                    std::to_string(cfg_.max_wait_for_replica.count()) + " ms");

@@ -37,6 +37,7 @@
 
 using namespace tessera;
 using namespace tessera::host;
+using namespace tessera::backends;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 

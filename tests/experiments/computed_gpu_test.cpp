@@ -87,20 +87,20 @@ TEST(experiment_gpu, a_tessera_gpu_killed_mid_run_fails_the_experiment) {
   const int kill_after = std::uniform_int_distribution<int>(1, 4)(*std::make_unique<std::random_device>());
   std::atomic<int> batches{0};
   auto inner = (*pool)->provider();
-  struct killing final : host::backend {
-    std::shared_ptr<host::backend> b;
+  struct killing final : backends::backend {
+    std::shared_ptr<backends::backend> b;
     std::atomic<int>* n;
     int after;
     pid_t pid;
-    host::backend_info info() const override { return b->info(); }
+    backends::backend_info info() const override { return b->info(); }
     int64_t outstanding_tokens() const override { return b->outstanding_tokens(); }
     bool healthy() const override { return b->healthy(); }
-    void submit(host::batch_request r, std::function<void(host::batch_result)> done) override {
+    void submit(backends::batch_request r, std::function<void(backends::batch_result)> done) override {
       b->submit(std::move(r), std::move(done));
       if (++*n == after) kill(pid, SIGKILL);
     }
   };
-  compute_provider p = [&](const configuration& c, const virtual_backend_spec& s) -> std::shared_ptr<host::backend> {
+  compute_provider p = [&](const configuration& c, const virtual_backend_spec& s) -> std::shared_ptr<backends::backend> {
     auto b = inner(c, s);
     if (s.kind == "tiles") return b;
     auto k = std::make_shared<killing>();

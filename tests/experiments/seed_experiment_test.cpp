@@ -5,10 +5,10 @@
 #include <fstream>
 #include <set>
 
+#include "tessera/backends/reference_backend.hpp"
 #include "tessera/experiment/provenance.hpp"
 #include "tessera/experiment/seed_experiment.hpp"
 #include "tessera/timing/preset.hpp"
-#include "tessera/serving/reference_backend.hpp"
 
 using namespace tessera;
 using namespace tessera::experiment;
@@ -70,9 +70,9 @@ TEST(seed_experiment, computed_sample_is_checked_and_matches_its_replay) {
   o.long_shares = {0.4};
   o.configs = {"gpu-static", "tiles-packed", "hybrid"};
   auto model = std::make_shared<const models::bert_model>(models::load_model("bert-tiny").value());
-  auto gpu = serving::make_reference_backend(model, {.name = "gpu0", .kind = "gpu", .omp_threads = 2});
-  auto tiles = serving::make_reference_backend(model, {.name = "tiles0", .kind = "tiles", .omp_threads = 2});
-  compute_provider p = [&](const configuration&, const virtual_backend_spec& s) -> std::shared_ptr<host::backend> {
+  auto gpu = backends::make_reference_backend(model, {.name = "gpu0", .kind = "gpu", .omp_threads = 2});
+  auto tiles = backends::make_reference_backend(model, {.name = "tiles0", .kind = "tiles", .omp_threads = 2});
+  compute_provider p = [&](const configuration&, const virtual_backend_spec& s) -> std::shared_ptr<backends::backend> {
     return s.kind == "tiles" ? tiles : gpu;
   };
   auto rows = run_seed_experiment(o, p, model);

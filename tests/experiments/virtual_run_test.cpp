@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "tessera/backends/reference_backend.hpp"
 #include "tessera/experiment/virtual_run.hpp"
-#include "tessera/serving/reference_backend.hpp"
 
 using namespace tessera;
 using namespace tessera::experiment;
@@ -90,8 +90,8 @@ TEST(virtual_run, token_budget_first_fit_then_the_rest) {
   b.max_queue_delay = 0ms;
   b.max_inflight_batches = 1;
   std::vector<std::vector<int32_t>> seen;
-  auto cfg = one(fixed_device(b, [&](const std::vector<int32_t>& l, host::batch_layout lay, int32_t) {
-    EXPECT_EQ(lay, host::batch_layout::packed);
+  auto cfg = one(fixed_device(b, [&](const std::vector<int32_t>& l, backends::batch_layout lay, int32_t) {
+    EXPECT_EQ(lay, backends::batch_layout::packed);
     seen.push_back(l);
     return result<double>(0.001 * static_cast<double>(l.size()));
   }, "tiles"));
@@ -114,8 +114,8 @@ TEST(virtual_run, static_batches_are_filled_and_padded_to_the_max) {
   b.max_sequence_length = 512;
   b.max_queue_delay = 2ms;
   b.max_inflight_batches = 1;
-  auto cfg = one(fixed_device(b, [&](const std::vector<int32_t>& l, host::batch_layout lay, int32_t pad) {
-    EXPECT_EQ(lay, host::batch_layout::padded);
+  auto cfg = one(fixed_device(b, [&](const std::vector<int32_t>& l, backends::batch_layout lay, int32_t pad) {
+    EXPECT_EQ(lay, backends::batch_layout::padded);
     EXPECT_EQ(pad, 512);
     EXPECT_EQ(l.size(), 2u);  // one real row and one dummy row
     return result<double>(0.005);
@@ -226,7 +226,7 @@ TEST(virtual_run, computed_and_timing_only_runs_give_the_same_modelled_numbers) 
     b.max_sequence_length = 512;
     auto timing_only = preset_config("a100-40gb", b, "gpu");
     auto computed = timing_only;
-    computed.backends[0].compute = serving::make_reference_backend(model, {.name = "gpu0", .kind = "gpu", .omp_threads = 2});
+    computed.backends[0].compute = backends::make_reference_backend(model, {.name = "gpu0", .kind = "gpu", .omp_threads = 2});
     computed.check_model = model;
     auto t = poisson_trace({.requests = 24, .rate = 2000, .long_share = 0.4, .seed = 11});
     auto a = run_virtual(t, timing_only);

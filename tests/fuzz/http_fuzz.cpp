@@ -22,8 +22,9 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "tessera/backends/reference_backend.hpp"
 #include "tessera/models/model.hpp"
-#include "tessera/serving/reference_backend.hpp"
+#include "tessera/serving/model_adapters.hpp"
 #include "tessera/serving/router.hpp"
 #include "tessera/serving/service.hpp"
 #include "tessera/serving/toy_model.hpp"
@@ -55,9 +56,9 @@ struct front_door {
     tok = make_model_tokenizer(*model).value();
     info = model_info_of(*model, "bert-tiny");
     const char* which = std::getenv("TESSERA_FUZZ_BACKEND");
-    std::shared_ptr<thread_pool_backend> b =
+    std::shared_ptr<backends::thread_pool_backend> b =
         which && std::string(which) == "reference"
-            ? make_reference_backend(model, {.name = "ref0", .kind = "gpu"})
+            ? backends::make_reference_backend(model, {.name = "ref0", .kind = "gpu"})
             : make_toy_backend({.name = "toy0", .kind = "gpu"}, 1);
     batching_config bc{.kind = policy_kind::dynamic_padded, .max_batch_size = 32,
                        .max_queue_delay = duration::zero()};

@@ -91,11 +91,11 @@ host::remote_backend_config config_for(const std::string& endpoint) {
   return c;
 }
 
-host::batch_request request_of(const models::packed_batch& b, uint64_t id) {
-  host::batch_request r;
+backends::batch_request request_of(const models::packed_batch& b, uint64_t id) {
+  backends::batch_request r;
   r.batch_id = id;
   for (int i = 0; i < b.num_seqs(); ++i) {
-    host::sequence_input s;
+    backends::sequence_input s;
     s.token_ids.assign(b.token_ids.begin() + b.seq_offsets[i], b.token_ids.begin() + b.seq_offsets[i + 1]);
     s.token_type_ids.assign(b.token_type_ids.begin() + b.seq_offsets[i],
                             b.token_type_ids.begin() + b.seq_offsets[i + 1]);
@@ -104,12 +104,12 @@ host::batch_request request_of(const models::packed_batch& b, uint64_t id) {
   return r;
 }
 
-host::batch_result run(host::backend& b, host::batch_request r, std::chrono::seconds limit = 30s) {
-  auto p = std::make_shared<std::promise<host::batch_result>>();
+backends::batch_result run(backends::backend& b, backends::batch_request r, std::chrono::seconds limit = 30s) {
+  auto p = std::make_shared<std::promise<backends::batch_result>>();
   auto f = p->get_future();
-  b.submit(std::move(r), [p](host::batch_result res) { p->set_value(std::move(res)); });
+  b.submit(std::move(r), [p](backends::batch_result res) { p->set_value(std::move(res)); });
   if (f.wait_for(limit) != std::future_status::ready) {
-    host::batch_result never;
+    backends::batch_result never;
     never.st = status::timeout("test: no answer");
     return never;
   }
@@ -154,7 +154,7 @@ TEST(GpuProcess, PackedAndPaddedLogitsMatchTheReference) {
   EXPECT_GT(packed.timing.wall_seconds, 0);
 
   auto req = request_of(batch, 12);
-  req.layout = host::batch_layout::padded;
+  req.layout = backends::batch_layout::padded;
   req.padded_length = 96;
   auto padded = run(**b, std::move(req));
   ASSERT_TRUE(padded.st) << padded.st.to_string();
@@ -163,7 +163,7 @@ TEST(GpuProcess, PackedAndPaddedLogitsMatchTheReference) {
   EXPECT_GT(padded.timing.modelled_seconds, packed.timing.modelled_seconds);
 
   // Several batches at once over the worker pool.
-  std::vector<std::future<host::batch_result>> futs;
+  std::vector<std::future<backends::batch_result>> futs;
   for (int i = 0; i < 8; ++i)
     futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, 100 + i)); }));
   for (auto& f : futs) {
@@ -256,7 +256,7 @@ TEST(GpuProcess, SilentProcessFailsPendingAndNewBatchesWithPeerFailed) {
   ASSERT_TRUE((*b)->wait_ready(10s));
   auto batch = models::synthetic_batch({40, 40}, tiny().config.vocab_size, 5);
   kill(p.pid, SIGSTOP);  // batches below stay pending for sure
-  std::vector<std::future<host::batch_result>> futs;
+  std::vector<std::future<backends::batch_result>> futs;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 4; ++i)
     futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, i), 10s); }));
@@ -293,7 +293,7 @@ TEST(GpuProcess, KilledChildFailsPendingAndNewBatchesWithPeerFailed) {
   auto batch = models::synthetic_batch({20, 3}, tiny().config.vocab_size, 9);
   ASSERT_TRUE(run(**b, request_of(batch, 1)).st);
   kill(child, SIGSTOP);
-  std::vector<std::future<host::batch_result>> futs;
+  std::vector<std::future<backends::batch_result>> futs;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 3; ++i)
     futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, i), 10s); }));
@@ -394,7 +394,7 @@ TEST(GpuProcess, SigtermAnswersAcceptedBatchesAndExitsZero) {
   ASSERT_TRUE(b);
   ASSERT_TRUE((*b)->wait_ready(10s));
   auto batch = models::synthetic_batch({128, 128, 128, 128}, tiny().config.vocab_size, 4);
-  std::vector<std::future<host::batch_result>> futs;
+  std::vector<std::future<backends::batch_result>> futs;
   for (int i = 0; i < 6; ++i)
     futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, i), 20s); }));
   std::this_thread::sleep_for(50ms);

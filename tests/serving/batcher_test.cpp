@@ -38,7 +38,7 @@ std::vector<int32_t> seq(int n, int32_t base = 1000) {
 
 TEST(Batcher, DynamicBatchAfterDelayAndAnswersRows) {
   manual_clock clk;
-  auto be = std::make_shared<fake_backend>(host::backend_info{.name = "f0", .kind = "gpu"});
+  auto be = std::make_shared<fake_backend>(backends::backend_info{.name = "f0", .kind = "gpu"});
   serving_metrics m;
   batcher b(be, {.kind = policy_kind::dynamic_padded, .max_batch_size = 8, .max_queue_delay = 2ms},
             clk, &m);
@@ -58,7 +58,7 @@ TEST(Batcher, DynamicBatchAfterDelayAndAnswersRows) {
   ASSERT_EQ(be->submitted().size(), 1u);
   auto batch = be->submitted()[0];
   EXPECT_EQ(batch.sequences.size(), 2u);
-  EXPECT_EQ(batch.layout, host::batch_layout::padded);
+  EXPECT_EQ(batch.layout, backends::batch_layout::padded);
   EXPECT_EQ(batch.padded_length, 9);
   EXPECT_EQ(b.inflight_batches(), 1);
   clk.advance(1ms);
@@ -78,7 +78,7 @@ TEST(Batcher, DynamicBatchAfterDelayAndAnswersRows) {
 TEST(Batcher, StaticBatchCarriesDummyRowsAndFixedLength) {
   manual_clock clk;
   auto be = std::make_shared<fake_backend>(
-      host::backend_info{.name = "f0", .kind = "gpu", .max_sequence_length = 64});
+      backends::backend_info{.name = "f0", .kind = "gpu", .max_sequence_length = 64});
   batcher b(be, {.kind = policy_kind::static_padded, .max_batch_size = 4, .token_budget = 0,
                  .max_sequence_length = 512, .max_queue_delay = 1ms},
             clk);
@@ -99,7 +99,7 @@ TEST(Batcher, StaticBatchCarriesDummyRowsAndFixedLength) {
 
 TEST(Batcher, QueueLimitRefusesWithOverloaded) {
   manual_clock clk;
-  auto be = std::make_shared<fake_backend>(host::backend_info{.name = "f0"});
+  auto be = std::make_shared<fake_backend>(backends::backend_info{.name = "f0"});
   batcher b(be, {.max_queue_requests = 2}, clk);
   answers a;
   auto r1 = make_request(seq(4), a), r2 = make_request(seq(4), a), r3 = make_request(seq(4), a);
@@ -116,7 +116,7 @@ TEST(Batcher, QueueLimitRefusesWithOverloaded) {
 
 TEST(Batcher, DeadlinePassedInQueueIsATimeout) {
   manual_clock clk;
-  auto be = std::make_shared<fake_backend>(host::backend_info{.name = "f0"});
+  auto be = std::make_shared<fake_backend>(backends::backend_info{.name = "f0"});
   batcher b(be, {.kind = policy_kind::dynamic_padded, .max_batch_size = 8, .max_queue_delay = 10ms,
                  .max_inflight_batches = 1},
             clk);
@@ -135,7 +135,7 @@ TEST(Batcher, DeadlinePassedInQueueIsATimeout) {
 
 TEST(Batcher, InflightLimitHoldsTheQueueUntilAnAnswer) {
   manual_clock clk;
-  auto be = std::make_shared<fake_backend>(host::backend_info{.name = "f0"});
+  auto be = std::make_shared<fake_backend>(backends::backend_info{.name = "f0"});
   batcher b(be, {.kind = policy_kind::dynamic_padded, .max_batch_size = 2, .max_queue_delay = 0ms,
                  .max_inflight_batches = 1},
             clk);
@@ -159,7 +159,7 @@ TEST(Batcher, InflightLimitHoldsTheQueueUntilAnAnswer) {
 
 TEST(Batcher, FailedBatchWithoutHandlerAnswersEveryRequestWithTheError) {
   manual_clock clk;
-  auto be = std::make_shared<fake_backend>(host::backend_info{.name = "f0"});
+  auto be = std::make_shared<fake_backend>(backends::backend_info{.name = "f0"});
   batcher b(be, {.max_queue_delay = 0ms}, clk);
   answers a;
   for (int i = 0; i < 3; ++i) {
@@ -176,7 +176,7 @@ TEST(Batcher, FailedBatchWithoutHandlerAnswersEveryRequestWithTheError) {
 }
 
 TEST(Batcher, ThreadedStopAnswersEverythingAccepted) {
-  auto be = std::make_shared<fake_backend>(host::backend_info{.name = "f0"}, /*answer_at_once=*/true);
+  auto be = std::make_shared<fake_backend>(backends::backend_info{.name = "f0"}, /*answer_at_once=*/true);
   answers a;
   {
     batcher b(be, {.kind = policy_kind::dynamic_padded, .max_batch_size = 4,

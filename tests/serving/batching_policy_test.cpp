@@ -45,7 +45,7 @@ TEST(StaticPolicy, WaitsForFullBatchThenPadsToMaxLength) {
   d = p->decide(q, t0 + 1ms);
   ASSERT_TRUE(d.batch);
   EXPECT_EQ(d.batch->take, (std::vector<size_t>{0, 1, 2, 3}));
-  EXPECT_EQ(d.batch->layout, tessera::host::batch_layout::padded);
+  EXPECT_EQ(d.batch->layout, tessera::backends::batch_layout::padded);
   EXPECT_EQ(d.batch->padded_length, 128);
   EXPECT_EQ(d.batch->fill_to_sequences, 4);
   // A partial batch goes after the delay, still [B, max_len].
@@ -95,7 +95,7 @@ TEST(TokenBudgetPolicy, PacksWithoutPaddingUpToBudget) {
   auto d = p->decide(q, t0);  // 120 queued >= budget: full now
   ASSERT_TRUE(d.batch);
   EXPECT_EQ(d.batch->take, (std::vector<size_t>{0, 1, 2}));
-  EXPECT_EQ(d.batch->layout, tessera::host::batch_layout::packed);
+  EXPECT_EQ(d.batch->layout, tessera::backends::batch_layout::packed);
   EXPECT_EQ(d.batch->padded_length, 0);
 }
 

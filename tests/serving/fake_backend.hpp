@@ -5,18 +5,18 @@
 #include <mutex>
 #include <vector>
 
-#include "tessera/host/backend.hpp"
+#include "tessera/backends/backend.hpp"
 #include "tessera/serving/toy_model.hpp"
 
 namespace tessera::serving::test_support {
 
-class fake_backend : public host::backend {
+class fake_backend : public backends::backend {
  public:
-  explicit fake_backend(host::backend_info info, bool answer_at_once = false)
+  explicit fake_backend(backends::backend_info info, bool answer_at_once = false)
       : info_(std::move(info)), at_once_(answer_at_once) {}
 
-  host::backend_info info() const override { return info_; }
-  void submit(host::batch_request request, std::function<void(host::batch_result)> done) override {
+  backends::backend_info info() const override { return info_; }
+  void submit(backends::batch_request request, std::function<void(backends::batch_result)> done) override {
     int64_t tokens = 0;
     for (const auto& s : request.sequences) tokens += static_cast<int64_t>(s.token_ids.size());
     {
@@ -41,7 +41,7 @@ class fake_backend : public host::backend {
       jobs.swap(pending_);
     }
     for (auto& j : jobs) {
-      host::batch_result r;
+      backends::batch_result r;
       r.batch_id = j.request.batch_id;
       if (fail) {
         r.num_labels = info_.num_labels;
@@ -59,7 +59,7 @@ class fake_backend : public host::backend {
       j.done(std::move(r));
     }
   }
-  std::vector<host::batch_request> submitted() const {
+  std::vector<backends::batch_request> submitted() const {
     std::lock_guard lock(mu_);
     return submitted_;
   }
@@ -73,15 +73,15 @@ class fake_backend : public host::backend {
 
  private:
   struct job {
-    host::batch_request request;
-    std::function<void(host::batch_result)> done;
+    backends::batch_request request;
+    std::function<void(backends::batch_result)> done;
     int64_t tokens;
   };
-  host::backend_info info_;
+  backends::backend_info info_;
   bool at_once_;
   mutable std::mutex mu_;
   std::vector<job> pending_;
-  std::vector<host::batch_request> submitted_;
+  std::vector<backends::batch_request> submitted_;
   int64_t outstanding_ = 0;
 };
 

@@ -590,23 +590,23 @@ INSTANTIATE_TEST_SUITE_P(AllPolicies, HttpPolicies,
 namespace {
 
 // A backend that holds every batch until released: a stalled tile group.
-class stalled_backend : public host::backend {
+class stalled_backend : public backends::backend {
  public:
-  host::backend_info info() const override { return {.name = "stalled", .kind = "tiles"}; }
-  void submit(host::batch_request req, std::function<void(host::batch_result)> done) override {
+  backends::backend_info info() const override { return {.name = "stalled", .kind = "tiles"}; }
+  void submit(backends::batch_request req, std::function<void(backends::batch_result)> done) override {
     std::lock_guard lock(mu_);
     held_.emplace_back(std::move(req), std::move(done));
   }
   int64_t outstanding_tokens() const override { return 0; }
   bool healthy() const override { return true; }
   void release() {
-    std::vector<std::pair<host::batch_request, std::function<void(host::batch_result)>>> h;
+    std::vector<std::pair<backends::batch_request, std::function<void(backends::batch_result)>>> h;
     {
       std::lock_guard lock(mu_);
       h.swap(held_);
     }
     for (auto& [req, done] : h) {
-      host::batch_result r;
+      backends::batch_result r;
       r.batch_id = req.batch_id;
       r.num_labels = 2;
       r.logits.assign(req.sequences.size() * 2, 0.0f);
@@ -616,7 +616,7 @@ class stalled_backend : public host::backend {
 
  private:
   std::mutex mu_;
-  std::vector<std::pair<host::batch_request, std::function<void(host::batch_result)>>> held_;
+  std::vector<std::pair<backends::batch_request, std::function<void(backends::batch_result)>>> held_;
 };
 
 }  // namespace

@@ -66,7 +66,6 @@ TEST(LoadgenHttp, ErrorsAreCountedByKind) {
   EXPECT_EQ(r2->errors, 4);
 }
 
-#ifdef TESSERA_SERVING_HAS_MODELS
 TEST(LoadgenHttp, SyntheticTextsTokenizeToTheRequestedLength) {
   test_server s;  // bert-tiny and its WordPiece tokenizer
   auto plan = synthesize(*mix_preset("seed-40"), 200, 0, 4);
@@ -76,7 +75,6 @@ TEST(LoadgenHttp, SyntheticTextsTokenizeToTheRequestedLength) {
     EXPECT_EQ(static_cast<int32_t>(seq->token_ids.size()), p.tokens) << p.text;
   }
 }
-#endif
 
 TEST(LoadgenHttp, ManyConcurrentConnections) {
   test_server_options o;

@@ -42,8 +42,8 @@ TEST(Router, ParsesStrategies) {
 TEST(Router, LeastOutstandingWork) {
   manual_clock clk;
   router r({}, clk);
-  auto a = std::make_shared<fake_backend>(host::backend_info{.name = "a", .kind = "gpu"});
-  auto b = std::make_shared<fake_backend>(host::backend_info{.name = "b", .kind = "gpu"});
+  auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a", .kind = "gpu"});
+  auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b", .kind = "gpu"});
   ASSERT_TRUE(r.add_backend(a, now_cfg));
   ASSERT_TRUE(r.add_backend(b, now_cfg));
   a->extra_load = 100;
@@ -71,8 +71,8 @@ TEST(Router, LeastOutstandingWork) {
 TEST(Router, HybridSendsLongToTilesAndShortToGpu) {
   manual_clock clk;
   router r({.strategy = routing_strategy::hybrid_length, .long_threshold = 128}, clk);
-  auto gpu = std::make_shared<fake_backend>(host::backend_info{.name = "gpu0", .kind = "gpu"});
-  auto tiles = std::make_shared<fake_backend>(host::backend_info{.name = "tiles0", .kind = "tiles"});
+  auto gpu = std::make_shared<fake_backend>(backends::backend_info{.name = "gpu0", .kind = "gpu"});
+  auto tiles = std::make_shared<fake_backend>(backends::backend_info{.name = "tiles0", .kind = "tiles"});
   ASSERT_TRUE(r.add_backend(gpu, now_cfg));
   ASSERT_TRUE(r.add_backend(tiles, now_cfg));
   gpu->extra_load = 1'000'000;  // length wins over load
@@ -95,9 +95,9 @@ TEST(Router, ThresholdIsConfigurable) {
   manual_clock clk;
   router r({.strategy = routing_strategy::hybrid_length, .long_threshold = 32}, clk);
   ASSERT_TRUE(r.add_backend(
-      std::make_shared<fake_backend>(host::backend_info{.name = "g", .kind = "gpu"}), now_cfg));
+      std::make_shared<fake_backend>(backends::backend_info{.name = "g", .kind = "gpu"}), now_cfg));
   ASSERT_TRUE(r.add_backend(
-      std::make_shared<fake_backend>(host::backend_info{.name = "t", .kind = "tiles"}), now_cfg));
+      std::make_shared<fake_backend>(backends::backend_info{.name = "t", .kind = "tiles"}), now_cfg));
   EXPECT_EQ(*r.choose(32), 0u);
   EXPECT_EQ(*r.choose(33), 1u);
 }
@@ -105,8 +105,8 @@ TEST(Router, ThresholdIsConfigurable) {
 TEST(Router, UnhealthyBackendsAreSkipped) {
   manual_clock clk;
   router r({}, clk);
-  auto a = std::make_shared<fake_backend>(host::backend_info{.name = "a"});
-  auto b = std::make_shared<fake_backend>(host::backend_info{.name = "b"});
+  auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
+  auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
   ASSERT_TRUE(r.add_backend(a, now_cfg));
   ASSERT_TRUE(r.add_backend(b, now_cfg));
   b->extra_load = 1000;
@@ -118,8 +118,8 @@ TEST(Router, FailedBatchIsRetriedOnceElsewhere) {
   manual_clock clk;
   serving_metrics m;
   router r({}, clk, &m);
-  auto a = std::make_shared<fake_backend>(host::backend_info{.name = "a"});
-  auto b = std::make_shared<fake_backend>(host::backend_info{.name = "b"});
+  auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
+  auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
   ASSERT_TRUE(r.add_backend(a, now_cfg));
   ASSERT_TRUE(r.add_backend(b, now_cfg));
   b->extra_load = 1000;  // everything goes to a first
@@ -148,9 +148,9 @@ TEST(Router, FailedBatchIsRetriedOnceElsewhere) {
 TEST(Router, SecondFailureIsAnsweredWithTheError) {
   manual_clock clk;
   router r({}, clk);
-  auto a = std::make_shared<fake_backend>(host::backend_info{.name = "a"});
-  auto b = std::make_shared<fake_backend>(host::backend_info{.name = "b"});
-  auto c3 = std::make_shared<fake_backend>(host::backend_info{.name = "c"});
+  auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
+  auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
+  auto c3 = std::make_shared<fake_backend>(backends::backend_info{.name = "c"});
   ASSERT_TRUE(r.add_backend(a, now_cfg));
   ASSERT_TRUE(r.add_backend(b, now_cfg));
   ASSERT_TRUE(r.add_backend(c3, now_cfg));
@@ -172,8 +172,8 @@ TEST(Router, SecondFailureIsAnsweredWithTheError) {
 TEST(Router, FailureWithNoOtherHealthyBackendIsAnswered) {
   manual_clock clk;
   router r({}, clk);
-  auto a = std::make_shared<fake_backend>(host::backend_info{.name = "a"});
-  auto b = std::make_shared<fake_backend>(host::backend_info{.name = "b"});
+  auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
+  auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
   ASSERT_TRUE(r.add_backend(a, now_cfg));
   ASSERT_TRUE(r.add_backend(b, now_cfg));
   b->healthy_flag = false;
@@ -191,7 +191,7 @@ TEST(Router, TooLongForEveryBackendIsInvalid) {
   manual_clock clk;
   router r({}, clk);
   ASSERT_TRUE(r.add_backend(std::make_shared<fake_backend>(
-                                host::backend_info{.name = "a", .max_sequence_length = 128}),
+                                backends::backend_info{.name = "a", .max_sequence_length = 128}),
                             now_cfg));
   collected c;
   auto req = make_request(129, c);
@@ -204,8 +204,8 @@ TEST(Router, FullQueueFallsThroughToTheNextBackendThenOverloaded) {
   router r({}, clk);
   batching_config tiny = now_cfg;
   tiny.max_queue_requests = 1;
-  auto a = std::make_shared<fake_backend>(host::backend_info{.name = "a"});
-  auto b = std::make_shared<fake_backend>(host::backend_info{.name = "b"});
+  auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
+  auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
   ASSERT_TRUE(r.add_backend(a, tiny));
   ASSERT_TRUE(r.add_backend(b, tiny));
   collected c;

@@ -47,14 +47,14 @@ class Tei : public ::testing::Test {
     }
     return out;
   }
-  static void expect_logits(const json& predictions, const host::sequence_input& seq, const std::string& what) {
+  static void expect_logits(const json& predictions, const backends::sequence_input& seq, const std::string& what) {
     auto want = server_->expected_logits(seq);
     auto got = by_label(predictions);
     ASSERT_EQ(got.size(), want.size()) << what;
     for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], logits_tolerance) << what << " label " << i;
   }
-  static host::sequence_input single(const std::string& t) { return server_->tok().encode(t, 0).value(); }
-  static host::sequence_input pair(const std::string& a, const std::string& b) {
+  static backends::sequence_input single(const std::string& t) { return server_->tok().encode(t, 0).value(); }
+  static backends::sequence_input pair(const std::string& a, const std::string& b) {
     return server_->tok().encode_pair(a, b, 0).value();
   }
 
@@ -78,7 +78,7 @@ TEST_F(Tei, InputFormsAreReadAsTeiReadsThem) {
   struct form {
     std::string inputs;
     bool batch;
-    std::vector<host::sequence_input> seqs;
+    std::vector<backends::sequence_input> seqs;
   };
   const std::vector<form> forms = {
       {R"("one text")", false, {single("one text")}},

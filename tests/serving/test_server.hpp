@@ -1,17 +1,16 @@
 // An in-process server for the HTTP tests: router + backends + http_server on a free port.
-// With tessera_models built it serves bert-tiny with the reference backend, else the toy model.
+// It serves bert-tiny with the reference backend, or the toy model (test_server_options::toy).
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "tessera/backends/reference_backend.hpp"
 #include "tessera/common/check.hpp"
-#include "tessera/serving/http_server.hpp"
-#include "tessera/serving/toy_model.hpp"
-#ifdef TESSERA_SERVING_HAS_MODELS
 #include "tessera/models/model.hpp"
-#include "tessera/serving/reference_backend.hpp"
-#endif
+#include "tessera/serving/http_server.hpp"
+#include "tessera/serving/model_adapters.hpp"
+#include "tessera/serving/toy_model.hpp"
 
 namespace tessera::serving::test_support {
 
@@ -29,16 +28,14 @@ struct test_server_options {
 class test_server {
  public:
   explicit test_server(test_server_options o = {}) : router_(routing_config{}, default_clock(), &metrics_) {
-#ifdef TESSERA_SERVING_HAS_MODELS
     if (!o.toy) {
       model_ = std::make_shared<const models::bert_model>(models::load_model("bert-tiny").value());
       tok_ = make_model_tokenizer(*model_).value();
       info_ = model_info_of(*model_, "bert-tiny");
       for (int i = 0; i < o.replicas; ++i)
-        backends_.push_back(make_reference_backend(
+        backends_.push_back(backends::make_reference_backend(
             model_, {.name = "ref" + std::to_string(i), .kind = "gpu", .threads = o.backend_threads}));
     }
-#endif
     if (!tok_) {
       tok_ = make_toy_tokenizer();
       info_.model_id = "toy";
@@ -65,16 +62,14 @@ class test_server {
   uint16_t port() const { return server_->port(); }
   const tokenizer& tok() const { return *tok_; }
   const model_info& info() const { return info_; }
-  thread_pool_backend& backend(size_t i = 0) { return *backends_.at(i); }
+  backends::thread_pool_backend& backend(size_t i = 0) { return *backends_.at(i); }
   serving_metrics& metrics() { return metrics_; }
   http_server& server() { return *server_; }
   bool is_toy() const { return info_.model_id == "toy"; }
 
   /// The expected logits of a sequence computed alone (reference forward or toy model).
-  std::vector<float> expected_logits(const host::sequence_input& s) const {
-#ifdef TESSERA_SERVING_HAS_MODELS
-    if (model_) return reference_logits(*model_, s);
-#endif
+  std::vector<float> expected_logits(const backends::sequence_input& s) const {
+    if (model_) return backends::reference_logits(*model_, s);
     return toy_logits(s, router_.num_labels());
   }
 
@@ -83,11 +78,9 @@ class test_server {
   router router_;
   std::shared_ptr<const tokenizer> tok_;
   model_info info_;
-  std::vector<std::shared_ptr<thread_pool_backend>> backends_;
+  std::vector<std::shared_ptr<backends::thread_pool_backend>> backends_;
   std::unique_ptr<http_server> server_;
-#ifdef TESSERA_SERVING_HAS_MODELS
   std::shared_ptr<const models::bert_model> model_;
-#endif
 };
 
 }  // namespace tessera::serving::test_support

@@ -24,7 +24,7 @@ std::vector<int32_t> piece_ids(const tokenizer& tok, const std::string& text) {
   return ids;
 }
 
-size_t count_type(const tessera::host::sequence_input& s, int32_t type, int32_t sep) {
+size_t count_type(const tessera::backends::sequence_input& s, int32_t type, int32_t sep) {
   size_t n = 0;
   for (size_t i = 0; i < s.token_ids.size(); ++i) n += s.token_type_ids[i] == type && s.token_ids[i] != sep && i > 0;
   return n;

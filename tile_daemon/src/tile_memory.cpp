@@ -10,15 +10,6 @@
 
 namespace tessera::tile {
 
-std::string format_bytes(uint64_t b) {
-  char buf[64];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  return buf;
-}
-
 tile_memory::tile_memory(uint32_t tile_id, uint64_t capacity) : tile_id_(tile_id), capacity_(capacity) {
   if (capacity_ > 0) {
     // Reserved, not committed: pages are backed when first touched.

@@ -12,12 +12,12 @@ const clock& default_clock() {
   return c;
 }
 
-batcher::batcher(std::shared_ptr<host::backend> backend, batching_config cfg, const clock& clk,
+batcher::batcher(std::shared_ptr<backends::backend> backend, batching_config cfg, const clock& clk,
                  serving_metrics* metrics, failure_handler on_failure)
     : backend_(std::move(backend)), cfg_(std::move(cfg)), clock_(clk), metrics_(metrics),
       on_failure_(std::move(on_failure)) {
   TESSERA_CHECK(backend_) << "batcher needs a backend";
-  host::backend_info info = backend_->info();
+  backends::backend_info info = backend_->info();
   backend_name_ = info.name;
   if (info.max_sequence_length > 0)
     cfg_.max_sequence_length = std::min(cfg_.max_sequence_length, info.max_sequence_length);
@@ -140,7 +140,7 @@ std::optional<time_point> batcher::poll(bool flush) {
         pb.request.sequences.push_back({{0}, {}});
       if (metrics_) {
         int64_t rows = static_cast<int64_t>(pb.request.sequences.size());
-        int64_t computed = plan.layout == host::batch_layout::padded
+        int64_t computed = plan.layout == backends::batch_layout::padded
                                ? rows * plan.padded_length
                                : real_tokens;
         metrics_->batch_count.fetch_add(1, std::memory_order_relaxed);
@@ -169,14 +169,14 @@ std::optional<time_point> batcher::poll(bool flush) {
   // Submit outside the lock: a backend may answer synchronously.
   for (auto& pb : batches) {
     auto seqs = pb.sequences;
-    backend_->submit(std::move(pb.request), [this, seqs, now](host::batch_result r) {
+    backend_->submit(std::move(pb.request), [this, seqs, now](backends::batch_result r) {
       on_batch_done(seqs, std::move(r), now);
     });
   }
   return wake;
 }
 
-void batcher::on_batch_done(std::shared_ptr<std::vector<request_ptr>> seqs, host::batch_result r,
+void batcher::on_batch_done(std::shared_ptr<std::vector<request_ptr>> seqs, backends::batch_result r,
                             time_point dispatched) {
   const time_point now = clock_.now();
   const size_t n = seqs->size();

@@ -95,7 +95,7 @@ class padded_policy final : public batching_policy {
     }
     batch_plan p;
     p.take = std::move(t.take);
-    p.layout = host::batch_layout::padded;
+    p.layout = backends::batch_layout::padded;
     p.padded_length = t.longest;
     if (fixed) {
       // A fixed [B, max_len] shape: partial batches carry dummy rows, as a static engine would.
@@ -150,7 +150,7 @@ class token_budget_policy final : public batching_policy {
     std::sort(take.begin(), take.end());
     batch_plan p;
     p.take = std::move(take);
-    p.layout = host::batch_layout::packed;
+    p.layout = backends::batch_layout::packed;
     d.batch = std::move(p);
     return d;
   }

@@ -20,7 +20,7 @@ router::router(routing_config cfg, const clock& clk, serving_metrics* metrics)
 
 router::~router() { stop(); }
 
-status router::add_backend(std::shared_ptr<host::backend> backend, batching_config cfg) {
+status router::add_backend(std::shared_ptr<backends::backend> backend, batching_config cfg) {
   if (!backend) return status::invalid("add_backend: null backend");
   if (batchers_.size() >= 64) return status::invalid("at most 64 backends behind one router");
   TESSERA_RETURN_IF_ERROR(cfg.validate().with_context("batching of " + backend->info().name));
@@ -171,7 +171,7 @@ std::vector<gauge_sample> router::gauges() const {
     g.push_back({"tessera_backend_sequences" + label(i),
                  "Sequences the backend answered with logits",
                  static_cast<double>(batchers_[i]->sequences_served())});
-  std::vector<std::vector<host::replica_status>> reps;
+  std::vector<std::vector<backends::replica_status>> reps;
   for (const auto& b : batchers_) reps.push_back(b->backend().replicas());
   for (size_t i = 0; i < batchers_.size(); ++i)
     for (const char* st : {"up", "recovering", "down"}) {

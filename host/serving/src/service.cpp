@@ -297,7 +297,7 @@ void service::route(std::string_view method, std::string_view target, std::strin
   reply(error_reply(404, error_kind::not_found, "no route " + printable(path, 100)));
 }
 
-void service::submit_all(std::shared_ptr<call_state> call, std::vector<host::sequence_input> seqs) {
+void service::submit_all(std::shared_ptr<call_state> call, std::vector<backends::sequence_input> seqs) {
   const time_point now = steady::now();
   if (cfg_.request_timeout > duration::zero())
     watch(call, now + cfg_.request_timeout + cfg_.answer_grace);

@@ -325,7 +325,7 @@ void service::kserve_infer(std::string_view body, const request_headers& headers
   if ((types || mask) && !ids) return invalid("token_type_ids and attention_mask go with input_ids");
 
   const int32_t max_len = info_.max_input_length;
-  std::vector<host::sequence_input> seqs;
+  std::vector<backends::sequence_input> seqs;
   if (text) {
     // [N] or [N, 1] texts, [N, 2] pairs, or [N] texts with text_pair [N].
     const auto& s = text->shape;
@@ -365,7 +365,7 @@ void service::kserve_infer(std::string_view body, const request_headers& headers
     for (const tensor* t : {types, mask})
       if (t && t->shape != s) return invalid("input '" + t->name + "' needs the shape of input_ids");
     for (int64_t i = 0; i < s[0]; ++i) {
-      host::sequence_input seq;
+      backends::sequence_input seq;
       for (int64_t j = 0; j < s[1]; ++j) {
         const size_t k = static_cast<size_t>(i * s[1] + j);
         if (mask && mask->ints[k] == 0) continue;

@@ -311,7 +311,7 @@ void service::tei_infer(tei_job job, const reply_fn& reply) {
                        std::to_string(cfg_.max_client_batch_size));
   // Tokenize and validate, input by input (the first failing input answers, as in TEI).
   const int32_t max_len = info_.max_input_length;
-  std::vector<host::sequence_input> seqs;
+  std::vector<backends::sequence_input> seqs;
   seqs.reserve(job.inputs.size());
   size_t chars = 0, tokens = 0;
   for (const auto& in : job.inputs) {

@@ -31,7 +31,7 @@ std::pair<size_t, size_t> longest_first(size_t n1, size_t n2, size_t budget) {
   return {n1, n2};
 }
 
-void append(host::sequence_input& s, const std::vector<text_piece>& p, int32_t type) {
+void append(backends::sequence_input& s, const std::vector<text_piece>& p, int32_t type) {
   for (const auto& x : p) {
     s.token_ids.push_back(x.id);
     s.token_type_ids.push_back(type);
@@ -40,12 +40,12 @@ void append(host::sequence_input& s, const std::vector<text_piece>& p, int32_t t
 
 }  // namespace
 
-result<host::sequence_input> tokenizer::encode(std::string_view text, int32_t max_length,
+result<backends::sequence_input> tokenizer::encode(std::string_view text, int32_t max_length,
                                                truncation_side side) const {
   auto p = pieces(text);
   if (!p) return p.error();
   if (max_length > 0) cut(*p, static_cast<size_t>(std::max(0, max_length - 2)), side);
-  host::sequence_input s;
+  backends::sequence_input s;
   s.token_ids.reserve(p->size() + 2);
   s.token_type_ids.reserve(p->size() + 2);
   s.token_ids.push_back(cls_id());
@@ -56,7 +56,7 @@ result<host::sequence_input> tokenizer::encode(std::string_view text, int32_t ma
   return s;
 }
 
-result<host::sequence_input> tokenizer::encode_pair(std::string_view a, std::string_view b,
+result<backends::sequence_input> tokenizer::encode_pair(std::string_view a, std::string_view b,
                                                     int32_t max_length,
                                                     truncation_side side) const {
   auto pa = pieces(a);
@@ -68,7 +68,7 @@ result<host::sequence_input> tokenizer::encode_pair(std::string_view a, std::str
     cut(*pa, n1, side);
     cut(*pb, n2, side);
   }
-  host::sequence_input s;
+  backends::sequence_input s;
   s.token_ids.push_back(cls_id());
   s.token_type_ids.push_back(0);
   append(s, *pa, 0);
@@ -94,7 +94,7 @@ result<std::vector<token_span>> tokenizer::tokenize(std::string_view text,
   return out;
 }
 
-void truncate_sequence(host::sequence_input& s, int32_t max_length, int32_t sep_id) {
+void truncate_sequence(backends::sequence_input& s, int32_t max_length, int32_t sep_id) {
   if (max_length < 2 || static_cast<int32_t>(s.token_ids.size()) <= max_length) return;
   s.token_ids.resize(static_cast<size_t>(max_length));
   s.token_ids.back() = sep_id;

@@ -52,7 +52,7 @@ class toy_tokenizer final : public tokenizer {
 
 std::shared_ptr<const tokenizer> make_toy_tokenizer() { return std::make_shared<toy_tokenizer>(); }
 
-std::vector<float> toy_logits(const host::sequence_input& s, int32_t num_labels) {
+std::vector<float> toy_logits(const backends::sequence_input& s, int32_t num_labels) {
   std::vector<float> out(static_cast<size_t>(num_labels), 0.0f);
   for (size_t i = 0; i < s.token_ids.size(); ++i) {
     int32_t type = i < s.token_type_ids.size() ? s.token_type_ids[i] : 0;
@@ -66,21 +66,21 @@ std::vector<float> toy_logits(const host::sequence_input& s, int32_t num_labels)
   return out;
 }
 
-std::shared_ptr<thread_pool_backend> make_toy_backend(host::backend_info info, int threads,
+std::shared_ptr<backends::thread_pool_backend> make_toy_backend(backends::backend_info info, int threads,
                                                       std::chrono::nanoseconds per_token) {
   int32_t labels = info.num_labels;
-  forward_fn fwd = [labels, per_token](const host::batch_request& req)
+  backends::forward_fn fwd = [labels, per_token](const backends::batch_request& req)
       -> result<std::vector<float>> {
     std::vector<float> logits;
     logits.reserve(req.sequences.size() * static_cast<size_t>(labels));
     int64_t computed = 0;
     for (const auto& s : req.sequences) {
-      if (req.layout == host::batch_layout::padded &&
+      if (req.layout == backends::batch_layout::padded &&
           req.padded_length < static_cast<int32_t>(s.token_ids.size()))
         return status::invalid("padded_length " + std::to_string(req.padded_length) +
                                " is shorter than a sequence of " +
                                std::to_string(s.token_ids.size()));
-      computed += req.layout == host::batch_layout::padded
+      computed += req.layout == backends::batch_layout::padded
                       ? req.padded_length
                       : static_cast<int64_t>(s.token_ids.size());
       auto row = toy_logits(s, labels);
@@ -93,7 +93,7 @@ std::shared_ptr<thread_pool_backend> make_toy_backend(host::backend_info info, i
     }
     return logits;
   };
-  return std::make_shared<thread_pool_backend>(std::move(info), threads, std::move(fwd));
+  return std::make_shared<backends::thread_pool_backend>(std::move(info), threads, std::move(fwd));
 }
 
 }  // namespace tessera::serving

@@ -4,14 +4,13 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 
+#include "tessera/backends/reference_backend.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/serving/http_server.hpp"
+#include "tessera/serving/model_adapters.hpp"
 #include "tessera/serving/router.hpp"
 #include "tessera/serving/serve_options.hpp"
 #include "tessera/serving/toy_model.hpp"
-#ifdef TESSERA_SERVING_HAS_MODELS
-#include "tessera/serving/reference_backend.hpp"
-#endif
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -83,7 +82,7 @@ int main(int argc, char** argv) {
   router r(so.routing, default_clock(), &metrics);
   std::shared_ptr<const tokenizer> tok;
   model_info info;
-  std::vector<std::shared_ptr<host::backend>> backends;
+  std::vector<std::shared_ptr<backends::backend>> backends;
   if (model_name == "toy") {
     tok = make_toy_tokenizer();
     info.model_id = "toy";
@@ -92,7 +91,6 @@ int main(int argc, char** argv) {
                                           threads,
                                           std::chrono::nanoseconds(static_cast<int64_t>(toy_ns))));
   } else {
-#ifdef TESSERA_SERVING_HAS_MODELS
     auto loaded = models::load_model(model_name);
     if (!loaded) {
       std::cerr << "tessera-serve: " << loaded.error().to_string() << "\n";
@@ -110,13 +108,9 @@ int main(int argc, char** argv) {
     if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
     info = model_info_of(*model, id);
     for (int i = 0; i < replicas; ++i)
-      backends.push_back(make_reference_backend(
+      backends.push_back(backends::make_reference_backend(
           model, {.name = kind_of(i) + std::to_string(i), .kind = kind_of(i), .threads = threads,
                   .omp_threads = omp_threads, .serialize_forwards = serialize_forwards}));
-#else
-    std::cerr << "tessera-serve: built without tessera_models; only --model toy works\n";
-    return 2;
-#endif
   }
   for (auto& b : backends) {
     batching_config bc = so.batching_for(b->info().kind);

@@ -31,6 +31,10 @@ inline constexpr uint64_t max_tensor_bytes = 1ull << 34;      // 16 GiB
 inline constexpr uint32_t max_program_ops = 1u << 20;
 inline constexpr uint32_t max_batch_sequences = 1u << 16;
 
+/// Tile memory places every tensor at a multiple of this (AVX-512 lines) and rounds its size up
+/// to it; the host's placement counts tile memory the same way.
+inline constexpr uint64_t tensor_alignment = 64;
+
 /// Message types. Values travel on the wire: append only.
 enum class msg_type : uint8_t {
   register_tile = 1,    ///< tile -> host: I am tile t, incarnation i, my exchange endpoint is e
@@ -268,7 +272,7 @@ struct fetch_tensor {
 struct infer_batch {
   uint64_t batch_id = 0;
   std::vector<int32_t> seq_lengths;
-  uint8_t layout = 0;          ///< host::batch_layout
+  uint8_t layout = 0;          ///< backends::batch_layout
   int32_t padded_length = 0;
 };
 

@@ -57,7 +57,7 @@ class compute_pool {
   compute_options o_;
   std::shared_ptr<const models::bert_model> model_;
   std::unique_ptr<host::tile_group> group_;
-  std::shared_ptr<host::backend> tiles_;
+  std::shared_ptr<backends::backend> tiles_;
   std::shared_ptr<host::remote_backend> gpu_;
 };
 

@@ -10,7 +10,7 @@
 // so a long trace of ever-new shapes keeps memory flat).
 //
 //   auto gpu = device_model::load("a100-40gb", *timing::bert_shape_by_name("bert-base"));
-//   double s = *gpu->batch_seconds({30, 400}, host::batch_layout::padded, 512);
+//   double s = *gpu->batch_seconds({30, 400}, backends::batch_layout::padded, 512);
 #pragma once
 
 #include <cstdint>
@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/backends/backend.hpp"
 #include "tessera/common/status.hpp"
-#include "tessera/host/backend.hpp"
 #include "tessera/timing/bert_model.hpp"
 #include "tessera/timing/preset.hpp"
 
@@ -39,7 +39,7 @@ class device_model {
   const std::string& preset_name() const { return preset_; }
   /// Modelled seconds of one forward of sequences of these lengths, laid out as given
   /// (`padded_length` only for padded layouts; every sequence counts as that long).
-  result<double> batch_seconds(const std::vector<int32_t>& lens, host::batch_layout layout, int32_t padded_length);
+  result<double> batch_seconds(const std::vector<int32_t>& lens, backends::batch_layout layout, int32_t padded_length);
 
  private:
   device_model() = default;

@@ -74,7 +74,7 @@ std::vector<configuration> seed_configurations(const experiment_options& o);
 std::vector<std::string> configuration_names();
 
 /// Supplies the real backend that computes a configuration's device (null: timing-only).
-using compute_provider = std::function<std::shared_ptr<host::backend>(const configuration&, const virtual_backend_spec&)>;
+using compute_provider = std::function<std::shared_ptr<backends::backend>(const configuration&, const virtual_backend_spec&)>;
 
 /// One point of a latency-throughput curve.
 struct curve_point {
@@ -114,7 +114,7 @@ inline constexpr double logit_tolerance = 1e-4;
 
 /// What computes a device's batches, for the reader: "tessera-gpu process (pid 123)",
 /// "2 tessera-tile processes (pids 1, 2)", or "in-process gpu reference engine".
-std::string describe_compute(const host::backend& b);
+std::string describe_compute(const backends::backend& b);
 
 /// Saturation req/s per kW of TDP, per $1,000 of list price, and $ per million requests at saturation
 /// (amortised price + energy); 0 when the figure needed is unknown.

@@ -6,7 +6,7 @@
 //     preset (device_model), serving its batches one after another; a batch's completion is an
 //     event at start + modelled time, and only then does the batcher see the answer;
 //   * the batchers' wake-up times (max queue delay, max age) are events too.
-// Every formed batch can also be computed for real by a host::backend (reference engine, or a
+// Every formed batch can also be computed for real by a backends::backend (reference engine, or a
 // tile group): the loop waits for it (wall clock passes, modelled time does not) and the logits
 // are checked against models::reference_forward. Without one (timing-only), answers carry zero
 // logits; the modelled results are the same, bit for bit (integer nanoseconds throughout).
@@ -26,10 +26,10 @@
 #include <string>
 #include <vector>
 
+#include "tessera/backends/backend.hpp"
 #include "tessera/common/status.hpp"
 #include "tessera/experiment/device_model.hpp"
 #include "tessera/experiment/trace.hpp"
-#include "tessera/host/backend.hpp"
 #include "tessera/models/model.hpp"
 #include "tessera/serving/batching_policy.hpp"
 #include "tessera/serving/router.hpp"
@@ -38,7 +38,7 @@
 namespace tessera::experiment {
 
 /// Modelled service time of one batch: lengths (dummy rows included), layout, padded length.
-using service_time_fn = std::function<result<double>(const std::vector<int32_t>&, host::batch_layout, int32_t)>;
+using service_time_fn = std::function<result<double>(const std::vector<int32_t>&, backends::batch_layout, int32_t)>;
 
 struct virtual_backend_spec {
   std::string name;     ///< "gpu0", "tiles0"
@@ -48,7 +48,7 @@ struct virtual_backend_spec {
   serving::batching_config batching;
   int32_t max_sequence_length = 512;
   /// Optional: computes each batch for real (timing-only when null).
-  std::shared_ptr<host::backend> compute;
+  std::shared_ptr<backends::backend> compute;
   /// Optional: replaces the preset's timing model (tests: constant service times).
   service_time_fn service;
 };

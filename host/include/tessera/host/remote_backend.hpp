@@ -29,13 +29,13 @@
 #include <string>
 #include <vector>
 
-#include "tessera/host/backend.hpp"
+#include "tessera/backends/backend.hpp"
 
 namespace tessera::host {
 
 struct remote_backend_config {
   std::string endpoint;   ///< where the process's ROUTER listens (tcp://host:port, ipc:///path)
-  backend_info info;      ///< what the router sees (kind "gpu"; num_labels must match the model)
+  backends::backend_info info;  ///< what the router sees (kind "gpu"; num_labels must match the model)
   std::chrono::milliseconds batch_timeout{30000};   ///< per-batch deadline -> timeout
   std::chrono::milliseconds ping_interval{200};
   std::chrono::milliseconds silence_timeout{2000};  ///< no message for this long -> peer_failed
@@ -47,19 +47,19 @@ struct remote_backend_config {
   bool restart = true;
 };
 
-class remote_backend final : public backend {
+class remote_backend final : public backends::backend {
  public:
   static result<std::shared_ptr<remote_backend>> start(remote_backend_config cfg);
   ~remote_backend() override;
 
-  backend_info info() const override;
-  void submit(batch_request request, std::function<void(batch_result)> done) override;
+  backends::backend_info info() const override;
+  void submit(backends::batch_request request, std::function<void(backends::batch_result)> done) override;
   int64_t outstanding_tokens() const override;
   bool healthy() const override;
 
   /// Waits until the process answered a ping (true) or `timeout` passed / the child exited.
   bool wait_ready(std::chrono::milliseconds timeout);
-  std::vector<replica_status> replicas() const override;
+  std::vector<backends::replica_status> replicas() const override;
   /// The spawned child's pid (0 when not spawned); changes when the child is restarted.
   pid_t child_pid() const;
   /// Restarts of the spawned child, and the time the last took (exit to first pong, seconds).

@@ -22,7 +22,7 @@
 #include <deque>
 #include <thread>
 
-#include "tessera/host/backend.hpp"
+#include "tessera/backends/backend.hpp"
 #include "tessera/host/tile_model.hpp"
 
 namespace tessera::host {
@@ -36,17 +36,17 @@ struct tile_backend_config {
   std::chrono::milliseconds max_wait_for_replica{15000};
 };
 
-class tile_backend final : public backend {
+class tile_backend final : public backends::backend {
  public:
   tile_backend(std::unique_ptr<tile_model> model, std::string name, tile_backend_config cfg = {});
   ~tile_backend() override;
 
-  backend_info info() const override { return info_; }
-  void submit(batch_request request, std::function<void(batch_result)> done) override;
+  backends::backend_info info() const override { return info_; }
+  void submit(backends::batch_request request, std::function<void(backends::batch_result)> done) override;
   int64_t outstanding_tokens() const override { return outstanding_.load(); }
   /// True while at least one replica is up.
   bool healthy() const override;
-  std::vector<replica_status> replicas() const override;
+  std::vector<backends::replica_status> replicas() const override;
   /// Answers queued batches with `cancelled` and stops the workers and the supervisor.
   void stop();
   tile_model& model() { return *model_; }
@@ -58,8 +58,8 @@ class tile_backend final : public backend {
 
  private:
   struct job {
-    batch_request request;
-    std::function<void(batch_result)> done;
+    backends::batch_request request;
+    std::function<void(backends::batch_result)> done;
     int64_t tokens = 0;
     int attempts = 0;
     std::chrono::steady_clock::time_point queued;
@@ -81,12 +81,12 @@ class tile_backend final : public backend {
   bool recover(int r);
   void on_tile_event(const tile_event& ev);
   void mark_down(int r, const std::string& why);  // under mu_
-  void answer(job& j, batch_result r);
-  batch_result run_once(int replica, const batch_request& req);
+  void answer(job& j, backends::batch_result r);
+  backends::batch_result run_once(int replica, const backends::batch_request& req);
   int replica_of(uint32_t tile) const;
 
   std::unique_ptr<tile_model> model_;
-  backend_info info_;
+  backends::backend_info info_;
   tile_backend_config cfg_;
   std::atomic<int64_t> recoveries_{0};
   std::atomic<int64_t> retries_{0};
@@ -105,6 +105,6 @@ class tile_backend final : public backend {
 
 /// The packed batch a request describes; padded layouts get filler sequences (see above).
 /// `real` receives the number of real sequences (their logits come first).
-models::packed_batch to_packed(const batch_request& req, int* real);
+models::packed_batch to_packed(const backends::batch_request& req, int* real);
 
 }  // namespace tessera::host

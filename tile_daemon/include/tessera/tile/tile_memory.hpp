@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tessera/common/status.hpp"
+#include "tessera/common/units.hpp"
 #include "tessera/exchange/protocol.hpp"
 
 namespace tessera::tile {
@@ -35,7 +36,7 @@ struct tile_tensor {
 
 class tile_memory {
  public:
-  static constexpr uint64_t alignment = 64;
+  static constexpr uint64_t alignment = exchange::tensor_alignment;
 
   tile_memory(uint32_t tile_id, uint64_t capacity);
   ~tile_memory();
@@ -68,8 +69,5 @@ class tile_memory {
   std::map<uint32_t, tile_tensor> tensors_;
   std::map<uint64_t, uint64_t> free_;  // offset -> length, coalesced
 };
-
-/// "1.5 MiB".
-std::string format_bytes(uint64_t bytes);
 
 }  // namespace tessera::tile

@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "tessera/host/backend.hpp"
+#include "tessera/backends/backend.hpp"
 #include "tessera/serving/batching_policy.hpp"
 #include "tessera/serving/clock.hpp"
 #include "tessera/serving/metrics.hpp"
@@ -42,7 +42,7 @@ class batcher {
   /// `cfg` is completed from the backend's info: max_sequence_length and max_batch_size are
   /// capped by the backend's, and a zero token_budget takes the backend's (packing falls back
   /// to max_batch_size x max_sequence_length when both are zero).
-  batcher(std::shared_ptr<host::backend> backend, batching_config cfg,
+  batcher(std::shared_ptr<backends::backend> backend, batching_config cfg,
           const clock& clk = default_clock(), serving_metrics* metrics = nullptr,
           failure_handler on_failure = nullptr);
   ~batcher();
@@ -68,21 +68,21 @@ class batcher {
   /// Sequences this batcher answered with logits, and batches it sent.
   int64_t sequences_served() const { return sequences_served_.load(std::memory_order_relaxed); }
   int64_t batches_sent() const { return batches_sent_.load(std::memory_order_relaxed); }
-  host::backend& backend() { return *backend_; }
-  const host::backend& backend() const { return *backend_; }
+  backends::backend& backend() { return *backend_; }
+  const backends::backend& backend() const { return *backend_; }
   const batching_config& config() const { return cfg_; }
 
  private:
   struct pending_batch {
-    host::batch_request request;
+    backends::batch_request request;
     std::shared_ptr<std::vector<request_ptr>> sequences;
   };
 
   void run();
-  void on_batch_done(std::shared_ptr<std::vector<request_ptr>> seqs, host::batch_result r,
+  void on_batch_done(std::shared_ptr<std::vector<request_ptr>> seqs, backends::batch_result r,
                      time_point dispatched);
 
-  std::shared_ptr<host::backend> backend_;
+  std::shared_ptr<backends::backend> backend_;
   batching_config cfg_;
   std::unique_ptr<batching_policy> policy_;
   const clock& clock_;

@@ -26,8 +26,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/backends/backend.hpp"
 #include "tessera/common/status.hpp"
-#include "tessera/host/backend.hpp"
 #include "tessera/serving/clock.hpp"
 
 namespace tessera::serving {
@@ -61,7 +61,7 @@ struct queued_view {
 /// A batch to form: indices into the queue, and its layout.
 struct batch_plan {
   std::vector<size_t> take;          ///< ascending queue indices
-  host::batch_layout layout = host::batch_layout::packed;
+  backends::batch_layout layout = backends::batch_layout::packed;
   int32_t padded_length = 0;         ///< padded layouts only
   int32_t fill_to_sequences = 0;     ///< static: add dummy rows up to this many sequences
 };

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/backends/backend.hpp"
 #include "tessera/common/status.hpp"
-#include "tessera/host/backend.hpp"
 #include "tessera/serving/clock.hpp"
 
 namespace tessera::serving {
@@ -37,7 +37,7 @@ using completion = std::function<void(sequence_outcome)>;
 /// One sequence, tokenized, with its deadline and completion.
 struct inference_request {
   uint64_t id = 0;
-  host::sequence_input input;
+  backends::sequence_input input;
   time_point arrival{};                 ///< when admitted (set by the router if left zero)
   time_point deadline = time_point::max();
   time_point dispatched{};              ///< when handed to a backend (set by the batcher)

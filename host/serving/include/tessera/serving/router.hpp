@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tessera/host/backend.hpp"
+#include "tessera/backends/backend.hpp"
 #include "tessera/serving/batcher.hpp"
 #include "tessera/serving/batching_policy.hpp"
 #include "tessera/serving/clock.hpp"
@@ -53,7 +53,7 @@ class router {
   router& operator=(const router&) = delete;
 
   /// Adds a backend and its batching policy. Call before start(); at most 64 backends.
-  status add_backend(std::shared_ptr<host::backend> backend, batching_config cfg);
+  status add_backend(std::shared_ptr<backends::backend> backend, batching_config cfg);
   /// Starts every batcher thread.
   void start();
   /// Drains: every accepted sequence is answered, then the batcher threads end.
@@ -89,7 +89,7 @@ class router {
   const clock& clock_;
   serving_metrics* metrics_;
   std::vector<std::unique_ptr<batcher>> batchers_;
-  std::vector<host::backend_info> infos_;
+  std::vector<backends::backend_info> infos_;
 };
 
 }  // namespace tessera::serving

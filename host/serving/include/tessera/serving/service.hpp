@@ -124,7 +124,7 @@ class service {
   /// error_reply for an inference request: counted in tessera_request_failure.
   http_reply inference_error(unsigned status, std::string_view type, std::string_view message);
   static http_reply error_body(unsigned status, std::string_view type, std::string_view message);
-  void submit_all(std::shared_ptr<call_state> call, std::vector<host::sequence_input> seqs);
+  void submit_all(std::shared_ptr<call_state> call, std::vector<backends::sequence_input> seqs);
   // service_tei.cpp
   void tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply);
   void tei_tokenize(std::string_view body, const reply_fn& reply);

@@ -21,8 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/backends/backend.hpp"
 #include "tessera/common/status.hpp"
-#include "tessera/host/backend.hpp"
 
 namespace tessera::serving {
 
@@ -58,11 +58,11 @@ class tokenizer {
   virtual std::string special_text(int32_t id) const = 0;
 
   /// [CLS] text [SEP], truncated to max_length tokens (0 = no truncation) at `side`.
-  result<host::sequence_input> encode(std::string_view text, int32_t max_length,
+  result<backends::sequence_input> encode(std::string_view text, int32_t max_length,
                                       truncation_side side = truncation_side::right) const;
   /// [CLS] a [SEP] b [SEP] with token type ids 0.. then 1.., truncated longest first to
   /// max_length tokens (0 = no truncation) at `side`.
-  result<host::sequence_input> encode_pair(std::string_view a, std::string_view b,
+  result<backends::sequence_input> encode_pair(std::string_view a, std::string_view b,
                                            int32_t max_length,
                                            truncation_side side = truncation_side::right) const;
   /// The tokens of `text` with their byte offsets; [CLS]/[SEP] around them when asked.
@@ -70,6 +70,6 @@ class tokenizer {
 };
 
 /// Cuts `s` to `max_length` tokens (>= 2) keeping a final [SEP]; no-op when it already fits.
-void truncate_sequence(host::sequence_input& s, int32_t max_length, int32_t sep_id);
+void truncate_sequence(backends::sequence_input& s, int32_t max_length, int32_t sep_id);
 
 }  // namespace tessera::serving

@@ -15,8 +15,8 @@
 #include <memory>
 #include <vector>
 
-#include "tessera/host/backend.hpp"
-#include "tessera/serving/thread_pool_backend.hpp"
+#include "tessera/backends/backend.hpp"
+#include "tessera/backends/thread_pool_backend.hpp"
 #include "tessera/serving/tokenizer.hpp"
 
 namespace tessera::serving {
@@ -24,12 +24,12 @@ namespace tessera::serving {
 std::shared_ptr<const tokenizer> make_toy_tokenizer();
 
 /// The toy model's logits for one sequence (num_labels values).
-std::vector<float> toy_logits(const host::sequence_input& s, int32_t num_labels);
+std::vector<float> toy_logits(const backends::sequence_input& s, int32_t num_labels);
 
 /// A thread_pool_backend running the toy model; `per_token` of busy work per computed token
 /// (padding included) imitates a model's cost.
-std::shared_ptr<thread_pool_backend> make_toy_backend(
-    host::backend_info info, int threads,
+std::shared_ptr<backends::thread_pool_backend> make_toy_backend(
+    backends::backend_info info, int threads,
     std::chrono::nanoseconds per_token = std::chrono::nanoseconds(0));
 
 }  // namespace tessera::serving

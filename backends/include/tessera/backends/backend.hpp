@@ -1,5 +1,7 @@
-// tessera/host/backend.hpp: what the serving side (HTTP, batcher, router) sees of a place
-// that runs model forwards: a tile group, a GPU baseline process, or an in-process engine.
+// tessera/backends/backend.hpp: what the serving side (HTTP, batcher, router) sees of a place
+// that runs model forwards: a tile group or a GPU baseline process (host/), or an in-process
+// engine (thread_pool_backend.hpp). A library of its own, so that serving and the places that
+// run forwards both depend on it and not on each other.
 //
 // A backend takes whole batches (already tokenized, already formed by a batching policy) and
 // answers each batch exactly once through its callback, with a status and, on success, one
@@ -17,7 +19,7 @@
 
 #include "tessera/common/status.hpp"
 
-namespace tessera::host {
+namespace tessera::backends {
 
 /// One tokenized sequence ([CLS] ... [SEP] already added). Empty token_type_ids means all zero.
 struct sequence_input {
@@ -91,4 +93,4 @@ class backend {
   virtual std::vector<replica_status> replicas() const { return {}; }
 };
 
-}  // namespace tessera::host
+}  // namespace tessera::backends

@@ -7,22 +7,22 @@
 #include <future>
 #include <thread>
 
+#include "tessera/backends/reference_backend.hpp"
 #include "tessera/models/forward.hpp"
 #include "tessera/models/model.hpp"
-#include "tessera/serving/reference_backend.hpp"
 
 using namespace tessera;
-using namespace tessera::serving;
+using namespace tessera::backends;
 
 namespace {
 
 // Batched forwards agree with a forward of the sequence alone to this absolute tolerance.
 constexpr float tolerance = 2e-4f;
 
-host::batch_result run(host::backend& b, host::batch_request req) {
-  std::promise<host::batch_result> p;
+batch_result run(backend& b, batch_request req) {
+  std::promise<batch_result> p;
   auto f = p.get_future();
-  b.submit(std::move(req), [&p](host::batch_result r) { p.set_value(std::move(r)); });
+  b.submit(std::move(req), [&p](batch_result r) { p.set_value(std::move(r)); });
   return f.get();
 }
 
@@ -34,20 +34,20 @@ TEST(ReferenceBackend, BatchedLogitsEqualEachSequenceAlone) {
   models::splitmix64 rng(7);
   float worst = 0;
   for (int trial = 0; trial < 24; ++trial) {
-    host::batch_request req;
+    batch_request req;
     req.batch_id = static_cast<uint64_t>(trial);
     int n = 1 + static_cast<int>(rng.next_int(0, 40));
     int longest = 0;
     for (int i = 0; i < n; ++i) {
       int len = static_cast<int>(rng.next_int(3, trial % 3 == 0 ? 200 : 60));
-      host::sequence_input s;
+      sequence_input s;
       s.token_ids.push_back(101);
       for (int k = 0; k < len - 2; ++k) s.token_ids.push_back(static_cast<int32_t>(rng.next_int(1000, 30000)));
       s.token_ids.push_back(102);
       longest = std::max(longest, len);
       req.sequences.push_back(std::move(s));
     }
-    req.layout = trial % 2 ? host::batch_layout::padded : host::batch_layout::packed;
+    req.layout = trial % 2 ? batch_layout::padded : batch_layout::packed;
     req.padded_length = trial % 4 == 1 ? 256 : longest;
     auto seqs = req.sequences;
     auto r = run(*backend, std::move(req));
@@ -78,10 +78,10 @@ TEST(ReferenceBackend, BackendWithSeveralWorkersAgreesWithOracleUnderConcurrency
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
       for (int rep = 0; rep < 6; ++rep) {
-        host::batch_request req;
-        std::vector<host::sequence_input> seqs;
+        batch_request req;
+        std::vector<sequence_input> seqs;
         for (int i = 0; i < 8; ++i) {
-          host::sequence_input s{{101}, {}};
+          sequence_input s{{101}, {}};
           for (int k = 0; k < 5 + 7 * i + t; ++k) s.token_ids.push_back(1000 + 37 * k + rep + i);
           s.token_ids.push_back(102);
           seqs.push_back(s);
@@ -104,7 +104,7 @@ TEST(ReferenceBackend, BackendWithSeveralWorkersAgreesWithOracleUnderConcurrency
 TEST(ReferenceBackend, InvalidTokenIdFailsTheBatchWithAStatus) {
   auto model = std::make_shared<const models::bert_model>(models::load_model("bert-tiny").value());
   auto backend = make_reference_backend(model);
-  host::batch_request req;
+  batch_request req;
   req.sequences.push_back({{101, 99999999, 102}, {}});
   auto r = run(*backend, std::move(req));
   EXPECT_FALSE(r.st);
@@ -115,10 +115,10 @@ TEST(ReferenceBackend, InvalidTokenIdFailsTheBatchWithAStatus) {
 // then before models' runtime-M matmul change; serialize_forwards is the switch if it regresses.)
 TEST(ReferenceBackend, RawForwardsAreThreadSafe) {
   auto model = std::make_shared<const models::bert_model>(models::load_model("bert-tiny").value());
-  std::vector<host::sequence_input> seqs;
+  std::vector<sequence_input> seqs;
   models::splitmix64 rng(11);
   for (int i = 0; i < 64; ++i) {
-    host::sequence_input s{{101}, {}};
+    sequence_input s{{101}, {}};
     int len = static_cast<int>(rng.next_int(3, 80));
     for (int k = 0; k < len - 2; ++k) s.token_ids.push_back(static_cast<int32_t>(rng.next_int(1000, 30000)));
     s.token_ids.push_back(102);

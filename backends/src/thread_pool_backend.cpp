@@ -1,13 +1,13 @@
 // An in-process backend: batch queue + worker threads. See thread_pool_backend.hpp.
-#include "tessera/serving/thread_pool_backend.hpp"
+#include "tessera/backends/thread_pool_backend.hpp"
 
 #include <chrono>
 
 #include "tessera/common/check.hpp"
 
-namespace tessera::serving {
+namespace tessera::backends {
 
-thread_pool_backend::thread_pool_backend(host::backend_info info, int threads, forward_fn forward)
+thread_pool_backend::thread_pool_backend(backend_info info, int threads, forward_fn forward)
     : info_(std::move(info)), forward_(std::move(forward)) {
   TESSERA_CHECK(threads >= 1) << "thread_pool_backend needs a worker thread";
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
@@ -27,7 +27,7 @@ void thread_pool_backend::stop() {
     if (w.joinable()) w.join();
   for (auto& j : left) {
     outstanding_.fetch_sub(j.tokens);
-    host::batch_result r;
+    batch_result r;
     r.batch_id = j.request.batch_id;
     r.st = status(errc::cancelled, "backend " + info_.name + " stopped");
     j.done(std::move(r));
@@ -40,8 +40,8 @@ void thread_pool_backend::fail_next_batches(int n, status st) {
   fail_status_ = std::move(st);
 }
 
-void thread_pool_backend::submit(host::batch_request request,
-                                 std::function<void(host::batch_result)> done) {
+void thread_pool_backend::submit(batch_request request,
+                                 std::function<void(batch_result)> done) {
   int64_t tokens = 0;
   for (const auto& s : request.sequences) tokens += static_cast<int64_t>(s.token_ids.size());
   {
@@ -53,7 +53,7 @@ void thread_pool_backend::submit(host::batch_request request,
       return;
     }
   }
-  host::batch_result r;
+  batch_result r;
   r.batch_id = request.batch_id;
   r.st = status(errc::cancelled, "backend " + info_.name + " stopped");
   done(std::move(r));
@@ -75,7 +75,7 @@ void thread_pool_backend::work() {
       }
     }
     auto t0 = std::chrono::steady_clock::now();
-    host::batch_result r;
+    batch_result r;
     r.batch_id = j.request.batch_id;
     if (!injected) {
       r.st = injected;
@@ -96,4 +96,4 @@ void thread_pool_backend::work() {
   }
 }
 
-}  // namespace tessera::serving
+}  // namespace tessera::backends

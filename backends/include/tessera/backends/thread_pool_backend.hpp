@@ -1,12 +1,12 @@
-// tessera/serving/thread_pool_backend.hpp: a backend in this process: a queue of batches and a
+// tessera/backends/thread_pool_backend.hpp: a backend in this process: a queue of batches and a
 // few worker threads, each running a forward function on whole batches. The reference backend
 // (reference_backend.hpp) and the toy backend of the tests are this class with different
 // forward functions; the GPU baseline process serves one over its wire protocol.
 //
 //   auto b = std::make_shared<thread_pool_backend>(
-//       host::backend_info{.name = "ref0", .kind = "reference"}, /*threads=*/2,
-//       [](const host::batch_request& req) -> result<std::vector<float>> { ... });
-//   b->submit(std::move(req), [](host::batch_result r) { ... });
+//       backends::backend_info{.name = "ref0", .kind = "reference"}, /*threads=*/2,
+//       [](const backends::batch_request& req) -> result<std::vector<float>> { ... });
+//   b->submit(std::move(req), [](backends::batch_result r) { ... });
 //   b->set_healthy(false);                 // fault injection for tests
 //   b->fail_next_batches(1, status::peer_failed("injected"));
 #pragma once
@@ -19,20 +19,20 @@
 #include <thread>
 #include <vector>
 
-#include "tessera/host/backend.hpp"
+#include "tessera/backends/backend.hpp"
 
-namespace tessera::serving {
+namespace tessera::backends {
 
 /// Runs a whole batch: returns [num_sequences, num_labels] logits, row-major.
-using forward_fn = std::function<result<std::vector<float>>(const host::batch_request&)>;
+using forward_fn = std::function<result<std::vector<float>>(const batch_request&)>;
 
-class thread_pool_backend : public host::backend {
+class thread_pool_backend : public backend {
  public:
-  thread_pool_backend(host::backend_info info, int threads, forward_fn forward);
+  thread_pool_backend(backend_info info, int threads, forward_fn forward);
   ~thread_pool_backend() override;
 
-  host::backend_info info() const override { return info_; }
-  void submit(host::batch_request request, std::function<void(host::batch_result)> done) override;
+  backend_info info() const override { return info_; }
+  void submit(batch_request request, std::function<void(batch_result)> done) override;
   int64_t outstanding_tokens() const override { return outstanding_.load(); }
   bool healthy() const override { return healthy_.load(); }
 
@@ -46,13 +46,13 @@ class thread_pool_backend : public host::backend {
 
  private:
   struct job {
-    host::batch_request request;
-    std::function<void(host::batch_result)> done;
+    batch_request request;
+    std::function<void(batch_result)> done;
     int64_t tokens = 0;
   };
   void work();
 
-  host::backend_info info_;
+  backend_info info_;
   forward_fn forward_;
   std::atomic<int64_t> outstanding_{0};
   std::atomic<bool> healthy_{true};
@@ -66,4 +66,4 @@ class thread_pool_backend : public host::backend {
   std::vector<std::thread> workers_;
 };
 
-}  // namespace tessera::serving
+}  // namespace tessera::backends

@@ -1,0 +1,51 @@
+// The tessera_models adapters of the serving interfaces. See model_adapters.hpp.
+#include "tessera/serving/model_adapters.hpp"
+
+namespace tessera::serving {
+
+namespace {
+
+class model_tokenizer final : public tokenizer {
+ public:
+  explicit model_tokenizer(models::wordpiece_tokenizer wordpiece) : wordpiece_(std::move(wordpiece)) {}
+
+  result<std::vector<text_piece>> pieces(std::string_view text) const override {
+    auto p = wordpiece_.tokenize_with_offsets(text);
+    if (!p) return p.error();
+    std::vector<text_piece> out;
+    out.reserve(p->size());
+    for (const auto& w : *p) out.push_back({w.id, w.start, w.stop});
+    return out;
+  }
+  int32_t cls_id() const override { return wordpiece_.cls_id(); }
+  int32_t sep_id() const override { return wordpiece_.sep_id(); }
+  std::string special_text(int32_t id) const override { return wordpiece_.vocab().token(id); }
+
+ private:
+  models::wordpiece_tokenizer wordpiece_;  // untruncated: tokenizer truncates (both sides)
+};
+
+}  // namespace
+
+result<std::shared_ptr<const tokenizer>> make_model_tokenizer(const models::bert_model& model) {
+  if (!model.vocab)
+    return status::invalid("model " + model.source +
+                           " has no vocab.txt; the server needs one to tokenize text");
+  models::tokenizer_options opts;
+  opts.lower_case = model.lower_case;
+  opts.max_length = 1 << 30;
+  auto wordpiece = models::wordpiece_tokenizer::create(model.vocab, opts);
+  if (!wordpiece) return wordpiece.error();
+  return std::shared_ptr<const tokenizer>(std::make_shared<model_tokenizer>(std::move(*wordpiece)));
+}
+
+model_info model_info_of(const models::bert_model& model, std::string model_id) {
+  model_info info;
+  info.model_id = std::move(model_id);
+  info.labels = model.config.id2label;
+  info.max_input_length = model.config.max_position_embeddings;
+  info.vocab_size = model.config.vocab_size;
+  return info;
+}
+
+}  // namespace tessera::serving
