@@ -8,7 +8,7 @@
 
 namespace tessera::experiment {
 
-result<std::shared_ptr<device_model>> device_model::load(const std::string& preset, const timing::bert_shape& shape,
+result<std::shared_ptr<device_model>> device_model::load(const std::string& preset, const models::model_shape& shape,
                                                          timing::dtype t, timing::ipu_mapping mapping) {
   auto m = std::shared_ptr<device_model>(new device_model());
   m->preset_ = preset;

@@ -117,7 +117,7 @@ std::vector<configuration> seed_configurations(const experiment_options& o) {
 result<std::vector<experiment_row>> run_seed_experiment(const experiment_options& o, const compute_provider& compute,
                                                         const std::shared_ptr<const models::bert_model>& check_model,
                                                         const log_fn& log) {
-  auto shape = timing::bert_shape_by_name(o.model_shape);
+  auto shape = models::shape_preset(o.model_shape);
   if (!shape) return shape.error();
   auto configs = seed_configurations(o);
   if (configs.empty()) return status::invalid("no configuration selected; known: tiles-packed, gpu-static, ...");

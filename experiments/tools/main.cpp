@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
     if (o.configs.size() != 1) return fail(status::invalid("--mode run needs exactly one --config (e.g. tiles-packed)"));
     auto cs = seed_configurations(o);
     if (cs.empty()) return fail(status::invalid("unknown configuration " + o.configs[0]));
-    auto shape = timing::bert_shape_by_name(o.model_shape);
+    auto shape = models::shape_preset(o.model_shape);
     if (!shape) return fail(shape.error());
     virtual_run_config vc;
     vc.shape = *shape;

@@ -26,19 +26,10 @@ using clock_type = std::chrono::steady_clock;
 double modelled_gpu_seconds(const timing::gpu_preset& preset, const models::bert_config& cfg,
                             timing::dtype t, const std::vector<int32_t>& lengths, int32_t pad_to) {
   if (lengths.empty()) return 0;
-  timing::bert_shape shape;
-  shape.name = "served";
-  shape.layers = cfg.num_layers;
-  shape.hidden = cfg.hidden_size;
-  shape.heads = cfg.num_heads;
-  shape.ffn = cfg.intermediate_size;
-  shape.labels = cfg.num_labels;
-  shape.vocab = cfg.vocab_size;
-  shape.max_positions = cfg.max_position_embeddings;
   timing::bert_batch b;
   b.seq_lens.assign(lengths.begin(), lengths.end());
   b.pad_to = pad_to;
-  auto s = timing::model_gpu_batch_seconds(preset, shape, b, t);
+  auto s = timing::model_gpu_batch_seconds(preset, cfg, b, t);
   return s ? *s : 0.0;
 }
 

@@ -204,7 +204,7 @@ std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vec
   }
   const int K = 4 * max_layers + 1;  // supersteps per pipeline clock
   const int clocks = M + S - 1;
-  const float eps = L.cfg.layer_norm_eps;
+  const float eps = L.cfg.norm_eps;
   std::vector<uint32_t> members;
   for (int s = 0; s < S; ++s)
     for (int w = 0; w < W; ++w) members.push_back(L.tile_of(r, s, w));

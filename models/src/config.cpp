@@ -1,19 +1,10 @@
-// Presets and Hugging Face config.json parsing.
+// BERT configs: presets with labels, Hugging Face config.json in and out.
 #include "tessera/models/config.hpp"
 
 #include <nlohmann/json.hpp>
 
 namespace tessera::models {
 namespace {
-
-struct preset {
-  const char* name;
-  int layers, hidden, heads;
-};
-constexpr preset presets[] = {
-    {"bert-tiny", 2, 128, 2},   {"bert-mini", 4, 256, 4},     {"bert-small", 4, 512, 8},
-    {"bert-base", 12, 768, 12}, {"bert-large", 24, 1024, 16},
-};
 
 std::vector<std::string> default_labels(int n) {
   std::vector<std::string> v;
@@ -24,64 +15,26 @@ std::vector<std::string> default_labels(int n) {
 }  // namespace
 
 status bert_config::validate() const {
-  auto positive = [](int v, const char* name) -> status {
-    if (v <= 0) return status::invalid(std::string(name) + " must be positive, got " + std::to_string(v));
-    return {};
-  };
-  TESSERA_RETURN_IF_ERROR(positive(hidden_size, "hidden_size"));
-  TESSERA_RETURN_IF_ERROR(positive(num_layers, "num_hidden_layers"));
-  TESSERA_RETURN_IF_ERROR(positive(num_heads, "num_attention_heads"));
-  TESSERA_RETURN_IF_ERROR(positive(intermediate_size, "intermediate_size"));
-  TESSERA_RETURN_IF_ERROR(positive(max_position_embeddings, "max_position_embeddings"));
-  TESSERA_RETURN_IF_ERROR(positive(vocab_size, "vocab_size"));
-  TESSERA_RETURN_IF_ERROR(positive(type_vocab_size, "type_vocab_size"));
-  TESSERA_RETURN_IF_ERROR(positive(num_labels, "num_labels"));
-  if (hidden_size % num_heads != 0)
-    return status::invalid("hidden_size " + std::to_string(hidden_size) +
-                           " is not a multiple of num_attention_heads " + std::to_string(num_heads));
-  if (!(layer_norm_eps > 0.0f))
-    return status::invalid("layer_norm_eps must be positive, got " + std::to_string(layer_norm_eps));
+  TESSERA_RETURN_IF_ERROR(model_shape::validate());
+  if (arch != architecture::bert) return status::invalid("the model is not a BERT encoder");
   if (static_cast<int>(id2label.size()) != num_labels)
     return status::invalid("id2label has " + std::to_string(id2label.size()) + " names but num_labels is " +
                            std::to_string(num_labels));
-  if (hidden_act != "gelu" && hidden_act != "gelu_new" && hidden_act != "gelu_pytorch_tanh" &&
-      hidden_act != "relu")
-    return status::invalid("hidden_act \"" + hidden_act +
-                           "\" is not supported; use gelu, gelu_new, gelu_pytorch_tanh or relu");
   return {};
 }
 
-int64_t bert_config::parameter_count() const {
-  const int64_t h = hidden_size, f = intermediate_size;
-  const int64_t emb = (int64_t{vocab_size} + max_position_embeddings + type_vocab_size) * h + 2 * h;
-  const int64_t layer = 4 * (h * h + h) + 2 * h + (h * f + f) + (f * h + h) + 2 * h;
-  return emb + num_layers * layer + (h * h + h) + (num_labels * h + num_labels);
-}
-
 result<bert_config> preset_config(std::string_view name) {
-  for (const auto& p : presets) {
-    if (name != p.name) continue;
-    bert_config c;
-    c.num_layers = p.layers;
-    c.hidden_size = p.hidden;
-    c.num_heads = p.heads;
-    c.intermediate_size = 4 * p.hidden;
-    c.id2label = default_labels(c.num_labels);
-    return c;
-  }
-  std::string known;
-  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
-  return status::invalid("unknown model preset \"" + std::string(name) + "\"; known presets: " + known);
-}
-
-std::vector<std::string> preset_names() {
-  std::vector<std::string> v;
-  for (const auto& p : presets) v.emplace_back(p.name);
-  return v;
+  auto shape = shape_preset(name);
+  if (!shape) return shape.error();
+  bert_config c;
+  static_cast<model_shape&>(c) = std::move(*shape);
+  c.id2label = default_labels(c.num_labels);
+  return c;
 }
 
 result<bert_config> parse_config_json(std::string_view json_text) {
   bert_config c;
+  c.name = "config.json";
   try {
     const auto j = nlohmann::json::parse(json_text);
     if (!j.is_object()) return status::invalid("config.json is not a JSON object");
@@ -105,15 +58,21 @@ result<bert_config> parse_config_json(std::string_view json_text) {
     TESSERA_RETURN_IF_ERROR(get_int("vocab_size", c.vocab_size, true));
     TESSERA_RETURN_IF_ERROR(get_int("max_position_embeddings", c.max_position_embeddings, false));
     TESSERA_RETURN_IF_ERROR(get_int("type_vocab_size", c.type_vocab_size, false));
+    c.num_kv_heads = c.num_heads;
     if (j.contains("layer_norm_eps")) {
       if (!j["layer_norm_eps"].is_number())
         return status::invalid("field \"layer_norm_eps\" must be a number, got " + j["layer_norm_eps"].dump());
-      c.layer_norm_eps = j["layer_norm_eps"].get<float>();
+      c.norm_eps = j["layer_norm_eps"].get<float>();
     }
     if (j.contains("hidden_act")) {
       if (!j["hidden_act"].is_string())
         return status::invalid("field \"hidden_act\" must be a string, got " + j["hidden_act"].dump());
-      c.hidden_act = j["hidden_act"].get<std::string>();
+      const auto name = j["hidden_act"].get<std::string>();
+      auto act = activation_from_name(name);
+      if (!act)
+        return status::invalid("hidden_act \"" + name +
+                               "\" is not supported; use gelu, gelu_new, gelu_pytorch_tanh or relu");
+      c.activation = *act;
     }
     if (j.contains("position_embedding_type") && j["position_embedding_type"] != "absolute")
       return status::invalid("position_embedding_type " + j["position_embedding_type"].dump() +
@@ -157,11 +116,11 @@ std::string to_config_json(const bert_config& c) {
   j["num_hidden_layers"] = c.num_layers;
   j["num_attention_heads"] = c.num_heads;
   j["intermediate_size"] = c.intermediate_size;
-  j["hidden_act"] = c.hidden_act;
+  j["hidden_act"] = activation_name(c.activation);
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["type_vocab_size"] = c.type_vocab_size;
   j["vocab_size"] = c.vocab_size;
-  j["layer_norm_eps"] = c.layer_norm_eps;
+  j["layer_norm_eps"] = c.norm_eps;
   j["position_embedding_type"] = "absolute";
   j["num_labels"] = c.num_labels;
   nlohmann::ordered_json labels = nlohmann::ordered_json::object();

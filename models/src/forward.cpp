@@ -11,9 +11,12 @@ namespace tessera::models {
 namespace {
 
 activation act_of(const bert_config& c) {
-  if (c.hidden_act == "gelu") return activation::gelu_erf;
-  if (c.hidden_act == "relu") return activation::relu;
-  return activation::gelu_tanh;  // gelu_new, gelu_pytorch_tanh (validate() rejects the rest)
+  switch (c.activation) {
+    case activation_kind::gelu: return activation::gelu_erf;
+    case activation_kind::gelu_tanh: return activation::gelu_tanh;
+    case activation_kind::relu: return activation::relu;
+  }
+  return activation::gelu_erf;
 }
 
 using attention_fn = std::function<void(const float* qkv, int64_t ld, float* ctx)>;
@@ -28,7 +31,7 @@ std::vector<float> run_encoder(const bert_model& m, const int32_t* ids, const in
   std::vector<float> x(static_cast<size_t>(T * h)), qkv(static_cast<size_t>(T * 3 * h)),
       ctx(static_cast<size_t>(T * h)), tmp(static_cast<size_t>(T * h)), ffn(static_cast<size_t>(T * f));
   embed(ids, types, seq_offsets, num_rows_groups, e.word, e.position, e.token_type, h, x.data());
-  layer_norm(x.data(), T, h, e.ln_gamma, e.ln_beta, c.layer_norm_eps, x.data());
+  layer_norm(x.data(), T, h, e.ln_gamma, e.ln_beta, c.norm_eps, x.data());
   const activation act = act_of(c);
   for (int l = 0; l < c.num_layers; ++l) {
     const layer_weights& w = m.weights.layer(l);
@@ -37,10 +40,10 @@ std::vector<float> run_encoder(const bert_model& m, const int32_t* ids, const in
     linear(x.data(), T, h, w.value_w, w.value_b, h, qkv.data() + 2 * h, activation::none, h, 3 * h);
     attend(qkv.data(), 3 * h, ctx.data());
     linear(ctx.data(), T, h, w.attn_out_w, w.attn_out_b, h, tmp.data());
-    add_layer_norm(tmp.data(), x.data(), T, h, w.attn_ln_gamma, w.attn_ln_beta, c.layer_norm_eps, x.data());
+    add_layer_norm(tmp.data(), x.data(), T, h, w.attn_ln_gamma, w.attn_ln_beta, c.norm_eps, x.data());
     linear(x.data(), T, h, w.ffn_in_w, w.ffn_in_b, f, ffn.data(), act);
     linear(ffn.data(), T, f, w.ffn_out_w, w.ffn_out_b, h, tmp.data());
-    add_layer_norm(tmp.data(), x.data(), T, h, w.out_ln_gamma, w.out_ln_beta, c.layer_norm_eps, x.data());
+    add_layer_norm(tmp.data(), x.data(), T, h, w.out_ln_gamma, w.out_ln_beta, c.norm_eps, x.data());
   }
   return x;
 }

@@ -65,6 +65,7 @@ result<bert_model> load_model(std::string_view path_or_preset, uint64_t preset_s
   auto cfg = parse_config_json(*text);
   if (!cfg) return cfg.error().with_context(config_path.string());
   m.config = std::move(*cfg);
+  m.config.name = dir.string();
 
   const fs::path st_path = dir / "model.safetensors";
   if (!fs::exists(st_path, ec)) {

@@ -31,7 +31,7 @@ virtual_backend_spec fixed_device(serving::batching_config b, service_time_fn f,
 
 virtual_run_config one(virtual_backend_spec s) {
   virtual_run_config c;
-  c.shape = *timing::bert_shape_by_name("bert-base");
+  c.shape = *models::shape_preset("bert-base");
   c.backends.push_back(std::move(s));
   return c;
 }
@@ -167,7 +167,7 @@ namespace {
 
 virtual_run_config preset_config(const std::string& preset, serving::batching_config b, const std::string& kind) {
   virtual_run_config c;
-  c.shape = *timing::bert_shape_by_name("bert-base");
+  c.shape = *models::shape_preset("bert-base");
   virtual_backend_spec s;
   s.name = kind + "0";
   s.kind = kind;
@@ -244,7 +244,7 @@ TEST(virtual_run, computed_and_timing_only_runs_give_the_same_modelled_numbers) 
 
 TEST(virtual_run, hybrid_sends_long_requests_to_tiles_and_short_to_the_gpu) {
   virtual_run_config c;
-  c.shape = *timing::bert_shape_by_name("bert-base");
+  c.shape = *models::shape_preset("bert-base");
   serving::batching_config packed;
   packed.kind = serving::policy_kind::token_budget;
   packed.max_batch_size = 0;

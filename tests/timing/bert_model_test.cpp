@@ -11,16 +11,16 @@
 namespace tessera::timing {
 namespace {
 
-bert_shape base() { return *bert_shape_by_name("bert-base"); }
+model_shape base() { return *models::shape_preset("bert-base"); }
 
 TEST(bert_ops, shapes_and_parameter_count) {
-  EXPECT_EQ(base().parameters(), 109483778);  // 109,482,240 (HF bert-base-uncased with pooler) + 2-label head
-  EXPECT_EQ(bert_shape_by_name("bert-large")->layers, 24);
-  auto bad = bert_shape_by_name("gpt-2");
+  EXPECT_EQ(base().parameter_count(), 109483778);  // 109,482,240 (HF bert-base-uncased with pooler) + 2-label head
+  EXPECT_EQ(models::shape_preset("bert-large")->num_layers, 24);
+  auto bad = models::shape_preset("gpt-2");
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message().find("bert-base"), std::string::npos);
-  bert_shape odd = base();
-  odd.heads = 7;
+  model_shape odd = base();
+  odd.num_heads = 7;
   EXPECT_FALSE(odd.validate());
 }
 
@@ -92,7 +92,7 @@ TEST(bert_model, ipu_mapping_groups_and_memory) {
   EXPECT_EQ(two->groups, 2);
   EXPECT_NE(two->note.find("2 model copies x 736 tiles"), std::string::npos) << two->note;
   // One copy of bert-large fp16 (~670 MB) does not fit on 368 tiles of 624 KiB.
-  auto big = model_ipu_batch(*c600, *bert_shape_by_name("bert-large"), bert_batch::uniform(4, 128), dtype::fp16,
+  auto big = model_ipu_batch(*c600, *models::shape_preset("bert-large"), bert_batch::uniform(4, 128), dtype::fp16,
                              {1472, 368});
   ASSERT_FALSE(big);
   EXPECT_EQ(big.error().code(), errc::out_of_memory);
@@ -123,7 +123,7 @@ TEST(bert_model, ipu_layer_reuse_equals_costing_every_superstep) {
   ASSERT_TRUE(mk2) << mk2.error().to_string();
   for (const bert_batch& b : {bert_batch{{7, 300, 41, 128, 5}, 0}, bert_batch{{17, 230}, 384}, bert_batch::uniform(3, 64)}) {
     for (const char* name : {"bert-base", "bert-large", "bert-tiny"}) {
-      auto shape = *bert_shape_by_name(name);
+      auto shape = *models::shape_preset(name);
       auto ops = bert_forward_ops(shape, b, dtype::fp16);
       ASSERT_TRUE(ops);
       double cycles = 0;
@@ -154,7 +154,7 @@ TEST(bert_model, gpu_layer_reuse_equals_costing_every_launch) {
     p.fusion = fusion;
     for (const bert_batch& b : {bert_batch{{7, 300, 41, 128, 5}, 0}, bert_batch{{17, 230}, 384}, bert_batch::uniform(3, 64)}) {
       for (const char* name : {"bert-base", "bert-large", "bert-tiny"}) {
-        auto shape = *bert_shape_by_name(name);
+        auto shape = *models::shape_preset(name);
         auto whole = estimate_gpu_ops(p, *bert_forward_ops(shape, b, dtype::fp16));
         ASSERT_TRUE(whole);
         auto s = model_gpu_forward_seconds(p, shape, b, dtype::fp16);

@@ -131,7 +131,7 @@ namespace {
 
 template <class Preset, class Model>
 result<double> model_row(const Preset& p, const anchor_row& row, Model model) {
-  auto shape = bert_shape_by_name(row.model);
+  auto shape = models::shape_preset(row.model);
   if (!shape) return shape.error().with_context("anchor '" + row.id + "'");
   auto type = parse_dtype(row.precision);
   if (!type) return type.error().with_context("anchor '" + row.id + "'");
@@ -145,13 +145,13 @@ result<double> model_row(const Preset& p, const anchor_row& row, Model model) {
 }  // namespace
 
 result<double> model_anchor(const gpu_preset& p, const anchor_row& row) {
-  return model_row(p, row, [](const gpu_preset& g, const bert_shape& s, const bert_batch& b, dtype t) {
+  return model_row(p, row, [](const gpu_preset& g, const models::model_shape& s, const bert_batch& b, dtype t) {
     return model_gpu_batch_seconds(g, s, b, t);
   });
 }
 
 result<double> model_anchor(const ipu_preset& p, const anchor_row& row) {
-  return model_row(p, row, [](const ipu_preset& i, const bert_shape& s, const bert_batch& b, dtype t) {
+  return model_row(p, row, [](const ipu_preset& i, const models::model_shape& s, const bert_batch& b, dtype t) {
     return model_ipu_batch_seconds(i, s, b, t);
   });
 }
@@ -181,7 +181,7 @@ result<gpu_fit> fit_gpu_constants(const gpu_preset& p, const std::vector<anchor_
   gpu_preset trial = p;
   trial.launch_overhead_s = 0;
   for (point& pt : pts) {
-    auto shape = bert_shape_by_name(pt.row->model);
+    auto shape = models::shape_preset(pt.row->model);
     auto type = parse_dtype(pt.row->precision);
     auto batch = anchor_batch(*pt.row);
     if (!shape || !type || !batch) return status::invalid("anchor '" + pt.row->id + "' cannot be modelled");

@@ -10,14 +10,14 @@
 
 namespace tessera::timing {
 
-result<gpu_estimate> model_gpu_batch(const gpu_preset& p, const bert_shape& shape, const bert_batch& batch, dtype t) {
+result<gpu_estimate> model_gpu_batch(const gpu_preset& p, const model_shape& shape, const bert_batch& batch, dtype t) {
   TESSERA_RETURN_IF_ERROR(batch.validate());
   auto ops = bert_forward_ops(shape, batch.padded_to_longest(), t);
   if (!ops) return ops.error();
   return estimate_gpu_ops(p, *ops);
 }
 
-result<double> model_gpu_forward_seconds(const gpu_preset& p, const bert_shape& shape, const bert_batch& batch,
+result<double> model_gpu_forward_seconds(const gpu_preset& p, const model_shape& shape, const bert_batch& batch,
                                          dtype t) {
   // Every encoder layer is the same launches and no epilogue fuses across a part boundary (each part
   // starts with embed, a GEMM or the classifier): cost head, one layer and tail.
@@ -32,7 +32,7 @@ result<double> model_gpu_forward_seconds(const gpu_preset& p, const bert_shape& 
   return head->seconds + double(parts->layers) * layer->seconds + tail->seconds;
 }
 
-result<double> model_gpu_batch_seconds(const gpu_preset& p, const bert_shape& shape, const bert_batch& batch, dtype t) {
+result<double> model_gpu_batch_seconds(const gpu_preset& p, const model_shape& shape, const bert_batch& batch, dtype t) {
   TESSERA_RETURN_IF_ERROR(batch.validate());
   return model_gpu_forward_seconds(p, shape, batch.padded_to_longest(), t);
 }
@@ -57,13 +57,14 @@ std::vector<bert_batch> split_over_groups(const bert_batch& batch, int64_t group
 
 // Bytes a tile of a group holds: its slice of the weights plus the live activations of the
 // widest point of a layer (input, QKV, FFN hidden, attention scores of its sequences).
-double bytes_per_tile(const bert_shape& s, const bert_batch& b, dtype t, int64_t width) {
+double bytes_per_tile(const model_shape& s, const bert_batch& b, dtype t, int64_t width) {
   const double e = static_cast<double>(dtype_bytes(t));
   const double tokens = double(b.computed_tokens());
   double l2 = 0;
   for (int64_t l : b.computed_lens()) l2 += double(l) * double(l);
-  const double weights = double(s.parameters()) * e;
-  const double activations = tokens * double(2 * s.hidden + 3 * s.hidden + s.ffn) * e + l2 * double(s.heads) * e;
+  const double weights = double(s.parameter_count()) * e;
+  const double activations =
+      tokens * double(2 * s.hidden_size + 3 * s.hidden_size + s.intermediate_size) * e + l2 * double(s.num_heads) * e;
   return (weights + activations) / double(width);
 }
 
@@ -78,7 +79,7 @@ std::string fmt(const char* f, double v) {
 namespace {
 
 // `detail`: fill est.ops with every superstep (the tool's --ops); the seconds alone need one layer.
-result<ipu_batch_estimate> model_ipu(const ipu_preset& p, const bert_shape& shape, const bert_batch& batch, dtype t,
+result<ipu_batch_estimate> model_ipu(const ipu_preset& p, const model_shape& shape, const bert_batch& batch, dtype t,
                                      const ipu_mapping& mapping, bool detail) {
   TESSERA_RETURN_IF_ERROR(shape.validate());
   TESSERA_RETURN_IF_ERROR(batch.validate());
@@ -161,13 +162,13 @@ result<ipu_batch_estimate> model_ipu(const ipu_preset& p, const bert_shape& shap
 
 }  // namespace
 
-result<ipu_batch_estimate> model_ipu_batch(const ipu_preset& p, const bert_shape& shape, const bert_batch& batch,
+result<ipu_batch_estimate> model_ipu_batch(const ipu_preset& p, const model_shape& shape, const bert_batch& batch,
                                            dtype t, const ipu_mapping& mapping) {
   return model_ipu(p, shape, batch, t, mapping, true);
 }
 
 
-result<double> model_ipu_batch_seconds(const ipu_preset& p, const bert_shape& shape, const bert_batch& batch, dtype t,
+result<double> model_ipu_batch_seconds(const ipu_preset& p, const model_shape& shape, const bert_batch& batch, dtype t,
                                        const ipu_mapping& mapping) {
   auto e = model_ipu(p, shape, batch, t, mapping, false);
   if (!e) return e.error();

@@ -5,54 +5,6 @@
 
 namespace tessera::timing {
 
-int64_t bert_shape::parameters() const {
-  const int64_t h = hidden;
-  int64_t p = (vocab + max_positions + 2) * h + 2 * h;                // embeddings + layer norm
-  p += layers * (4 * h * h + 4 * h + 2 * h * ffn + ffn + h + 4 * h);  // attention, ffn, 2 layer norms
-  p += h * h + h + h * labels + labels;                               // pooler + classifier
-  return p;
-}
-
-status bert_shape::validate() const {
-  if (layers <= 0 || hidden <= 0 || heads <= 0 || ffn <= 0 || labels <= 0 || vocab <= 0 || max_positions <= 0)
-    return status::invalid("BERT shape '" + name + "': every size must be > 0");
-  if (hidden % heads != 0)
-    return status::invalid("BERT shape '" + name + "': hidden (" + std::to_string(hidden) +
-                           ") must be a multiple of heads (" + std::to_string(heads) + ")");
-  return status::ok();
-}
-
-namespace {
-struct named_shape {
-  const char* name;
-  int64_t layers, hidden, heads, ffn;
-};
-constexpr named_shape known_shapes[] = {
-    {"bert-tiny", 2, 128, 2, 512},     {"bert-mini", 4, 256, 4, 1024},   {"bert-small", 4, 512, 8, 2048},
-    {"bert-medium", 8, 512, 8, 2048},  {"bert-base", 12, 768, 12, 3072}, {"bert-large", 24, 1024, 16, 4096},
-};
-}  // namespace
-
-result<bert_shape> bert_shape_by_name(std::string_view name) {
-  for (const auto& s : known_shapes) {
-    if (name == s.name) {
-      bert_shape b;
-      b.name = s.name;
-      b.layers = s.layers, b.hidden = s.hidden, b.heads = s.heads, b.ffn = s.ffn;
-      return b;
-    }
-  }
-  std::string known;
-  for (const auto& s : known_shapes) known += (known.empty() ? "" : ", ") + std::string(s.name);
-  return status::not_found("unknown model shape '" + std::string(name) + "'; known: " + known);
-}
-
-std::vector<std::string> bert_shape_names() {
-  std::vector<std::string> out;
-  for (const auto& s : known_shapes) out.emplace_back(s.name);
-  return out;
-}
-
 bert_batch bert_batch::uniform(int64_t batch, int64_t seq) {
   bert_batch b;
   b.seq_lens.assign(static_cast<size_t>(std::max<int64_t>(batch, 0)), seq);
@@ -88,36 +40,37 @@ status bert_batch::validate() const {
   return status::ok();
 }
 
-result<bert_forward_parts> bert_forward_split(const bert_shape& s, const bert_batch& batch, dtype t) {
+result<bert_forward_parts> bert_forward_split(const model_shape& s, const bert_batch& batch, dtype t) {
   TESSERA_RETURN_IF_ERROR(s.validate());
+  if (s.arch != models::architecture::bert) return status::unsupported(s.name + " is not a BERT encoder");
   TESSERA_RETURN_IF_ERROR(batch.validate());
   const std::vector<int64_t> lens = batch.computed_lens();
   for (int64_t l : lens)
-    if (l > s.max_positions)
-      return status::invalid("sequence length " + std::to_string(l) + " exceeds max_positions " +
-                             std::to_string(s.max_positions) + " of " + s.name);
-  const int64_t tokens = std::accumulate(lens.begin(), lens.end(), int64_t{0}), h = s.hidden;
+    if (l > s.max_position_embeddings)
+      return status::invalid("sequence length " + std::to_string(l) + " exceeds max_position_embeddings " +
+                             std::to_string(s.max_position_embeddings) + " of " + s.name);
+  const int64_t tokens = std::accumulate(lens.begin(), lens.end(), int64_t{0}), h = s.hidden_size;
   bert_forward_parts f;
-  f.layers = s.layers;
+  f.layers = s.num_layers;
   f.head.push_back(kernel_query("embed", {{"tokens", tokens}, {"hidden", h}}, t));
   f.head.push_back(kernel_query("layer_norm", {{"tokens", tokens}, {"hidden", h}}, t));
   f.layer.reserve(10);
   f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", h}, {"out", 3 * h}}, t));
-  f.layer.push_back(kernel_query("attention", {{"heads", s.heads}, {"head_dim", s.head_dim()}}, t).with_seq_lens(lens));
+  f.layer.push_back(kernel_query("attention", {{"heads", s.num_heads}, {"head_dim", s.head_dim()}}, t).with_seq_lens(lens));
   f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", h}, {"out", h}}, t));
   f.layer.push_back(kernel_query("add", {{"elements", tokens * h}}, t));
   f.layer.push_back(kernel_query("layer_norm", {{"tokens", tokens}, {"hidden", h}}, t));
-  f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", h}, {"out", s.ffn}}, t));
-  f.layer.push_back(kernel_query("gelu", {{"elements", tokens * s.ffn}}, t));
-  f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", s.ffn}, {"out", h}}, t));
+  f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", h}, {"out", s.intermediate_size}}, t));
+  f.layer.push_back(kernel_query("gelu", {{"elements", tokens * s.intermediate_size}}, t));
+  f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", s.intermediate_size}, {"out", h}}, t));
   f.layer.push_back(kernel_query("add", {{"elements", tokens * h}}, t));
   f.layer.push_back(kernel_query("layer_norm", {{"tokens", tokens}, {"hidden", h}}, t));
   f.tail.push_back(kernel_query(
-      "classifier", {{"seqs", static_cast<int64_t>(batch.seq_lens.size())}, {"hidden", h}, {"labels", s.labels}}, t));
+      "classifier", {{"seqs", static_cast<int64_t>(batch.seq_lens.size())}, {"hidden", h}, {"labels", s.num_labels}}, t));
   return f;
 }
 
-result<std::vector<kernel_query>> bert_forward_ops(const bert_shape& s, const bert_batch& batch, dtype t) {
+result<std::vector<kernel_query>> bert_forward_ops(const model_shape& s, const bert_batch& batch, dtype t) {
   auto f = bert_forward_split(s, batch, t);
   if (!f) return f.error();
   std::vector<kernel_query> ops;

@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
 
   auto preset = load_preset(vm["preset"].as<std::string>());
   if (!preset) return fail(preset.error());
-  auto shape = bert_shape_by_name(vm["model-shape"].as<std::string>());
+  auto shape = tessera::models::shape_preset(vm["model-shape"].as<std::string>());
   if (!shape) return fail(shape.error());
   auto type = parse_dtype(vm["dtype"].as<std::string>());
   if (!type) return fail(type.error());

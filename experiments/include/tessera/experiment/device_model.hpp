@@ -9,7 +9,7 @@
 // timing-only sweep costs each distinct batch shape once (up to 2^18 shapes, then the memo starts over,
 // so a long trace of ever-new shapes keeps memory flat).
 //
-//   auto gpu = device_model::load("a100-40gb", *timing::bert_shape_by_name("bert-base"));
+//   auto gpu = device_model::load("a100-40gb", *models::shape_preset("bert-base"));
 //   double s = *gpu->batch_seconds({30, 400}, backends::batch_layout::padded, 512);
 #pragma once
 
@@ -31,7 +31,7 @@ namespace tessera::experiment {
 class device_model {
  public:
   /// A preset name or path (kind read from the file), the model shape, the dtype.
-  static result<std::shared_ptr<device_model>> load(const std::string& preset, const timing::bert_shape& shape,
+  static result<std::shared_ptr<device_model>> load(const std::string& preset, const models::model_shape& shape,
                                                     timing::dtype t = timing::dtype::fp16,
                                                     timing::ipu_mapping mapping = {});
   /// "gpu" or "tiles".
@@ -44,7 +44,7 @@ class device_model {
  private:
   device_model() = default;
   std::string preset_, kind_;
-  timing::bert_shape shape_;
+  models::model_shape shape_;
   timing::dtype dtype_ = timing::dtype::fp16;
   timing::ipu_mapping mapping_;
   std::optional<timing::gpu_preset> gpu_;

@@ -12,7 +12,7 @@
 // logits; the modelled results are the same, bit for bit (integer nanoseconds throughout).
 //
 //   virtual_run_config cfg;
-//   cfg.shape = *timing::bert_shape_by_name("bert-base");
+//   cfg.shape = *models::shape_preset("bert-base");
 //   cfg.backends.push_back({.name = "gpu0", .preset = "a100-40gb",
 //                           .batching = {.kind = serving::policy_kind::static_padded}});
 //   auto r = run_virtual(poisson_trace({.requests = 500, .rate = 300}), cfg);
@@ -54,7 +54,7 @@ struct virtual_backend_spec {
 };
 
 struct virtual_run_config {
-  timing::bert_shape shape;                  ///< the modelled network
+  models::model_shape shape;                  ///< the modelled network
   timing::dtype dtype = timing::dtype::fp16;
   std::vector<virtual_backend_spec> backends;
   serving::routing_config routing;

@@ -37,7 +37,7 @@ struct anchor_row {
   std::string id;
   std::string device;     ///< e.g. "A100 40GB SXM4"
   std::string preset;     ///< the preset that models it, e.g. "a100-40gb"
-  std::string model;      ///< a bert_shape name
+  std::string model;      ///< a models::shape_preset name
   std::string precision;  ///< "fp16" or "fp32"
   int64_t batch = 0;
   int64_t seq = 0;

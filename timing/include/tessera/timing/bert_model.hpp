@@ -11,7 +11,7 @@
 // given: packed (no padding) unless bert_batch::pad_to is set.
 //
 // Usage:
-//   auto shape = *bert_shape_by_name("bert-base");
+//   auto shape = *models::shape_preset("bert-base");
 //   auto a100 = *load_gpu_preset("a100-40gb");
 //   double gpu_s = *model_gpu_batch_seconds(a100, shape, bert_batch::uniform(32, 128), dtype::fp16);
 //   auto c600 = *load_ipu_preset("ipu-c600");
@@ -31,13 +31,13 @@
 namespace tessera::timing {
 
 /// Modelled GPU time of one forward of `batch` (padded to its longest sequence, or to pad_to).
-result<gpu_estimate> model_gpu_batch(const gpu_preset& p, const bert_shape& shape, const bert_batch& batch, dtype t);
+result<gpu_estimate> model_gpu_batch(const gpu_preset& p, const model_shape& shape, const bert_batch& batch, dtype t);
 /// Same, seconds only (costs one encoder layer and counts it `layers` times: the same number).
-result<double> model_gpu_batch_seconds(const gpu_preset& p, const bert_shape& shape, const bert_batch& batch,
+result<double> model_gpu_batch_seconds(const gpu_preset& p, const model_shape& shape, const bert_batch& batch,
                                        dtype t);
 /// Seconds of one forward of `batch` as given, without padding it to its longest (a padding-free GPU
 /// runtime: the GEMMs over the packed tokens, attention per sequence).
-result<double> model_gpu_forward_seconds(const gpu_preset& p, const bert_shape& shape, const bert_batch& batch,
+result<double> model_gpu_forward_seconds(const gpu_preset& p, const model_shape& shape, const bert_batch& batch,
                                          dtype t);
 
 /// How a model is laid out on an IPU-like chip.
@@ -72,10 +72,10 @@ struct ipu_batch_estimate {
 
 /// Modelled IPU time of one forward of `batch`. A mapping whose tiles would overflow their
 /// memory is out_of_memory, naming the per-tile need.
-result<ipu_batch_estimate> model_ipu_batch(const ipu_preset& p, const bert_shape& shape, const bert_batch& batch,
+result<ipu_batch_estimate> model_ipu_batch(const ipu_preset& p, const model_shape& shape, const bert_batch& batch,
                                            dtype t, const ipu_mapping& mapping = {});
 /// Same, seconds only.
-result<double> model_ipu_batch_seconds(const ipu_preset& p, const bert_shape& shape, const bert_batch& batch,
+result<double> model_ipu_batch_seconds(const ipu_preset& p, const model_shape& shape, const bert_batch& batch,
                                        dtype t, const ipu_mapping& mapping = {});
 
 }  // namespace tessera::timing

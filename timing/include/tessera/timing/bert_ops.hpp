@@ -1,13 +1,13 @@
 // tessera/timing/bert_ops.hpp: the kernel queries of one BERT forward, for timing-only runs.
 //
-// A BERT encoder + classification head, described by its sizes only (no dependency on the
-// functional models/ library), and a batch: per-sequence lengths, either packed (no padding:
+// A BERT encoder + classification head, described by its models::model_shape (the shape
+// library only, not the functional models/ library), and a batch: per-sequence lengths, either packed (no padding:
 // attention per sequence, as tile programs run it) or padded to one length (as GPU batching
 // does). bert_forward_ops lists the kernel_query of every kernel of one forward pass, in order;
 // the GPU and IPU models cost that list, and a timing-only mode can sweep it quickly.
 //
 // Usage:
-//   auto shape = tessera::timing::bert_shape_by_name("bert-base");
+//   auto shape = tessera::models::shape_preset("bert-base");
 //   auto batch = tessera::timing::bert_batch::uniform(32, 128);          // 32 x 128 tokens
 //   auto ops = tessera::timing::bert_forward_ops(*shape, batch, tessera::timing::dtype::fp16);
 #pragma once
@@ -18,32 +18,13 @@
 #include <vector>
 
 #include "tessera/common/status.hpp"
+#include "tessera/models/shape.hpp"
 #include "tessera/timing/kernel_query.hpp"
 
 namespace tessera::timing {
 
-/// Sizes of a BERT model with a sequence-classification head.
-struct bert_shape {
-  std::string name = "bert-base";
-  int64_t layers = 12;
-  int64_t hidden = 768;
-  int64_t heads = 12;
-  int64_t ffn = 3072;
-  int64_t labels = 2;
-  int64_t vocab = 30522;
-  int64_t max_positions = 512;
-
-  int64_t head_dim() const { return hidden / heads; }
-  /// Parameter count (embeddings, encoder, pooler, classifier).
-  int64_t parameters() const;
-  /// invalid_argument if a size is not positive or hidden is not a multiple of heads.
-  status validate() const;
-};
-
-/// bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large (Turc et al. 2019 / Devlin et al. 2018).
-result<bert_shape> bert_shape_by_name(std::string_view name);
-/// The names bert_shape_by_name knows.
-std::vector<std::string> bert_shape_names();
+/// The modelled network: models::model_shape (tessera_model_shape, no functional code).
+using models::model_shape;
 
 /// The sequences of one batch.
 struct bert_batch {
@@ -64,10 +45,10 @@ struct bert_batch {
   status validate() const;
 };
 
-/// The kernel queries of one forward pass of `shape` over `batch`, in execution order:
+/// The kernel queries of one forward pass of `shape` (a BERT classifier) over `batch`, in execution order:
 /// embed, layer_norm, then per layer linear(QKV), attention, linear(out), add, layer_norm,
 /// linear(ffn in), gelu, linear(ffn out), add, layer_norm; then classifier.
-result<std::vector<kernel_query>> bert_forward_ops(const bert_shape& shape, const bert_batch& batch, dtype t);
+result<std::vector<kernel_query>> bert_forward_ops(const model_shape& shape, const bert_batch& batch, dtype t);
 
 /// The same forward in three parts: `head` (embed, layer_norm), `layer` (the ten queries of one
 /// encoder layer, identical for every layer) and `tail` (classifier). bert_forward_ops is head,
@@ -76,6 +57,6 @@ struct bert_forward_parts {
   std::vector<kernel_query> head, layer, tail;
   int64_t layers = 0;
 };
-result<bert_forward_parts> bert_forward_split(const bert_shape& shape, const bert_batch& batch, dtype t);
+result<bert_forward_parts> bert_forward_split(const model_shape& shape, const bert_batch& batch, dtype t);
 
 }  // namespace tessera::timing
