@@ -342,7 +342,7 @@ TEST_F(HostileInput, EachCaseGetsA4xxJsonErrorAndTheNextAnswerIsUnchanged) {
   }
 }
 
-// Issue 11: special tokens written in the text used to make the tokenizer quadratic (200 KB of
+// Special tokens written in the text used to make the tokenizer quadratic (200 KB of
 // "[SEP]" held an HTTP thread for 43 s); the body limit's worth must answer in seconds.
 TEST_F(HostileInput, ManySpecialTokensAnswerQuickly) {
   std::string text;

@@ -266,7 +266,7 @@ TEST_F(HttpApi, MalformedJsonIs400AndWrongShapeIs422) {
   expect_error(post("/predict", R"({"inputs": "x", "raw_scores": 1})"), 422, "Validation");
 }
 
-// Issue 11: each of these bodies used to abort the process (an exception from a JSON dump).
+// Each of these bodies once aborted the process (an exception from a JSON dump).
 TEST_F(HttpApi, InvalidUtf8Is400NamingTheByteAndTheServerLives) {
   const std::string before = post("/predict", R"({"inputs": "hello world"})").body;
   const std::pair<std::string, size_t> bodies[] = {

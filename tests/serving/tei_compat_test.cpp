@@ -1,4 +1,4 @@
-// text-embeddings-inference compatibility (issue 12), over real sockets against a real server:
+// text-embeddings-inference compatibility, over real sockets against a real server:
 // TEI v1.7.1's reading of "inputs" (single, pair, batch of singles, batch of pairs, and what it
 // refuses), raw_scores (softmax, sigmoid for one label), truncate and truncation_direction, the
 // routes TEI serves for a classifier (POST / and /invocations, GET / and /ping) and a re-ranker
