@@ -241,7 +241,7 @@ void channel::request(peer to, uint64_t id, envelope e, clock::time_point deadli
   auto box = std::make_shared<envelope>(std::move(e));
   auto cb = std::make_shared<completion>(std::move(done));
   impl* s = impl_.get();
-  bool queued = s->enqueue([s, to, id, box, deadline, cb] {
+  auto run = [s, to, id, box, deadline, cb] {
     auto key = std::make_pair(to, id);
     if (s->pending.count(key)) {
       (*cb)(status::internal(s->opts.name + ": request " + std::to_string(id) + " to " + to + " is already pending"));
@@ -260,8 +260,9 @@ void channel::request(peer to, uint64_t id, envelope e, clock::time_point deadli
       return;
     }
     s->pending.emplace(key, impl::pending_request{std::move(*cb), deadline});
-  });
-  if (!queued) (*cb)(status{errc::cancelled, s->opts.name + " stopped"});
+  };
+  if (on_io_thread()) return run();
+  if (!s->enqueue(run)) (*cb)(status{errc::cancelled, s->opts.name + " stopped"});
 }
 
 void channel::fail_peer(peer p, status why) {
@@ -281,8 +282,10 @@ void channel::retire_peer(peer p, status why) {
   s->enqueue(run);
 }
 
-void channel::post(std::function<void()> fn) {
-  if (!impl_->enqueue(fn)) TESSERA_LOG_DEBUG(impl_->opts.name << ": work posted after stop was dropped");
+bool channel::post(std::function<void()> fn) {
+  if (impl_->enqueue(fn)) return true;
+  TESSERA_LOG_DEBUG(impl_->opts.name << ": work posted after stop was dropped");
+  return false;
 }
 
 void channel::stop(std::chrono::milliseconds linger) {

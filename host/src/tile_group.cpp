@@ -462,6 +462,7 @@ void tile_group::submit(const batch_spec& spec, std::function<void(result<run_re
   op->done = std::move(done);
   for (size_t j = 0; j < spec.outputs.size(); ++j) op->outputs_of[spec.outputs[j].tile].push_back(j);
   const auto deadline = steady::now() + cfg_.run_timeout;
+  std::vector<std::pair<uint32_t, envelope>> sends;
   for (uint32_t p : op->parts) {
     run_program m;
     m.program_id = spec.program_id;
@@ -476,9 +477,24 @@ void tile_group::submit(const batch_spec& spec, std::function<void(result<run_re
       frames.push_back(copy_frame(in.data, in.bytes));
     }
     for (size_t j : op->outputs_of[p]) m.outputs.push_back(spec.outputs[j].src);
-    channel_->request(op->routes[p], op->batch, encode(m, std::move(frames)), deadline,
-                      [this, op, p](result<envelope> r) { finish_part(op, p, std::move(r)); });
+    sends.emplace_back(p, encode(m, std::move(frames)));
   }
+  // All parts in one go on the I/O thread: once one cannot be sent (its tile's socket is gone
+  // before its death was noticed), the batch is aborted and the rest are not sent. Sent, they
+  // would wait for the dead tile's slices until the exchange timeout (30 s), and so would the
+  // batch's requests before being run again elsewhere.
+  auto box = std::make_shared<std::vector<std::pair<uint32_t, envelope>>>(std::move(sends));
+  const bool posted = channel_->post([this, op, box, deadline] {
+    for (auto& [p, e] : *box) {
+      if (op->aborted) {
+        finish_part(op, p, status{errc::cancelled, "not sent: batch " + std::to_string(op->batch) + " was aborted"});
+        continue;
+      }
+      channel_->request(op->routes[p], op->batch, std::move(e), deadline,
+                        [this, op, p = p](result<envelope> r) { finish_part(op, p, std::move(r)); });
+    }
+  });
+  if (!posted) std::move(op->done)(status{errc::cancelled, "the tile group is shutting down"});
 }
 
 void tile_group::finish_part(const std::shared_ptr<run_op>& op, uint32_t p, result<envelope> r) {
@@ -486,7 +502,12 @@ void tile_group::finish_part(const std::shared_ptr<run_op>& op, uint32_t p, resu
   status st;
   if (!r) {
     st = r.error();
-    if (st.code() == errc::peer_failed) mark_failed(p, st.message());  // e.g. its socket is gone
+    if (st.code() == errc::peer_failed) {  // e.g. its socket is gone: named as the tile's failure
+      mark_failed(p, st.message());
+      std::lock_guard lk(mu_);
+      if (op->routes[p] == routes_[p])
+        st = status::peer_failed("tile " + std::to_string(p) + " failed: " + tiles_[p].failure);
+    }
     if (st.code() == errc::timeout) {
       // A participant that neither finished nor answered an abort is stuck: it must be restarted.
       const std::string why = op->aborted ? "did not answer an abort of batch " + std::to_string(op->batch)

@@ -2,7 +2,12 @@
 // references; memory caps; malformed and foreign messages; a tile killed mid-run.
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <future>
@@ -10,6 +15,7 @@
 
 #include "tessera/exchange/zmq_transport.hpp"
 #include "tessera/host/demo_programs.hpp"
+#include "tessera/host/launcher.hpp"
 #include "tessera/host/tile_group.hpp"
 
 using namespace tessera;
@@ -182,6 +188,64 @@ TEST(TileGroup, TileKilledMidRunIsReportedWithinBoundedTime) {
   // The group refuses new runs clearly instead of hanging.
   auto again = (*g)->run(d.batch);
   EXPECT_EQ(again.error().code(), errc::peer_failed);
+}
+
+// An external tile (ssh, Slurm) killed between batches: the host hears of it when it sends the
+// next batch there ("not connected"). The batch ends at once; its other parts are never sent (sent,
+// they would wait for the dead tile's slices until the tiles' exchange timeout: 30 s by default).
+TEST(TileGroup, BatchWhoseFirstTileIsGoneEndsAtOnceWithoutWaitingForTheExchange) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  const std::string control = "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  auto cfg = small_group(2);
+  cfg.launch_local = false;
+  cfg.control_bind = control;
+  cfg.heartbeat_timeout = 100000ms;  // only the failed send can tell
+  cfg.run_timeout = 100000ms;
+  auto started = std::async(std::launch::async, [&] { return tile_group::start(cfg); });
+  std::vector<pid_t> tiles;
+  for (int i = 0; i < 2; ++i) {
+    const std::string tile = default_bin_dir() + "/tessera-tile";
+    std::vector<std::string> args = {tile, "--host", control, "--tile-id", std::to_string(i), "--memory", "33554432",
+                                     "--exchange-bind", "tcp://127.0.0.1:0", "--exchange-timeout-ms", "100000"};
+    std::vector<char*> argv;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    ASSERT_EQ(posix_spawn(&pid, tile.c_str(), nullptr, nullptr, argv.data(), environ), 0) << tile;
+    tiles.push_back(pid);
+  }
+  struct reap {
+    std::vector<pid_t>& p;
+    ~reap() {
+      for (pid_t x : p) kill(x, SIGKILL), waitpid(x, nullptr, 0);
+    }
+  } reaper{tiles};
+  auto g = started.get();
+  ASSERT_TRUE(g) << g.error().to_string();
+  auto d = make_matmul_demo(matmul_split::inner, 2, 20, 30, 10, 1);  // the tiles all-reduce C
+  ASSERT_TRUE((*g)->alloc_many(d.allocations));
+  ASSERT_TRUE((*g)->load(d.programs));
+  auto first = (*g)->run(d.batch);
+  ASSERT_TRUE(first) << first.error().to_string();
+  ASSERT_EQ(kill(tiles[0], SIGKILL), 0);
+  waitpid(tiles[0], nullptr, 0);
+  std::this_thread::sleep_for(500ms);  // ZeroMQ drops the dead tile's route
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = (*g)->run(d.batch);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(r) << "the run succeeded although tile 0 was killed";
+  EXPECT_EQ(r.error().code(), errc::peer_failed) << r.error().to_string();
+  EXPECT_NE(r.error().message().find("tile 0"), std::string::npos) << r.error().message();
+  EXPECT_LT(seconds, 30.0) << "the batch waited for the exchange timeout (100 s here)";
+  EXPECT_EQ((*g)->health().code(), errc::peer_failed);
+  std::printf("batch ended %.3f s after it was submitted, with: %s\n", seconds, r.error().message().c_str());
 }
 
 TEST(TileGroup, StoppedTileIsDetectedByHeartbeat) {

@@ -80,7 +80,8 @@ class channel {
   // ---- any thread ----
   /// Sends without expecting a reply. Failures are logged (a request would report them).
   void send(peer to, envelope e);
-  /// Sends a request; `done` runs exactly once on the I/O thread (see the file comment).
+  /// Sends a request; `done` runs exactly once on the I/O thread (see the file comment). Called
+  /// on the I/O thread, it is sent at once (and `done` may run before it returns).
   void request(peer to, uint64_t id, envelope e, clock::time_point deadline, completion done);
   /// Completes every pending request to `p` with `why` (the peer is gone or unusable).
   void fail_peer(peer p, status why);
@@ -88,8 +89,8 @@ class channel {
   /// is never reused (a tile's routing id carries its incarnation). Closes the window where a
   /// request posted before the failure was seen would wait for its deadline.
   void retire_peer(peer p, status why);
-  /// Runs `fn` on the I/O thread.
-  void post(std::function<void()> fn);
+  /// Runs `fn` on the I/O thread; false (and `fn` dropped) once the channel has stopped.
+  bool post(std::function<void()> fn);
   /// Completes pending requests with `cancelled`, runs posted work, joins the I/O thread.
   /// `linger` lets replies already sent leave the socket.
   void stop(std::chrono::milliseconds linger = std::chrono::milliseconds(0));
