@@ -41,7 +41,7 @@ ns_of_tile() {
   local i pid
   for i in $(seq "$(cat "$TS_DIR/nodes" 2>/dev/null || echo 0)"); do
     for pid in $(ip netns pids "$TS_PREFIX$i" 2>/dev/null); do
-      tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q "tessera-tile .*--tile-id $1 " && { echo "$i"; return 0; }
+      tr '\0' ' ' 2>/dev/null < /proc/$pid/cmdline | grep -q "tessera-tile .*--tile-id $1 " && { echo "$i"; return 0; }
     done
   done
 }
@@ -49,7 +49,7 @@ ns_of_tile() {
 kill_tile_in_ns() {
   local pid
   for pid in $(ip netns pids "$TS_PREFIX$1" 2>/dev/null); do
-    tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q "tessera-tile .*--tile-id $2 " && { kill -9 "$pid"; return 0; }
+    tr '\0' ' ' 2>/dev/null < /proc/$pid/cmdline | grep -q "tessera-tile .*--tile-id $2 " && { kill -9 "$pid"; return 0; }
   done
   return 1
 }

@@ -76,7 +76,7 @@ for _ in $(seq 300); do [ "$(replicas_state $http 2 1)" = up ] && break; sleep 0
 [ "$(replicas_state $http 2 1)" = up ] || fail "tile 2 did not come back after its ssh session was lost"
 n=0
 for pid in $(ip netns pids "${TS_PREFIX}1"); do
-  tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q "tessera-tile .*--tile-id 2 " && n=$((n + 1))
+  tr '\0' ' ' 2>/dev/null < /proc/$pid/cmdline | grep -q "tessera-tile .*--tile-id 2 " && n=$((n + 1))
 done
 [ $n = 1 ] || fail "$n tile 2 processes on machine 1 after the restart (want 1)"
 grep "launch: .*tile" "$out/run4.txt" | grep -v "tile logs"
