@@ -7,6 +7,7 @@
 // (payload frames against the header, sums, cross-field rules) each decode() checks after it.
 #include "tessera/exchange/codec.hpp"
 
+#include <bit>
 #include <concepts>
 #include <cstring>
 #include <msgpack.hpp>
@@ -303,10 +304,31 @@ struct field_writer {
     p.pack_array(static_cast<uint32_t>(c.size()));
     for (uint64_t n : c) p.pack(n);
   }
-  template <class T>  // numbers, bools, strings and lists of them: msgpack's own
+  // Reals always go out as IEEE float32/float64. msgpack-c's pack_float and pack_double
+  // send a whole-valued real as an integer and, on the way, cast 2^64 to uint64_t
+  // (undefined behaviour; found by the wire fuzzer).
+  void put(float v) { raw_real(0xca, std::bit_cast<uint32_t>(v)); }
+  void put(double v) { raw_real(0xcb, std::bit_cast<uint64_t>(v)); }
+  void put(const std::vector<float>& v) {
+    p.pack_array(static_cast<uint32_t>(v.size()));
+    for (float x : v) put(x);
+  }
+  template <class T>  // integers, bools, strings and lists of them: msgpack's own
   void put(const T& v) {
     p.pack(v);
   }
+
+ private:
+  template <class U>
+  void raw_real(uint8_t tag, U bits) {
+    char b[1 + sizeof(U)];
+    b[0] = static_cast<char>(tag);
+    for (size_t i = 0; i < sizeof(U); ++i) b[1 + i] = static_cast<char>(bits >> (8 * (sizeof(U) - 1 - i)));
+    out.write(b, sizeof b);
+  }
+
+ public:
+  msgpack::sbuffer& out;
 };
 
 struct field_reader {
@@ -385,7 +407,7 @@ envelope encode_message(const M& m, std::vector<zmq::message_t> payloads = {}) {
   p.pack(protocol_magic);
   p.pack(protocol_version);
   p.pack(static_cast<uint8_t>(type_of<M>));
-  field_writer{p}.put(m);
+  field_writer{p, buf}.put(m);
   envelope e;
   e.header = zmq::message_t(buf.data(), buf.size());
   e.payloads = std::move(payloads);

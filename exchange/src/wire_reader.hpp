@@ -2,6 +2,7 @@
 // zero values, so decoders read straight through and check once at the end.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -126,7 +127,15 @@ class wire_reader {
     return list<uint32_t>(field, max_count, [&](wire_reader& r) { return r.u32(field); });
   }
   std::vector<float> f32_list(const char* field, uint32_t max_count) {
-    return list<float>(field, max_count, [&](wire_reader& r) { return static_cast<float>(r.f64(field)); });
+    return list<float>(field, max_count, [&](wire_reader& r) {
+      double d = r.f64(field);
+      // A finite real beyond float's range has no float value (the cast would be undefined).
+      if (std::isfinite(d) && std::fabs(d) > std::numeric_limits<float>::max()) {
+        r.fail(std::string(field) + ": a real beyond float's range");
+        return 0.0f;
+      }
+      return static_cast<float>(d);
+    });
   }
   std::vector<std::string> str_list(const char* field, uint32_t max_count, uint32_t max_len) {
     return list<std::string>(field, max_count, [&](wire_reader& r) { return r.str(field, max_len); });

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <limits>
 #include <msgpack.hpp>
@@ -26,12 +27,6 @@ envelope raw_header(const T& value, std::vector<zmq::message_t> payloads = {}) {
   return e;
 }
 
-envelope copy(const envelope& e) {
-  envelope c;
-  c.header = zmq::message_t(e.header.data(), e.header.size());
-  for (const auto& p : e.payloads) c.payloads.emplace_back(p.data(), p.size());
-  return c;
-}
 
 program sample_program() {
   program p;
@@ -80,6 +75,40 @@ TEST(Codec, ProgramRoundTripKeepsEveryField) {
   EXPECT_TRUE(s.recvs[0].accumulate);
   EXPECT_FALSE(s.sync);
   EXPECT_TRUE(out.prog.steps[1].sync);
+}
+
+// Reals keep their exact bits, whole-valued ones included (2^64 once hit undefined
+// behaviour in msgpack-c's integer shortcut); a real beyond float's range is refused.
+TEST(Codec, RealsKeepTheirBitsAndOutOfRangeIsRefused) {
+  load_program m{12, sample_program()};
+  const float edge[] = {0x1p64f, -0x1p63f, 0x1p63f, 3.0f, -0.0f, std::numeric_limits<float>::max(),
+                        std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min()};
+  m.prog.steps[0].compute[0].fparams.assign(std::begin(edge), std::end(edge));
+  load_program out;
+  ASSERT_TRUE(decode(encode(m), out));
+  const auto& got = out.prog.steps[0].compute[0].fparams;
+  ASSERT_EQ(got.size(), std::size(edge));
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(edge[i])) << "index " << i;
+
+  // The same header with one fparam re-written as a float64 of 1e300.
+  envelope e = encode(m);
+  std::string h(e.header.data<char>(), e.header.size());
+  std::string f32(5, '\0');
+  f32[0] = static_cast<char>(0xca);
+  uint32_t bits = std::bit_cast<uint32_t>(3.0f);
+  for (int i = 0; i < 4; ++i) f32[1 + i] = static_cast<char>(bits >> (24 - 8 * i));
+  size_t at = h.find(f32);
+  ASSERT_NE(at, std::string::npos);
+  std::string f64(9, '\0');
+  f64[0] = static_cast<char>(0xcb);
+  uint64_t big = std::bit_cast<uint64_t>(1e300);
+  for (int i = 0; i < 8; ++i) f64[1 + i] = static_cast<char>(big >> (56 - 8 * i));
+  h.replace(at, 5, f64);
+  e.header = zmq::message_t(h.data(), h.size());
+  auto st = decode(e, out);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.message().find("beyond float's range"), std::string::npos) << st.message();
 }
 
 TEST(Codec, ExchangeDataCarriesRawPayload) {
