@@ -1,0 +1,74 @@
+// tessera/serving/sampling.hpp: choosing the next token from a sequence's logits, and the text
+// side of stopping.
+//
+// sampler: greedy (temperature 0), or temperature with top-k and top-p (nucleus) filtering, drawn
+// from the request's own generator (std::mt19937_64, whose sequence the C++ standard fixes)
+// seeded by the request's `seed`: a request's draws never depend on what else shares its batch.
+// Ties go to the lowest token id.
+//
+// stop_text: the text a request has produced, with stop strings matched on the text (a stop
+// string may span tokens): push() returns what may be sent now, holding back any tail that could
+// still become a stop string; a matched stop string and everything after it are never sent.
+//
+//   sampler s({.temperature = 0.8, .top_k = 40, .top_p = 0.95, .seed = 7});
+//   int32_t token = s.next(logits);
+//   stop_text out({"\n\n", "User:"});
+//   std::string send = out.push(decoded_piece);   // "" while a stop string may be starting
+//   if (out.stopped()) ...                         // finish_reason "stop"
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::serving {
+
+struct sampling_params {
+  double temperature = 1.0;  ///< 0: greedy
+  int32_t top_k = 0;         ///< 0: every token
+  double top_p = 1.0;        ///< 1: every token
+  std::optional<uint64_t> seed;  ///< none: a seed from std::random_device
+};
+
+class sampler {
+ public:
+  explicit sampler(sampling_params p);
+  /// The next token; logits must not be empty.
+  int32_t next(const std::vector<float>& logits);
+  const sampling_params& params() const { return p_; }
+
+  /// The highest logit's token (lowest id among equals).
+  static int32_t argmax(const std::vector<float>& logits);
+  /// Highest minus second-highest logit (infinity with fewer than two).
+  static float top2_margin(const std::vector<float>& logits);
+
+ private:
+  double uniform();  // [0, 1) from 53 bits of the generator
+  sampling_params p_;
+  std::mt19937_64 rng_;
+  std::vector<int32_t> order_;
+  std::vector<double> weights_;
+};
+
+class stop_text {
+ public:
+  explicit stop_text(std::vector<std::string> stops);
+  /// Appends decoded text; returns the text that may be sent now (possibly empty).
+  std::string push(std::string_view piece);
+  /// At the end without a stop string: the text held back.
+  std::string flush();
+  bool stopped() const { return stopped_; }
+  /// All text sent or to be sent (the output without the stop string).
+  const std::string& text() const { return text_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string text_;  // everything pushed (cut at the stop string once stopped)
+  size_t sent_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace tessera::serving
