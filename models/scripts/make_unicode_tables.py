@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Generates models/src/unicode_tables.cpp: the Unicode data the WordPiece tokenizer needs, from
+"""Generates models/src/unicode_tables.cpp: the Unicode data the tokenizers need, from
 Python's unicodedata (so nothing is hand-written).  usage: python3 models/scripts/make_unicode_tables.py
 
 Tables (see models/src/unicode.hpp):
@@ -11,7 +11,7 @@ Tables (see models/src/unicode.hpp):
 """
 import os, sys, unicodedata
 
-PUNCT, CONTROL, MN, SPACE, CASED, IGNORABLE = 1, 2, 4, 8, 16, 32
+PUNCT, CONTROL, MN, SPACE, CASED, IGNORABLE, LETTER, NUMBER = 1, 2, 4, 8, 16, 32, 64, 128
 WHITE_SPACE = set([9, 10, 11, 12, 13, 32, 0x85, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
                   + list(range(0x2000, 0x200B)))
 MIDLETTER = set(map(ord, "'.:\u00b7\u0387\u055f\u05f4\u2018\u2019\u2024\u2027\ufe13\ufe52\ufe55\uff07\uff0e\uff1a\u00ad"))
@@ -33,6 +33,10 @@ def char_class(cp):
         m |= CASED
     if cat in ("Mn", "Me", "Cf", "Lm", "Sk") or cp in MIDLETTER:
         m |= IGNORABLE
+    if cat.startswith("L"):
+        m |= LETTER
+    if cat.startswith("N"):
+        m |= NUMBER
     return m
 
 

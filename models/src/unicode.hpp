@@ -1,8 +1,12 @@
-// Private: Unicode properties for the tokenizer, backed by generated tables (unicode_tables.cpp).
+// Private: Unicode properties for the tokenizers, backed by generated tables (unicode_tables.cpp),
+// and UTF-8 decoding (unicode.cpp).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+
+#include "tessera/common/status.hpp"
 
 namespace tessera::models::unicode {
 
@@ -13,6 +17,8 @@ enum char_class_bits : uint8_t {
   whitespace = 8,      ///< White_Space
   cased = 16,          ///< Cased (final-sigma rule)
   case_ignorable = 32, ///< Case_Ignorable, approximately (final-sigma rule)
+  letter = 64,         ///< L* (\p{L} in GPT-2's pre-tokenizer)
+  number = 128,        ///< N* (\p{N})
 };
 
 namespace tables {
@@ -37,5 +43,23 @@ char32_t to_lower(char32_t cp);
 void append_nfd(char32_t cp, std::u32string& out);
 /// BERT's "Chinese character" ranges (CJK Unified Ideographs and extensions, compatibility).
 bool is_cjk(char32_t cp);
+
+/// Code points of well-formed UTF-8, or an error naming the byte offset and what is wrong.
+result<std::u32string> decode_utf8(std::string_view s);
+void append_utf8(char32_t cp, std::string& out);
+
+/// One step of UTF-8 decoding at s[i]: a character (`length` bytes, code point `cp`), a maximal
+/// ill-formed subpart (`length` >= 1 bytes to replace by one U+FFFD), or the start of a character
+/// cut off by the end of s (`length` bytes so far, all of them still possible).
+struct utf8_unit {
+  enum kind_t : uint8_t { valid, invalid, incomplete } kind;
+  size_t length;
+  char32_t cp;
+};
+utf8_unit next_utf8(std::string_view s, size_t i);
+inline constexpr std::string_view replacement_utf8 = "\xEF\xBF\xBD";  // U+FFFD
+/// s with each maximal ill-formed subpart (and a cut-off tail) replaced by U+FFFD.
+void append_utf8_lossy(std::string_view s, std::string& out);
+bool is_valid_utf8(std::string_view s);
 
 }  // namespace tessera::models::unicode
