@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -30,6 +31,54 @@ struct added_token {
   bool special = false, lstrip = false, rstrip = false, normalized = false;
 };
 
+/// (left id, right id) -> (rank, merged id): open addressing with linear probing (the merge lookups
+/// are most of the encoding time; std::unordered_map's node chasing was 40% of it).
+class merge_table {
+ public:
+  struct entry {
+    uint64_t key = empty;
+    int32_t rank = 0, merged = 0;
+  };
+  static uint64_t key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+  /// Sets (a later duplicate of a merge replaces the earlier, as HF's merges map does).
+  void set(int32_t a, int32_t b, int32_t rank, int32_t merged) {
+    if ((count_ + 1) * 2 > slots_.size()) grow();
+    entry& e = slot(key(a, b));
+    if (e.key == empty) ++count_;
+    e = {key(a, b), rank, merged};
+  }
+  const entry* find(int32_t a, int32_t b) const {
+    if (slots_.empty()) return nullptr;
+    const uint64_t k = key(a, b);
+    for (size_t i = hash(k);; i = (i + 1) & mask_) {
+      const entry& e = slots_[i];
+      if (e.key == k) return &e;
+      if (e.key == empty) return nullptr;
+    }
+  }
+
+ private:
+  static constexpr uint64_t empty = ~uint64_t{0};  // ids are non-negative: never a key
+  size_t hash(uint64_t k) const { return static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> shift_); }
+  entry& slot(uint64_t k) {
+    size_t i = hash(k);
+    while (slots_[i].key != empty && slots_[i].key != k) i = (i + 1) & mask_;
+    return slots_[i];
+  }
+  void grow() {
+    std::vector<entry> old = std::move(slots_);
+    const size_t n = old.empty() ? 1024 : old.size() * 2;
+    slots_.assign(n, entry{});
+    mask_ = n - 1;
+    shift_ = 64 - static_cast<int>(std::countr_zero(n));
+    for (const entry& e : old)
+      if (e.key != empty) slot(e.key) = e;
+  }
+  std::vector<entry> slots_;
+  size_t mask_ = 0, count_ = 0;
+  int shift_ = 64;
+};
+
 /// A normalizer step (HF Prepend or Replace with a string pattern).
 struct norm_step {
   bool prepend = false;
@@ -49,12 +98,19 @@ struct bpe_tokenizer_impl {
   bpe_kind kind = bpe_kind::byte_level;
   std::vector<std::string> tokens;                ///< id -> vocab string ("" for an unused id)
   std::unordered_map<std::string, int32_t> ids;   ///< vocab string -> id (model vocab and added tokens)
-  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  ///< (left, right) -> (rank, merged)
+  merge_table merges;
   size_t num_merges = 0;
   int32_t unk = -1, bos = -1, eos = -1;
   bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
   std::array<int32_t, 256> byte_ids{};            ///< byte-level: id of each byte's character; fallback: <0xXX>
-  std::unordered_map<char32_t, int32_t> char_ids; ///< single-character tokens (SentencePiece)
+  std::vector<int32_t> bmp_ids;                    ///< single-character tokens of the BMP (-1: none; SentencePiece)
+  std::unordered_map<char32_t, int32_t> astral_ids; ///< single-character tokens beyond it
+
+  int32_t char_id(char32_t cp) const {
+    if (cp < 0x10000) return bmp_ids[cp];
+    auto it = astral_ids.find(cp);
+    return it == astral_ids.end() ? -1 : it->second;
+  }
   std::array<char32_t, 256> byte_char{};          ///< GPT-2's bytes_to_unicode
   std::vector<norm_step> normalizer;
   pre_kind pre = pre_kind::none;
@@ -69,8 +125,8 @@ struct bpe_tokenizer_impl {
   std::vector<uint8_t> special;                   ///< id -> is a special token
   bool decode_lossy = true;                       ///< ByteLevel decoder: U+FFFD for ill-formed bytes
   int strip_leading = 0;                          ///< spaces stripped from the start of decoded text
+  std::string chat_template;                      ///< tokenizer_config.json "chat_template"
 
-  uint64_t key(int32_t a, int32_t b) const { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
   int32_t size() const { return static_cast<int32_t>(tokens.size()); }
 
   status finish(std::string_view source);
@@ -199,7 +255,7 @@ void gpt2_split(std::string_view s, F&& emit) {
 
 struct merge_candidate {
   int32_t rank, pos, merged;
-  bool operator<(const merge_candidate& o) const {  // a min-heap on (rank, pos) through std::priority_queue
+  bool operator<(const merge_candidate& o) const {  // a min-heap on (rank, pos) through std::push_heap
     return rank != o.rank ? rank > o.rank : pos > o.pos;
   }
 };
@@ -211,8 +267,11 @@ struct merge_candidate {
 status bpe_tokenizer_impl::model(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return status::ok();
   struct symbol { int32_t id, prev, next; bool alive; };
-  std::vector<symbol> sym;
-  sym.reserve(word.size());
+  // Scratch reused across words (encode() is const and may run on several threads at once).
+  thread_local std::vector<symbol> sym;
+  thread_local std::vector<merge_candidate> queue;  // a heap
+  sym.clear();
+  queue.clear();
   auto add = [&](int32_t id) {
     const int32_t k = static_cast<int32_t>(sym.size());
     sym.push_back({id, k - 1, -1, true});
@@ -248,9 +307,8 @@ status bpe_tokenizer_impl::model(std::string_view word, std::vector<int32_t>& ou
     bool last_unk = false;
     for (size_t i = 0; i < word.size();) {
       const auto u = unicode::next_utf8(word, i);
-      auto it = char_ids.find(u.cp);
-      if (it != char_ids.end()) {
-        add(it->second);
+      if (const int32_t id = char_id(u.cp); id >= 0) {
+        add(id);
         last_unk = false;
       } else if (byte_fallback && std::all_of(word.begin() + static_cast<long>(i), word.begin() + static_cast<long>(i + u.length),
                                               [&](char c) { return byte_ids[static_cast<unsigned char>(c)] >= 0; })) {
@@ -269,22 +327,28 @@ status bpe_tokenizer_impl::model(std::string_view word, std::vector<int32_t>& ou
       i += u.length;
     }
   }
-  std::priority_queue<merge_candidate> queue;
   auto consider = [&](int32_t pos) {
     const int32_t nx = sym[static_cast<size_t>(pos)].next;
     if (nx < 0) return;
-    auto it = merges.find(key(sym[static_cast<size_t>(pos)].id, sym[static_cast<size_t>(nx)].id));
-    if (it != merges.end()) queue.push({it->second.first, pos, it->second.second});
+    if (const auto* m = merges.find(sym[static_cast<size_t>(pos)].id, sym[static_cast<size_t>(nx)].id)) {
+      queue.push_back({m->rank, pos, m->merged});
+      std::push_heap(queue.begin(), queue.end());
+    }
   };
   for (int32_t k = 0; k + 1 < static_cast<int32_t>(sym.size()); ++k) consider(k);
+  if (sym.size() == 1) {
+    out.push_back(sym[0].id);
+    return status::ok();
+  }
   while (!queue.empty()) {
-    const merge_candidate top = queue.top();
-    queue.pop();
+    std::pop_heap(queue.begin(), queue.end());
+    const merge_candidate top = queue.back();
+    queue.pop_back();
     symbol& left = sym[static_cast<size_t>(top.pos)];
     if (!left.alive || left.next < 0) continue;
     symbol& right = sym[static_cast<size_t>(left.next)];
-    auto it = merges.find(key(left.id, right.id));
-    if (it == merges.end() || it->second.second != top.merged) continue;  // stale: a neighbour merged first
+    const auto* m = merges.find(left.id, right.id);
+    if (!m || m->merged != top.merged) continue;  // stale: a neighbour merged first
     left.id = top.merged;
     right.alive = false;
     left.next = right.next;
@@ -421,11 +485,15 @@ status bpe_tokenizer_impl::finish(std::string_view source) {
     for (int b = 0; b < 256; ++b)
       if (auto it = ids.find(utf8_of(byte_char[static_cast<size_t>(b)])); it != ids.end()) byte_ids[static_cast<size_t>(b)] = it->second;
   } else {
+    bmp_ids.assign(0x10000, -1);
     for (int32_t id = 0; id < size(); ++id) {
       const std::string& t = tokens[static_cast<size_t>(id)];
       if (t.empty()) continue;
       const auto u = unicode::next_utf8(t, 0);
-      if (u.kind == unicode::utf8_unit::valid && u.length == t.size() && !char_ids.count(u.cp)) char_ids[u.cp] = id;
+      if (u.kind == unicode::utf8_unit::valid && u.length == t.size() && char_id(u.cp) < 0) {
+        if (u.cp < 0x10000) bmp_ids[u.cp] = id;
+        else astral_ids[u.cp] = id;
+      }
       if (byte_fallback) {
         const int v = byte_token_value(t);
         if (v >= 0 && byte_ids[static_cast<size_t>(v)] < 0) byte_ids[static_cast<size_t>(v)] = id;
@@ -457,7 +525,7 @@ status add_merge(bpe_tokenizer_impl& t, std::string_view a, std::string_view b, 
   auto im = t.ids.find(std::string(a) + std::string(b));
   if (ia == t.ids.end() || ib == t.ids.end() || im == t.ids.end())
     return status::invalid(where + ": merge \"" + std::string(a) + " " + std::string(b) + "\" uses a token not in the vocab");
-  t.merges.emplace(t.key(ia->second, ib->second), std::pair{static_cast<int32_t>(t.num_merges), im->second});
+  t.merges.set(ia->second, ib->second, static_cast<int32_t>(t.num_merges), im->second);
   ++t.num_merges;
   return status::ok();
 }
@@ -669,6 +737,7 @@ void pick_bos_eos(bpe_tokenizer_impl& t, const json& config) {
       if (auto it = t.ids.find(n); it != t.ids.end()) return it->second;
     return -1;
   };
+  if (config.contains("chat_template") && config["chat_template"].is_string()) t.chat_template = config["chat_template"].get<std::string>();
   const int32_t b = named("bos_token"), e = named("eos_token");
   t.bos = b != -2 ? b : first_of({"<s>", "<|begin_of_text|>", "<|endoftext|>"});
   t.eos = e != -2 ? e : first_of({"</s>", "<|end_of_text|>", "<|endoftext|>"});
@@ -937,6 +1006,7 @@ int32_t bpe_tokenizer::unk_id() const { return impl_->unk; }
 int32_t bpe_tokenizer::vocab_size() const { return impl_->size(); }
 bpe_kind bpe_tokenizer::kind() const { return impl_->kind; }
 size_t bpe_tokenizer::merges_size() const { return impl_->num_merges; }
+const std::string& bpe_tokenizer::chat_template() const { return impl_->chat_template; }
 
 // ---- stream_decoder ----
 

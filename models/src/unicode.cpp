@@ -4,6 +4,7 @@
 // WHATWG TextDecoder do).
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "unicode.hpp"
 
@@ -11,6 +12,18 @@ namespace tessera::models::unicode {
 
 
 uint8_t char_class(char32_t cp) {
+  // The Basic Multilingual Plane from a flat table (filled once from the runs), the rest by
+  // binary search over the runs.
+  static const std::vector<uint8_t> bmp = [] {
+    std::vector<uint8_t> t(0x10000, 0);
+    for (int r = 0; r < tables::class_runs_size; ++r) {
+      const char32_t first = tables::class_runs[r].first;
+      const char32_t stop = r + 1 < tables::class_runs_size ? tables::class_runs[r + 1].first : 0x110000;
+      for (char32_t c = first; c < stop && c < 0x10000; ++c) t[c] = tables::class_runs[r].bits;
+    }
+    return t;
+  }();
+  if (cp < 0x10000) return bmp[cp];
   const auto* first = tables::class_runs;
   const auto* last = tables::class_runs + tables::class_runs_size;
   const auto* it = std::upper_bound(first, last, cp, [](char32_t c, const tables::class_run& r) { return c < r.first; });

@@ -360,12 +360,14 @@ TEST(bpe_tokenizer, from_dir_reads_tokenizer_config) {
   const std::string dir = testing::make_temp_dir("bpe-config");
   testing::write_file(dir + "/tokenizer.json", llama_json(llama_tokens, llama_merges).dump());
   testing::write_file(dir + "/tokenizer_config.json",
-                      json{{"bos_token", {{"content", "<s>"}}}, {"eos_token", "</s>"}, {"add_bos_token", true}, {"add_eos_token", true}}.dump());
+                      json{{"bos_token", {{"content", "<s>"}}}, {"eos_token", "</s>"}, {"add_bos_token", true}, {"add_eos_token", true},
+                           {"chat_template", "{{ bos_token }}{{ messages }}"}}.dump());
   auto t = bpe_tokenizer::from_dir(dir);
   ASSERT_TRUE(t) << t.error().to_string();
   const auto ids = ids_of(*t, "Hello", true);
   EXPECT_EQ(ids.front(), 1);
   EXPECT_EQ(ids.back(), 2);
+  EXPECT_EQ(t->chat_template(), "{{ bos_token }}{{ messages }}");
 }
 
 }  // namespace
