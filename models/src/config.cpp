@@ -69,7 +69,7 @@ result<bert_config> parse_config_json(std::string_view json_text) {
         return status::invalid("field \"hidden_act\" must be a string, got " + j["hidden_act"].dump());
       const auto name = j["hidden_act"].get<std::string>();
       auto act = activation_from_name(name);
-      if (!act)
+      if (!act || *act == activation_kind::silu)  // silu is the decoders' (SwiGLU); BERT's kernels do not take it
         return status::invalid("hidden_act \"" + name +
                                "\" is not supported; use gelu, gelu_new, gelu_pytorch_tanh or relu");
       c.activation = *act;

@@ -15,6 +15,7 @@ activation act_of(const bert_config& c) {
     case activation_kind::gelu: return activation::gelu_erf;
     case activation_kind::gelu_tanh: return activation::gelu_tanh;
     case activation_kind::relu: return activation::relu;
+    case activation_kind::silu: return activation::silu;
   }
   return activation::gelu_erf;
 }

@@ -149,8 +149,9 @@ std::shared_ptr<linear_primitive> get_linear(const linear_key& k) {
     dnnl::post_ops ops;
     const auto alg = k.act == activation::gelu_erf    ? dnnl::algorithm::eltwise_gelu_erf
                      : k.act == activation::gelu_tanh ? dnnl::algorithm::eltwise_gelu_tanh
+                     : k.act == activation::silu      ? dnnl::algorithm::eltwise_swish
                                                       : dnnl::algorithm::eltwise_relu;
-    ops.append_eltwise(1.0f, alg, 0.0f, 0.0f);
+    ops.append_eltwise(1.0f, alg, k.act == activation::silu ? 1.0f : 0.0f, 0.0f);  // swish alpha 1 = silu
     attr.set_post_ops(ops);
   }
   auto desc = k.bias ? dnnl::matmul::desc(src, p->wei, p->bias, dst) : dnnl::matmul::desc(src, p->wei, dst);

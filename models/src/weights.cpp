@@ -1,7 +1,9 @@
 // Binding named tensors to the typed BERT structs, and seeded preset weights.
 #include "tessera/models/weights.hpp"
 
+#include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "tessera/models/batch.hpp"
 
@@ -67,22 +69,30 @@ std::string canonical_name(std::string_view name) {
 
 }  // namespace
 
+status check_tensor_shapes(const std::vector<tensor_spec>& specs,
+                           const std::map<std::string, tensor_view, std::less<>>& tensors, std::string_view source,
+                           std::string_view naming_note) {
+  const std::string src(source);
+  for (const auto& spec : specs) {
+    auto it = tensors.find(spec.name);
+    if (it == tensors.end())
+      return status::invalid(src + ": missing tensor \"" + spec.name + "\" (expected shape " +
+                             shape_string(spec.shape) + std::string(naming_note) + ")");
+    if (it->second.shape != spec.shape)
+      return status::invalid(src + ": tensor \"" + spec.name + "\" has shape " + shape_string(it->second.shape) +
+                             ", expected " + shape_string(spec.shape) + " from config.json");
+  }
+  return {};
+}
+
 result<bert_weights> bert_weights::bind(const bert_config& cfg, std::map<std::string, tensor_view> tensors,
                                         std::shared_ptr<const void> storage, std::string_view source) {
   TESSERA_RETURN_IF_ERROR(cfg.validate());
   bert_weights w;
   w.storage_ = std::move(storage);
   for (auto& [name, view] : tensors) w.tensors_[canonical_name(name)] = view;
-  const std::string src(source);
-  for (const auto& spec : expected_tensors(cfg)) {
-    auto it = w.tensors_.find(spec.name);
-    if (it == w.tensors_.end())
-      return status::invalid(src + ": missing tensor \"" + spec.name + "\" (expected shape " +
-                             shape_string(spec.shape) + ", with or without the \"bert.\" prefix)");
-    if (it->second.shape != spec.shape)
-      return status::invalid(src + ": tensor \"" + spec.name + "\" has shape " + shape_string(it->second.shape) +
-                             ", expected " + shape_string(spec.shape) + " from config.json");
-  }
+  TESSERA_RETURN_IF_ERROR(
+      check_tensor_shapes(expected_tensors(cfg), w.tensors_, source, ", with or without the \"bert.\" prefix"));
   auto p = [&](const std::string& n) { return w.tensors_.at(n).data; };
   w.embeddings_ = {p("embeddings.word_embeddings.weight"), p("embeddings.position_embeddings.weight"),
                    p("embeddings.token_type_embeddings.weight"), p("embeddings.LayerNorm.weight"),
@@ -142,42 +152,69 @@ bool ends_with(std::string_view s, std::string_view suf) {
 
 }  // namespace
 
-void fill_preset_tensor(const tensor_spec& spec, uint64_t seed, float* out) {
-  int64_t n = 1;
-  for (int64_t d : spec.shape) n *= d;
-  splitmix64 rng(seed * 0x9E3779B97F4A7C15ull ^ fnv1a(spec.name));
+void fill_uniform_tensor(std::string_view name, int64_t n, uint64_t seed, float base, float amp, float* out) {
+  splitmix64 rng(seed * 0x9E3779B97F4A7C15ull ^ fnv1a(name));
   // u in [0,1) with 24 bits; (2u - 1) * a is computed in float, exactly rounded: portable.
-  float base = 0.0f, amp = 0.0346f;
-  const bool is_ln = spec.name.find("LayerNorm") != std::string::npos;
-  if (is_ln && ends_with(spec.name, ".weight")) { base = 1.0f; amp = 0.05f; }
-  else if (is_ln) amp = 0.02f;
-  else if (ends_with(spec.name, ".bias")) amp = 0.01f;
   for (int64_t i = 0; i < n; ++i) {
     const float u = rng.next_unit_float();
     out[i] = base + (2.0f * u - 1.0f) * amp;
   }
 }
 
-result<bert_weights> make_preset_weights(const bert_config& cfg, uint64_t seed) {
-  TESSERA_RETURN_IF_ERROR(cfg.validate());
-  const auto specs = expected_tensors(cfg);
-  int64_t total = 0;
-  for (const auto& s : specs) {
-    int64_t n = 1;
-    for (int64_t d : s.shape) n *= d;
-    total += (n + 15) / 16 * 16;  // 64-byte aligned starts
+void fill_preset_tensor(const tensor_spec& spec, uint64_t seed, float* out) {
+  float base = 0.0f, amp = 0.0346f;
+  const bool is_ln = spec.name.find("LayerNorm") != std::string::npos;
+  if (is_ln && ends_with(spec.name, ".weight")) { base = 1.0f; amp = 0.05f; }
+  else if (is_ln) amp = 0.02f;
+  else if (ends_with(spec.name, ".bias")) amp = 0.01f;
+  fill_uniform_tensor(spec.name, tensor_view{spec.shape, nullptr}.numel(), seed, base, amp, out);
+}
+
+void fill_decoder_preset_tensor(const tensor_spec& spec, uint64_t seed, float* out) {
+  const std::string& n = spec.name;
+  auto has = [&](const char* part) { return n.find(part) != std::string::npos; };
+  const bool is_norm = has("ln_") || has("norm");
+  const bool conv1d = has(".c_attn.") || has(".c_proj.") || has(".c_fc.");  // GPT-2 Conv1D: [in, out]
+  float base = 0.0f, amp;
+  // Random decoders fall into repeating one token when the attention averages the context flat
+  // (the current token then barely matters) or, with tied embeddings, when the token embedding
+  // dominates the residual (logit of the input token wins). Sharp attention (q and k of gain 3)
+  // and a modest tied embedding keep greedy generations varied (checked by the tests).
+  if (n == "wte.weight") amp = 0.3f;
+  else if (n == "model.embed_tokens.weight") amp = 0.35f;
+  else if (n == "wpe.weight") amp = 0.05f;
+  else if (is_norm && ends_with(n, ".weight")) { base = 1.0f; amp = 0.2f; }
+  else if (ends_with(n, ".bias")) amp = 0.1f;  // norm betas and Linear biases alike
+  else {
+    const int64_t fan_in = conv1d ? spec.shape.front() : spec.shape.back();
+    amp = std::sqrt(3.0f / static_cast<float>(fan_in));  // unit gain
+    if (n == "lm_head.weight") amp = 2.0f * amp;
+    if (has(".c_attn.weight") || has("q_proj.weight") || has("k_proj.weight")) amp = 3.0f * amp;
   }
+  fill_uniform_tensor(n, tensor_view{spec.shape, nullptr}.numel(), seed, base, amp, out);
+}
+
+seeded_tensors make_seeded_tensors(const std::vector<tensor_spec>& specs, uint64_t seed,
+                                   const std::function<void(const tensor_spec&, uint64_t, float*)>& fill) {
+  int64_t total = 0;
+  for (const auto& s : specs) total += (tensor_view{s.shape, nullptr}.numel() + 15) / 16 * 16;  // 64-byte starts
   auto buffer = std::make_shared<std::vector<float>>(static_cast<size_t>(total));
-  std::map<std::string, tensor_view> views;
+  seeded_tensors out;
   int64_t off = 0;
   for (const auto& s : specs) {
     float* dst = buffer->data() + off;
-    fill_preset_tensor(s, seed, dst);
-    views[s.name] = tensor_view{s.shape, dst};
+    fill(s, seed, dst);
+    out.views[s.name] = tensor_view{s.shape, dst};
     off += (tensor_view{s.shape, dst}.numel() + 15) / 16 * 16;
   }
-  return bert_weights::bind(cfg, std::move(views), std::shared_ptr<const void>(buffer, buffer.get()),
-                            "preset weights");
+  out.storage = std::shared_ptr<const void>(buffer, buffer.get());
+  return out;
+}
+
+result<bert_weights> make_preset_weights(const bert_config& cfg, uint64_t seed) {
+  TESSERA_RETURN_IF_ERROR(cfg.validate());
+  auto t = make_seeded_tensors(expected_tensors(cfg), seed, fill_preset_tensor);
+  return bert_weights::bind(cfg, std::move(t.views), std::move(t.storage), "preset weights");
 }
 
 }  // namespace tessera::models

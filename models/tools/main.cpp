@@ -5,6 +5,7 @@
 //   tessera-models --model tests/data/models/tiny-odd --info
 //   tessera-models --model bert-base --seed 3 --save /tmp/bert-base-seed3
 //   tessera-models tokenize --tokenizer gpt2|llama|DIR --text "Hello world"   (tools/tokenize.cpp)
+//   tessera-models generate --model llama-tiny --prompt-ids 1,42,99 --max-tokens 16  (tools/generate.cpp)
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
@@ -17,9 +18,11 @@ namespace po = boost::program_options;
 using namespace tessera::models;
 
 int tokenize_main(int argc, char** argv);
+int generate_main(int argc, char** argv);
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "tokenize") return tokenize_main(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "generate") return generate_main(argc - 1, argv + 1);
   std::string model_name, save_dir;
   std::vector<std::string> texts;
   std::string pair;

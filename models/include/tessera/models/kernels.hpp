@@ -25,8 +25,8 @@ namespace tessera::models {
 void set_num_threads(int n);
 int num_threads();
 
-/// Activation fused after a linear layer.
-enum class activation { none, gelu_erf, gelu_tanh, relu };
+/// Activation fused after a linear layer (silu = x * sigmoid(x)).
+enum class activation { none, gelu_erf, gelu_tanh, relu, silu };
 
 /// y[T, out] = act(x[T, in] W^T + bias), W [out, in] row-major (HF Linear), bias [out] or nullptr.
 /// ldx/ldy are row strides of x and y (0 = dense). T may vary from call to call at no cost: the
@@ -82,6 +82,43 @@ void pooler_classifier(const float* hidden, int64_t ld, const int32_t* cls_rows,
                        int64_t hidden_size, const float* pooler_w, const float* pooler_b,
                        const float* classifier_w, const float* classifier_b, int num_labels,
                        float* logits);
+
+// ---- decoder kernels (GPT-2, LLaMA) ----
+
+/// y = x / sqrt(mean(x^2) + eps) * gamma over rows of n (RMSNorm). y may equal x.
+void rms_norm(const float* x, int64_t T, int64_t n, const float* gamma, float eps, float* y);
+/// y = a * b elementwise (y may alias a or b).
+void multiply(const float* a, const float* b, int64_t n, float* y);
+
+/// Rotary tables for T rows: angle(t, i) = (positions[t] / position_scale) / theta^(2i / head_dim)
+/// for i < head_dim / 2, computed in double; cos and sin [T, head_dim / 2] as float.
+void rotary_tables(const int32_t* positions, int64_t T, int head_dim, double theta, double position_scale,
+                   float* cos_out, float* sin_out);
+/// Rotates each of num_heads heads of T rows in place (row stride ld), HF's rotate_half pairing:
+/// x'[i] = x[i] cos - x[i + d/2] sin, x'[i + d/2] = x[i + d/2] cos + x[i] sin.
+void apply_rotary(float* x, int64_t T, int num_heads, int head_dim, int64_t ld, const float* cos_t,
+                  const float* sin_t);
+
+/// One layer of a paged K/V cache: head h of block b starts at k + b*block_stride + h*head_stride,
+/// [block_tokens, head_dim] rows.
+struct paged_kv_view {
+  const float* k;
+  const float* v;
+  int block_tokens;
+  int64_t block_stride, head_stride;
+};
+/// A sequence's query rows in a packed batch: rows [row, row + rows) are positions
+/// start_pos .. start_pos + rows - 1; its K/V for positions 0 .. start_pos + rows - 1 are in the
+/// cache already (block_table covers them).
+struct paged_seq {
+  int32_t row, rows, start_pos;
+  const int32_t* block_table;
+};
+/// Causal attention of packed query rows over a paged cache: query head h (columns
+/// [h*head_dim, (h+1)*head_dim) of q and out) attends kv head h / (num_heads / num_kv_heads) at
+/// positions 0 .. its own, scaled by 1/sqrt(head_dim). Hand-vectorised (not a dense GEMM).
+void attention_paged(strided q, paged_kv_view kv, const paged_seq* seqs, int num_seqs, int num_heads,
+                     int num_kv_heads, int head_dim, strided_out out);
 
 /// oneDNN's sgemm alone (C = A B^T, A [M,K], B [N,K]), for benches: the roofline to compare with.
 void sgemm_abt(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K);

@@ -23,33 +23,43 @@
 
 namespace tessera::models {
 
-/// The layer stack and its head. Decoders (GPT-2, LLaMA) add their kinds here.
+/// The layer stack and its head.
 enum class architecture : uint8_t {
-  bert,  ///< post-LN encoder, token-type embeddings, tanh pooler + linear classifier
+  bert,   ///< post-LN encoder, token-type embeddings, tanh pooler + linear classifier
+  gpt2,   ///< pre-LN causal decoder, learned positions, biases everywhere, HF Conv1D ([in, out]) weights
+  llama,  ///< pre-RMSNorm causal decoder, rotary positions, SwiGLU MLP, no biases, grouped-query attention
 };
 
 enum class norm_kind : uint8_t {
   layer_norm,  ///< mean and variance, gamma and beta
+  rms_norm,    ///< x / sqrt(mean(x^2) + eps) * gamma, no beta (LLaMA)
 };
 
 enum class activation_kind : uint8_t {
   gelu,       ///< exact (erf); HF "gelu"
   gelu_tanh,  ///< tanh approximation; HF "gelu_new", "gelu_pytorch_tanh"
   relu,       ///< HF "relu"
+  silu,       ///< x * sigmoid(x); HF "silu" (LLaMA's SwiGLU gate)
 };
 
 enum class position_kind : uint8_t {
   learned,  ///< an absolute position embedding table of max_position_embeddings rows
+  rotary,   ///< rotary embeddings on q and k (Su et al. 2021), HF's rotate_half pairing (i, i + d/2)
 };
 
+/// HF rope_scaling: none, or "linear" (positions divided by factor before the rotation).
+enum class rope_scaling_kind : uint8_t { none, linear };
+
 /// Sizes and kinds of a transformer. Defaults are bert-base with a 2-label head.
+/// Decoders (gpt2, llama) have type_vocab_size 0 and num_labels 0; their logits are over vocab_size.
 struct model_shape {
   std::string name = "bert-base";  ///< a preset name, or where the shape came from
   architecture arch = architecture::bert;
   int num_layers = 12;               ///< HF num_hidden_layers
   int hidden_size = 768;             ///< width of the residual stream
-  int num_heads = 12;                ///< HF num_attention_heads; divides hidden_size
+  int num_heads = 12;                ///< HF num_attention_heads; divides hidden_size unless explicit_head_dim
   int num_kv_heads = 12;             ///< key/value heads (HF num_key_value_heads); divides num_heads
+  int explicit_head_dim = 0;         ///< HF head_dim when given (may differ from hidden/heads); 0 = hidden/heads
   int intermediate_size = 3072;      ///< FFN width
   int vocab_size = 30522;
   int max_position_embeddings = 512; ///< longest sequence in tokens (special tokens included)
@@ -59,28 +69,51 @@ struct model_shape {
   float norm_eps = 1e-12f;           ///< HF layer_norm_eps
   activation_kind activation = activation_kind::gelu;  ///< of the FFN; HF hidden_act
   position_kind positions = position_kind::learned;
+  bool gated_mlp = false;            ///< down(act(gate(x)) * up(x)) (SwiGLU with silu) instead of out(act(in(x)))
+  float rope_theta = 10000.0f;       ///< HF rope_theta (rotary only)
+  rope_scaling_kind rope_scaling = rope_scaling_kind::none;
+  float rope_scaling_factor = 1.0f;  ///< HF rope_scaling.factor (linear: position / factor)
+  bool tie_word_embeddings = false;  ///< decoders: the LM head is the token embedding matrix
+  int bos_token_id = -1;             ///< -1 = none
+  int eos_token_id = -1;             ///< -1 = none
 
-  /// hidden_size / num_heads.
-  int head_dim() const { return num_heads > 0 ? hidden_size / num_heads : 0; }
+  /// explicit_head_dim when set, else hidden_size / num_heads.
+  int head_dim() const {
+    return explicit_head_dim > 0 ? explicit_head_dim : num_heads > 0 ? hidden_size / num_heads : 0;
+  }
+  /// Width of the query projection (num_heads * head_dim) and of the key or value projection.
+  int q_width() const { return num_heads * head_dim(); }
+  int kv_width() const { return num_kv_heads * head_dim(); }
+  /// A causal language model (gpt2, llama), not an encoder.
+  bool is_decoder() const { return arch != architecture::bert; }
   /// Every size positive (type_vocab_size and num_labels may be 0 where the architecture has
-  /// no segments or head), heads divide hidden and kv heads divide heads, norm_eps > 0. Errors
+  /// no segments or head), heads divide hidden (unless head_dim is explicit) and kv heads divide
+  /// heads, norm_eps > 0, the kinds agree with the architecture, rotary head_dim even. Errors
   /// name the HF field.
   status validate() const;
-  /// Weights of the whole model (embeddings, layers, head).
+  /// Weights of the whole model (embeddings, layers, head; a tied LM head counted once).
   int64_t parameter_count() const;
+  /// Bytes of K and V one token occupies in every layer's cache, fp32.
+  int64_t kv_bytes_per_token() const { return int64_t{2} * num_layers * kv_width() * 4; }
 };
 
 /// A built-in shape by name: bert-tiny (2 layers, 128 hidden, 2 heads), bert-mini (4/256/4),
 /// bert-small (4/512/8), bert-medium (8/512/8), bert-base (12/768/12), bert-large (24/1024/16);
 /// FFN 4x hidden, vocab 30522, 512 positions, 2 labels (Turc et al. 2019, Devlin et al. 2018).
+/// Decoders: gpt2-tiny (2/128/4), gpt2 (12/768/12, 124M), gpt2-medium (24/1024/16), all with
+/// GPT-2's vocab 50257, 1024 positions, tied embeddings, gelu_new; llama-tiny (2 layers, 128
+/// hidden, 4 heads, 2 kv heads, FFN 352), llama-1b (TinyLlama-1.1B: 22/2048/32 heads/4 kv heads,
+/// FFN 5632), llama-2-7b (32/4096/32/32, FFN 11008) with LLaMA's vocab 32000, bos 1, eos 2;
+/// llama-3-8b (32/4096/32/8, FFN 14336, vocab 128256, rope_theta 500000, 8192 positions).
 /// Unknown name -> invalid_argument listing the known ones.
 result<model_shape> shape_preset(std::string_view name);
 /// Names shape_preset knows, smallest first.
 std::vector<std::string> preset_names();
 
-/// HF hidden_act names: "gelu", "gelu_new", "gelu_pytorch_tanh", "relu"; nullopt otherwise.
+/// HF hidden_act names: "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu" ("swish");
+/// nullopt otherwise.
 std::optional<activation_kind> activation_from_name(std::string_view hf_name);
-/// The HF hidden_act name written for a kind ("gelu", "gelu_new", "relu").
+/// The HF hidden_act name written for a kind ("gelu", "gelu_new", "relu", "silu").
 std::string_view activation_name(activation_kind a);
 
 }  // namespace tessera::models

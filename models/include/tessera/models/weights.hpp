@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -62,6 +63,13 @@ struct tensor_spec {
   std::vector<int64_t> shape;
 };
 
+/// Every spec present in `tensors` (canonical names) with its exact shape. Errors name `source`,
+/// the tensor and the expected shape; `naming_note` is appended to a missing tensor's error
+/// (e.g. ", with or without the \"bert.\" prefix"). Shared by the BERT and decoder binders.
+status check_tensor_shapes(const std::vector<tensor_spec>& specs,
+                           const std::map<std::string, tensor_view, std::less<>>& tensors, std::string_view source,
+                           std::string_view naming_note);
+
 /// Every tensor a BERT-for-sequence-classification of this config has, in HF order.
 std::vector<tensor_spec> expected_tensors(const bert_config& cfg);
 
@@ -107,5 +115,24 @@ result<bert_weights> make_preset_weights(const bert_config& cfg, uint64_t seed);
 /// Fills `out` (numel of the spec) with the seeded values of one tensor; make_preset_weights uses
 /// it for every tensor, so a tile can generate just its own slices' tensors.
 void fill_preset_tensor(const tensor_spec& spec, uint64_t seed, float* out);
+
+/// The seeded stream behind every preset: out[i] = base + (2u - 1) * amp for n 24-bit uniforms u
+/// from splitmix64 seeded by `seed` and the tensor name (exact float arithmetic, portable).
+void fill_uniform_tensor(std::string_view name, int64_t n, uint64_t seed, float base, float amp, float* out);
+
+/// Seeded tensors of a list of specs in one buffer (64-byte aligned starts), each filled by `fill`.
+struct seeded_tensors {
+  std::map<std::string, tensor_view> views;
+  std::shared_ptr<const void> storage;
+};
+seeded_tensors make_seeded_tensors(const std::vector<tensor_spec>& specs, uint64_t seed,
+                                   const std::function<void(const tensor_spec&, uint64_t, float*)>& fill);
+
+/// Seeded values of one decoder tensor (HF names of expected_decoder_tensors, decoder.hpp), scaled
+/// so that random decoders generate varied text: token embeddings U(-0.3, 0.3) (GPT-2, tied) or
+/// U(-0.35, 0.35) (LLaMA), positions U(-0.05, 0.05), Linear weights of unit gain
+/// U(-sqrt(3/fan_in), +) (the LM head twice that, GPT-2's c_attn and LLaMA's q/k three times:
+/// sharp attention), biases U(-0.1, 0.1), norm gains 1 + U(-0.2, 0.2), norm betas U(-0.1, 0.1).
+void fill_decoder_preset_tensor(const tensor_spec& spec, uint64_t seed, float* out);
 
 }  // namespace tessera::models

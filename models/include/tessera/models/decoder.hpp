@@ -1,0 +1,157 @@
+// tessera/models/decoder.hpp: GPT-2 and LLaMA-family causal decoders, single process.
+//
+// A decoder_model is a model_shape (gpt2 or llama) and its weights, from a Hugging Face folder
+// (config.json + model.safetensors or model.safetensors.index.json shards; F32/F16/BF16) or a
+// preset with seeded weights. step() runs one MIXED batch over a paged KV cache: prefill chunks
+// of some sequences and single decode tokens of others, each at its own positions, packed
+// without padding; attention is causal and only within a sequence.
+//
+//   auto m = tessera::models::load_decoder("llama-tiny");      // or an HF folder
+//   kv_layout layout{16, 64};
+//   auto cache = paged_kv_cache::make(m->shape(), layout);
+//   step_batch b;
+//   b.seqs.push_back({/*seq_id=*/7, /*tokens=*/{1, 42, 99}, /*start_pos=*/0, /*block_table=*/{0}});
+//   auto logits = m->step(b, *cache);                         // logits[0]: [vocab] of token 99
+//   auto g = greedy_generate(*m, {1, 42, 99}, {.max_tokens = 32});
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/common/status.hpp"
+#include "tessera/models/kv_cache.hpp"
+#include "tessera/models/shape.hpp"
+#include "tessera/models/weights.hpp"
+
+namespace tessera::models {
+
+/// One decoder layer's weights in the kernels' layout: Linear weights [out, in] row-major, biases
+/// [out] or nullptr (LLaMA has none), norm beta nullptr for RMSNorm, gate_w nullptr unless gated.
+struct decoder_layer_weights {
+  const float *norm1_w = nullptr, *norm1_b = nullptr;
+  const float *q_w = nullptr, *q_b = nullptr;  ///< [q_width, hidden]
+  const float *k_w = nullptr, *k_b = nullptr;  ///< [kv_width, hidden]
+  const float *v_w = nullptr, *v_b = nullptr;  ///< [kv_width, hidden]
+  const float *o_w = nullptr, *o_b = nullptr;  ///< [hidden, q_width]
+  const float *norm2_w = nullptr, *norm2_b = nullptr;
+  const float* gate_w = nullptr;               ///< [intermediate, hidden] (gated MLP only)
+  const float *up_w = nullptr, *up_b = nullptr;      ///< [intermediate, hidden]
+  const float *down_w = nullptr, *down_b = nullptr;  ///< [hidden, intermediate]
+};
+
+struct decoder_weights {
+  const float* token_embedding = nullptr;     ///< [vocab, hidden]
+  const float* position_embedding = nullptr;  ///< [max_positions, hidden] (learned positions only)
+  std::vector<decoder_layer_weights> layers;
+  const float *final_norm_w = nullptr, *final_norm_b = nullptr;
+  const float* lm_head = nullptr;             ///< [vocab, hidden] (== token_embedding when tied)
+};
+
+/// Every tensor a decoder of this shape has in its Hugging Face checkpoint, HF names and shapes
+/// (GPT2LMHeadModel without the "transformer." prefix and Conv1D weights [in, out];
+/// LlamaForCausalLM with "model."), in HF order. A tied LM head is not listed.
+std::vector<tensor_spec> expected_decoder_tensors(const model_shape& shape);
+
+/// One sequence's part of a step: `tokens` at positions start_pos .. start_pos + tokens.size() - 1
+/// (a prefill chunk, or one decode token). K/V of positions < start_pos are in the cache already;
+/// block_table[i] holds positions [i*block_tokens, (i+1)*block_tokens) and must cover every
+/// position up to the last new one.
+struct seq_step {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> tokens;
+  int32_t start_pos = 0;
+  std::vector<int32_t> block_table;
+  bool want_logits = true;
+};
+
+/// A mixed batch: prefill chunks and decode tokens together, in any order.
+struct step_batch {
+  std::vector<seq_step> seqs;
+  int64_t num_tokens() const;
+};
+
+class decoder_model {
+ public:
+  decoder_model() = default;
+
+  /// Binds HF-named tensors (names with or without "transformer." for GPT-2) to a decoder
+  /// shape: every expected tensor present with its exact shape (errors name `source`, the
+  /// tensor and the expected shape), extras ignored. GPT-2's Conv1D weights are transposed into
+  /// the kernels' [out, in] layout. `storage` keeps the data alive.
+  static result<decoder_model> bind(const model_shape& shape, std::map<std::string, tensor_view> tensors,
+                                    std::shared_ptr<const void> storage, std::string_view source);
+
+  const model_shape& shape() const { return shape_; }
+  const decoder_weights& weights() const { return w_; }
+  /// The tensor of that HF name (as in expected_decoder_tensors), or nullptr.
+  const tensor_view* find(std::string_view hf_name) const;
+  std::string source;  ///< folder path or "preset:<name>:seed=<n>"
+
+  /// Runs one mixed batch: writes the new tokens' K/V into `cache` and returns logits [vocab] of
+  /// the last new token of every sequence with want_logits, in batch order. Errors (nothing is
+  /// written to the cache then) for an empty sequence, a token id out of range, a negative
+  /// start_pos, a position at or beyond max_position_embeddings, a block table too short for the
+  /// positions or naming a block outside the cache, or a cache of another shape.
+  result<std::vector<std::vector<float>>> step(const step_batch& batch, paged_kv_cache& cache) const;
+
+  /// Logits [tokens.size()][vocab] of every position of one sequence from scratch, without a
+  /// cache (plain causal attention over the whole sequence): the reference the cached paths are
+  /// checked against.
+  result<std::vector<std::vector<float>>> full_logits(const std::vector<int32_t>& tokens) const;
+
+ private:
+  model_shape shape_;
+  decoder_weights w_;
+  std::shared_ptr<const void> storage_;
+  std::shared_ptr<std::vector<float>> transposed_;  // GPT-2 Conv1D weights in [out, in]
+  std::map<std::string, tensor_view, std::less<>> tensors_;
+};
+
+/// A decoder preset (gpt2-tiny, gpt2, gpt2-medium, llama-tiny, llama-1b; llama-2-7b and
+/// llama-3-8b are shapes for timing) with seeded weights, bit-identical on every machine and
+/// scaled so that greedy generations vary. Refuses, naming the bytes needed and available, a
+/// preset whose fp32 weights do not fit in this machine's available memory.
+result<decoder_model> make_preset_decoder(std::string_view preset, uint64_t seed = 0);
+/// Seeded weights (fill_decoder_preset_tensor) for any decoder shape, e.g. from a config.json;
+/// the same memory refusal as make_preset_decoder.
+result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t seed = 0);
+
+/// Parses a Hugging Face config.json of model_type "gpt2" (n_embd, n_layer, n_head, n_inner,
+/// n_positions, layer_norm_epsilon, activation_function) or "llama" (hidden_size,
+/// num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
+/// rms_norm_eps, rope_theta, rope_scaling {type|rope_type: linear, factor}, hidden_act silu,
+/// attention_bias / mlp_bias false), with tie_word_embeddings, bos_token_id, eos_token_id.
+/// Errors name the field.
+result<model_shape> parse_decoder_config_json(std::string_view json_text);
+/// The config.json text of a decoder shape (HF field names, parse_decoder_config_json reads it back).
+std::string decoder_config_json(const model_shape& shape);
+
+/// Loads a Hugging Face folder (config.json + model.safetensors, or model.safetensors.index.json
+/// and its shards) or a preset by name. Errors name the file, the tensor and the expected shape.
+result<decoder_model> load_decoder(std::string_view path_or_preset, uint64_t preset_seed = 0);
+/// Writes config.json + model.safetensors (fp32, HF names and layouts, "transformer." prefixed
+/// for GPT-2, Conv1D [in, out]): what Hugging Face transformers and the golden script load.
+status save_decoder(const decoder_model& model, const std::string& dir);
+
+struct generate_options {
+  int max_tokens = 16;        ///< new tokens to generate
+  bool stop_at_eos = false;   ///< stop after generating the shape's eos_token_id
+  int block_tokens = 16;      ///< cache block size
+  int prefill_chunk = 0;      ///< prefill in chunks of this many tokens (0 = the whole prompt at once)
+};
+
+struct generation {
+  std::vector<int32_t> tokens;       ///< generated tokens (the prompt not included)
+  std::vector<float> top2_margin;    ///< per generated token: best logit minus the second best
+  std::vector<std::vector<float>> logits;  ///< per generated token: the logits it was chosen from
+};
+
+/// Greedy decoding of one prompt through step() and a cache of its own.
+result<generation> greedy_generate(const decoder_model& model, const std::vector<int32_t>& prompt,
+                                   const generate_options& options = {});
+
+}  // namespace tessera::models

@@ -1,0 +1,260 @@
+// The decoder forward: one mixed batch (prefill chunks + decode tokens) over the paged KV cache,
+// a cache-free full recomputation (the reference the cache is checked against), greedy decoding.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "tessera/models/decoder.hpp"
+#include "tessera/models/kernels.hpp"
+
+namespace tessera::models {
+namespace {
+
+activation act_of(activation_kind a) {
+  switch (a) {
+    case activation_kind::gelu: return activation::gelu_erf;
+    case activation_kind::gelu_tanh: return activation::gelu_tanh;
+    case activation_kind::relu: return activation::relu;
+    case activation_kind::silu: return activation::silu;
+  }
+  return activation::none;
+}
+
+void norm(const model_shape& c, const float* x, int64_t T, const float* w, const float* b, float* y) {
+  if (c.norm == norm_kind::rms_norm) rms_norm(x, T, c.hidden_size, w, c.norm_eps, y);
+  else layer_norm(x, T, c.hidden_size, w, b, c.norm_eps, y);
+}
+
+// Attention of one layer: qkv rows [T, q_width + 2 kv_width] (rotated) -> ctx [T, q_width].
+using attention_fn = std::function<void(int layer, float* qkv, int64_t ld, float* ctx)>;
+
+// Embeddings, every layer, and the final norm + LM head on `logit_rows`; returns [rows, vocab].
+std::vector<float> run_decoder(const model_shape& c, const decoder_weights& w, const std::vector<int32_t>& tokens,
+                               const std::vector<int32_t>& positions, const std::vector<int32_t>& logit_rows,
+                               const attention_fn& attend) {
+  const int64_t T = static_cast<int64_t>(tokens.size()), h = c.hidden_size, f = c.intermediate_size;
+  const int64_t qw = c.q_width(), kvw = c.kv_width(), ld = qw + 2 * kvw;
+  const int d = c.head_dim();
+  std::vector<float> x(static_cast<size_t>(T * h)), xn(x.size()), tmp(x.size()), qkv(static_cast<size_t>(T * ld)),
+      ctx(static_cast<size_t>(T * qw)), up(static_cast<size_t>(T * f)),
+      gate(c.gated_mlp ? static_cast<size_t>(T * f) : 0);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* e = w.token_embedding + int64_t{tokens[t]} * h;
+    float* o = x.data() + t * h;
+    if (w.position_embedding) {
+      const float* p = w.position_embedding + int64_t{positions[t]} * h;
+      for (int64_t i = 0; i < h; ++i) o[i] = e[i] + p[i];
+    } else {
+      std::copy_n(e, h, o);
+    }
+  }
+  std::vector<float> cos_t, sin_t;
+  if (c.positions == position_kind::rotary) {
+    cos_t.resize(static_cast<size_t>(T * d / 2));
+    sin_t.resize(cos_t.size());
+    const double scale = c.rope_scaling == rope_scaling_kind::linear ? c.rope_scaling_factor : 1.0;
+    rotary_tables(positions.data(), T, d, c.rope_theta, scale, cos_t.data(), sin_t.data());
+  }
+  const activation act = act_of(c.activation);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const decoder_layer_weights& lw = w.layers[static_cast<size_t>(l)];
+    norm(c, x.data(), T, lw.norm1_w, lw.norm1_b, xn.data());
+    linear(xn.data(), T, h, lw.q_w, lw.q_b, qw, qkv.data(), activation::none, h, ld);
+    linear(xn.data(), T, h, lw.k_w, lw.k_b, kvw, qkv.data() + qw, activation::none, h, ld);
+    linear(xn.data(), T, h, lw.v_w, lw.v_b, kvw, qkv.data() + qw + kvw, activation::none, h, ld);
+    if (!cos_t.empty()) {
+      apply_rotary(qkv.data(), T, c.num_heads, d, ld, cos_t.data(), sin_t.data());
+      apply_rotary(qkv.data() + qw, T, c.num_kv_heads, d, ld, cos_t.data(), sin_t.data());
+    }
+    attend(l, qkv.data(), ld, ctx.data());
+    linear(ctx.data(), T, qw, lw.o_w, lw.o_b, h, tmp.data());
+    add(x.data(), tmp.data(), T * h, x.data());
+    norm(c, x.data(), T, lw.norm2_w, lw.norm2_b, xn.data());
+    if (c.gated_mlp) {
+      linear(xn.data(), T, h, lw.gate_w, nullptr, f, gate.data(), act);
+      linear(xn.data(), T, h, lw.up_w, lw.up_b, f, up.data());
+      multiply(gate.data(), up.data(), T * f, up.data());
+    } else {
+      linear(xn.data(), T, h, lw.up_w, lw.up_b, f, up.data(), act);
+    }
+    linear(up.data(), T, f, lw.down_w, lw.down_b, h, tmp.data());
+    add(x.data(), tmp.data(), T * h, x.data());
+  }
+  const int64_t R = static_cast<int64_t>(logit_rows.size());
+  std::vector<float> last(static_cast<size_t>(R * h)), logits(static_cast<size_t>(R * c.vocab_size));
+  for (int64_t r = 0; r < R; ++r) std::copy_n(x.data() + int64_t{logit_rows[r]} * h, h, last.data() + r * h);
+  norm(c, last.data(), R, w.final_norm_w, w.final_norm_b, last.data());
+  linear(last.data(), R, h, w.lm_head, nullptr, c.vocab_size, logits.data());
+  return logits;
+}
+
+std::vector<std::vector<float>> split_rows(const std::vector<float>& flat, int64_t vocab) {
+  std::vector<std::vector<float>> out;
+  for (size_t off = 0; off < flat.size(); off += static_cast<size_t>(vocab))
+    out.emplace_back(flat.begin() + static_cast<int64_t>(off), flat.begin() + static_cast<int64_t>(off) + vocab);
+  return out;
+}
+
+status check_token(const model_shape& c, int32_t id, const std::string& where) {
+  if (id < 0 || id >= c.vocab_size)
+    return status::invalid(where + ": token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                           std::to_string(c.vocab_size) + ")");
+  return {};
+}
+
+}  // namespace
+
+result<std::vector<std::vector<float>>> decoder_model::step(const step_batch& batch, paged_kv_cache& cache) const {
+  const model_shape& c = shape_;
+  if (cache.num_layers() != c.num_layers || cache.num_kv_heads() != c.num_kv_heads || cache.head_dim() != c.head_dim())
+    return status::invalid("the KV cache holds " + std::to_string(cache.num_layers()) + " layers x " +
+                           std::to_string(cache.num_kv_heads()) + " kv heads x head_dim " +
+                           std::to_string(cache.head_dim()) + " but the model has " + std::to_string(c.num_layers) +
+                           " x " + std::to_string(c.num_kv_heads) + " x " + std::to_string(c.head_dim()));
+  const int bt = cache.layout().block_tokens, nblocks = cache.layout().num_blocks;
+  std::vector<int32_t> tokens, positions, logit_rows;
+  std::vector<paged_seq> seqs;
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const seq_step& s = batch.seqs[i];
+    const std::string where = "sequence " + std::to_string(s.seq_id) + " (batch entry " + std::to_string(i) + ")";
+    if (s.tokens.empty()) return status::invalid(where + " has no tokens");
+    if (s.start_pos < 0) return status::invalid(where + ": negative start_pos " + std::to_string(s.start_pos));
+    const int64_t end = int64_t{s.start_pos} + static_cast<int64_t>(s.tokens.size());
+    if (end > c.max_position_embeddings)
+      return status::invalid(where + ": positions up to " + std::to_string(end - 1) +
+                             " reach beyond max_position_embeddings " + std::to_string(c.max_position_embeddings));
+    const int64_t need = (end + bt - 1) / bt;
+    if (static_cast<int64_t>(s.block_table.size()) < need)
+      return status::invalid(where + ": block table has " + std::to_string(s.block_table.size()) + " blocks of " +
+                             std::to_string(bt) + " positions but positions up to " + std::to_string(end - 1) +
+                             " need " + std::to_string(need) + " (the KV cache is out of room or the caller did not "
+                             "allocate)");
+    for (int64_t b = 0; b < need; ++b)
+      if (s.block_table[static_cast<size_t>(b)] < 0 || s.block_table[static_cast<size_t>(b)] >= nblocks)
+        return status::invalid(where + ": block_table[" + std::to_string(b) + "] = " +
+                               std::to_string(s.block_table[static_cast<size_t>(b)]) + " is outside the cache's " +
+                               std::to_string(nblocks) + " blocks");
+    for (int32_t t : s.tokens) TESSERA_RETURN_IF_ERROR(check_token(c, t, where));
+    seqs.push_back({static_cast<int32_t>(tokens.size()), static_cast<int32_t>(s.tokens.size()), s.start_pos,
+                    s.block_table.data()});
+    for (size_t k = 0; k < s.tokens.size(); ++k) {
+      tokens.push_back(s.tokens[k]);
+      positions.push_back(s.start_pos + static_cast<int32_t>(k));
+    }
+    if (s.want_logits) logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
+  }
+  if (tokens.empty()) return std::vector<std::vector<float>>{};
+  const int d = c.head_dim(), kvh = c.num_kv_heads;
+  const int64_t qw = c.q_width(), kvw = c.kv_width();
+  const int64_t block_stride = int64_t{kvh} * bt * d, head_stride = int64_t{bt} * d;
+  auto attend = [&](int layer, float* qkv, int64_t ld, float* ctx) {
+    // The new tokens' K and V into their blocks, then attention over the cache.
+    float* kbase = cache.key(layer, 0, 0);
+    float* vbase = cache.value(layer, 0, 0);
+    for (const paged_seq& s : seqs) {
+      for (int r = 0; r < s.rows; ++r) {
+        const int pos = s.start_pos + r;
+        const int64_t off = int64_t{s.block_table[pos / bt]} * block_stride + int64_t{pos % bt} * d;
+        const float* row = qkv + int64_t{s.row + r} * ld;
+        for (int hh = 0; hh < kvh; ++hh) {
+          std::copy_n(row + qw + int64_t{hh} * d, d, kbase + off + hh * head_stride);
+          std::copy_n(row + qw + kvw + int64_t{hh} * d, d, vbase + off + hh * head_stride);
+        }
+      }
+    }
+    attention_paged({qkv, ld}, {kbase, vbase, bt, block_stride, head_stride}, seqs.data(),
+                    static_cast<int>(seqs.size()), c.num_heads, kvh, d, {ctx, qw});
+  };
+  return split_rows(run_decoder(c, w_, tokens, positions, logit_rows, attend), c.vocab_size);
+}
+
+result<std::vector<std::vector<float>>> decoder_model::full_logits(const std::vector<int32_t>& tokens) const {
+  const model_shape& c = shape_;
+  if (tokens.empty()) return status::invalid("full_logits of an empty sequence");
+  if (static_cast<int64_t>(tokens.size()) > c.max_position_embeddings)
+    return status::invalid(std::to_string(tokens.size()) + " tokens exceed max_position_embeddings " +
+                           std::to_string(c.max_position_embeddings));
+  for (int32_t t : tokens) TESSERA_RETURN_IF_ERROR(check_token(c, t, "full_logits"));
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  std::vector<int32_t> positions(tokens.size()), rows(tokens.size());
+  for (int64_t t = 0; t < T; ++t) positions[t] = rows[t] = static_cast<int32_t>(t);
+  const int d = c.head_dim(), group = c.num_heads / c.num_kv_heads;
+  const int64_t qw = c.q_width(), kvw = c.kv_width();
+  // Plain causal attention over contiguous K and V: scores, softmax and the weighted sum in
+  // straightforward loops (double accumulation), independent of the paged kernel.
+  auto attend = [&](int, float* qkv, int64_t ld, float* ctx) {
+    std::vector<double> p(static_cast<size_t>(T));
+    for (int h = 0; h < c.num_heads; ++h) {
+      const int64_t kcol = qw + int64_t{h / group} * d, vcol = kcol + kvw;
+      for (int64_t i = 0; i < T; ++i) {
+        double mx = -INFINITY, sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double s = 0.0;
+          for (int k = 0; k < d; ++k) s += double{qkv[i * ld + h * d + k]} * qkv[j * ld + kcol + k];
+          p[j] = s / std::sqrt(static_cast<double>(d));
+          mx = std::max(mx, p[j]);
+        }
+        for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (int k = 0; k < d; ++k) {
+          double o = 0.0;
+          for (int64_t j = 0; j <= i; ++j) o += p[j] * qkv[j * ld + vcol + k];
+          ctx[i * qw + h * d + k] = static_cast<float>(o / sum);
+        }
+      }
+    }
+  };
+  return split_rows(run_decoder(c, w_, tokens, positions, rows, attend), c.vocab_size);
+}
+
+result<generation> greedy_generate(const decoder_model& model, const std::vector<int32_t>& prompt,
+                                   const generate_options& o) {
+  const model_shape& c = model.shape();
+  if (prompt.empty()) return status::invalid("greedy_generate: the prompt is empty");
+  if (o.max_tokens < 0) return status::invalid("max_tokens must be zero or more, got " + std::to_string(o.max_tokens));
+  const int64_t total = static_cast<int64_t>(prompt.size()) + o.max_tokens;
+  if (total > c.max_position_embeddings)
+    return status::invalid("prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
+                           std::to_string(o.max_tokens) + ") exceed max_position_embeddings " +
+                           std::to_string(c.max_position_embeddings));
+  kv_layout layout{o.block_tokens, 0};
+  layout.num_blocks = std::max(1, layout.blocks_for(total));
+  auto cache = paged_kv_cache::make(c, layout);
+  if (!cache) return cache.error();
+  seq_step s;
+  s.seq_id = 0;
+  for (int b = 0; b < layout.num_blocks; ++b) s.block_table.push_back(b);
+  generation g;
+  if (o.max_tokens == 0) return g;
+  const size_t chunk = o.prefill_chunk > 0 ? static_cast<size_t>(o.prefill_chunk) : prompt.size();
+  std::vector<float> logits;
+  for (size_t first = 0; first < prompt.size(); first += chunk) {
+    s.start_pos = static_cast<int32_t>(first);
+    s.tokens.assign(prompt.begin() + static_cast<int64_t>(first),
+                    prompt.begin() + static_cast<int64_t>(std::min(prompt.size(), first + chunk)));
+    s.want_logits = first + chunk >= prompt.size();
+    auto r = model.step(step_batch{{s}}, *cache);
+    if (!r) return r.error();
+    if (s.want_logits) logits = std::move(r->front());
+  }
+  int32_t pos = static_cast<int32_t>(prompt.size());
+  for (int n = 0; n < o.max_tokens; ++n) {
+    int best = 0, second = -1;
+    for (int v = 1; v < c.vocab_size; ++v) {
+      if (logits[v] > logits[best]) { second = best; best = v; }
+      else if (second < 0 || logits[v] > logits[second]) second = v;
+    }
+    g.tokens.push_back(best);
+    g.top2_margin.push_back(second < 0 ? INFINITY : logits[best] - logits[second]);
+    g.logits.push_back(logits);
+    if ((o.stop_at_eos && best == c.eos_token_id) || n + 1 == o.max_tokens) break;
+    s.tokens = {best};
+    s.start_pos = pos++;
+    s.want_logits = true;
+    auto r = model.step(step_batch{{s}}, *cache);
+    if (!r) return r.error();
+    logits = std::move(r->front());
+  }
+  return g;
+}
+
+}  // namespace tessera::models

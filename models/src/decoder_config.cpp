@@ -1,0 +1,199 @@
+// Hugging Face config.json of GPT-2 and LLaMA-family decoders, in and out.
+#include <nlohmann/json.hpp>
+
+#include "tessera/models/decoder.hpp"
+
+namespace tessera::models {
+namespace {
+
+using json = nlohmann::json;
+
+// Reads an optional field of the config; absent and null leave `out` as it is.
+class fields {
+ public:
+  explicit fields(const json& j) : j_(j) {}
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  status get_int(const char* key, int& out, bool required = false) const {
+    if (!has(key)) return required ? status::invalid(std::string("missing field \"") + key + "\"") : status{};
+    if (!j_[key].is_number_integer())
+      return status::invalid(std::string("field \"") + key + "\" must be an integer, got " + j_[key].dump());
+    const auto v = j_[key].get<int64_t>();
+    if (v < INT32_MIN || v > INT32_MAX) return status::invalid(std::string("field \"") + key + "\" is out of range");
+    out = static_cast<int>(v);
+    return {};
+  }
+  status get_float(const char* key, float& out) const {
+    if (!has(key)) return {};
+    if (!j_[key].is_number()) return status::invalid(std::string("field \"") + key + "\" must be a number, got " + j_[key].dump());
+    out = j_[key].get<float>();
+    return {};
+  }
+  status get_bool(const char* key, bool& out) const {
+    if (!has(key)) return {};
+    if (!j_[key].is_boolean())
+      return status::invalid(std::string("field \"") + key + "\" must be true or false, got " + j_[key].dump());
+    out = j_[key].get<bool>();
+    return {};
+  }
+  // A token id, or a list of them (LLaMA 3 lists several eos ids): the first one.
+  status get_token(const char* key, int& out) const {
+    if (has(key) && j_[key].is_array()) {
+      if (j_[key].empty() || !j_[key][0].is_number_integer())
+        return status::invalid(std::string("field \"") + key + "\" must be a token id or a non-empty list of them");
+      out = j_[key][0].get<int>();
+      return {};
+    }
+    return get_int(key, out);
+  }
+  status refuse_true(const char* key, const char* why) const {
+    bool v = false;
+    TESSERA_RETURN_IF_ERROR(get_bool(key, v));
+    if (v) return status::unsupported(std::string("field \"") + key + "\" true is not supported: " + why);
+    return {};
+  }
+
+ private:
+  const json& j_;
+};
+
+status parse_gpt2(const fields& f, model_shape& s) {
+  TESSERA_RETURN_IF_ERROR(f.get_int("n_embd", s.hidden_size, true));
+  TESSERA_RETURN_IF_ERROR(f.get_int("n_layer", s.num_layers, true));
+  TESSERA_RETURN_IF_ERROR(f.get_int("n_head", s.num_heads, true));
+  TESSERA_RETURN_IF_ERROR(f.get_int("vocab_size", s.vocab_size, true));
+  TESSERA_RETURN_IF_ERROR(f.get_int("n_positions", s.max_position_embeddings));
+  s.num_kv_heads = s.num_heads;
+  s.intermediate_size = 4 * s.hidden_size;  // n_inner null = 4 x n_embd
+  TESSERA_RETURN_IF_ERROR(f.get_int("n_inner", s.intermediate_size));
+  TESSERA_RETURN_IF_ERROR(f.get_float("layer_norm_epsilon", s.norm_eps));
+  bool scale = true;
+  TESSERA_RETURN_IF_ERROR(f.get_bool("scale_attn_weights", scale));
+  if (!scale) return status::unsupported("field \"scale_attn_weights\" false is not supported (scores are scaled by 1/sqrt(head_dim))");
+  TESSERA_RETURN_IF_ERROR(f.refuse_true("scale_attn_by_inverse_layer_idx", "scores are scaled by 1/sqrt(head_dim) only"));
+  return {};
+}
+
+status parse_llama(const json& j, const fields& f, model_shape& s) {
+  TESSERA_RETURN_IF_ERROR(f.get_int("hidden_size", s.hidden_size, true));
+  TESSERA_RETURN_IF_ERROR(f.get_int("num_hidden_layers", s.num_layers, true));
+  TESSERA_RETURN_IF_ERROR(f.get_int("num_attention_heads", s.num_heads, true));
+  TESSERA_RETURN_IF_ERROR(f.get_int("intermediate_size", s.intermediate_size, true));
+  TESSERA_RETURN_IF_ERROR(f.get_int("vocab_size", s.vocab_size, true));
+  TESSERA_RETURN_IF_ERROR(f.get_int("max_position_embeddings", s.max_position_embeddings));
+  s.num_kv_heads = s.num_heads;
+  TESSERA_RETURN_IF_ERROR(f.get_int("num_key_value_heads", s.num_kv_heads));
+  TESSERA_RETURN_IF_ERROR(f.get_int("head_dim", s.explicit_head_dim));
+  if (s.explicit_head_dim > 0 && s.num_heads > 0 && s.explicit_head_dim * s.num_heads == s.hidden_size)
+    s.explicit_head_dim = 0;  // the default spelled out
+  TESSERA_RETURN_IF_ERROR(f.get_float("rms_norm_eps", s.norm_eps));
+  TESSERA_RETURN_IF_ERROR(f.get_float("rope_theta", s.rope_theta));
+  TESSERA_RETURN_IF_ERROR(f.refuse_true("attention_bias", "LLaMA projections have no biases here"));
+  TESSERA_RETURN_IF_ERROR(f.refuse_true("mlp_bias", "LLaMA projections have no biases here"));
+  if (f.has("rope_scaling")) {
+    const auto& r = j["rope_scaling"];
+    if (!r.is_object()) return status::invalid("field \"rope_scaling\" must be an object or null, got " + r.dump());
+    std::string kind;
+    for (const char* k : {"rope_type", "type"})
+      if (r.contains(k) && r[k].is_string()) kind = r[k].get<std::string>();
+    if (kind == "linear") {
+      s.rope_scaling = rope_scaling_kind::linear;
+      if (!r.contains("factor") || !r["factor"].is_number())
+        return status::invalid("field \"rope_scaling.factor\" must be a number for linear scaling");
+      s.rope_scaling_factor = r["factor"].get<float>();
+    } else if (kind != "default") {
+      return status::unsupported("rope_scaling type \"" + kind + "\" is not supported; use \"linear\" or null");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+result<model_shape> parse_decoder_config_json(std::string_view json_text) {
+  model_shape s;
+  s.name = "config.json";
+  try {
+    const auto j = json::parse(json_text);
+    if (!j.is_object()) return status::invalid("config.json is not a JSON object");
+    if (!j.contains("model_type") || !j["model_type"].is_string())
+      return status::invalid("missing field \"model_type\" (\"gpt2\" or \"llama\")");
+    const auto type = j["model_type"].get<std::string>();
+    if (type == "gpt2") s.arch = architecture::gpt2;
+    else if (type == "llama") s.arch = architecture::llama;
+    else return status::unsupported("model_type \"" + type + "\" is not a supported decoder; use \"gpt2\" or \"llama\"");
+    // The architecture's kinds and defaults; the sizes come from the fields.
+    auto preset = shape_preset(type == "gpt2" ? "gpt2-tiny" : "llama-tiny");
+    if (!preset) return preset.error();
+    s = *preset;
+    s.name = "config.json";
+    const fields f(j);
+    if (s.arch == architecture::gpt2) TESSERA_RETURN_IF_ERROR(parse_gpt2(f, s));
+    else TESSERA_RETURN_IF_ERROR(parse_llama(j, f, s));
+    s.tie_word_embeddings = s.arch == architecture::gpt2;  // HF's per-architecture default
+    TESSERA_RETURN_IF_ERROR(f.get_bool("tie_word_embeddings", s.tie_word_embeddings));
+    s.bos_token_id = s.eos_token_id = -1;
+    TESSERA_RETURN_IF_ERROR(f.get_token("bos_token_id", s.bos_token_id));
+    TESSERA_RETURN_IF_ERROR(f.get_token("eos_token_id", s.eos_token_id));
+    const char* act_key = s.arch == architecture::gpt2 ? "activation_function" : "hidden_act";
+    if (f.has(act_key)) {
+      if (!j[act_key].is_string())
+        return status::invalid(std::string("field \"") + act_key + "\" must be a string, got " + j[act_key].dump());
+      const auto name = j[act_key].get<std::string>();
+      const auto act = activation_from_name(name);
+      if (!act || (s.arch == architecture::llama && *act != activation_kind::silu))
+        return status::unsupported(std::string(act_key) + " \"" + name + "\" is not supported for " + type +
+                                   (s.arch == architecture::llama ? " (SwiGLU needs silu)" : " (use gelu_new, gelu or relu)"));
+      if (s.arch == architecture::gpt2 && *act == activation_kind::silu)
+        return status::unsupported(std::string(act_key) + " \"silu\" is not supported for gpt2");
+      s.activation = *act;
+    }
+  } catch (const json::exception& e) {
+    return status::invalid(std::string("not valid JSON: ") + e.what());
+  }
+  TESSERA_RETURN_IF_ERROR(s.validate());
+  return s;
+}
+
+std::string decoder_config_json(const model_shape& s) {
+  nlohmann::ordered_json j;
+  if (s.arch == architecture::gpt2) {
+    j["architectures"] = {"GPT2LMHeadModel"};
+    j["model_type"] = "gpt2";
+    j["n_embd"] = s.hidden_size;
+    j["n_layer"] = s.num_layers;
+    j["n_head"] = s.num_heads;
+    j["n_inner"] = s.intermediate_size;
+    j["n_positions"] = s.max_position_embeddings;
+    j["n_ctx"] = s.max_position_embeddings;
+    j["vocab_size"] = s.vocab_size;
+    j["layer_norm_epsilon"] = s.norm_eps;
+    j["activation_function"] = activation_name(s.activation);
+  } else {
+    j["architectures"] = {"LlamaForCausalLM"};
+    j["model_type"] = "llama";
+    j["hidden_size"] = s.hidden_size;
+    j["num_hidden_layers"] = s.num_layers;
+    j["num_attention_heads"] = s.num_heads;
+    j["num_key_value_heads"] = s.num_kv_heads;
+    j["head_dim"] = s.head_dim();
+    j["intermediate_size"] = s.intermediate_size;
+    j["vocab_size"] = s.vocab_size;
+    j["max_position_embeddings"] = s.max_position_embeddings;
+    j["rms_norm_eps"] = s.norm_eps;
+    j["rope_theta"] = s.rope_theta;
+    if (s.rope_scaling == rope_scaling_kind::linear)
+      j["rope_scaling"] = {{"type", "linear"}, {"rope_type", "linear"}, {"factor", s.rope_scaling_factor}};
+    else
+      j["rope_scaling"] = nullptr;
+    j["hidden_act"] = "silu";
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
+  j["tie_word_embeddings"] = s.tie_word_embeddings;
+  if (s.bos_token_id >= 0) j["bos_token_id"] = s.bos_token_id;
+  if (s.eos_token_id >= 0) j["eos_token_id"] = s.eos_token_id;
+  j["torch_dtype"] = "float32";
+  return j.dump(2) + "\n";
+}
+
+}  // namespace tessera::models

@@ -1,0 +1,572 @@
+// Decoders (GPT-2, LLaMA): shapes and presets, config.json, seeded weights, HF folders (single,
+// sharded, fp16/bf16), the block pool, and the paged-cache step against a cache-free recomputation
+// (prefill chunks, mixed batches, sequences joining and leaving), errors instead of crashes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "tessera/models/batch.hpp"
+#include "tessera/models/decoder.hpp"
+#include "tessera/models/kernels.hpp"
+#include "tessera/models/safetensors.hpp"
+#include "test_util.hpp"
+
+namespace tessera::models {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::data_dir;
+using testing::make_temp_dir;
+using testing::read_file;
+using testing::write_file;
+
+model_shape odd_shape(const std::string& name) {
+  auto s = parse_decoder_config_json(read_file(data_dir() + "/decoders/" + name + ".config.json"));
+  EXPECT_TRUE(s) << name << ": " << s.error().to_string();
+  s->name = name;
+  return *s;
+}
+
+decoder_model odd_model(const std::string& name, uint64_t seed = 0) {
+  auto m = make_seeded_decoder(odd_shape(name), seed);
+  EXPECT_TRUE(m) << m.error().to_string();
+  return std::move(*m);
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float d = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  return d;
+}
+
+std::vector<int32_t> some_tokens(int n, int vocab, uint64_t seed) {
+  splitmix64 r(seed);
+  std::vector<int32_t> v;
+  for (int i = 0; i < n; ++i) v.push_back(static_cast<int32_t>(r.next_int(0, vocab - 1)));
+  return v;
+}
+
+std::vector<int32_t> blocks(int first, int n) {
+  std::vector<int32_t> v;
+  for (int i = 0; i < n; ++i) v.push_back(first + i);
+  return v;
+}
+
+const char* const kOdd[] = {"llama-odd", "gpt2-odd", "llama-tied"};
+
+TEST(decoder_shape, presets_and_parameter_counts) {
+  // HF's own counts: GPT2LMHeadModel (tied) 124,439,808 and 354,823,168; TinyLlama-1.1B
+  // 1,100,048,384; Llama-2-7b 6,738,415,616; Meta-Llama-3-8B 8,030,261,248.
+  const std::pair<const char*, int64_t> counts[] = {{"gpt2", 124439808},      {"gpt2-medium", 354823168},
+                                                    {"llama-1b", 1100048384}, {"llama-2-7b", 6738415616},
+                                                    {"llama-3-8b", 8030261248}};
+  for (const auto& [name, n] : counts) {
+    auto s = shape_preset(name);
+    ASSERT_TRUE(s) << name;
+    EXPECT_TRUE(s->validate()) << name;
+    EXPECT_TRUE(s->is_decoder());
+    EXPECT_EQ(s->parameter_count(), n) << name;
+  }
+  auto l3 = *shape_preset("llama-3-8b");
+  EXPECT_EQ(l3.num_kv_heads, 8);
+  EXPECT_EQ(l3.rope_theta, 500000.0f);
+  EXPECT_EQ(l3.kv_bytes_per_token(), 2 * 32 * 8 * 128 * 4);
+  auto g = *shape_preset("gpt2-tiny");
+  EXPECT_EQ(g.arch, architecture::gpt2);
+  EXPECT_TRUE(g.tie_word_embeddings);
+  EXPECT_EQ(g.eos_token_id, 50256);
+  auto l = *shape_preset("llama-tiny");
+  EXPECT_EQ(l.norm, norm_kind::rms_norm);
+  EXPECT_EQ(l.positions, position_kind::rotary);
+  EXPECT_TRUE(l.gated_mlp);
+  EXPECT_EQ(l.num_heads / l.num_kv_heads, 2);
+  // The timing model's BERT shapes stay as they were.
+  EXPECT_EQ(shape_preset("bert-base")->parameter_count(), 109483778);
+}
+
+TEST(decoder_shape, validation_names_the_field) {
+  auto s = *shape_preset("llama-tiny");
+  s.num_kv_heads = 3;
+  EXPECT_NE(s.validate().message().find("num_key_value_heads"), std::string::npos) << s.validate().to_string();
+  s = *shape_preset("llama-tiny");
+  s.hidden_size = 100;  // 4 heads do not divide 100 ...
+  EXPECT_NE(s.validate().message().find("head_dim"), std::string::npos);
+  s.explicit_head_dim = 16;  // ... unless head_dim is explicit
+  EXPECT_TRUE(s.validate()) << s.validate().to_string();
+  s.explicit_head_dim = 15;
+  EXPECT_NE(s.validate().message().find("even"), std::string::npos);
+  s = *shape_preset("gpt2-tiny");
+  s.num_kv_heads = 2;
+  EXPECT_FALSE(s.validate());
+  s = *shape_preset("gpt2-tiny");
+  s.eos_token_id = s.vocab_size;
+  EXPECT_NE(s.validate().message().find("eos_token_id"), std::string::npos);
+}
+
+TEST(decoder_config, odd_shapes_parse) {
+  auto l = odd_shape("llama-odd");
+  EXPECT_EQ(l.head_dim(), 16);
+  EXPECT_EQ(l.q_width(), 96);
+  EXPECT_EQ(l.hidden_size, 100);
+  EXPECT_EQ(l.num_heads / l.num_kv_heads, 3);
+  EXPECT_EQ(l.rope_scaling, rope_scaling_kind::linear);
+  EXPECT_EQ(l.rope_scaling_factor, 2.0f);
+  EXPECT_FALSE(l.tie_word_embeddings);
+  auto g = odd_shape("gpt2-odd");
+  EXPECT_EQ(g.intermediate_size, 200);
+  EXPECT_EQ(g.activation, activation_kind::gelu_tanh);
+  EXPECT_TRUE(g.tie_word_embeddings);  // GPT-2's default
+  auto t = odd_shape("llama-tied");
+  EXPECT_TRUE(t.tie_word_embeddings);
+  EXPECT_EQ(t.eos_token_id, 2);  // the first of a list
+}
+
+TEST(decoder_config, round_trip) {
+  for (const char* name : kOdd) {
+    const auto s = odd_shape(name);
+    auto back = parse_decoder_config_json(decoder_config_json(s));
+    ASSERT_TRUE(back) << back.error().to_string();
+    EXPECT_EQ(decoder_config_json(*back), decoder_config_json(s)) << name;
+    EXPECT_EQ(back->parameter_count(), s.parameter_count());
+  }
+  for (const char* p : {"gpt2", "llama-3-8b"}) {
+    auto s = *shape_preset(p);
+    auto back = parse_decoder_config_json(decoder_config_json(s));
+    ASSERT_TRUE(back) << back.error().to_string();
+    EXPECT_EQ(back->parameter_count(), s.parameter_count()) << p;
+  }
+}
+
+TEST(decoder_config, errors_name_the_field) {
+  const auto base = nlohmann::json::parse(read_file(data_dir() + "/decoders/llama-odd.config.json"));
+  auto expect_error = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& needle) {
+    auto j = base;
+    edit(j);
+    auto r = parse_decoder_config_json(j.dump());
+    ASSERT_FALSE(r) << needle;
+    EXPECT_NE(r.error().message().find(needle), std::string::npos) << r.error().to_string();
+  };
+  expect_error([](auto& j) { j.erase("hidden_size"); }, "hidden_size");
+  expect_error([](auto& j) { j["num_key_value_heads"] = "two"; }, "num_key_value_heads");
+  expect_error([](auto& j) { j["num_key_value_heads"] = 4; }, "num_key_value_heads");
+  expect_error([](auto& j) { j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}}; }, "dynamic");
+  expect_error([](auto& j) { j["rope_scaling"] = {{"type", "linear"}}; }, "rope_scaling.factor");
+  expect_error([](auto& j) { j["hidden_act"] = "gelu"; }, "hidden_act");
+  expect_error([](auto& j) { j["attention_bias"] = true; }, "attention_bias");
+  expect_error([](auto& j) { j["head_dim"] = 15; }, "head_dim");
+  expect_error([](auto& j) { j["model_type"] = "mamba"; }, "mamba");
+  expect_error([](auto& j) { j.erase("model_type"); }, "model_type");
+  expect_error([](auto& j) { j["eos_token_id"] = 300; }, "eos_token_id");
+  EXPECT_FALSE(parse_decoder_config_json("{not json"));
+  auto g = nlohmann::json::parse(read_file(data_dir() + "/decoders/gpt2-odd.config.json"));
+  g["scale_attn_by_inverse_layer_idx"] = true;
+  auto r = parse_decoder_config_json(g.dump());
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("scale_attn_by_inverse_layer_idx"), std::string::npos);
+}
+
+// Seeded weights are a function of (shape, seed) only, bit for bit: FNV-1a of the tensors' bytes.
+TEST(decoder_weights, seeded_weights_are_bit_identical) {
+  auto hash = [](const decoder_model& m) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const auto& spec : expected_decoder_tensors(m.shape())) {
+      const tensor_view* t = m.find(spec.name);
+      const auto* b = reinterpret_cast<const unsigned char*>(t->data);
+      for (int64_t i = 0; i < t->numel() * 4; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+    }
+    return h;
+  };
+  auto a = make_preset_decoder("llama-tiny", 0), b = make_preset_decoder("llama-tiny", 0),
+       c = make_preset_decoder("llama-tiny", 1), g = make_preset_decoder("gpt2-tiny", 0);
+  ASSERT_TRUE(a && b && c && g);
+  EXPECT_EQ(hash(*a), hash(*b));
+  EXPECT_NE(hash(*a), hash(*c));
+  // Recorded on the development machine: any change of the generator or the scales shows here.
+  EXPECT_EQ(hash(*a), 0x8cf7204aef07eb6dull) << std::hex << hash(*a);
+  EXPECT_EQ(hash(*g), 0xa9476893b515d4a7ull) << std::hex << hash(*g);
+}
+
+TEST(decoder_weights, too_big_for_memory_is_refused) {
+  auto m = make_preset_decoder("llama-3-8b");
+  if (m) GTEST_SKIP() << "this machine has room for 32 GB of fp32 weights";
+  EXPECT_EQ(m.error().code(), errc::out_of_memory);
+  EXPECT_NE(m.error().message().find("GB"), std::string::npos) << m.error().to_string();
+  EXPECT_FALSE(make_preset_decoder("bert-tiny"));
+}
+
+TEST(block_pool, allocate_retain_release) {
+  block_pool p(3);
+  EXPECT_EQ(p.free_blocks(), 3);
+  auto a = p.allocate(), b = p.allocate(), c = p.allocate();
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(std::set<int>({*a, *b, *c}).size(), 3u);
+  EXPECT_FALSE(p.allocate());  // exhausted: nullopt, not a crash
+  EXPECT_TRUE(p.retain(*a));
+  EXPECT_EQ(p.ref_count(*a), 2);
+  EXPECT_TRUE(p.release(*a));
+  EXPECT_EQ(p.free_blocks(), 0);
+  EXPECT_TRUE(p.release(*a));
+  EXPECT_EQ(p.free_blocks(), 1);
+  EXPECT_FALSE(p.release(*a));  // double release
+  EXPECT_FALSE(p.retain(*a));   // retain of a free block
+  EXPECT_FALSE(p.retain(7));
+  EXPECT_FALSE(p.release(-1));
+  EXPECT_EQ(p.allocate(), a);
+  EXPECT_EQ(p.total_blocks(), 3);
+}
+
+// Fuzz the pool against a model of it: random operations, counts and the free list agree.
+TEST(block_pool, random_operations_match_a_model) {
+  splitmix64 r(5);
+  block_pool p(17);
+  std::vector<int> refs(17, 0);
+  for (int i = 0; i < 20000; ++i) {
+    const int op = static_cast<int>(r.next_int(0, 2)), id = static_cast<int>(r.next_int(-1, 17));
+    if (op == 0) {
+      auto a = p.allocate();
+      const bool any = std::count(refs.begin(), refs.end(), 0) > 0;
+      ASSERT_EQ(a.has_value(), any);
+      if (a) {
+        ASSERT_EQ(refs[*a], 0);
+        refs[*a] = 1;
+      }
+    } else if (op == 1) {
+      const bool ok = id >= 0 && id < 17 && refs[id] > 0;
+      ASSERT_EQ(p.retain(id).is_ok(), ok);
+      if (ok) ++refs[id];
+    } else {
+      const bool ok = id >= 0 && id < 17 && refs[id] > 0;
+      ASSERT_EQ(p.release(id).is_ok(), ok);
+      if (ok) --refs[id];
+    }
+    ASSERT_EQ(p.free_blocks(), std::count(refs.begin(), refs.end(), 0));
+  }
+}
+
+// Prefill then decode through the cache; every step's logits equal the cache-free recomputation of
+// the whole prefix (1e-4), for the odd shapes and the small presets.
+TEST(decoder_step, cached_decode_matches_full_recomputation) {
+  set_num_threads(2);
+  std::vector<decoder_model> models;
+  for (const char* n : kOdd) models.push_back(odd_model(n));
+  for (const char* p : {"gpt2-tiny", "llama-tiny"}) models.push_back(*make_preset_decoder(p));
+  for (const auto& m : models) {
+    const auto& c = m.shape();
+    auto seq = some_tokens(9, c.vocab_size, 11);
+    auto cache = paged_kv_cache::make(c, {4, 16});
+    ASSERT_TRUE(cache);
+    seq_step s{1, seq, 0, blocks(3, 12)};  // blocks not starting at 0
+    auto r = m.step({{s}}, *cache);
+    ASSERT_TRUE(r) << r.error().to_string();
+    for (int n = 0; n < 16; ++n) {
+      auto full = m.full_logits(seq);
+      ASSERT_TRUE(full);
+      ASSERT_EQ(r->size(), 1u);
+      EXPECT_LT(max_abs_diff(r->front(), full->back()), 1e-4f) << c.name << " step " << n;
+      const auto& l = r->front();
+      const int32_t next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+      s.tokens = {next};
+      s.start_pos = static_cast<int32_t>(seq.size());
+      seq.push_back(next);
+      r = m.step({{s}}, *cache);
+      ASSERT_TRUE(r) << r.error().to_string();
+    }
+  }
+}
+
+// A prompt prefilled in chunks of 1, 2, 3, 5 or 7 tokens gives the logits of one prefill.
+TEST(decoder_step, chunked_prefill_equals_one_prefill) {
+  set_num_threads(2);
+  for (const char* n : kOdd) {
+    auto m = odd_model(n);
+    const auto prompt = some_tokens(23, m.shape().vocab_size, 3);
+    auto one = greedy_generate(m, prompt, {.max_tokens = 6, .block_tokens = 8});
+    ASSERT_TRUE(one) << one.error().to_string();
+    for (int chunk : {1, 2, 3, 5, 7}) {
+      auto g = greedy_generate(m, prompt, {.max_tokens = 6, .block_tokens = 8, .prefill_chunk = chunk});
+      ASSERT_TRUE(g) << g.error().to_string();
+      ASSERT_EQ(g->logits.size(), one->logits.size());
+      for (size_t i = 0; i < g->logits.size(); ++i)
+        EXPECT_LT(max_abs_diff(g->logits[i], one->logits[i]), 1e-4f) << n << " chunk " << chunk << " token " << i;
+      EXPECT_EQ(g->tokens, one->tokens);
+    }
+  }
+}
+
+// A mixed batch: sequences of different lengths, prefill chunks beside decode tokens, sequences
+// joining and leaving between steps, blocks scattered in the cache. Every sequence's logits equal
+// its own cache-free recomputation.
+TEST(decoder_step, mixed_batches_with_joins_and_leaves) {
+  set_num_threads(2);
+  for (const char* n : {"llama-odd", "gpt2-odd"}) {
+    auto m = odd_model(n);
+    const auto& c = m.shape();
+    const int bt = 4;
+    auto cache = paged_kv_cache::make(c, {bt, 200});
+    ASSERT_TRUE(cache);
+    block_pool pool(200);
+    struct live {
+      uint64_t id;
+      std::vector<int32_t> tokens;  // all so far
+      int cached = 0;               // positions in the cache
+      std::vector<int32_t> table;
+      int remaining_prompt_chunks;
+    };
+    std::vector<live> seqs;
+    splitmix64 r(9);
+    uint64_t next_id = 100;
+    int checked = 0;
+    for (int step = 0; step < 14; ++step) {
+      // Join: 0-2 new sequences with prompts of 1-30 tokens.
+      for (int j = static_cast<int>(r.next_int(0, 2)); j > 0; --j)
+        seqs.push_back({next_id++, some_tokens(static_cast<int>(r.next_int(1, 30)), c.vocab_size, next_id), 0, {}, 0});
+      // Leave: a finished sequence frees its blocks.
+      if (seqs.size() > 3 && r.next_int(0, 2) == 0) {
+        const size_t k = static_cast<size_t>(r.next_int(0, static_cast<int64_t>(seqs.size()) - 1));
+        for (int32_t b : seqs[k].table) ASSERT_TRUE(pool.release(b));
+        seqs.erase(seqs.begin() + static_cast<int64_t>(k));
+      }
+      step_batch batch;
+      for (auto& s : seqs) {
+        seq_step st;
+        st.seq_id = s.id;
+        st.start_pos = s.cached;
+        const int pending = static_cast<int>(s.tokens.size()) - s.cached;
+        const int take = pending > 1 ? std::min(pending, static_cast<int>(r.next_int(1, 12))) : 1;
+        st.tokens.assign(s.tokens.begin() + s.cached, s.tokens.begin() + s.cached + take);
+        while (static_cast<int>(s.table.size()) * bt < s.cached + take) {
+          auto b = pool.allocate();
+          ASSERT_TRUE(b);
+          s.table.push_back(*b);
+        }
+        st.block_table = s.table;
+        st.want_logits = s.cached + take == static_cast<int>(s.tokens.size());
+        batch.seqs.push_back(st);
+      }
+      std::shuffle(batch.seqs.begin(), batch.seqs.end(), std::mt19937(static_cast<unsigned>(step)));
+      auto out = m.step(batch, *cache);
+      ASSERT_TRUE(out) << out.error().to_string();
+      size_t k = 0;
+      for (const auto& st : batch.seqs) {
+        auto it = std::find_if(seqs.begin(), seqs.end(), [&](const live& l) { return l.id == st.seq_id; });
+        it->cached += static_cast<int>(st.tokens.size());
+        if (!st.want_logits) continue;
+        ASSERT_LT(k, out->size());
+        const auto& l = (*out)[k++];
+        auto full = m.full_logits(it->tokens);
+        ASSERT_TRUE(full);
+        EXPECT_LT(max_abs_diff(l, full->back()), 1e-4f) << n << " step " << step << " seq " << st.seq_id;
+        ++checked;
+        it->tokens.push_back(static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()));
+      }
+      EXPECT_EQ(k, out->size());
+    }
+    EXPECT_GT(checked, 30) << n;
+  }
+}
+
+TEST(decoder_step, bad_batches_are_errors_and_leave_the_cache_alone) {
+  auto m = odd_model("llama-odd");
+  const auto& c = m.shape();
+  auto cache = paged_kv_cache::make(c, {4, 8});
+  ASSERT_TRUE(cache);
+  auto before = std::vector<float>(cache->key(0, 0, 0), cache->key(0, 0, 0) + 4 * c.head_dim());
+  auto expect_error = [&](seq_step s, const std::string& needle) {
+    auto r = m.step({{seq_step{0, {5}, 0, {0}}, s}}, *cache);
+    ASSERT_FALSE(r) << needle;
+    EXPECT_NE(r.error().message().find(needle), std::string::npos) << r.error().to_string();
+    EXPECT_EQ(std::vector<float>(cache->key(0, 0, 0), cache->key(0, 0, 0) + 4 * c.head_dim()), before);
+  };
+  expect_error({7, {1, 2, 3, 4, 5}, 0, {1}}, "block table");   // 5 positions need 2 blocks of 4
+  expect_error({7, {1}, 9, {1, 2}}, "block table");            // position 9 is in block 2
+  expect_error({7, {1}, 0, {8}}, "outside the cache");
+  expect_error({7, {1}, 0, {-1}}, "outside the cache");
+  expect_error({7, {300}, 0, {1}}, "outside the vocabulary");
+  expect_error({7, {-3}, 0, {1}}, "outside the vocabulary");
+  expect_error({7, {}, 0, {1}}, "no tokens");
+  expect_error({7, {1}, -1, {1}}, "negative start_pos");
+  expect_error({7, {1}, 128, blocks(0, 8)}, "max_position_embeddings");
+  auto other = paged_kv_cache::make(*shape_preset("llama-tiny"), {4, 8});
+  auto r = m.step({{seq_step{0, {5}, 0, {0}}}}, *other);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("KV cache"), std::string::npos);
+  EXPECT_TRUE(m.step({}, *cache));  // an empty batch is fine: no logits
+  EXPECT_FALSE(greedy_generate(m, {}, {}));
+  EXPECT_FALSE(greedy_generate(m, {1, 2}, {.max_tokens = 127}));
+}
+
+// Random decoders must not hide bugs: greedy generations vary (not one repeated token).
+TEST(decoder_generate, seeded_presets_generate_varied_tokens) {
+  set_num_threads(2);
+  for (const char* p : {"gpt2-tiny", "llama-tiny"}) {
+    auto m = make_preset_decoder(p);
+    ASSERT_TRUE(m);
+    auto g = greedy_generate(*m, {1, 42, 99, 7, 1000}, {.max_tokens = 32});
+    ASSERT_TRUE(g) << g.error().to_string();
+    ASSERT_EQ(g->tokens.size(), 32u);
+    EXPECT_GE(std::set<int32_t>(g->tokens.begin(), g->tokens.end()).size(), 16u) << p;
+  }
+  for (const char* n : kOdd) {
+    auto m = odd_model(n);
+    auto g = greedy_generate(m, {1, 5, 9}, {.max_tokens = 32});
+    ASSERT_TRUE(g);
+    EXPECT_GE(std::set<int32_t>(g->tokens.begin(), g->tokens.end()).size(), 8u) << n;
+  }
+}
+
+// ---- Hugging Face folders ----
+
+// Writes tensors as a safetensors file with the given dtype (F32, F16 or BF16; values rounded
+// toward zero for the 16-bit ones, so the expected fp32 values are exact).
+uint16_t to_bf16(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return static_cast<uint16_t>(b >> 16);
+}
+float from_bf16(uint16_t h) {
+  uint32_t b = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+void write_bf16_safetensors(const std::string& path, const std::map<std::string, tensor_view>& tensors) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  uint64_t off = 0;
+  for (const auto& [name, t] : tensors) {
+    header[name] = {{"dtype", "BF16"}, {"shape", t.shape}, {"data_offsets", {off, off + t.numel() * 2}}};
+    off += static_cast<uint64_t>(t.numel()) * 2;
+  }
+  std::string h = header.dump(), bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((uint64_t{h.size()} >> (8 * i)) & 0xff);
+  bytes += h;
+  for (const auto& [name, t] : tensors)
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const uint16_t v = to_bf16(t.data[i]);
+      bytes.append(reinterpret_cast<const char*>(&v), 2);
+    }
+  write_file(path, bytes);
+}
+
+std::vector<float> last_logits(const decoder_model& m, const std::vector<int32_t>& tokens) {
+  auto r = m.full_logits(tokens);
+  EXPECT_TRUE(r) << r.error().to_string();
+  return r->back();
+}
+
+TEST(decoder_folder, save_and_load_round_trip) {
+  for (const char* n : kOdd) {
+    auto m = odd_model(n, 4);
+    const std::string dir = make_temp_dir("decoder-save");
+    ASSERT_TRUE(save_decoder(m, dir));
+    auto back = load_decoder(dir);
+    ASSERT_TRUE(back) << back.error().to_string();
+    const auto t = some_tokens(10, m.shape().vocab_size, 2);
+    EXPECT_EQ(last_logits(*back, t), last_logits(m, t)) << n;  // bit for bit
+    if (m.shape().arch == architecture::gpt2) {  // HF GPT2LMHeadModel names and Conv1D [in, out]
+      auto st = map_safetensors(dir + "/model.safetensors");
+      ASSERT_TRUE(st);
+      const auto& w = st->tensors.at("transformer.h.0.mlp.c_fc.weight");
+      EXPECT_EQ(w.shape, (std::vector<int64_t>{72, 200}));
+    }
+    fs::remove_all(dir);
+  }
+}
+
+TEST(decoder_folder, sharded_bf16_checkpoint) {
+  auto m = odd_model("llama-odd", 2);
+  const std::string dir = make_temp_dir("decoder-shards");
+  ASSERT_TRUE(save_decoder(m, dir));
+  fs::remove(dir + "/model.safetensors");
+  // Two bf16 shards and the index, as HF writes them; the reference: the same values in fp32.
+  std::map<std::string, tensor_view> shard[2];
+  std::map<std::string, tensor_view> rounded_views;
+  std::vector<std::vector<float>> rounded;
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+  size_t i = 0;
+  const auto specs = expected_decoder_tensors(m.shape());
+  rounded.reserve(specs.size());
+  for (const auto& spec : specs) {
+    const tensor_view* t = m.find(spec.name);
+    shard[i % 2][spec.name] = *t;
+    index["weight_map"][spec.name] = i % 2 ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+    std::vector<float> v(static_cast<size_t>(t->numel()));
+    for (size_t k = 0; k < v.size(); ++k) v[k] = from_bf16(to_bf16(t->data[k]));
+    rounded.push_back(std::move(v));
+    rounded_views[spec.name] = tensor_view{spec.shape, rounded.back().data()};
+    ++i;
+  }
+  write_bf16_safetensors(dir + "/model-00001-of-00002.safetensors", shard[0]);
+  write_bf16_safetensors(dir + "/model-00002-of-00002.safetensors", shard[1]);
+  write_file(dir + "/model.safetensors.index.json", index.dump(2));
+  auto loaded = load_decoder(dir);
+  ASSERT_TRUE(loaded) << loaded.error().to_string();
+  auto ref = decoder_model::bind(m.shape(), rounded_views, nullptr, "rounded");
+  ASSERT_TRUE(ref);
+  const auto t = some_tokens(7, 300, 1);
+  EXPECT_EQ(last_logits(*loaded, t), last_logits(*ref, t));
+
+  // A tensor listed in the index but absent from its shard names both files.
+  index["weight_map"]["model.norm.weight"] =  // the shard that does not hold it
+      shard[0].count("model.norm.weight") ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+  write_file(dir + "/model.safetensors.index.json", index.dump(2));
+  auto bad = load_decoder(dir);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("missing from the shard"), std::string::npos) << bad.error().to_string();
+  index["weight_map"]["model.norm.weight"] = "../elsewhere.safetensors";
+  write_file(dir + "/model.safetensors.index.json", index.dump(2));
+  EXPECT_FALSE(load_decoder(dir));
+  fs::remove_all(dir);
+}
+
+TEST(decoder_folder, errors_name_file_tensor_and_shape) {
+  auto m = odd_model("gpt2-odd");
+  const std::string dir = make_temp_dir("decoder-bad");
+  ASSERT_TRUE(save_decoder(m, dir));
+  auto st = map_safetensors(dir + "/model.safetensors");
+  ASSERT_TRUE(st);
+  auto tensors = st->tensors;
+  // Conv1D stored as Linear ([out, in]): the error names the tensor, its shape and the expected one.
+  std::vector<float> wrong(72 * 200);
+  tensors["transformer.h.1.mlp.c_fc.weight"] = tensor_view{{200, 72}, wrong.data()};
+  // (written beside and renamed over: the views still read the mapped original)
+  auto rewrite = [&] {
+    ASSERT_TRUE(write_safetensors(dir + "/new.safetensors", tensors));
+    fs::rename(dir + "/new.safetensors", dir + "/model.safetensors");
+  };
+  rewrite();
+  auto r = load_decoder(dir);
+  ASSERT_FALSE(r);
+  const std::string msg = r.error().message();
+  EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("h.1.mlp.c_fc.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[72, 200]"), std::string::npos) << msg;
+  tensors.erase("transformer.h.1.mlp.c_fc.weight");
+  rewrite();
+  r = load_decoder(dir);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("missing tensor \"h.1.mlp.c_fc.weight\""), std::string::npos)
+      << r.error().to_string();
+  fs::remove(dir + "/model.safetensors");
+  r = load_decoder(dir);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("model.safetensors"), std::string::npos);
+  write_file(dir + "/config.json", "{\"model_type\": \"gpt2\", \"n_embd\": 72}");
+  r = load_decoder(dir);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("config.json"), std::string::npos);
+  EXPECT_NE(r.error().message().find("n_layer"), std::string::npos) << r.error().to_string();
+  EXPECT_FALSE(load_decoder("no-such-model"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera::models
