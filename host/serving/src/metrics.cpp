@@ -118,11 +118,11 @@ uint64_t failure_counts::get(std::string_view kind) const {
   return it == counts_.end() ? 0 : it->second;
 }
 
-void failure_counts::write(std::string& out, std::string_view name) const {
+void failure_counts::write(std::string& out, std::string_view name, std::string_view label) const {
   std::lock_guard lock(mu_);
   for (const auto& [kind, n] : counts_) {
     out += name;
-    out += "{err=\"" + kind + "\"} " + std::to_string(n) + "\n";
+    out += "{" + std::string(label) + "=\"" + kind + "\"} " + std::to_string(n) + "\n";
   }
 }
 
@@ -153,6 +153,56 @@ void tei_metrics::write(std::string& out) const {
                              static_cast<double>(max_input_length.load()));
   batch_next_size.write(out, "te_batch_next_size", "Sequences per batch");
   batch_next_tokens.write(out, "te_batch_next_tokens", "Tokens per batch");
+}
+
+llm_metrics::llm_metrics()
+    : time_to_first_token(histogram::seconds_buckets()),
+      inter_token_latency(histogram::seconds_buckets()),
+      e2e_latency(histogram::seconds_buckets()),
+      queue_time(histogram::seconds_buckets()),
+      step_duration(histogram::seconds_buckets()),
+      step_tokens(histogram::powers_of_two(1 << 16)) {}
+
+void llm_metrics::write(std::string& out) const {
+  if (!enabled.load()) return;
+  time_to_first_token.write(out, "tessera_llm_time_to_first_token_seconds",
+                            "Arrival to the first generated token (seconds)");
+  inter_token_latency.write(out, "tessera_llm_inter_token_latency_seconds",
+                            "Time between consecutive tokens of a request (seconds)");
+  e2e_latency.write(out, "tessera_llm_e2e_request_latency_seconds",
+                    "Arrival to the last token of a request (seconds)");
+  queue_time.write(out, "tessera_llm_queue_time_seconds",
+                   "Arrival to the first step that ran the request (seconds)");
+  step_duration.write(out, "tessera_llm_step_duration_seconds", "Backend time per decoder step (seconds)");
+  step_tokens.write(out, "tessera_llm_step_tokens", "Tokens per decoder step (prefill chunks and decodes)");
+  write_counter(out, "tessera_llm_prompt_tokens_total", "Prompt tokens of admitted requests", prompt_tokens.load());
+  write_counter(out, "tessera_llm_generation_tokens_total", "Tokens generated", generation_tokens.load());
+  write_counter(out, "tessera_llm_prefill_tokens_total",
+                "Tokens computed as prefill (recomputation after preemption included)", prefill_tokens.load());
+  write_counter(out, "tessera_llm_steps_total", "Decoder steps run", steps.load());
+  write_counter(out, "tessera_llm_preemptions_total", "Sequences preempted (recomputed later) for KV blocks",
+                preemptions.load());
+  write_counter(out, "tessera_llm_prefix_cache_hit_tokens_total",
+                "Prompt tokens whose KV came from the prefix cache", prefix_hit_tokens.load());
+  write_counter(out, "tessera_llm_prefix_cache_query_tokens_total",
+                "Prompt tokens looked up in the prefix cache (whole blocks)", prefix_query_tokens.load());
+  write_header(out, "tessera_llm_requests_total", "Finished requests by finish_reason", "counter");
+  finished.write(out, "tessera_llm_requests_total", "finish_reason");
+  auto gauge = [&](std::string_view name, std::string_view help, double v) {
+    write_header(out, name, help, "gauge");
+    out += name;
+    out += ' ';
+    out += format_number(v);
+    out += '\n';
+  };
+  gauge("tessera_llm_kv_blocks_used", "KV blocks sequences hold", static_cast<double>(kv_blocks_used.load()));
+  gauge("tessera_llm_kv_blocks_free", "KV blocks free or evictable from the prefix cache",
+        static_cast<double>(kv_blocks_free.load()));
+  gauge("tessera_llm_kv_blocks_cached", "KV blocks in the prefix cache", static_cast<double>(kv_blocks_cached.load()));
+  gauge("tessera_llm_requests_running", "Requests holding KV blocks", static_cast<double>(running.load()));
+  gauge("tessera_llm_requests_waiting", "Requests waiting for admission", static_cast<double>(waiting.load()));
+  gauge("tessera_llm_generation_tokens_per_second", "Tokens generated per second over the last 10 s",
+        tokens_per_second.load());
 }
 
 serving_metrics::serving_metrics()
@@ -201,6 +251,7 @@ std::string serving_metrics::to_prometheus(const std::vector<gauge_sample>& gaug
   batch_modelled_duration.write(out, "tessera_batch_modelled_duration",
                                 "Batch time of the emulated hardware (seconds, timing model)");
   tei.write(out);
+  llm.write(out);
   std::string last_name;
   for (const auto& g : gauges) {
     std::string base = g.name.substr(0, g.name.find('{'));

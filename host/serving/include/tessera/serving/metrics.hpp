@@ -64,8 +64,8 @@ class failure_counts {
  public:
   void add(std::string_view kind);
   uint64_t get(std::string_view kind) const;
-  /// One "name{err=\"kind\"} n" line per kind.
-  void write(std::string& out, std::string_view name) const;
+  /// One "name{<label>=\"kind\"} n" line per kind.
+  void write(std::string& out, std::string_view name, std::string_view label = "err") const;
 
  private:
   mutable std::mutex mu_;
@@ -87,9 +87,31 @@ struct tei_metrics {
   void write(std::string& out) const;
 };
 
+/// Decoder serving (llm_engine.hpp): per-request latencies, token counts, the scheduler's
+/// work and the KV cache. Written only once an engine has started (`enabled`).
+struct llm_metrics {
+  llm_metrics();
+  std::atomic<bool> enabled{false};
+  histogram time_to_first_token;  ///< arrival to the first token's text leaving the engine
+  histogram inter_token_latency;  ///< between consecutive tokens of a request
+  histogram e2e_latency;          ///< arrival to the last token
+  histogram queue_time;           ///< arrival to the first step that ran the request
+  histogram step_duration;        ///< backend time per step
+  histogram step_tokens;          ///< tokens per step (prefill chunks + decodes)
+  std::atomic<uint64_t> prompt_tokens{0}, generation_tokens{0}, prefill_tokens{0}, steps{0},
+      preemptions{0}, prefix_hit_tokens{0}, prefix_query_tokens{0};
+  failure_counts finished;  ///< requests by finish_reason (stop, length, cancelled, error)
+  // Gauges the engine sets after every step.
+  std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_free{0}, kv_blocks_cached{0}, running{0},
+      waiting{0};
+  std::atomic<double> tokens_per_second{0};  ///< generated tokens over the last ~10 s
+  void write(std::string& out) const;
+};
+
 struct serving_metrics {
   serving_metrics();
   tei_metrics tei;
+  llm_metrics llm;
 
   std::atomic<uint64_t> request_count{0};    ///< inference HTTP requests received
   std::atomic<uint64_t> request_success{0};  ///< answered 200

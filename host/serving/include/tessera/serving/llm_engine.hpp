@@ -1,0 +1,118 @@
+// tessera/serving/llm_engine.hpp: runs the continuous-batching scheduler (llm_scheduler.hpp)
+// against an llm_backend on a thread of its own: every step it takes new requests and
+// cancellations in, forms a mixed batch, runs it, samples each sequence that got logits, streams
+// the new text (through the tokenizer's token_stream, so no UTF-8 character is split) and stops
+// sequences on stop token ids, EOS, stop strings (matched on text) or max_tokens. It records the
+// LLM metrics (TTFT, inter-token latency, e2e, queue time, tokens, KV blocks, preemptions,
+// prefix-cache hits) in serving_metrics::llm.
+//
+//   llm_engine e({}, backend, tokenizer, &metrics);
+//   e.start();
+//   auto id = e.submit({.prompt = ids, .max_tokens = 32, .on_event = [](llm_event ev) {...}});
+//   e.cancel(*id);          // a client gone: blocks freed at the next step
+//   e.stop();               // unfinished requests end with finish_reason "cancelled"
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "tessera/backends/llm_backend.hpp"
+#include "tessera/common/status.hpp"
+#include "tessera/serving/llm_scheduler.hpp"
+#include "tessera/serving/llm_tokenizer.hpp"
+#include "tessera/serving/metrics.hpp"
+#include "tessera/serving/sampling.hpp"
+
+namespace tessera::serving {
+
+/// Something a request produced. The last event has `finished` set.
+struct llm_event {
+  std::string text;             ///< new text (may be empty while a character or stop is pending)
+  std::vector<int32_t> tokens;  ///< new token ids
+  bool finished = false;
+  std::string finish_reason;    ///< "stop", "length", "cancelled" or "error" (with `error`)
+  status error;
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+};
+
+struct llm_request {
+  std::vector<int32_t> prompt;
+  int32_t max_tokens = 16;
+  sampling_params sampling;
+  std::vector<int32_t> stop_token_ids;
+  std::vector<std::string> stop;  ///< stop strings, matched on the output text
+  bool ignore_eos = false;        ///< else the tokenizer's EOS stops the sequence
+  /// Called on the engine's thread, in order; must not block.
+  std::function<void(llm_event)> on_event;
+};
+
+struct llm_engine_config {
+  scheduler_config scheduler;
+  size_t max_queued = 4096;  ///< requests waiting or running; more are refused (overloaded)
+};
+
+class llm_engine {
+ public:
+  llm_engine(llm_engine_config cfg, std::shared_ptr<backends::llm_backend> backend,
+             std::shared_ptr<const llm_tokenizer> tokenizer, serving_metrics* metrics);
+  ~llm_engine();
+  llm_engine(const llm_engine&) = delete;
+  llm_engine& operator=(const llm_engine&) = delete;
+
+  void start();
+  /// Ends the thread; unfinished requests get a "cancelled" event. Idempotent.
+  void stop();
+  /// Queues a request. invalid_argument (with what to change) for a prompt that is empty, has a
+  /// token out of the vocabulary, or with max_tokens does not fit the model's positions or the
+  /// KV cache; overloaded when max_queued requests are in; cancelled after stop().
+  result<uint64_t> submit(llm_request r);
+  /// Stops a request at the next step (no-op for an unknown or finished one); its last event is
+  /// finish_reason "cancelled".
+  void cancel(uint64_t id);
+
+  const backends::llm_backend_info& backend_info() const { return info_; }
+  const llm_engine_config& config() const { return cfg_; }
+  bool healthy() const;
+  /// Largest prompt + max_tokens a request may ask for.
+  int64_t max_context() const;
+
+ private:
+  struct live;
+  void run();
+  void emit(live& l, llm_event ev, bool last);
+  void finish(live& l, std::string reason, status error = {});
+  void update_gauges();
+
+  llm_engine_config cfg_;
+  std::shared_ptr<backends::llm_backend> backend_;
+  std::shared_ptr<const llm_tokenizer> tokenizer_;
+  serving_metrics* metrics_;
+  serving_metrics own_metrics_;  // when none is given
+  backends::llm_backend_info info_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<uint64_t, std::unique_ptr<live>>> inbox_;
+  std::vector<uint64_t> cancels_;
+  size_t in_flight_ = 0;  // submitted, not finished
+  uint64_t next_id_ = 1;
+  bool stopping_ = false;
+  bool started_ = false;
+  std::thread thread_;
+
+  // Engine thread only.
+  std::unique_ptr<llm_scheduler> scheduler_;
+  std::unordered_map<uint64_t, std::unique_ptr<live>> live_;
+  std::deque<std::pair<double, uint64_t>> rate_window_;  // (seconds, generated tokens so far)
+};
+
+}  // namespace tessera::serving

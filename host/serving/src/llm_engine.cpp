@@ -1,0 +1,298 @@
+// The engine loop around the continuous-batching scheduler. See llm_engine.hpp.
+#include "tessera/serving/llm_engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <future>
+
+#include "tessera/common/log.hpp"
+
+namespace tessera::serving {
+
+namespace {
+using clock_type = std::chrono::steady_clock;
+double seconds_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
+
+struct llm_engine::live {
+  uint64_t id = 0;
+  llm_request req;
+  sampler smp;
+  std::unique_ptr<token_stream> text_stream;
+  stop_text stops;
+  int32_t prompt_tokens = 0;
+  int32_t generated = 0;
+  clock_type::time_point arrival, last_token;
+  bool scheduled = false;
+  bool first_token = true;
+  bool done = false;
+
+  live(llm_request r, std::unique_ptr<token_stream> ts)
+      : req(std::move(r)), smp(req.sampling), text_stream(std::move(ts)), stops(req.stop),
+        prompt_tokens(static_cast<int32_t>(req.prompt.size())), arrival(clock_type::now()) {}
+};
+
+llm_engine::llm_engine(llm_engine_config cfg, std::shared_ptr<backends::llm_backend> backend,
+                       std::shared_ptr<const llm_tokenizer> tokenizer, serving_metrics* metrics)
+    : cfg_(cfg), backend_(std::move(backend)), tokenizer_(std::move(tokenizer)),
+      metrics_(metrics ? metrics : &own_metrics_), info_(backend_->info()) {
+  scheduler_ = std::make_unique<llm_scheduler>(cfg_.scheduler, info_.num_blocks, info_.block_tokens);
+}
+
+llm_engine::~llm_engine() { stop(); }
+
+void llm_engine::start() {
+  std::lock_guard lock(mu_);
+  if (started_ || stopping_) return;
+  started_ = true;
+  metrics_->llm.enabled.store(true);
+  update_gauges();
+  thread_ = std::thread([this] { run(); });
+}
+
+void llm_engine::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // What never reached the thread, and what it left.
+  for (auto& [id, l] : inbox_) live_.emplace(id, std::move(l));
+  inbox_.clear();
+  for (auto& [id, l] : live_)
+    if (!l->done) finish(*l, "cancelled", status(errc::cancelled, "the server is stopping"));
+  live_.clear();
+}
+
+bool llm_engine::healthy() const { return backend_->healthy(); }
+
+int64_t llm_engine::max_context() const {
+  const int64_t cache = int64_t{info_.num_blocks} * info_.block_tokens;
+  return info_.max_positions > 0 ? std::min<int64_t>(cache, info_.max_positions) : cache;
+}
+
+result<uint64_t> llm_engine::submit(llm_request r) {
+  if (r.prompt.empty()) return status::invalid("the prompt has no tokens");
+  if (r.max_tokens < 1) return status::invalid("max_tokens must be at least 1");
+  for (int32_t t : r.prompt)
+    if (t < 0 || t >= info_.vocab_size)
+      return status::invalid("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                             std::to_string(info_.vocab_size - 1) + ")");
+  const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+  if (need > max_context())
+    return status::invalid("this model's maximum context length is " + std::to_string(max_context()) +
+                           " tokens, but " + std::to_string(need) + " were requested (" +
+                           std::to_string(r.prompt.size()) + " in the prompt, " +
+                           std::to_string(r.max_tokens) + " for the completion); shorten the prompt "
+                           "or lower max_tokens");
+  auto l = std::make_unique<live>(std::move(r), tokenizer_->stream());
+  std::lock_guard lock(mu_);
+  if (stopping_ || !started_) return status(errc::cancelled, "the server is stopping");
+  if (in_flight_ >= cfg_.max_queued)
+    return status(errc::overloaded, "the model's queue is full (" + std::to_string(cfg_.max_queued) +
+                                        " requests); retry later");
+  const uint64_t id = next_id_++;
+  l->id = id;
+  ++in_flight_;
+  inbox_.emplace_back(id, std::move(l));
+  cv_.notify_one();
+  return id;
+}
+
+void llm_engine::cancel(uint64_t id) {
+  {
+    std::lock_guard lock(mu_);
+    cancels_.push_back(id);
+  }
+  cv_.notify_one();
+}
+
+void llm_engine::emit(live& l, llm_event ev, bool last) {
+  ev.finished = last;
+  ev.prompt_tokens = l.prompt_tokens;
+  ev.completion_tokens = l.generated;
+  if (!l.req.on_event) return;
+  try {
+    l.req.on_event(std::move(ev));
+  } catch (const std::exception& e) {
+    TESSERA_LOG_ERROR("an LLM event handler threw: " << e.what());
+  }
+}
+
+void llm_engine::finish(live& l, std::string reason, status error) {
+  if (l.done) return;
+  l.done = true;
+  auto& m = metrics_->llm;
+  m.finished.add(reason);
+  if (reason == "stop" || reason == "length") m.e2e_latency.observe(seconds_between(l.arrival, clock_type::now()));
+  llm_event ev;
+  ev.finish_reason = std::move(reason);
+  ev.error = std::move(error);
+  emit(l, std::move(ev), true);
+  std::lock_guard lock(mu_);
+  --in_flight_;
+}
+
+void llm_engine::update_gauges() {
+  auto& m = metrics_->llm;
+  const auto& b = scheduler_->blocks();
+  m.kv_blocks_used.store(b.used_blocks());
+  m.kv_blocks_free.store(b.free_blocks());
+  m.kv_blocks_cached.store(b.cached_blocks());
+  m.running.store(static_cast<int64_t>(scheduler_->running()));
+  m.waiting.store(static_cast<int64_t>(scheduler_->waiting()));
+}
+
+void llm_engine::run() {
+  auto& m = metrics_->llm;
+  const auto t0 = clock_type::now();
+  scheduler_stats last{};
+  int64_t last_queries = 0;
+  for (;;) {
+    // Take new requests and cancellations in; sleep while there is nothing to do.
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() || scheduler_->has_work(); });
+      if (stopping_) return;
+      for (auto& [id, l] : inbox_) {
+        auto st = scheduler_->add(id, l->req.prompt, l->req.max_tokens);
+        auto* raw = l.get();
+        live_.emplace(id, std::move(l));
+        if (!st) {
+          lock.unlock();
+          finish(*raw, "error", st);
+          live_.erase(id);
+          lock.lock();
+        } else {
+          m.prompt_tokens.fetch_add(static_cast<uint64_t>(raw->prompt_tokens));
+        }
+      }
+      inbox_.clear();
+      for (uint64_t id : cancels_) scheduler_->cancel(id);
+      cancels_.clear();
+    }
+    step_plan plan = scheduler_->schedule();
+    for (uint64_t id : plan.cancelled) {
+      auto it = live_.find(id);
+      if (it == live_.end()) continue;
+      finish(*it->second, "cancelled", status(errc::cancelled, "cancelled by the client"));
+      live_.erase(it);
+    }
+    if (plan.empty()) {
+      update_gauges();
+      if (scheduler_->has_work()) {
+        // Waiting requests and nothing runnable: cannot happen (add() refuses what never fits);
+        // fail them rather than spin.
+        TESSERA_LOG_ERROR("LLM scheduler has waiting requests and formed no step");
+        for (auto& [id, l] : live_) {
+          scheduler_->finish(id);
+          finish(*l, "error", status::internal("the scheduler could not place this request"));
+        }
+        live_.clear();
+      }
+      continue;
+    }
+    const auto now = clock_type::now();
+    for (const auto& s : plan.batch.seqs) {
+      auto& l = *live_.at(s.seq_id);
+      if (!l.scheduled) {
+        l.scheduled = true;
+        m.queue_time.observe(seconds_between(l.arrival, now));
+      }
+    }
+    // One step at a time: the backend's K/V state is what the scheduler believes it is.
+    std::promise<backends::step_result> answer;
+    auto future = answer.get_future();
+    backend_->submit(plan.batch, [&answer](backends::step_result r) { answer.set_value(std::move(r)); });
+    backends::step_result r = future.get();
+    m.steps.fetch_add(1);
+    m.step_duration.observe(r.wall_seconds);
+    m.step_tokens.observe(static_cast<double>(plan.batch.tokens()));
+    if (!r.st) {
+      // The step's sequences fail; the others go on.
+      TESSERA_LOG_WARN("decoder step failed: " << r.st.to_string());
+      for (const auto& s : plan.batch.seqs) {
+        auto it = live_.find(s.seq_id);
+        if (it == live_.end()) continue;
+        scheduler_->finish(s.seq_id);
+        finish(*it->second, "error", r.st);
+        live_.erase(it);
+      }
+      update_gauges();
+      continue;
+    }
+    scheduler_->step_done(plan);
+    const auto st = scheduler_->stats();
+    m.preemptions.fetch_add(static_cast<uint64_t>(st.preemptions - last.preemptions));
+    m.prefix_hit_tokens.fetch_add(static_cast<uint64_t>(st.prefix_hit_tokens - last.prefix_hit_tokens));
+    m.prefill_tokens.fetch_add(static_cast<uint64_t>(st.prefill_tokens - last.prefill_tokens));
+    const int64_t queries = scheduler_->blocks().prefix_query_blocks() * info_.block_tokens;
+    m.prefix_query_tokens.fetch_add(static_cast<uint64_t>(queries - last_queries));
+    last_queries = queries;
+    last = st;
+
+    size_t row = 0;
+    const auto after = clock_type::now();
+    for (const auto& s : plan.batch.seqs) {
+      if (!s.want_logits) continue;
+      if (row >= r.logits.size()) break;
+      const auto& logits = r.logits[row++];
+      auto it = live_.find(s.seq_id);
+      if (it == live_.end()) continue;
+      live& l = *it->second;
+      if (static_cast<int32_t>(logits.size()) != info_.vocab_size) {
+        scheduler_->finish(l.id);
+        finish(l, "error", status::internal("the backend answered logits of the wrong size"));
+        live_.erase(it);
+        continue;
+      }
+      const int32_t token = l.smp.next(logits);
+      scheduler_->append(l.id, token);
+      ++l.generated;
+      m.generation_tokens.fetch_add(1);
+      if (l.first_token) {
+        l.first_token = false;
+        m.time_to_first_token.observe(seconds_between(l.arrival, after));
+      } else {
+        m.inter_token_latency.observe(seconds_between(l.last_token, after));
+      }
+      l.last_token = after;
+      llm_event ev;
+      ev.tokens = {token};
+      const bool stop_token = (!l.req.ignore_eos && token == tokenizer_->eos_id()) ||
+                              std::find(l.req.stop_token_ids.begin(), l.req.stop_token_ids.end(),
+                                        token) != l.req.stop_token_ids.end();
+      std::string reason;
+      if (stop_token) {
+        reason = "stop";  // the stop token's text is not part of the output
+      } else {
+        ev.text = l.stops.push(l.text_stream->push(token));
+        if (l.stops.stopped()) reason = "stop";
+      }
+      if (reason.empty() && l.generated >= l.req.max_tokens) reason = "length";
+      if (!reason.empty() && !l.stops.stopped()) ev.text += l.stops.push(l.text_stream->flush()) + l.stops.flush();
+      if (reason.empty()) {
+        emit(l, std::move(ev), false);
+        continue;
+      }
+      emit(l, std::move(ev), false);
+      scheduler_->finish(l.id);
+      finish(l, reason);
+      live_.erase(it);
+    }
+    // Generated tokens per second over the last ~10 s.
+    const double t = seconds_between(t0, clock_type::now());
+    rate_window_.emplace_back(t, m.generation_tokens.load());
+    while (rate_window_.size() > 2 && rate_window_.front().first < t - 10) rate_window_.pop_front();
+    const auto& [t_first, n_first] = rate_window_.front();
+    m.tokens_per_second.store(t > t_first ? static_cast<double>(rate_window_.back().second - n_first) / (t - t_first) : 0);
+    update_gauges();
+  }
+}
+
+}  // namespace tessera::serving

@@ -1,0 +1,170 @@
+// The LLM engine (scheduler + sampling + streaming text + metrics on a thread) against the toy
+// decoder: greedy outputs equal the cache-free reference under concurrency and preemption, seeds
+// give the same tokens whatever shares the batch, stop conditions, cancellation frees blocks.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "tessera/serving/llm_engine.hpp"
+#include "tessera/serving/toy_llm.hpp"
+
+namespace tessera::serving {
+namespace {
+
+struct collected {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::string finish_reason;
+  status error;
+  int32_t completion_tokens = 0;
+  std::promise<void> done;
+};
+
+llm_request request(std::shared_ptr<collected> c, std::vector<int32_t> prompt, int32_t n) {
+  llm_request r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = n;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  r.on_event = [c](llm_event ev) {
+    c->tokens.insert(c->tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    c->text += ev.text;
+    if (ev.finished) {
+      c->finish_reason = ev.finish_reason;
+      c->error = ev.error;
+      c->completion_tokens = ev.completion_tokens;
+      c->done.set_value();
+    }
+  };
+  return r;
+}
+
+std::vector<int32_t> prompt_of(int n, int salt) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back((i * 31 + salt * 7) % 256);
+  return p;
+}
+
+bool wait(const std::shared_ptr<collected>& c) {
+  return c->done.get_future().wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+}
+
+TEST(LlmEngine, GreedyOutputsEqualTheReferenceUnderPreemption) {
+  serving_metrics m;
+  // 12 blocks of 8 positions: 24 concurrent requests of up to 60 positions must take turns.
+  llm_engine e({.scheduler = {.token_budget = 48}}, make_toy_llm_backend({.num_blocks = 12, .block_tokens = 8}),
+               make_byte_tokenizer(), &m);
+  e.start();
+  std::vector<std::shared_ptr<collected>> out;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 24; ++i) {
+    prompts.push_back(prompt_of(5 + i % 30, i));
+    out.push_back(std::make_shared<collected>());
+    ASSERT_TRUE(e.submit(request(out.back(), prompts.back(), 3 + i % 25)));
+  }
+  auto tok = make_byte_tokenizer();
+  for (int i = 0; i < 24; ++i) {
+    ASSERT_TRUE(wait(out[static_cast<size_t>(i)]));
+    auto want = toy_llm_generate(prompts[static_cast<size_t>(i)], 3 + i % 25);
+    EXPECT_EQ(out[static_cast<size_t>(i)]->tokens, want) << i;
+    EXPECT_EQ(out[static_cast<size_t>(i)]->text, tok->decode(want)) << i;
+    EXPECT_EQ(out[static_cast<size_t>(i)]->finish_reason, "length");
+    EXPECT_EQ(out[static_cast<size_t>(i)]->completion_tokens, 3 + i % 25);
+  }
+  EXPECT_GT(m.llm.preemptions.load(), 0u);
+  e.stop();
+  EXPECT_EQ(m.llm.kv_blocks_used.load(), 0);
+  EXPECT_EQ(m.llm.time_to_first_token.count(), 24u);
+  const std::string text = m.to_prometheus();
+  EXPECT_NE(text.find("tessera_llm_preemptions_total "), std::string::npos);
+  EXPECT_NE(text.find("tessera_llm_requests_total{finish_reason=\"length\"} 24"), std::string::npos);
+}
+
+TEST(LlmEngine, SameSeedSameTokensWhateverTheLoad) {
+  auto run = [](int others) {
+    llm_engine e({}, make_toy_llm_backend({.num_blocks = 64}), make_byte_tokenizer(), nullptr);
+    e.start();
+    std::vector<std::shared_ptr<collected>> noise;
+    for (int i = 0; i < others; ++i) {
+      noise.push_back(std::make_shared<collected>());
+      auto r = request(noise.back(), prompt_of(3 + i, 100 + i), 20);
+      r.sampling = {.temperature = 1.0, .seed = static_cast<uint64_t>(i)};
+      EXPECT_TRUE(e.submit(std::move(r)));
+    }
+    auto c = std::make_shared<collected>();
+    auto r = request(c, prompt_of(12, 1), 24);
+    r.sampling = {.temperature = 0.9, .top_k = 50, .top_p = 0.95, .seed = 1234};
+    EXPECT_TRUE(e.submit(std::move(r)));
+    EXPECT_TRUE(wait(c));
+    for (auto& n : noise) EXPECT_TRUE(wait(n));
+    return c->tokens;
+  };
+  auto alone = run(0);
+  EXPECT_EQ(alone.size(), 24u);
+  EXPECT_EQ(run(6), alone);
+  EXPECT_EQ(run(20), alone);
+  EXPECT_NE(alone, toy_llm_generate(prompt_of(12, 1), 24));  // it did sample
+}
+
+TEST(LlmEngine, StopsOnStopStringsStopTokensAndEos) {
+  llm_engine e({}, make_toy_llm_backend(), make_byte_tokenizer(), nullptr);
+  e.start();
+  auto p = prompt_of(10, 3);
+  auto want = toy_llm_generate(p, 30);
+  auto text = make_byte_tokenizer()->decode(want);
+  // A stop string from the middle of the greedy text (two bytes: it spans tokens).
+  const std::string stop = text.substr(10, 2);
+  const size_t at = text.find(stop);
+  auto c = std::make_shared<collected>();
+  auto r = request(c, p, 30);
+  r.stop = {stop};
+  ASSERT_TRUE(e.submit(std::move(r)));
+  ASSERT_TRUE(wait(c));
+  EXPECT_EQ(c->finish_reason, "stop");
+  EXPECT_EQ(c->text, text.substr(0, at));
+  // A stop token id: the token ends the output and its text is not sent.
+  auto d = std::make_shared<collected>();
+  r = request(d, p, 30);
+  r.stop_token_ids = {want[5]};
+  ASSERT_TRUE(e.submit(std::move(r)));
+  ASSERT_TRUE(wait(d));
+  size_t first = static_cast<size_t>(std::find(want.begin(), want.end(), want[5]) - want.begin());
+  EXPECT_EQ(d->finish_reason, "stop");
+  EXPECT_EQ(d->tokens.size(), first + 1);
+  EXPECT_EQ(d->text, make_byte_tokenizer()->decode({want.begin(), want.begin() + static_cast<long>(first)}));
+}
+
+TEST(LlmEngine, CancellationFreesBlocksAndRefusals) {
+  serving_metrics m;
+  llm_engine e({}, make_toy_llm_backend({.num_blocks = 16, .block_tokens = 16, .max_positions = 200,
+                                          .per_step = std::chrono::milliseconds(2)}),
+               make_byte_tokenizer(), &m);
+  e.start();
+  auto c = std::make_shared<collected>();
+  auto id = e.submit(request(c, prompt_of(40, 1), 150));
+  ASSERT_TRUE(id);
+  for (int i = 0; i < 2000 && m.llm.kv_blocks_used.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GT(m.llm.kv_blocks_used.load(), 0);
+  e.cancel(*id);
+  ASSERT_TRUE(wait(c));
+  EXPECT_EQ(c->finish_reason, "cancelled");
+  EXPECT_LT(c->tokens.size(), 150u);
+  for (int i = 0; i < 2000 && m.llm.kv_blocks_used.load() != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(m.llm.kv_blocks_used.load(), 0);
+  // Refusals say what to change.
+  auto x = std::make_shared<collected>();
+  auto too_long = e.submit(request(x, prompt_of(100, 1), 101));
+  ASSERT_FALSE(too_long);
+  EXPECT_NE(too_long.error().message().find("maximum context length is 200"), std::string::npos);
+  EXPECT_FALSE(e.submit(request(x, {}, 5)));
+  EXPECT_FALSE(e.submit(request(x, {1, 300}, 5)));
+  e.stop();
+  EXPECT_EQ(e.submit(request(x, {1}, 5)).error().code(), errc::cancelled);
+}
+
+}  // namespace
+}  // namespace tessera::serving
