@@ -4,6 +4,9 @@
 #include "tessera/serving/http_server.hpp"
 
 #include <fcntl.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 
 #include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
 #include <algorithm>
@@ -218,6 +221,15 @@ class session final : public session_base {
     std::string target(req.target());
     request_headers headers;
     headers.inference_header_content_length = as_view(req["Inference-Header-Content-Length"]);
+    const uint64_t request_number = ++requests_;
+    headers.on_disconnect = [weak = weak_from_this(), request_number](std::function<void()> f) {
+      auto base = weak.lock();
+      if (!base) return;
+      auto self = std::static_pointer_cast<session>(base);
+      net::post(self->stream_.get_executor(), [self, request_number, f = std::move(f)]() mutable {
+        self->watch_disconnect(request_number, std::move(f));
+      });
+    };
     // Requests that do work are journalled (accepted now, answered when the reply is made).
     const uint64_t journal_id = server_.journal && method == "POST" ? server_.journal->accepted() : 0;
     auto replied = std::make_shared<std::atomic<bool>>(false);
@@ -242,8 +254,108 @@ class session final : public session_base {
     }
   }
 
+  // A request that may take long (an LLM generation) asked to hear of its client going away:
+  // wait until the socket is readable and peek; end of stream or an error means the client has
+  // gone (bytes mean a pipelined request: stop watching). Stale wake-ups of an earlier request
+  // are ignored.
+  void watch_disconnect(uint64_t request_number, std::function<void()> f) {
+    if (closed_ || request_number != requests_ || !busy_) return;
+    disconnect_ = std::move(f);
+    lowest().socket().async_wait(tcp::socket::wait_read, [self = self(), request_number](beast::error_code ec) {
+      if (self->closed_ || request_number != self->requests_ || !self->disconnect_) return;
+      char byte;
+      ssize_t n = ec ? 0 : ::recv(self->lowest().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0) return;  // data: a pipelined request, not a disconnect
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        auto f = std::move(self->disconnect_);
+        return self->watch_disconnect(request_number, std::move(f));
+      }
+      auto f = std::move(self->disconnect_);
+      self->disconnect_ = nullptr;
+      if (f) f();
+      if (self->stream_reply_) self->stream_reply_->cancel();
+      self->close();
+    });
+  }
+
+  // A streamed answer: the headers with chunked transfer encoding, then each chunk the producer
+  // writes, then the last chunk; the connection closes after it.
+  void write_stream(http_reply r, unsigned version) {
+    stream_reply_ = std::move(r.stream);
+    sres_ = {};
+    sres_.version(version);
+    sres_.result(static_cast<http::status>(r.status));
+    sres_.set(http::field::server, "tessera");
+    sres_.set(http::field::content_type, r.content_type);
+    sres_.set(http::field::cache_control, "no-cache");
+    for (const auto& [name, value] : r.headers) sres_.set(name, value);
+    sres_.keep_alive(false);
+    sres_.chunked(true);
+    sser_.emplace(sres_);
+    lowest().expires_never();
+    stream_reply_->set_wake([weak = weak_from_this()] {
+      auto base = weak.lock();
+      if (!base) return;
+      auto self = std::static_pointer_cast<session>(base);
+      net::post(self->stream_.get_executor(), [self] { self->pump(); });
+    });
+    chunk_writing_ = true;
+    http::async_write_header(stream_, *sser_, [self = self()](beast::error_code ec, std::size_t) {
+      self->chunk_writing_ = false;
+      if (ec) return self->stream_failed();
+      self->pump();
+    });
+  }
+
+  void pump() {
+    if (closed_ || chunk_writing_ || !stream_reply_) return;
+    bool last = false;
+    std::string data = stream_reply_->take(last);
+    if (!data.empty()) {
+      chunk_ = std::move(data);
+      chunk_writing_ = true;
+      net::async_write(stream_, http::make_chunk(net::buffer(chunk_)),
+                       [self = self()](beast::error_code ec, std::size_t) {
+                         self->chunk_writing_ = false;
+                         if (ec) return self->stream_failed();
+                         self->pump();
+                       });
+      return;
+    }
+    if (!last) return;
+    chunk_writing_ = true;
+    net::async_write(stream_, http::make_chunk_last(), [self = self()](beast::error_code ec, std::size_t) {
+      self->chunk_writing_ = false;
+      auto s = std::move(self->stream_reply_);
+      s->set_wake(nullptr);
+      self->disconnect_ = nullptr;
+      self->done_counting();
+      if (ec) return self->close();
+      self->end();
+    });
+  }
+
+  void stream_failed() {
+    if (auto s = std::move(stream_reply_)) {
+      s->set_wake(nullptr);
+      s->cancel();
+    }
+    disconnect_ = nullptr;
+    done_counting();
+    close();
+  }
+
+  void done_counting() {
+    busy_ = false;
+    if (counted_) {
+      counted_ = false;
+      server_.busy.fetch_sub(1);
+    }
+  }
+
   // `in_clear`: on a TLS session, write to the TCP stream under it (the answer to plain HTTP).
   void write(http_reply r, bool keep_alive, unsigned version, bool drain_after, bool in_clear = false) {
+    if (r.stream) return write_stream(std::move(r), version);
     res_ = {};
     res_.version(version);
     res_.result(static_cast<http::status>(r.status));
@@ -266,11 +378,8 @@ class session final : public session_base {
   }
 
   void on_write(beast::error_code ec, bool drain_after) {
-    busy_ = false;
-    if (counted_) {
-      counted_ = false;
-      server_.busy.fetch_sub(1);
-    }
+    done_counting();
+    disconnect_ = nullptr;
     if (ec) return close();
     if (drain_after) return drain();
     if (!res_.keep_alive()) return end();
@@ -310,6 +419,11 @@ class session final : public session_base {
   void close() {
     if (closed_) return;
     closed_ = true;
+    if (auto s = std::move(stream_reply_)) {  // cut mid-stream (server stop, client gone)
+      s->set_wake(nullptr);
+      s->cancel();
+      done_counting();
+    }
     beast::error_code ignored;
     lowest().socket().close(ignored);
     server_.forget(shared_from_this());
@@ -326,6 +440,13 @@ class session final : public session_base {
   bool closed_ = false;
   bool handshake_done_ = false;  // TLS: a close_notify is owed at the end
   std::optional<http_reply> refused_;  // the 401 of the request being read
+  uint64_t requests_ = 0;                        // requests read on this connection
+  std::function<void()> disconnect_;             // the current request's client-gone hook
+  std::shared_ptr<reply_stream> stream_reply_;   // a streamed answer being sent
+  http::response<http::empty_body> sres_;
+  std::optional<http::response_serializer<http::empty_body>> sser_;
+  std::string chunk_;
+  bool chunk_writing_ = false;
 };
 
 namespace {

@@ -106,6 +106,58 @@ void add_serve_options(po::options_description& opts, serve_options& so) {
        "tessera-host, the control socket and --gpu-endpoint without --keys); only on a trusted network");
 }
 
+void add_llm_options(po::options_description& opts, llm_serve_options& lo) {
+  opts.add_options()
+      ("kv-blocks", po::value(&lo.kv_blocks)->default_value(lo.kv_blocks),
+       "decoder: KV cache blocks (0 = as many as --kv-memory-mb holds)")
+      ("kv-memory-mb", po::value(&lo.kv_memory_mb)->default_value(lo.kv_memory_mb),
+       "decoder: KV cache size when --kv-blocks is 0")
+      ("kv-block-tokens", po::value(&lo.block_tokens)->default_value(lo.block_tokens),
+       "decoder: positions per KV block")
+      ("llm-batching", po::value(&lo.batching_name)->default_value(lo.batching_name),
+       "decoder: continuous (iteration-level) | static (a batch admitted together runs until its "
+       "longest sequence ends)")
+      ("step-token-budget", po::value(&lo.step_token_budget)->default_value(lo.step_token_budget),
+       "decoder: tokens per step (prefill chunks + decodes)")
+      ("max-running", po::value(&lo.max_running)->default_value(lo.max_running),
+       "decoder: sequences holding KV blocks at once")
+      ("static-batch-size", po::value(&lo.static_batch_size)->default_value(lo.static_batch_size),
+       "decoder, --llm-batching static: sequences admitted together")
+      ("no-prefix-caching", po::bool_switch(&lo.no_prefix_caching),
+       "decoder: compute every prompt in full (no sharing of cached prompt blocks)")
+      ("chat-template", po::value(&lo.chat_template)->default_value(lo.chat_template),
+       "decoder: chat format (plain, chatml, llama3, llama2, zephyr); default: recognised from the "
+       "checkpoint's tokenizer_config.json, else plain")
+      ("max-llm-queue", po::value(&lo.max_queued)->default_value(lo.max_queued),
+       "decoder: requests waiting or running; more are answered 429");
+}
+
+status finish_llm_options(llm_serve_options& lo) {
+  auto& sc = lo.engine.scheduler;
+  if (lo.batching_name == "continuous")
+    sc.mode = batching_mode::continuous;
+  else if (lo.batching_name == "static")
+    sc.mode = batching_mode::static_batch;
+  else
+    return status::invalid("--llm-batching must be continuous or static, not '" + lo.batching_name + "'");
+  if (lo.block_tokens < 1 || lo.block_tokens > 1024) return status::invalid("--kv-block-tokens must be 1..1024");
+  if (lo.kv_blocks < 0) return status::invalid("--kv-blocks must be >= 0");
+  if (!(lo.kv_memory_mb > 0)) return status::invalid("--kv-memory-mb must be > 0");
+  if (lo.step_token_budget < 1) return status::invalid("--step-token-budget must be >= 1");
+  if (lo.max_running < 1) return status::invalid("--max-running must be >= 1");
+  if (lo.static_batch_size < 1) return status::invalid("--static-batch-size must be >= 1");
+  if (lo.max_queued < 1) return status::invalid("--max-llm-queue must be >= 1");
+  if (!lo.chat_template.empty() && !chat_format_named(lo.chat_template))
+    return status::invalid("--chat-template must be plain, chatml, llama3, llama2 or zephyr, not '" +
+                           lo.chat_template + "'");
+  sc.token_budget = lo.step_token_budget;
+  sc.max_running = lo.max_running;
+  sc.static_batch_size = lo.static_batch_size;
+  sc.prefix_caching = !lo.no_prefix_caching;
+  lo.engine.max_queued = lo.max_queued;
+  return status::ok();
+}
+
 status finish_serve_options(serve_options& so) {
   auto policy = parse_policy_kind(so.batching_name);
   if (!policy) return policy.error();

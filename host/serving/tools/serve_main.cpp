@@ -10,6 +10,7 @@
 #include "tessera/serving/model_adapters.hpp"
 #include "tessera/serving/router.hpp"
 #include "tessera/serving/serve_options.hpp"
+#include "tessera/serving/toy_llm.hpp"
 #include "tessera/serving/toy_model.hpp"
 
 namespace po = boost::program_options;
@@ -27,7 +28,8 @@ int main(int argc, char** argv) {
   so.batching.max_inflight_batches = 1;
   std::string model_name, kinds;
   int replicas = 1, threads = 1, omp_threads = 1;
-  double toy_ns = 0;
+  double toy_ns = 0, toy_llm_step_us = 0, toy_llm_token_us = 0;
+  llm_serve_options lo;
   bool serialize_forwards = false;
   po::options_description opts(
       "tessera-serve: serve a BERT classifier over HTTP (TEI /predict, /tokenize, /info, "
@@ -46,8 +48,12 @@ int main(int argc, char** argv) {
       ("omp-threads", po::value(&omp_threads)->default_value(1), "OpenMP threads inside one forward")
       ("serialize-forwards", po::bool_switch(&serialize_forwards),
        "reference forwards take turns process-wide (a safety switch)")
-      ("toy-ns-per-token", po::value(&toy_ns)->default_value(0.0), "toy model: busy work per token (ns)");
+      ("toy-ns-per-token", po::value(&toy_ns)->default_value(0.0), "toy model: busy work per token (ns)")
+      ("toy-llm-step-us", po::value(&toy_llm_step_us)->default_value(0.0), "toy-llm: time per step (us, slept)")
+      ("toy-llm-token-us", po::value(&toy_llm_token_us)->default_value(0.0),
+       "toy-llm: time per computed token (us, slept)");
   add_serve_options(opts, so);
+  add_llm_options(opts, lo);
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -59,6 +65,10 @@ int main(int argc, char** argv) {
   if (vm.count("help")) {
     std::cout << opts << "\n";
     return 0;
+  }
+  if (auto st = finish_llm_options(lo); !st) {
+    std::cerr << "tessera-serve: " << st.message() << "\n";
+    return 2;
   }
   if (auto st = finish_serve_options(so); !st) {
     std::cerr << "tessera-serve: " << st.message() << "\n";
@@ -83,7 +93,28 @@ int main(int argc, char** argv) {
   std::shared_ptr<const tokenizer> tok;
   model_info info;
   std::vector<std::shared_ptr<backends::backend>> backends;
-  if (model_name == "toy") {
+  // A decoder: the OpenAI API over an llm_engine (the router stays empty).
+  std::unique_ptr<llm_engine> engine;
+  llm_api llm;
+  if (model_name == "toy-llm") {
+    auto backend = make_toy_llm_backend(
+        {.num_blocks = lo.kv_blocks > 0 ? lo.kv_blocks : 1024, .block_tokens = lo.block_tokens,
+         .per_token = std::chrono::nanoseconds(static_cast<int64_t>(toy_llm_token_us * 1e3)),
+         .per_step = std::chrono::nanoseconds(static_cast<int64_t>(toy_llm_step_us * 1e3))});
+    llm.tokenizer = make_byte_tokenizer();
+    llm.model_id = "toy-llm";
+    engine = std::make_unique<llm_engine>(lo.engine, backend, llm.tokenizer, &metrics);
+  }
+  if (engine) {
+    tok = make_toy_tokenizer();
+    info.model_id = llm.model_id;
+    llm.engine = engine.get();
+    llm.chat = lo.chat_template.empty() ? detect_chat_format(llm.tokenizer->chat_template())
+                                        : *chat_format_named(lo.chat_template);
+    llm.created_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch()).count();
+    engine->start();
+  } else if (model_name == "toy") {
     tok = make_toy_tokenizer();
     info.model_id = "toy";
     for (int i = 0; i < replicas; ++i)
@@ -122,6 +153,7 @@ int main(int argc, char** argv) {
   }
   r.start();
   http_server server(so.server, r, tok, info, metrics);
+  if (engine) server.api().set_llm(llm);
   if (auto st = server.start(); !st) {
     std::cerr << "tessera-serve: " << st.to_string() << "\n";
     return 2;
@@ -129,11 +161,13 @@ int main(int argc, char** argv) {
   // The one line scripts and tests wait for.
   accept_graceful_stop();  // a stop signal from now on is graceful (the listening line invites one)
   std::cout << "listening on " << (so.server.tls_cert.empty() ? "http" : "https") << "://" << so.server.address << ":" << server.port() << " model "
-            << info.model_id << " batching " << policy_kind_name(so.batching.kind) << " replicas "
-            << replicas << std::endl;
+            << info.model_id << " batching "
+            << (engine ? lo.batching_name : std::string(policy_kind_name(so.batching.kind)))
+            << " replicas " << replicas << std::endl;
   int sig = wait_for_stop_signal();
   TESSERA_LOG_INFO("signal " << sig << ": answering what was accepted, then stopping");
   server.stop();
+  if (engine) engine->stop();
   r.stop();
   return 0;
 }

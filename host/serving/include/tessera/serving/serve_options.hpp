@@ -24,6 +24,7 @@
 #include "tessera/common/status.hpp"
 #include "tessera/serving/batching_policy.hpp"
 #include "tessera/serving/http_server.hpp"
+#include "tessera/serving/llm_engine.hpp"
 #include "tessera/serving/router.hpp"
 
 namespace tessera::serving {
@@ -64,6 +65,27 @@ struct serve_options {
 /// other batching flags are shared), and the port's security: --api-key / --api-key-file,
 /// --tls-cert / --tls-key, --insecure.
 void add_serve_options(boost::program_options::options_description& opts, serve_options& so);
+
+/// How a decoder is served (tessera-serve with a decoder model).
+struct llm_serve_options {
+  int32_t kv_blocks = 0;          ///< --kv-blocks (0: what --kv-memory-mb holds)
+  double kv_memory_mb = 256;      ///< --kv-memory-mb: the KV cache's size when --kv-blocks is 0
+  int32_t block_tokens = 16;      ///< --kv-block-tokens
+  std::string batching_name = "continuous";  ///< --llm-batching continuous|static
+  int32_t step_token_budget = 512;   ///< --step-token-budget
+  int32_t max_running = 256;         ///< --max-running
+  int32_t static_batch_size = 16;    ///< --static-batch-size
+  bool no_prefix_caching = false;    ///< --no-prefix-caching
+  std::string chat_template;         ///< --chat-template ("" = from the checkpoint, else plain)
+  size_t max_queued = 4096;          ///< --max-llm-queue
+  llm_engine_config engine;          ///< filled by finish_llm_options()
+};
+
+/// Adds the decoder-serving flags above.
+void add_llm_options(boost::program_options::options_description& opts, llm_serve_options& lo);
+/// Checks them and fills lo.engine (its KV block count is settled by the caller, who knows the
+/// bytes of a block).
+status finish_llm_options(llm_serve_options& lo);
 
 /// Parses names and units into the configs; errors say which flag to change. Refuses an
 /// --address off loopback unless both the API key and TLS are configured, or --insecure.

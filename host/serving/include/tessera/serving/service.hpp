@@ -41,9 +41,12 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/serving/chat_template.hpp"
 #include "tessera/serving/clock.hpp"
 #include "tessera/serving/journal.hpp"
+#include "tessera/serving/llm_engine.hpp"
 #include "tessera/serving/metrics.hpp"
+#include "tessera/serving/reply_stream.hpp"
 #include "tessera/serving/router.hpp"
 #include "tessera/serving/tokenizer.hpp"
 
@@ -70,6 +73,15 @@ struct service_config {
 
 struct call_state;  // one request's fan-in of sequence answers (service.cpp)
 
+/// A decoder behind the OpenAI-compatible routes (service_openai.cpp).
+struct llm_api {
+  llm_engine* engine = nullptr;  ///< not owned; outlives the service's requests
+  std::shared_ptr<const llm_tokenizer> tokenizer;
+  std::string model_id;
+  chat_format chat = chat_format::plain;
+  int64_t created_unix = 0;  ///< /v1/models "created"
+};
+
 struct http_reply {
   unsigned status = 200;
   std::string content_type = "application/json";
@@ -78,12 +90,17 @@ struct http_reply {
   std::string www_authenticate;  ///< the WWW-Authenticate header of a 401
   /// More response headers (TEI's x-*-time, KServe's Inference-Header-Content-Length).
   std::vector<std::pair<std::string, std::string>> headers;
+  /// Set: a streamed answer; `body` is ignored and the stream's chunks follow the headers.
+  std::shared_ptr<reply_stream> stream;
 };
 
 /// The request headers the API reads.
 struct request_headers {
   /// KServe binary tensor data extension: the length of the JSON part of the body ("" = none).
   std::string_view inference_header_content_length;
+  /// Set by http_server: registers what to do if the client disconnects before its answer is
+  /// complete (the server then watches the connection). Empty without a socket.
+  std::function<void(std::function<void()>)> on_disconnect;
 };
 
 using reply_fn = std::function<void(http_reply)>;
@@ -109,6 +126,9 @@ class service {
   /// Reports the previous host process of this journal in /info (not owned; may be null).
   void set_journal(const request_journal* j) { journal_ = j; }
   serving_metrics& metrics() { return metrics_; }
+  /// Serves a decoder on /v1/completions, /v1/chat/completions and /v1/models (and health
+  /// follows the engine). Call before the first request.
+  void set_llm(llm_api api) { llm_ = std::move(api); }
 
  private:
   friend struct call_state;
@@ -131,6 +151,11 @@ class service {
   void tei_rerank(const nlohmann::json& req, time_point start, const reply_fn& reply);
   /// Tokenizes, validates and submits a TEI request; counts it in te_*; answers with its headers.
   void tei_infer(tei_job job, const reply_fn& reply);
+  // service_openai.cpp
+  void openai_route(std::string_view method, std::string_view path, std::string_view body,
+                    const request_headers& headers, const reply_fn& reply);
+  void openai_generate(std::string_view body, bool chat, const request_headers& headers,
+                       const reply_fn& reply);
   // service_kserve.cpp
   void kserve_route(std::string_view method, std::string_view path, std::string_view body,
                     const request_headers& headers, const reply_fn& reply);
@@ -150,6 +175,7 @@ class service {
   model_info info_;
   serving_metrics& metrics_;
   const request_journal* journal_ = nullptr;
+  llm_api llm_;
 
   // Stalled-backend watchdog: requests by the time they must be answered.
   std::mutex watch_mu_;
