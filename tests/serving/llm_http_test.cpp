@@ -1,0 +1,339 @@
+// The OpenAI-compatible API of a real tessera-serve process serving the toy decoder
+// (--model toy-llm, whose greedy outputs toy_llm_generate() computes without a cache), over real
+// sockets: completions and chat, streamed and not, errors in OpenAI's shape, continuous batching
+// seen from clients (a short request is answered during a long generation, a tiny KV pool
+// preempts and every answer stays right, a client that goes away frees its KV blocks, a seed
+// gives the same tokens whatever the load), and the metrics through promtool.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "child_process.hpp"
+#include "http_client.hpp"
+#include "tessera/serving/toy_llm.hpp"
+
+namespace tessera::serving {
+namespace {
+
+using namespace test_support;
+using json = nlohmann::json;
+
+// Server-sent events over a raw socket: one request, events read as they come.
+class sse_client {
+ public:
+  sse_client(uint16_t port, const std::string& path, const std::string& body) : fd_(connect_loopback(port)) {
+    std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                      "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    if (fd_ >= 0 && ::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) close();
+  }
+  ~sse_client() { close(); }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  bool connected() const { return fd_ >= 0; }
+  /// The payload of the next "data: ..." event, or "" at the end of the stream.
+  std::string next() {
+    for (;;) {
+      auto at = buf_.find("data: ", scan_);
+      if (at != std::string::npos) {
+        auto end = buf_.find("\n\n", at);
+        if (end != std::string::npos) {
+          scan_ = end + 2;
+          return buf_.substr(at + 6, end - at - 6);
+        }
+      }
+      char tmp[4096];
+      if (fd_ < 0) return "";
+      ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
+      if (n <= 0) return "";
+      buf_.append(tmp, static_cast<size_t>(n));
+    }
+  }
+  const std::string& raw() const { return buf_; }
+
+ private:
+  int fd_;
+  std::string buf_;
+  size_t scan_ = 0;
+};
+
+std::vector<int32_t> byte_prompt(const std::string& text) {
+  std::vector<int32_t> ids{toy_llm_bos};
+  for (unsigned char c : text) ids.push_back(c);
+  return ids;
+}
+
+std::string greedy_text(const std::string& prompt, int n) {
+  return make_byte_tokenizer()->decode(toy_llm_generate(byte_prompt(prompt), n));
+}
+
+double metric(const std::string& text, const std::string& name) {
+  auto at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+struct llm_server {
+  served_process p;
+  explicit llm_server(std::vector<std::string> extra = {})
+      : p([&] {
+          std::vector<std::string> a{bin("tessera-serve"), "--model", "toy-llm", "--port", "0"};
+          a.insert(a.end(), extra.begin(), extra.end());
+          return a;
+        }()) {}
+  uint16_t port() const { return p.port(); }
+  json post(const std::string& path, const json& body, unsigned* status = nullptr) {
+    http_connection c("127.0.0.1", port());
+    auto r = c.request("POST", path, body.dump());
+    if (status) *status = r.status;
+    return json::parse(r.body, nullptr, false);
+  }
+  std::string metrics() {
+    http_connection c("127.0.0.1", port());
+    return c.request("GET", "/metrics").body;
+  }
+};
+
+TEST(LlmHttp, CompletionsAndChatStreamedAndNotEqualTheReference) {
+  llm_server s;
+  ASSERT_NE(s.port(), 0) << s.p.line();
+  unsigned st = 0;
+  json r = s.post("/v1/completions", {{"model", "toy-llm"}, {"prompt", "Once upon"}, {"max_tokens", 24}, {"temperature", 0}}, &st);
+  ASSERT_EQ(st, 200u) << r.dump();
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["choices"][0]["text"], greedy_text("Once upon", 24));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 10);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(r["usage"]["total_tokens"], 34);
+  // Streamed: the same text, piece by piece, then [DONE].
+  sse_client sse(s.port(), "/v1/completions",
+                 json{{"prompt", "Once upon"}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true},
+                      {"stream_options", {{"include_usage", true}}}}.dump());
+  std::string text, finish;
+  json usage;
+  int events = 0;
+  for (std::string e = sse.next(); !e.empty(); e = sse.next()) {
+    if (e == "[DONE]") break;
+    json j = json::parse(e);
+    ++events;
+    if (j.contains("usage") && !j["usage"].is_null()) usage = j["usage"];
+    if (j["choices"].empty()) continue;
+    text += j["choices"][0]["text"].get<std::string>();
+    if (!j["choices"][0]["finish_reason"].is_null()) finish = j["choices"][0]["finish_reason"];
+  }
+  EXPECT_NE(sse.raw().find("Content-Type: text/event-stream"), std::string::npos) << sse.raw().substr(0, 300);
+  EXPECT_NE(sse.raw().find("data: [DONE]\n\n"), std::string::npos);
+  EXPECT_EQ(text, greedy_text("Once upon", 24));
+  EXPECT_EQ(finish, "length");
+  EXPECT_GE(events, 5);
+  EXPECT_EQ(usage["completion_tokens"], 24);
+  // Chat: the plain default template.
+  r = s.post("/v1/chat/completions",
+             {{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}},
+              {"max_tokens", 12}, {"temperature", 0}}, &st);
+  ASSERT_EQ(st, 200u) << r.dump();
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(r["choices"][0]["message"]["content"], greedy_text("Be brief.\n\nUser: Hi\nAssistant:", 12));
+  // Token-id prompts and stop strings.
+  // Token ids go in as they are (no BOS added).
+  const std::string ids_text = make_byte_tokenizer()->decode(toy_llm_generate({97, 98, 99}, 30));
+  const std::string stop = ids_text.substr(12, 3);
+  r = s.post("/v1/completions", {{"prompt", json::array({97, 98, 99})}, {"max_tokens", 30}, {"temperature", 0},
+                                 {"stop", stop}}, &st);
+  ASSERT_EQ(st, 200u) << r.dump();
+  EXPECT_EQ(r["choices"][0]["text"], ids_text.substr(0, ids_text.find(stop)));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  http_connection c("127.0.0.1", s.port());
+  auto models = json::parse(c.request("GET", "/v1/models").body);
+  EXPECT_EQ(models["data"][0]["id"], "toy-llm");
+  EXPECT_EQ(s.p.stop(), 0);
+}
+
+TEST(LlmHttp, ErrorsInOpenAIsShape) {
+  llm_server s;
+  ASSERT_NE(s.port(), 0);
+  http_connection c("127.0.0.1", s.port());
+  struct bad_case {
+    std::string method, path, body;
+    unsigned status;
+    std::string param, code;
+  };
+  const std::vector<bad_case> cases{
+      {"POST", "/v1/completions", "{not json", 400, "", ""},
+      {"POST", "/v1/completions", "{\"prompt\": \"\xff\xfe\"}", 400, "", ""},
+      {"POST", "/v1/completions", "[1, 2]", 400, "", ""},
+      {"POST", "/v1/completions", R"({"prompt": "a", "bogus": 1})", 400, "bogus", ""},
+      {"POST", "/v1/completions", R"({"prompt": "a", "model": "gpt-4"})", 404, "model", "model_not_found"},
+      {"POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 5000})", 400, "prompt", "context_length_exceeded"},
+      {"POST", "/v1/completions", R"({"prompt": "a", "n": 2})", 400, "n", ""},
+      {"POST", "/v1/completions", R"({"prompt": "a", "temperature": 3})", 400, "temperature", ""},
+      {"POST", "/v1/completions", R"({"prompt": "a", "temperature": "hot"})", 400, "temperature", ""},
+      {"POST", "/v1/completions", R"({"prompt": "a", "logprobs": 2})", 400, "logprobs", ""},
+      {"POST", "/v1/completions", R"({"prompt": ["a", "b"]})", 400, "prompt", ""},
+      {"POST", "/v1/completions", R"({"prompt": [1, 99999]})", 400, "prompt", ""},
+      {"POST", "/v1/completions", R"({"prompt": "a", "stop": ["1","2","3","4","5"]})", 400, "stop", ""},
+      {"POST", "/v1/completions", R"({"prompt": "a", "stream_options": {"include_usage": true}})", 400, "stream_options", ""},
+      {"POST", "/v1/completions", R"({"max_tokens": 3})", 400, "prompt", ""},
+      {"POST", "/v1/chat/completions", R"({"messages": []})", 400, "messages", ""},
+      {"POST", "/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "messages[0].role", ""},
+      {"POST", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400, "messages[0].content", ""},
+      {"POST", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "tools": []})", 400, "tools", ""},
+      {"POST", "/v1/chat/completions", std::string(100, '[') + std::string(100, ']'), 400, "", ""},
+      {"GET", "/v1/completions", "", 405, "", "method_not_allowed"},
+      {"GET", "/v1/nothing", "", 404, "", "not_found"},
+      {"GET", "/v1/models/other", "", 404, "model", "model_not_found"},
+  };
+  for (const auto& k : cases) {
+    auto r = c.request(k.method, k.path, k.body);
+    EXPECT_EQ(r.status, k.status) << k.body << " -> " << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << r.body;
+    const json& e = j["error"];
+    EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << r.body;
+    EXPECT_TRUE(e["type"].is_string()) << r.body;
+    EXPECT_EQ(e["param"], k.param.empty() ? json(nullptr) : json(k.param)) << k.body << " -> " << r.body;
+    if (!k.code.empty()) {
+      EXPECT_EQ(e["code"], k.code) << r.body;
+    }
+  }
+  // The server is still serving.
+  auto ok = c.request("POST", "/v1/completions", R"({"prompt": "still here", "max_tokens": 2})");
+  EXPECT_EQ(ok.status, 200u) << ok.body;
+  EXPECT_EQ(s.p.stop(), 0);
+}
+
+TEST(LlmHttp, AShortRequestIsAnsweredDuringALongGeneration) {
+  // 1 ms a step: the long generation takes at least 0.6 s.
+  llm_server s({"--toy-llm-step-us", "1000"});
+  ASSERT_NE(s.port(), 0);
+  sse_client longer(s.port(), "/v1/completions",
+                    json{{"prompt", "long"}, {"max_tokens", 600}, {"stream", true}, {"ignore_eos", true}}.dump());
+  ASSERT_FALSE(longer.next().empty());  // the long one generates
+  unsigned st = 0;
+  json r = s.post("/v1/completions", {{"prompt", "short"}, {"max_tokens", 3}, {"ignore_eos", true}}, &st);
+  ASSERT_EQ(st, 200u);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 3);
+  // The short answer is complete; the long stream has not ended yet.
+  EXPECT_EQ(longer.raw().find("[DONE]"), std::string::npos);
+  int rest = 0;
+  for (std::string e = longer.next(); !e.empty() && e != "[DONE]"; e = longer.next()) ++rest;
+  EXPECT_GT(rest, 100);  // tokens still to come when the short one was done
+  EXPECT_EQ(s.p.stop(), 0);
+}
+
+TEST(LlmHttp, ATinyKvPoolPreemptsAndEveryAnswerIsRight) {
+  // 12 blocks of 8 positions: 12 concurrent requests of up to 73 positions must take turns.
+  llm_server s({"--kv-blocks", "12", "--kv-block-tokens", "8", "--step-token-budget", "32"});
+  ASSERT_NE(s.port(), 0);
+  std::vector<std::future<std::pair<std::string, std::string>>> answers;
+  for (int i = 0; i < 12; ++i) {
+    const std::string prompt = "request number " + std::to_string(i) + std::string(static_cast<size_t>(i * 2), 'x');
+    const int n = 10 + i * 2;
+    answers.push_back(std::async(std::launch::async, [&s, prompt, n] {
+      json r = s.post("/v1/completions", {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}, {"ignore_eos", true}});
+      return std::make_pair(r.dump(), greedy_text(prompt, n));
+    }));
+  }
+  for (auto& a : answers) {
+    auto [got, want] = a.get();
+    json j = json::parse(got, nullptr, false);
+    ASSERT_TRUE(j.contains("choices")) << got;
+    EXPECT_EQ(j["choices"][0]["text"], want);
+  }
+  std::string m = s.metrics();
+  EXPECT_GT(metric(m, "tessera_llm_preemptions_total"), 0) << m;
+  EXPECT_EQ(metric(m, "tessera_llm_kv_blocks_used"), 0);
+  EXPECT_EQ(s.p.stop(), 0);
+}
+
+TEST(LlmHttp, AClientThatGoesAwayFreesItsBlocks) {
+  llm_server s({"--toy-llm-step-us", "2000"});
+  ASSERT_NE(s.port(), 0);
+  for (bool stream : {true, false}) {
+    sse_client gone(s.port(), "/v1/completions",
+                    json{{"prompt", std::string(100, 'p')}, {"max_tokens", 3000}, {"stream", stream}, {"ignore_eos", true}}.dump());
+    ASSERT_TRUE(gone.connected());
+    double used = 0;
+    for (int i = 0; i < 5000 && used <= 0; ++i) {
+      used = metric(s.metrics(), "tessera_llm_kv_blocks_used");
+      if (used <= 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ASSERT_GT(used, 0);
+    gone.close();
+    std::string m;
+    for (int i = 0; i < 5000; ++i) {  // bounded: 10 s
+      m = s.metrics();
+      if (metric(m, "tessera_llm_kv_blocks_used") == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    EXPECT_EQ(metric(m, "tessera_llm_kv_blocks_used"), 0) << (stream ? "stream" : "not streamed");
+    EXPECT_LT(metric(m, "tessera_llm_generation_tokens_total"), 2 * 3000);  // it stopped early
+  }
+  std::string m = s.metrics();
+  EXPECT_NE(m.find("tessera_llm_requests_total{finish_reason=\"cancelled\"} 2"), std::string::npos) << m;
+  EXPECT_EQ(s.p.stop(), 0);
+}
+
+TEST(LlmHttp, SameSeedSameTokensWhateverTheLoad) {
+  llm_server s;
+  ASSERT_NE(s.port(), 0);
+  const json req{{"prompt", "seeded"}, {"max_tokens", 40}, {"temperature", 0.9}, {"top_p", 0.9}, {"seed", 77}, {"ignore_eos", true}};
+  const json alone = s.post("/v1/completions", req)["choices"][0]["text"];
+  std::vector<std::future<json>> load;
+  for (int i = 0; i < 8; ++i)
+    load.push_back(std::async(std::launch::async, [&s, i] {
+      return s.post("/v1/completions", {{"prompt", "noise " + std::to_string(i)}, {"max_tokens", 60}, {"seed", i}});
+    }));
+  const json busy = s.post("/v1/completions", req)["choices"][0]["text"];
+  for (auto& l : load) l.get();
+  EXPECT_EQ(busy, alone);
+  json req78 = req;
+  req78["seed"] = 78;
+  const json other = s.post("/v1/completions", req78)["choices"][0]["text"];
+  EXPECT_NE(other, alone);
+  EXPECT_EQ(s.p.stop(), 0);
+}
+
+TEST(LlmHttp, PromtoolAcceptsTheLlmMetrics) {
+  ASSERT_EQ(std::system("command -v promtool > /dev/null"), 0) << "promtool is not installed";
+  llm_server s;
+  ASSERT_NE(s.port(), 0);
+  s.post("/v1/completions", {{"prompt", "metrics"}, {"max_tokens", 5}});
+  s.post("/v1/completions", {{"prompt", "metrics"}, {"max_tokens", 5000}});
+  const std::string m = s.metrics();
+  const std::string path = ::testing::TempDir() + "/tessera_llm_metrics.prom";
+  std::ofstream(path) << m;
+  EXPECT_EQ(std::system(("promtool check metrics < " + path).c_str()), 0) << m;
+  for (const char* name : {"tessera_llm_time_to_first_token_seconds_count 1", "tessera_llm_kv_blocks_free ",
+                           "tessera_llm_prefix_cache_hit_tokens_total ", "tessera_llm_generation_tokens_per_second ",
+                           "tessera_llm_inter_token_latency_seconds_bucket", "tessera_llm_queue_time_seconds_count 1"})
+    EXPECT_NE(m.find(name), std::string::npos) << name;
+  std::filesystem::remove(path);
+  EXPECT_EQ(s.p.stop(), 0);
+}
+
+TEST(LlmHttp, AStopSignalLetsStreamsFinish) {
+  llm_server s({"--toy-llm-step-us", "1000"});
+  ASSERT_NE(s.port(), 0);
+  sse_client sse(s.port(), "/v1/completions", json{{"prompt", "x"}, {"max_tokens", 200}, {"stream", true}, {"ignore_eos", true}}.dump());
+  ASSERT_FALSE(sse.next().empty());
+  auto stopped = std::async(std::launch::async, [&] { return s.p.stop(); });
+  int events = 1;
+  std::string e;
+  for (e = sse.next(); !e.empty() && e != "[DONE]"; e = sse.next()) ++events;
+  EXPECT_EQ(e, "[DONE]");
+  EXPECT_GE(events, 100);
+  EXPECT_EQ(stopped.get(), 0);
+}
+
+}  // namespace
+}  // namespace tessera::serving
