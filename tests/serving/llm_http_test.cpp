@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -333,6 +335,48 @@ TEST(LlmHttp, AStopSignalLetsStreamsFinish) {
   EXPECT_EQ(e, "[DONE]");
   EXPECT_GE(events, 100);
   EXPECT_EQ(stopped.get(), 0);
+}
+
+// tessera-loadgen's OpenAI mode against a live server: every request streamed to [DONE], output
+// lengths exact (max_tokens with ignore_eos), the CSV row's counts agree.
+TEST(LlmHttp, LoadgenSpeaksTheStreamingApi) {
+  llm_server s({"--toy-llm-step-us", "200"});
+  ASSERT_NE(s.port(), 0);
+  const std::string csv = ::testing::TempDir() + "/tessera_llm_loadgen.csv";
+  std::filesystem::remove(csv);
+  for (const std::string& args :
+       {std::string("--openai chat --mode closed --connections 8 --requests 24 --prompt-len U[8,40] --output-len 12"),
+        std::string("--openai completions --prompt-ids --prompt-id-range 0-250 --mode open --rate 200 --requests 20 "
+                    "--prompt-len 16 --output-len U[4,8] --shared-prefix 32 --model toy-llm")}) {
+    const std::string cmd = bin("tessera-loadgen") + " --quiet --port " + std::to_string(s.port()) + " " + args +
+                            " --csv " + csv + " > /dev/null";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  std::ifstream in(csv);
+  std::string header, chat, comp;
+  std::getline(in, header);
+  std::getline(in, chat);
+  std::getline(in, comp);
+  auto field = [&](const std::string& row, const std::string& name) {
+    std::vector<std::string> h, v;
+    std::stringstream hs(header), vs(row);
+    for (std::string x; std::getline(hs, x, ',');) h.push_back(x);
+    for (std::string x; std::getline(vs, x, ',');) v.push_back(x);
+    for (size_t i = 0; i < h.size() && i < v.size(); ++i)
+      if (h[i] == name) return std::stod(v[i]);
+    return -1.0;
+  };
+  EXPECT_EQ(field(chat, "ok"), 24);
+  EXPECT_EQ(field(chat, "errors"), 0);
+  EXPECT_EQ(field(chat, "output_tokens"), 24 * 12);
+  EXPECT_GT(field(chat, "ttft_p99_ms"), 0);
+  EXPECT_GT(field(chat, "tpot_p50_ms"), 0);
+  EXPECT_EQ(field(comp, "ok"), 20);
+  EXPECT_EQ(field(comp, "prompt_tokens"), 20 * (32 + 16));
+  EXPECT_GE(field(comp, "output_tokens"), 20 * 4);
+  EXPECT_LE(field(comp, "output_tokens"), 20 * 8);
+  std::filesystem::remove(csv);
+  EXPECT_EQ(s.p.stop(), 0);
 }
 
 }  // namespace

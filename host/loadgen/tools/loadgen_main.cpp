@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "tessera/loadgen/http_driver.hpp"
+#include "tessera/loadgen/openai_driver.hpp"
 #include "tessera/loadgen/workload.hpp"
 
 namespace po = boost::program_options;
@@ -21,12 +22,16 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   int port = 8080;
   bool no_truncate = false, quiet = false;
+  std::string openai_api, prompt_len = "U[32,512]", output_len = "U[16,256]";
+  llm_load_config lc;
   po::options_description opts(
       "tessera-loadgen: load a /predict endpoint, open loop (Poisson) or closed loop (fixed "
       "concurrency)\n\nExamples:\n"
       "  tessera-loadgen --mode closed --connections 64 --duration 10 --mix seed-40\n"
       "  tessera-loadgen --mode open --rate 300 --duration 30 --mix seed-0 --csv out.csv\n"
-      "  tessera-loadgen --mode open --trace trace.csv      # arrival_seconds,text|length\n\nOptions");
+      "  tessera-loadgen --mode open --trace trace.csv      # arrival_seconds,text|length\n"
+      "  tessera-loadgen --openai chat --mode closed --connections 64 --requests 64 \\\n"
+      "      --prompt-len U[32,512] --output-len U[16,256]   # an OpenAI streaming server\n\nOptions");
   opts.add_options()
       ("help", "print this help")
       ("host", po::value(&cfg.host)->default_value("127.0.0.1"), "server host")
@@ -46,7 +51,19 @@ int main(int argc, char** argv) {
       ("timeout", po::value(&cfg.request_timeout_seconds)->default_value(60.0), "per-request timeout, seconds")
       ("csv", po::value(&csv_path), "append a CSV row (header when the file is new)")
       ("json", po::value(&json_path), "write the report as JSON")
-      ("quiet", po::bool_switch(&quiet), "no progress lines on stderr");
+      ("quiet", po::bool_switch(&quiet), "no progress lines on stderr")
+      ("openai", po::value(&openai_api),
+       "chat | completions: load an OpenAI-compatible server's /v1/chat/completions or /v1/completions, "
+       "streamed, and report TTFT, TPOT, ITL, e2e and tokens/s (--connections: closed-loop clients)")
+      ("prompt-len", po::value(&prompt_len)->default_value(prompt_len), "--openai: prompt tokens, N or U[lo,hi]")
+      ("output-len", po::value(&output_len)->default_value(output_len),
+       "--openai: output tokens, N or U[lo,hi] (exact: max_tokens with ignore_eos)")
+      ("shared-prefix", po::value(&lc.shared_prefix_tokens)->default_value(0),
+       "--openai: a system prompt of this many tokens shared by every request")
+      ("prompt-ids", po::bool_switch(&lc.prompt_ids), "--openai completions: prompts as random token ids (exact lengths)")
+      ("prompt-id-range", po::value<std::string>(), "--prompt-ids: ids drawn from lo-hi (default 100-1000)")
+      ("model", po::value(&lc.model), "--openai: the \"model\" field")
+      ("temperature", po::value(&lc.temperature)->default_value(0.0), "--openai: sampling temperature");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -62,6 +79,47 @@ int main(int argc, char** argv) {
   if (mode != "open" && mode != "closed") {
     std::cerr << "tessera-loadgen: --mode must be open or closed\n";
     return 2;
+  }
+  if (!openai_api.empty()) {
+    auto pl = length_dist::parse(prompt_len);
+    auto ol = length_dist::parse(output_len);
+    if (!pl || !ol || port < 1 || port > 65535) {
+      std::cerr << "tessera-loadgen: " << (!pl ? pl.error().message() : !ol ? ol.error().message() : "--port must be 1..65535")
+                << "\n";
+      return 2;
+    }
+    if (vm.count("prompt-id-range")) {
+      const std::string r = vm["prompt-id-range"].as<std::string>();
+      if (std::sscanf(r.c_str(), "%d-%d", &lc.id_lo, &lc.id_hi) != 2) {
+        std::cerr << "tessera-loadgen: --prompt-id-range takes lo-hi\n";
+        return 2;
+      }
+    }
+    lc.host = cfg.host;
+    lc.port = static_cast<uint16_t>(port);
+    lc.api = openai_api;
+    lc.mode = mode == "open" ? loop_mode::open : loop_mode::closed;
+    lc.concurrency = cfg.connections;
+    lc.rate = rate;
+    lc.requests = requests > 0 ? requests : 64;
+    lc.prompt = *pl;
+    lc.output = *ol;
+    lc.seed = seed;
+    lc.request_timeout_seconds = vm["timeout"].defaulted() ? 600 : cfg.request_timeout_seconds;
+    lc.progress = !quiet;
+    auto report = run_llm_load(lc);
+    if (!report) {
+      std::cerr << "tessera-loadgen: " << report.error().message() << "\n";
+      return 2;
+    }
+    std::cout << to_table(*report);
+    if (!csv_path.empty()) {
+      bool fresh = !std::filesystem::exists(csv_path) || std::filesystem::file_size(csv_path) == 0;
+      std::ofstream out(csv_path, std::ios::app);
+      if (fresh) out << llm_csv_header();
+      out << to_csv_row(*report);
+    }
+    return report->ok > 0 && report->errors == 0 ? 0 : 1;
   }
   if (port < 1 || port > 65535 || (mode == "open" && trace.empty() && rate <= 0) ||
       (cfg.duration_seconds <= 0 && requests <= 0 && trace.empty())) {

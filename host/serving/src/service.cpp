@@ -275,7 +275,8 @@ void service::route(std::string_view method, std::string_view target, std::strin
     if (!post) return wrong_method("POST");
     return tei_tokenize(body, reply);
   }
-  if (path == "/v1" || path.substr(0, 4) == "/v1/") return openai_route(method, path, body, headers, reply);
+  if (llm_.engine && (path == "/v1" || path.substr(0, 4) == "/v1/"))
+    return openai_route(method, path, body, headers, reply);
   if (llm_.engine && (path == "/health" || path == "/" || path == "/ping")) {
     if (!get) return wrong_method("GET");
     if (!llm_.engine->healthy()) return reply(error_reply(503, error_kind::unhealthy, "the decoder backend is down"));

@@ -276,10 +276,6 @@ std::string sse(const json& j) { return "data: " + to_text(j) + "\n\n"; }
 
 void service::openai_route(std::string_view method, std::string_view path, std::string_view body,
                            const request_headers& headers, const reply_fn& reply) {
-  if (!llm_.engine)
-    return reply(error_http({404, "no decoder is served here: /v1/ routes need a decoder model "
-                                  "(tessera-serve --model <a decoder preset or folder>)",
-                             "invalid_request_error", "", "not_found"}));
   auto wrong = [&](std::string_view allow) {
     http_reply r = error_http({405, printable(method, 16) + " is not allowed on " + printable(path, 100) +
                                         "; use " + std::string(allow),
