@@ -6,10 +6,14 @@
 // path runs, at thousands of requests a second; TESSERA_FUZZ_BACKEND=reference runs bert-tiny's
 // reference forward instead).
 //
+// The OpenAI routes (/v1/...) are served by an llm_engine over the toy decoder (toy_llm.hpp).
+//
 // Invariants beyond "no crash, no sanitizer report, no hang":
-//  - the handler replies exactly once, within 10 s;
+//  - the handler replies exactly once, within 10 s; a streamed reply closes within 10 s;
 //  - never 500: a 500 means an exception reached the last-resort catch, a bug to fix;
-//  - a JSON reply is valid UTF-8 and valid JSON; an error reply is {"error", "error_type"};
+//  - a JSON reply is valid UTF-8 and valid JSON; an error reply is {"error", "error_type"}, or on
+//    /v1/ OpenAI's {"error": {"message", "type", "param", "code"}};
+//  - every event of a stream is valid JSON (or [DONE], which ends it);
 //  - a 405 names the allowed method.
 #include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
 
@@ -20,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "tessera/backends/reference_backend.hpp"
@@ -27,6 +32,7 @@
 #include "tessera/serving/model_adapters.hpp"
 #include "tessera/serving/router.hpp"
 #include "tessera/serving/service.hpp"
+#include "tessera/serving/toy_llm.hpp"
 #include "tessera/serving/toy_model.hpp"
 #include "tessera/serving/utf8.hpp"
 
@@ -50,6 +56,7 @@ struct front_door {
   model_info info;
   service_config cfg;
   std::unique_ptr<service> svc;
+  std::unique_ptr<llm_engine> llm;
 
   front_door() {
     auto model = std::make_shared<const models::bert_model>(models::load_model("bert-tiny").value());
@@ -68,6 +75,11 @@ struct front_door {
     cfg.max_client_batch_size = 8;
     cfg.max_body_bytes = 64 << 10;
     svc = std::make_unique<service>(cfg, r, tok, info, metrics);
+    auto llm_tok = make_byte_tokenizer();
+    llm = std::make_unique<llm_engine>(llm_engine_config{}, make_toy_llm_backend({.num_blocks = 64}), llm_tok,
+                                       &metrics);
+    llm->start();
+    svc->set_llm({.engine = llm.get(), .tokenizer = llm_tok, .model_id = "toy-llm"});
   }
 };
 
@@ -98,8 +110,40 @@ http_reply call(front_door& d, std::string_view method, std::string_view target,
   return std::move(slot->reply);
 }
 
+/// The whole body of a streamed reply (it must close within 10 s).
+std::string drain(reply_stream& s, const std::string& where) {
+  std::string all;
+  for (int i = 0; i < 10000; ++i) {
+    bool closed = false;
+    all += s.take(closed);
+    if (closed) return all + s.take(closed);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  fail(where + ": a stream still open after 10 s");
+}
+
 void check(const http_reply& r, std::string_view method, std::string_view target) {
   const std::string where = printable(method, 16) + " " + printable(target, 80);
+  const bool openai = target.substr(0, 4) == "/v1/";
+  if (r.stream) {
+    if (r.status != 200) fail(where + ": a stream with status " + std::to_string(r.status));
+    const std::string body = drain(*r.stream, where);
+    if (auto bad = find_invalid_utf8(body)) fail(where + ": stream " + bad->describe("it"));
+    size_t at = 0;
+    bool done = false;
+    while ((at = body.find("data: ", at)) != std::string::npos) {
+      const size_t end = body.find("\n\n", at);
+      if (end == std::string::npos) fail(where + ": an unterminated event");
+      const std::string payload = body.substr(at + 6, end - at - 6);
+      if (done) fail(where + ": an event after [DONE]");
+      if (payload == "[DONE]") done = true;
+      else if (nlohmann::json::parse(payload, nullptr, false).is_discarded())
+        fail(where + ": an event that is not JSON: " + printable(payload));
+      at = end + 2;
+    }
+    if (!done) fail(where + ": a stream without [DONE]");
+    return;
+  }
   if (r.status < 200 || r.status > 599) fail(where + ": status " + std::to_string(r.status));
   if (r.status == 500) fail(where + ": 500 (an exception reached the last resort): " + printable(r.body));
   if (auto bad = find_invalid_utf8(r.body)) fail(where + ": reply body " + bad->describe("it"));
@@ -107,7 +151,12 @@ void check(const http_reply& r, std::string_view method, std::string_view target
   if (r.content_type != "application/json" || r.body.empty()) return;
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   if (j.is_discarded()) fail(where + ": reply is not JSON: " + printable(r.body));
-  if (r.status >= 400 && !(j.is_object() && j.contains("error") && j["error"].is_string() &&
+  if (openai && r.status >= 400 &&
+      !(j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message") &&
+        j["error"]["message"].is_string() && j["error"].contains("type") && j["error"].contains("param") &&
+        j["error"].contains("code")))
+    fail(where + ": OpenAI error reply without error.message/type/param/code: " + printable(r.body));
+  if (!openai && r.status >= 400 && !(j.is_object() && j.contains("error") && j["error"].is_string() &&
                            j.contains("error_type") && j["error_type"].is_string()))
     fail(where + ": error reply without error/error_type: " + printable(r.body));
 }

@@ -349,8 +349,11 @@ TEST(LlmHttp, LoadgenSpeaksTheStreamingApi) {
         std::string("--openai completions --prompt-ids --prompt-id-range 0-250 --mode open --rate 200 --requests 20 "
                     "--prompt-len 16 --output-len U[4,8] --shared-prefix 32 --model toy-llm")}) {
     const std::string cmd = bin("tessera-loadgen") + " --quiet --port " + std::to_string(s.port()) + " " + args +
-                            " --csv " + csv + " > /dev/null";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+                            " --csv " + csv + " > " + csv + ".out 2>&1";
+    if (std::system(cmd.c_str()) != 0) {
+      std::ifstream out(csv + ".out");
+      ADD_FAILURE() << cmd << "\n" << std::string(std::istreambuf_iterator<char>(out), {});
+    }
   }
   std::ifstream in(csv);
   std::string header, chat, comp;

@@ -324,13 +324,14 @@ class session final : public session_base {
     }
     if (!last) return;
     chunk_writing_ = true;
+    disconnect_ = nullptr;  // the answer is complete: a client closing now has not gone early
     net::async_write(stream_, http::make_chunk_last(), [self = self()](beast::error_code ec, std::size_t) {
       self->chunk_writing_ = false;
-      auto s = std::move(self->stream_reply_);
-      s->set_wake(nullptr);
+      // The client may have read the last chunk and closed already (close() ran first).
+      if (auto s = std::move(self->stream_reply_)) s->set_wake(nullptr);
       self->disconnect_ = nullptr;
       self->done_counting();
-      if (ec) return self->close();
+      if (ec || self->closed_) return self->close();
       self->end();
     });
   }
