@@ -44,7 +44,7 @@ const conv = spawnSync("node", [path.join(here, "../models/scripts/tokenizer_pre
 if (conv.status !== 0) throw new Error(conv.stderr);
 
 function npm(encode) {
-  let best = Infinity, tokens = 0, hash = 0;
+  let best = Infinity, first = 0, tokens = 0, hash = 0;
   for (let k = 0; k < repeat; ++k) {
     let h = 2166136261 >>> 0, n = 0;
     const t0 = process.hrtime.bigint();
@@ -53,11 +53,13 @@ function npm(encode) {
       for (const id of ids) h = Math.imul(h ^ id, 16777619) >>> 0;
       n += ids.length;
     }
-    best = Math.min(best, Number(process.hrtime.bigint() - t0) / 1e9);
+    const took = Number(process.hrtime.bigint() - t0) / 1e9;
+    if (k === 0) first = took;
+    best = Math.min(best, took);
     tokens = n;
     hash = h;
   }
-  return { seconds: best, mb_per_s: bytes / best / 1e6, tokens, hash };
+  return { seconds: best, mb_per_s: bytes / best / 1e6, first_mb_per_s: bytes / first / 1e6, tokens, hash };
 }
 
 function tessera(name) {
@@ -75,7 +77,9 @@ const rows = [
 ];
 fs.rmSync(dir, { recursive: true, force: true });
 console.log(`BPE encode throughput: ${docs.length} documents, ${(bytes / 1e6).toFixed(2)} MB of seeded mixed text, one thread, best of ${repeat}; node ${process.version}, ${os.cpus()[0].model}`);
-console.log("| tokenizer | implementation | MB/s | tokens | s | ids equal |");
+// Both sides cache words (tessera: GPT-2's, bounded; gpt-3-encoder: all, unbounded): the first pass
+// runs with cold caches, the best of the passes with warm ones.
+console.log("| tokenizer | implementation | MB/s first pass | MB/s best | tokens | ids equal |");
 console.log("|---|---|---:|---:|---:|---|");
 let ok = true;
 for (let i = 0; i < rows.length; ++i) {
@@ -83,11 +87,11 @@ for (let i = 0; i < rows.length; ++i) {
   const ref = rows[i - (i % 2)][2];
   const same = m.tokens === ref.tokens && Number(m.hash) === Number(ref.hash);
   ok &&= same;
-  console.log(`| ${tok} | ${impl} | ${m.mb_per_s.toFixed(2)} | ${m.tokens} | ${m.seconds.toFixed(3)} | ${i % 2 ? (same ? "yes" : "NO") : "-"} |`);
+  console.log(`| ${tok} | ${impl} | ${m.first_mb_per_s.toFixed(2)} | ${m.mb_per_s.toFixed(2)} | ${m.tokens} | ${i % 2 ? (same ? "yes" : "NO") : "-"} |`);
 }
 for (const t of ["GPT-2", "LLaMA"]) {
-  const [a, b] = rows.filter(r => r[0] === t).map(r => r[2].mb_per_s);
-  console.log(`${t}: tessera ${(a / b).toFixed(1)}x the npm implementation`);
+  const [a, b] = rows.filter(r => r[0] === t).map(r => r[2]);
+  console.log(`${t}: tessera ${(a.first_mb_per_s / b.first_mb_per_s).toFixed(1)}x the npm implementation (first pass), ${(a.mb_per_s / b.mb_per_s).toFixed(1)}x (best)`);
 }
 if (!ok) {
   console.error("bench_tokenizers: the implementations gave different ids");

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -79,6 +80,39 @@ class merge_table {
   int shift_ = 64;
 };
 
+/// Token ids of recent words (GPT-2's pre-tokenizer words repeat: " the", ","), shared by all
+/// threads: sharded, each shard under its own mutex, and filled only up to a bound (as HF's cache).
+class word_cache {
+ public:
+  static constexpr size_t max_word_bytes = 64;
+  bool get(std::string_view w, std::vector<int32_t>& out) const {
+    shard& s = shard_of(w);
+    std::lock_guard lock(s.m);
+    auto it = s.map.find(w);
+    if (it == s.map.end()) return false;
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    return true;
+  }
+  void put(std::string_view w, const int32_t* ids, size_t n) const {
+    shard& s = shard_of(w);
+    std::lock_guard lock(s.m);
+    if (s.map.size() < per_shard) s.map.emplace(std::string(w), std::vector<int32_t>(ids, ids + n));
+  }
+
+ private:
+  static constexpr size_t shards = 16, per_shard = 4096;
+  struct hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view v) const { return std::hash<std::string_view>{}(v); }
+  };
+  struct shard {
+    std::mutex m;
+    std::unordered_map<std::string, std::vector<int32_t>, hash, std::equal_to<>> map;
+  };
+  shard& shard_of(std::string_view w) const { return shards_[std::hash<std::string_view>{}(w) % shards]; }
+  mutable std::array<shard, shards> shards_;
+};
+
 /// A normalizer step (HF Prepend or Replace with a string pattern).
 struct norm_step {
   bool prepend = false;
@@ -126,6 +160,7 @@ struct bpe_tokenizer_impl {
   bool decode_lossy = true;                       ///< ByteLevel decoder: U+FFFD for ill-formed bytes
   int strip_leading = 0;                          ///< spaces stripped from the start of decoded text
   std::string chat_template;                      ///< tokenizer_config.json "chat_template"
+  word_cache cache;                               ///< byte-level words -> ids
 
   int32_t size() const { return static_cast<int32_t>(tokens.size()); }
 
@@ -435,7 +470,14 @@ status bpe_tokenizer_impl::pre_tokenize(std::string_view s, bool first, std::vec
       if (!use_regex) return model(s, out);
       status st;
       gpt2_split(s, [&](std::string_view w) {
-        if (st) st = model(w, out);
+        if (!st) return;
+        if (w.size() > word_cache::max_word_bytes) {
+          st = model(w, out);
+        } else if (!cache.get(w, out)) {
+          const size_t before = out.size();
+          st = model(w, out);
+          if (st) cache.put(w, out.data() + before, out.size() - before);
+        }
       });
       return st;
     }

@@ -80,6 +80,30 @@ describe("BPE tokenizers equal the npm implementations on the real vocabularies"
     texts.forEach((t, i) => assert.equal(llama.decode(got[i].ids_special), t));
   });
 
+  test("tessera-models tokenize: presets by name, ids and tokens, errors", () => {
+    const env = { ...process.env, TESSERA_TOKENIZER_DIR: dir };
+    const run = (...args) => spawnSync(path.join(bin, "tessera-models"), ["tokenize", ...args], { env, encoding: "utf8" });
+    const lines = out => Object.fromEntries(out.trim().split("\n").map(l => [l.slice(0, l.indexOf(":")), JSON.parse(l.slice(l.indexOf(":") + 1))]));
+    let p = run("--tokenizer", "gpt2", "--text", "Hello world");
+    assert.equal(p.status, 0, p.stderr);
+    assert.deepEqual(lines(p.stdout), { ids: [15496, 995], tokens: ["Hello", "\u0120world"], count: 2, decoded: "Hello world" });
+    p = run("--tokenizer", "llama", "--text", "Hello world");
+    assert.equal(p.status, 0, p.stderr);
+    assert.deepEqual(lines(p.stdout), { ids: [1, 15043, 3186], tokens: ["<s>", "\u2581Hello", "\u2581world"], count: 3, decoded: "Hello world" });
+    p = run("--tokenizer", "llama", "--decode", "1", "15043", "29871", "243", "162", "169", "156");
+    assert.equal(p.status, 0, p.stderr);
+    assert.deepEqual(lines(p.stdout), { text: "<s> Hello \u{1F999}" });
+    p = run("--tokenizer", "llama", "--decode", "32000");
+    assert.equal(p.status, 2);
+    assert.match(p.stderr, /token id 32000 is outside the vocab/);
+    p = run("--tokenizer", path.join(dir, "nonexistent"), "--text", "x");
+    assert.equal(p.status, 2);
+    assert.match(p.stderr, /not a folder/);
+    p = spawnSync(path.join(bin, "tessera-models"), ["tokenize", "--tokenizer", "gpt2", "--stdin"], { env, input: Buffer.from([0x61, 0xff]) });
+    assert.equal(p.status, 2);
+    assert.match(p.stderr.toString(), /invalid UTF-8 at byte 1/);
+  });
+
   test("the texts cover what the check claims", () => {
     const texts = exactnessTexts(2, count);
     const has = re => texts.some(t => re.test(t));
