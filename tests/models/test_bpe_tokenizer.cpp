@@ -125,6 +125,19 @@ TEST(bpe_tokenizer, merges_apply_by_rank_not_by_position) {
   EXPECT_EQ(tokens_of(sp, "a a"), (std::vector<std::string>{"a", g + "a"}));
 }
 
+TEST(bpe_tokenizer, a_later_duplicate_merge_replaces_the_earlier_and_ignore_merges) {
+  // HF's merges map (and gpt-3-encoder's, llama-tokenizer-js's) keeps the last rank of a pair.
+  auto dup = byte_level({{"a", "b"}, {"b", "c"}, {"a", "b"}});
+  EXPECT_EQ(dup.merges_size(), 3u);
+  EXPECT_EQ(tokens_of(dup, "abc"), (std::vector<std::string>{"a", "bc"}));
+  // ignore_merges: a word that is a token is that token, whatever the merges would make.
+  json j = llama_json(llama_tokens, llama_merges);
+  j["normalizer"] = nullptr;
+  EXPECT_EQ(tokens_of(from_json(j), "abc"), (std::vector<std::string>{"a", "b", "c"}));
+  j["model"]["ignore_merges"] = true;
+  EXPECT_EQ(tokens_of(from_json(j), "abc"), (std::vector<std::string>{"abc"}));
+}
+
 TEST(bpe_tokenizer, gpt2_pre_tokenizer_splits_as_the_regex) {
   // With merges that would join across the pre-tokenizer's words, the tokens show where it split.
   const std::string g = byte_char(' ');
@@ -323,6 +336,12 @@ TEST(bpe_tokenizer, metaspace_pre_tokenizer) {
   // ... and with "first", only to the stretch at the start of the text (not after a special).
   EXPECT_EQ(tokens_of(t, "<s>Hello"), (std::vector<std::string>{"<s>", "H", "el", "lo"}));
   EXPECT_EQ(decoded(t, ids_of(t, "Hello world")), "Hello world");
+  // split: each ▁ starts a word, so "▁ ▁" cannot merge across words.
+  EXPECT_EQ(tokens_of(t, "a  b"), (std::vector<std::string>{"\u2581", "a", "\u2581\u2581", "b"}));
+  j["pre_tokenizer"]["split"] = true;
+  auto split = from_json(j);
+  EXPECT_EQ(tokens_of(split, "a  b"), (std::vector<std::string>{"\u2581", "a", "\u2581", "\u2581", "b"}));
+  EXPECT_EQ(decoded(split, ids_of(split, "a  b")), "a  b");
 }
 
 TEST(bpe_tokenizer, loading_errors_name_the_problem) {
