@@ -422,6 +422,48 @@ TEST(decoder_generate, seeded_presets_generate_varied_tokens) {
   }
 }
 
+// ---- Goldens from an independent plain PyTorch implementation (models/scripts/make_decoder_goldens.py) ----
+
+// Logits at every prompt position within 1e-4, through the cache-free path, a token-by-token
+// cached prefill and a chunked one; 32 greedy tokens equal up to the first step whose golden top-2
+// margin is below 1e-3 (a tie there may go either way, and every later token follows from it).
+TEST(decoder_goldens, pytorch_logits_and_greedy_tokens) {
+  set_num_threads(2);
+  const auto g = nlohmann::json::parse(read_file(data_dir() + "/decoders/goldens.json"));
+  ASSERT_GE(g["models"].size(), 2u);
+  for (const auto& [name, entry] : g["models"].items()) {
+    auto m = odd_model(name, g["seed"].get<uint64_t>());
+    const int V = m.shape().vocab_size;
+    for (const auto& p : entry["prompts"]) {
+      const auto ids = p["ids"].get<std::vector<int32_t>>();
+      const auto want = p["logits"].get<std::vector<std::vector<float>>>();
+      ASSERT_EQ(want.size(), ids.size());
+      auto full = m.full_logits(ids);
+      ASSERT_TRUE(full);
+      auto cache = paged_kv_cache::make(m.shape(), {4, 16});
+      ASSERT_TRUE(cache);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        ASSERT_EQ(static_cast<int>(want[i].size()), V);
+        EXPECT_LT(max_abs_diff((*full)[i], want[i]), 1e-4f) << name << " full, position " << i;
+        auto r = m.step({{seq_step{1, {ids[i]}, static_cast<int32_t>(i), blocks(0, 16)}}}, *cache);
+        ASSERT_TRUE(r) << r.error().to_string();
+        EXPECT_LT(max_abs_diff(r->front(), want[i]), 1e-4f) << name << " cached, position " << i;
+      }
+      auto chunked = greedy_generate(m, ids, {.max_tokens = 32, .block_tokens = 16, .prefill_chunk = 6});
+      ASSERT_TRUE(chunked) << chunked.error().to_string();
+      EXPECT_LT(max_abs_diff(chunked->logits.front(), want.back()), 1e-4f) << name << " chunked prefill";
+      const auto tokens = p["greedy"].get<std::vector<int32_t>>();
+      const auto margins = p["margins"].get<std::vector<float>>();
+      ASSERT_EQ(chunked->tokens.size(), tokens.size());
+      size_t compared = 0;
+      for (; compared < tokens.size() && margins[compared] >= 1e-3f; ++compared)
+        EXPECT_EQ(chunked->tokens[compared], tokens[compared]) << name << " greedy step " << compared;
+      EXPECT_GE(compared, 16u) << name << ": most steps must be comparable";
+      EXPECT_GE(std::set<int32_t>(tokens.begin(), tokens.end()).size(), 8u) << name << ": generations vary";
+    }
+  }
+}
+
 // ---- Hugging Face folders ----
 
 // Writes tensors as a safetensors file with the given dtype (F32, F16 or BF16; values rounded
