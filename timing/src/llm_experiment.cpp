@@ -1,0 +1,165 @@
+// The LLM experiment: systems x batching at an SLO, load sweeps, cost and energy per million tokens.
+#include "tessera/timing/llm_experiment.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace tessera::timing {
+namespace {
+
+std::string num(double v, const char* f = "%.4g") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string money(double v) { return v < 0 ? "-" : "$" + num(v, v >= 100 ? "%.0f" : "%.3g"); }
+
+}  // namespace
+
+result<std::string> run_llm_experiment(const llm_experiment_options& o, std::ostream& log) {
+  auto shape = models::shape_preset(o.model);
+  if (!shape) return shape.error();
+  auto dims = decoder_dims_of(*shape);
+  if (!dims) return dims.error();
+  if (o.systems.empty()) return status::invalid("no systems to compare");
+  const int64_t n = o.quick ? 300 : o.requests;
+  schedule_options cont = o.continuous, stat = o.static_batch;
+  cont.policy = batching::continuous;
+  stat.policy = batching::static_batch;
+
+  std::vector<llm_system> systems;
+  std::vector<llm_experiment_row> rows;
+  std::ostringstream csv;
+  csv << "system,batching,chips,load_fraction,rate_per_s,tokens_per_s,tokens_per_s_per_chip,ttft_p50_s,ttft_p99_s,"
+         "tpot_p50_s,tpot_p99_s,e2e_p50_s,e2e_p99_s,preemptions,meets_slo,at_slo,usd_per_mtok,kwh_per_mtok,tdp_w,price_usd\n";
+  std::vector<std::string> csv_rows;
+  for (const auto& spec : o.systems) {
+    auto sys = make_llm_system(spec, *dims);
+    if (!sys) return sys.error().with_context("system " + spec);
+    systems.push_back(*sys);
+    double base_rate = 0;
+    for (const schedule_options* opt : {&cont, &stat}) {
+      auto p = throughput_at_slo(*sys, *dims, o.traffic, *opt, o.slo, n, o.seed);
+      if (!p) return p.error().with_context(spec + " " + std::string(batching_name(opt->policy)));
+      llm_experiment_row row;
+      row.system = spec;
+      row.batching = std::string(batching_name(opt->policy));
+      row.chips = sys->chips;
+      row.slo_rate_per_s = p->rate_per_s;
+      row.slo_tokens_per_s = p->rate_per_s > 0 ? p->report.tokens_per_s : 0;
+      row.max_tokens_per_s = p->max_tokens_per_s;
+      row.at_slo = p->report;
+      rows.push_back(row);
+      if (opt == &cont) base_rate = p->rate_per_s > 0 ? p->rate_per_s : p->max_tokens_per_s / o.traffic.output.mean / 8;
+      log << "llm-experiment: " << spec << " " << row.batching << ": " << num(row.slo_tokens_per_s, "%.0f")
+          << " tok/s at the SLO (" << num(row.slo_rate_per_s, "%.3g") << " req/s), " << num(row.max_tokens_per_s, "%.0f")
+          << " tok/s unconstrained\n";
+    }
+    for (const schedule_options* opt : {&cont, &stat}) {
+      for (double f : o.load_fractions) {
+        auto r = simulate_llm_serving(*sys, *dims, poisson_trace(n, f * base_rate, o.traffic, o.seed), *opt);
+        if (!r) return r.error().with_context(spec);
+        const bool meets = r->ttft_p99_s <= o.slo.ttft_p99_s && r->tpot_p99_s <= o.slo.tpot_p99_s;
+        std::ostringstream line;
+        line << spec << "," << batching_name(opt->policy) << "," << sys->chips << "," << f << "," << f * base_rate << ","
+             << r->tokens_per_s << "," << r->tokens_per_s / double(sys->chips) << "," << r->ttft_p50_s << ","
+             << r->ttft_p99_s << "," << r->tpot_p50_s << "," << r->tpot_p99_s << "," << r->e2e_p50_s << ","
+             << r->e2e_p99_s << "," << r->preemptions << "," << (meets ? 1 : 0) << ",0,,," << sys->tdp_watts << ","
+             << (sys->price_usd ? num(*sys->price_usd, "%.0f") : "");
+        csv_rows.push_back(line.str());
+      }
+    }
+  }
+
+  // Cost: the reference is the first priced GPU's continuous row.
+  const llm_experiment_row* ref = nullptr;
+  const llm_system* ref_sys = nullptr;
+  for (size_t i = 0; i < rows.size() && ref == nullptr; ++i) {
+    const llm_system& s = systems[i / 2];
+    if (s.kind == "gpu" && s.price_usd && rows[i].batching == "continuous" && rows[i].slo_tokens_per_s > 0)
+      ref = &rows[i], ref_sys = &s;
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    auto& row = rows[i];
+    const llm_system& s = systems[i / 2];
+    if (row.slo_tokens_per_s <= 0) continue;
+    std::optional<double> price = s.price_usd;
+    if (!price && s.kind == "ipu" && o.ipu_price_usd > 0) price = o.ipu_price_usd * double(s.chips);
+    auto c = cost_per_million_tokens(price.value_or(0), s.tdp_watts, row.slo_tokens_per_s, o.cost);
+    if (!c) return c.error();
+    row.kwh_per_mtok = c->kwh_per_million_tokens;
+    if (price) row.usd_per_mtok = c->usd_per_million_tokens;
+    if (ref != nullptr && s.kind == "ipu") {
+      row.break_even_parity_usd = break_even_price_usd(ref->usd_per_mtok, s.tdp_watts, row.slo_tokens_per_s, o.cost) /
+                                  double(s.chips);
+      row.break_even_25pct_usd =
+          break_even_price_usd(0.75 * ref->usd_per_mtok, s.tdp_watts, row.slo_tokens_per_s, o.cost) / double(s.chips);
+    }
+    std::ostringstream line;
+    line << row.system << "," << row.batching << "," << row.chips << ",slo," << row.slo_rate_per_s << ","
+         << row.slo_tokens_per_s << "," << row.slo_tokens_per_s / double(row.chips) << "," << row.at_slo.ttft_p50_s << ","
+         << row.at_slo.ttft_p99_s << "," << row.at_slo.tpot_p50_s << "," << row.at_slo.tpot_p99_s << ","
+         << row.at_slo.e2e_p50_s << "," << row.at_slo.e2e_p99_s << "," << row.at_slo.preemptions << ",1,1,"
+         << (row.usd_per_mtok >= 0 ? num(row.usd_per_mtok) : "") << "," << row.kwh_per_mtok << "," << s.tdp_watts << ","
+         << (price ? num(*price, "%.0f") : "");
+    csv_rows.push_back(line.str());
+  }
+  for (const auto& l : csv_rows) csv << l << "\n";
+
+  std::ostringstream md;
+  md << "# LLM experiment: " << o.model << " on modelled systems (timing model, modelled clock)\n\n";
+  md << "Command: `" << o.command << "`\n\n";
+  md << "Traffic: ShareGPT-like chat, Poisson arrivals, " << n << " requests per run (seed " << o.seed
+     << "); prompt log-normal mean " << o.traffic.prompt.mean << " tokens (sigma " << o.traffic.prompt.sigma
+     << ", clipped to [" << o.traffic.prompt.lo << ", " << o.traffic.prompt.hi << "]), output mean "
+     << o.traffic.output.mean << " (sigma " << o.traffic.output.sigma << ", [" << o.traffic.output.lo << ", "
+     << o.traffic.output.hi << "]).\n";
+  md << "SLO: p99 TTFT <= " << o.slo.ttft_p99_s << " s and p99 TPOT <= " << o.slo.tpot_p99_s * 1e3 << " ms. "
+     << "Continuous batching: up to " << cont.max_seqs << " sequences and " << cont.token_budget
+     << " new tokens per step and replica (chunked prefill); static: batches of up to " << stat.static_batch
+     << " requests padded to the longest prompt, run until the longest output ends.\n";
+  md << "Cost: 3-year-style amortisation over " << o.cost.amortisation_years << " years, utilisation "
+     << o.cost.utilisation << ", $" << o.cost.usd_per_kwh << "/kWh, TDP drawn all the time; usd/Mtok = (price / "
+     << "amortisation s + TDP x $/J) / (utilisation x tok/s) x 1e6.\n\n";
+  md << "## Systems\n\n| system | modelled as | replicas | KV per pool (GB) | TDP (W) | price |\n|---|---|---|---|---|---|\n";
+  for (const auto& s : systems)
+    md << "| " << s.spec << " | " << s.description << " | " << s.replicas << " | " << num(s.kv_capacity_bytes / 1e9, "%.2f")
+       << " | " << num(s.tdp_watts, "%.0f") << " | "
+       << (s.price_usd ? money(*s.price_usd) : (o.ipu_price_usd > 0 && s.kind == "ipu"
+                                                    ? money(o.ipu_price_usd * double(s.chips)) + " (--ipu-price-usd)"
+                                                    : std::string("none published")))
+       << " |\n";
+  md << "\n## Throughput at the SLO, cost and energy per million output tokens\n\n"
+        "| system | batching | req/s at SLO | tok/s at SLO | tok/s per chip | tok/s unconstrained | p99 TTFT s | p99 TPOT ms "
+        "| preemptions | $/Mtok | kWh/Mtok | IPU price for parity | IPU price for -25% |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : rows) {
+    const bool ipu = r.break_even_parity_usd != 0 || r.break_even_25pct_usd != 0;
+    md << "| " << r.system << " | " << r.batching << " | " << num(r.slo_rate_per_s, "%.3g") << " | "
+       << num(r.slo_tokens_per_s, "%.0f") << " | " << num(r.slo_tokens_per_s / double(r.chips), "%.0f") << " | "
+       << num(r.max_tokens_per_s, "%.0f") << " | " << (r.slo_rate_per_s > 0 ? num(r.at_slo.ttft_p99_s, "%.3f") : "-")
+       << " | " << (r.slo_rate_per_s > 0 ? num(r.at_slo.tpot_p99_s * 1e3, "%.1f") : "-") << " | " << r.at_slo.preemptions
+       << " | " << money(r.usd_per_mtok) << " | " << (r.slo_tokens_per_s > 0 ? num(r.kwh_per_mtok, "%.3g") : "-") << " | "
+       << (ipu ? money(r.break_even_parity_usd) : "-") << " | " << (ipu ? money(r.break_even_25pct_usd) : "-") << " |\n";
+  }
+  if (ref != nullptr)
+    md << "\nReference for the break-even prices: " << ref_sys->spec << " continuous, " << money(ref->usd_per_mtok)
+       << "/Mtok. An IPU price at or below the '-25%' column makes that IPU system's cost per million tokens 25% lower "
+          "than the reference's at the same SLO.\n";
+
+  std::error_code ec;
+  std::filesystem::create_directories(o.out_dir, ec);
+  const auto csv_path = std::filesystem::path(o.out_dir) / "llm-experiment.csv";
+  const auto md_path = std::filesystem::path(o.out_dir) / "llm-experiment.md";
+  std::ofstream c(csv_path), m(md_path);
+  if (!c || !m) return status::io_error("cannot write " + csv_path.string() + " / " + md_path.string());
+  c << csv.str();
+  m << md.str();
+  if (!c || !m) return status::io_error("writing " + csv_path.string() + " failed");
+  return md.str();
+}
+
+}  // namespace tessera::timing

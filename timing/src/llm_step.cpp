@@ -1,0 +1,107 @@
+// The LLM step model: a mixed prefill/decode step as GEMM and attention rooflines per layer.
+#include "tessera/timing/llm_step.hpp"
+
+#include <algorithm>
+
+#include "tessera/timing/llm_system.hpp"
+
+namespace tessera::timing {
+
+int64_t decoder_dims::layer_linear_params() const {
+  const int64_t q = heads * head_dim, kv = kv_heads * head_dim;
+  return hidden * q + 2 * hidden * kv + q * hidden + (gated ? 3 : 2) * hidden * intermediate;
+}
+
+double decoder_dims::weight_bytes() const {
+  return (double(layers) * double(layer_linear_params()) + double(lm_head_params())) * element_bytes;
+}
+
+result<decoder_dims> decoder_dims_of(const models::model_shape& s) {
+  if (s.arch == models::architecture::bert)
+    return status::unsupported(s.name + " is a BERT encoder; the LLM step model times decoders (e.g. llama-2-7b, "
+                                        "llama-3-8b)");
+  TESSERA_RETURN_IF_ERROR(s.validate());
+  decoder_dims d;
+  d.name = s.name;
+  d.layers = s.num_layers;
+  d.hidden = s.hidden_size;
+  d.heads = s.num_heads;
+  d.kv_heads = s.num_kv_heads;
+  d.head_dim = s.head_dim();
+  d.intermediate = s.intermediate_size;
+  d.vocab = s.vocab_size;
+  d.gated = s.activation == models::activation_kind::silu;
+  return d;
+}
+
+int64_t llm_step_batch::tokens() const {
+  int64_t t = static_cast<int64_t>(decode_contexts.size());
+  for (const auto& p : prefills) t += p.tokens;
+  return t;
+}
+
+int64_t llm_step_batch::logit_rows() const {
+  int64_t n = static_cast<int64_t>(decode_contexts.size());
+  for (const auto& p : prefills) n += p.logits ? 1 : 0;
+  return n;
+}
+
+status llm_step_batch::validate() const {
+  for (const auto& p : prefills)
+    if (p.tokens <= 0 || p.context < 0)
+      return status::invalid("a prefill chunk needs tokens > 0 and context >= 0, got tokens " +
+                             std::to_string(p.tokens) + ", context " + std::to_string(p.context));
+  for (int64_t c : decode_contexts)
+    if (c < 0) return status::invalid("a decode context must be >= 0, got " + std::to_string(c));
+  if (tokens() == 0) return status::invalid("an empty step (no prefill chunk, no decode)");
+  return {};
+}
+
+result<llm_step_time> model_llm_step(const llm_system& sys, const decoder_dims& d, const llm_step_batch& b) {
+  TESSERA_RETURN_IF_ERROR(b.validate());
+  if (!(sys.flops_per_s > 0 && sys.weight_bytes_per_s > 0 && sys.kv_bytes_per_s > 0))
+    return status::invalid("system '" + sys.spec + "' has no compute or memory rate; build it with make_llm_system");
+  const double T = double(b.tokens());
+  // Keys each query attends to (causal) and cached keys read from memory.
+  double attended = 0, kv_read = 0;
+  for (int64_t c : b.decode_contexts) attended += double(c) + 1, kv_read += double(c);
+  for (const auto& p : b.prefills) {
+    const double k = double(p.tokens), c = double(p.context);
+    attended += k * c + k * (k + 1) / 2;
+    kv_read += c;
+  }
+  const double L = double(d.layers), e = d.element_bytes, F = sys.flops_per_s;
+  const double P = double(d.layer_linear_params());
+  const double gemm_flops = 2 * T * P, gemm_bytes = P * e;
+  const double attn_flops = 4.0 * double(d.heads * d.head_dim) * attended;
+  const double attn_bytes = d.kv_bytes_per_token_per_layer() * (kv_read + T);  // read cached, write new
+
+  llm_step_time t;
+  t.gemm_compute_s = L * gemm_flops / F;
+  t.gemm_memory_s = L * gemm_bytes / sys.weight_bytes_per_s;
+  t.attn_compute_s = L * attn_flops / F;
+  t.attn_memory_s = L * attn_bytes / sys.kv_bytes_per_s;
+  t.overhead_s = L * sys.per_layer_overhead_s + sys.per_step_overhead_s;
+  const double layers_s = std::max(t.gemm_compute_s, t.gemm_memory_s) + std::max(t.attn_compute_s, t.attn_memory_s);
+
+  const double rows = double(b.logit_rows());
+  if (rows > 0) {
+    const double head = double(d.lm_head_params());
+    t.lm_head_s = std::max(2 * rows * head / F, head * e / sys.weight_bytes_per_s);
+  }
+  // Activations between chips: a pipeline passes T x hidden values per hop; tensor parallelism
+  // all-reduces them (ring: 2(n-1)/n of the bytes, 2(n-1) hop latencies) after attention and FFN.
+  const double act_bytes = T * double(d.hidden) * e;
+  if (sys.hops > 0) t.link_s += double(sys.hops) * (act_bytes / sys.hop_bytes_per_s + sys.hop_latency_s);
+  if (sys.collectives_per_layer > 0 && sys.chips > 1) {
+    const double n = double(sys.chips);
+    const double one = 2 * (n - 1) / n * act_bytes / sys.hop_bytes_per_s + 2 * (n - 1) * sys.hop_latency_s;
+    t.link_s += L * double(sys.collectives_per_layer) * one;
+  }
+  t.flops = L * (gemm_flops + attn_flops) + 2 * rows * double(d.lm_head_params());
+  t.bytes = L * (gemm_bytes + attn_bytes) + (rows > 0 ? double(d.lm_head_params()) * e : 0);
+  t.seconds = layers_s + t.lm_head_s + t.overhead_s + t.link_s;
+  return t;
+}
+
+}  // namespace tessera::timing

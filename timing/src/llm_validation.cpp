@@ -1,0 +1,168 @@
+// The LLM step model against published figures (all held out).
+#include "tessera/timing/llm_validation.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/timing/llm_system.hpp"
+
+#ifndef TESSERA_TIMING_DEFAULT_LLM_ANCHORS_FILE
+#define TESSERA_TIMING_DEFAULT_LLM_ANCHORS_FILE "timing/anchors/llm_inference.json"
+#endif
+
+namespace tessera::timing {
+
+std::filesystem::path llm_anchors_path() {
+  if (const char* env = std::getenv("TESSERA_LLM_ANCHORS"); env != nullptr && *env != '\0') return env;
+  return TESSERA_TIMING_DEFAULT_LLM_ANCHORS_FILE;
+}
+
+result<std::vector<llm_anchor>> parse_llm_anchors(std::string_view json_text, const std::string& origin) {
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    return status::invalid(origin + ": not valid JSON: " + e.what());
+  }
+  auto rows = root.find("rows");
+  if (rows == root.end() || !rows->is_array()) return status::invalid(origin + ": field 'rows' must be an array");
+  std::vector<llm_anchor> out;
+  for (size_t i = 0; i < rows->size(); ++i) {
+    const auto& r = (*rows)[i];
+    const std::string where = origin + ": row " + std::to_string(i);
+    if (!r.is_object()) return status::invalid(where + " is not an object");
+    llm_anchor a;
+    auto str = [&](const char* k, std::string& dst) -> status {
+      auto it = r.find(k);
+      if (it == r.end() || !it->is_string() || it->get<std::string>().empty())
+        return status::invalid(where + ": field '" + k + "' is missing or not a non-empty string");
+      dst = it->get<std::string>();
+      return {};
+    };
+    auto num = [&](const char* k, int64_t& dst, bool required) -> status {
+      auto it = r.find(k);
+      if (it == r.end()) return required ? status::invalid(where + ": field '" + k + "' is missing") : status{};
+      if (!it->is_number_integer() || it->get<int64_t>() < 0)
+        return status::invalid(where + ": field '" + k + "' must be a non-negative integer");
+      dst = it->get<int64_t>();
+      return {};
+    };
+    for (auto [k, dst] : {std::pair{"id", &a.id}, {"device", &a.device}, {"system", &a.system}, {"model", &a.model},
+                          {"kind", &a.kind}, {"unit", &a.unit}, {"split", &a.split}, {"conditions", &a.conditions},
+                          {"source_title", &a.source_title}, {"source_url", &a.source_url}, {"source_date", &a.source_date}})
+      TESSERA_RETURN_IF_ERROR(str(k, *dst));
+    TESSERA_RETURN_IF_ERROR(num("batch", a.batch, true));
+    TESSERA_RETURN_IF_ERROR(num("input", a.input, false));
+    TESSERA_RETURN_IF_ERROR(num("output", a.output, false));
+    TESSERA_RETURN_IF_ERROR(num("context", a.context, false));
+    auto v = r.find("value");
+    if (v == r.end() || !v->is_number() || !(v->get<double>() > 0))
+      return status::invalid(where + " (" + a.id + "): field 'value' is missing or not a positive number");
+    a.value = v->get<double>();
+    if (a.split != "held_out")
+      return status::invalid(where + " (" + a.id + "): split is '" + a.split +
+                             "'; every LLM row is held out (no constant is fitted on LLM figures)");
+    if (a.kind != "static_throughput" && a.kind != "first_token_ms" && a.kind != "decode_tokens_per_s")
+      return status::invalid(where + " (" + a.id + "): kind '" + a.kind +
+                             "'; use static_throughput, first_token_ms or decode_tokens_per_s");
+    if (a.batch < 1) return status::invalid(where + " (" + a.id + "): batch must be >= 1");
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+result<std::vector<llm_anchor>> load_llm_anchors(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return status::not_found("LLM anchors file " + path.string() + " cannot be opened");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_llm_anchors(ss.str(), path.string());
+}
+
+result<double> model_llm_anchor(const llm_anchor& a) {
+  auto shape = models::shape_preset(a.model);
+  if (!shape) return shape.error().with_context("anchor '" + a.id + "'");
+  auto d = decoder_dims_of(*shape);
+  if (!d) return d.error();
+  auto sys = make_llm_system(a.system, *d);
+  if (!sys) return sys.error().with_context("anchor '" + a.id + "'");
+  if (a.kind == "first_token_ms") {
+    llm_step_batch b;
+    for (int64_t i = 0; i < a.batch; ++i) b.prefills.push_back({a.input, 0, true});
+    auto t = model_llm_step(*sys, *d, b);
+    if (!t) return t.error();
+    return t->seconds * 1e3;
+  }
+  if (a.kind == "decode_tokens_per_s") {
+    llm_step_batch b;
+    b.decode_contexts.assign(size_t(a.batch), a.context);
+    auto t = model_llm_step(*sys, *d, b);
+    if (!t) return t.error();
+    return 1.0 / t->seconds;
+  }
+  // static_throughput: prefill of the whole batch, then output-1 decode steps over the batch.
+  llm_step_batch pre;
+  for (int64_t i = 0; i < a.batch; ++i) pre.prefills.push_back({a.input, 0, true});
+  auto t = model_llm_step(*sys, *d, pre);
+  if (!t) return t.error();
+  double total = t->seconds;
+  for (int64_t k = 1; k < a.output; ++k) {
+    llm_step_batch dec;
+    dec.decode_contexts.assign(size_t(a.batch), a.input + k - 1);
+    auto s = model_llm_step(*sys, *d, dec);
+    if (!s) return s.error();
+    total += s->seconds;
+  }
+  return double(a.batch * a.output) / total;
+}
+
+result<llm_validation_report> validate_llm_timing(const std::vector<llm_anchor>& anchors) {
+  llm_validation_report rep;
+  double sum = 0;
+  for (const auto& a : anchors) {
+    auto m = model_llm_anchor(a);
+    if (!m) return m.error();
+    rep.rows.push_back({a, *m});
+    const double e = std::abs(rep.rows.back().error_percent());
+    sum += e;
+    rep.max_abs_error_percent = std::max(rep.max_abs_error_percent, e);
+  }
+  rep.mean_abs_error_percent = anchors.empty() ? 0 : sum / double(anchors.size());
+  return rep;
+}
+
+result<llm_validation_report> validate_llm_timing() {
+  auto a = load_llm_anchors();
+  if (!a) return a.error();
+  return validate_llm_timing(*a);
+}
+
+std::string llm_validation_markdown(const llm_validation_report& r) {
+  std::string s =
+      "## LLM rows, all held out (no constant was fitted on these; anchors: " + llm_anchors_path().string() +
+      ")\n\n| case | system | conditions | unit | model | published | error % |\n|---|---|---|---|---|---|---|\n";
+  char buf[1024];
+  for (const auto& row : r.rows) {
+    const auto& a = row.anchor;
+    std::string cond = a.kind == "static_throughput"
+                           ? "batch " + std::to_string(a.batch) + ", in " + std::to_string(a.input) + ", out " +
+                                 std::to_string(a.output)
+                       : a.kind == "first_token_ms" ? "batch " + std::to_string(a.batch) + ", in " + std::to_string(a.input)
+                                                    : "batch " + std::to_string(a.batch) + ", context " +
+                                                          std::to_string(a.context);
+    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %.4g | %.4g | %+.1f |\n", a.id.c_str(), a.system.c_str(),
+                  cond.c_str(), a.unit.c_str(), row.model, a.value, row.error_percent());
+    s += buf;
+  }
+  std::snprintf(buf, sizeof buf, "\n%zu held-out rows: mean |error| %.1f%%, max %.1f%%\n", r.rows.size(),
+                r.mean_abs_error_percent, r.max_abs_error_percent);
+  s += buf;
+  return s;
+}
+
+}  // namespace tessera::timing

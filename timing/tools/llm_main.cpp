@@ -1,0 +1,176 @@
+// tessera-llm-timing: the LLM step model, the serving simulator, its validation and the experiment.
+//
+//   tessera-llm-timing step --system a100-40gb --model llama-2-7b --decode 64x512 --prefill 1x2048
+//   tessera-llm-timing system --system ipu-mk2:chips=64          (every figure and its source)
+//   tessera-llm-timing simulate --system a100-40gb --rate 4 --requests 1000 --batching static
+//   tessera-llm-timing validate                                  (modelled vs published, held out)
+//   tessera-llm-timing experiment --out-dir results              (CSV + markdown; scripts/llm-experiment plots)
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include <boost/program_options.hpp>
+
+#include "tessera/timing/llm_experiment.hpp"
+#include "tessera/timing/llm_schedule.hpp"
+#include "tessera/timing/llm_system.hpp"
+#include "tessera/timing/llm_validation.hpp"
+
+namespace po = boost::program_options;
+using namespace tessera::timing;
+
+namespace {
+
+int fail(const tessera::status& s) {
+  std::cerr << "tessera-llm-timing: " << s.to_string() << "\n";
+  return 2;
+}
+
+// "64x512,1x17" -> 64 entries of 512 and one of 17.
+tessera::result<std::vector<int64_t>> parse_counts(const std::string& flag, const std::string& csv) {
+  std::vector<int64_t> out;
+  std::stringstream ss(csv);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t x = item.find('x');
+    try {
+      size_t used = 0;
+      int64_t n = x == std::string::npos ? 1 : std::stoll(item.substr(0, x), &used);
+      std::string len = x == std::string::npos ? item : item.substr(x + 1);
+      int64_t l = std::stoll(len, &used);
+      if (used != len.size() || n <= 0 || n > 1000000 || l < 0) throw std::invalid_argument(item);
+      out.insert(out.end(), size_t(n), l);
+    } catch (const std::exception&) {
+      return tessera::status::invalid("--" + flag + ": '" + item + "' is not COUNTxLENGTH or LENGTH (e.g. 64x512,1x17)");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::cout << "tessera-llm-timing: modelled LLM serving (step model, schedulers, validation, experiment)\n"
+                 "usage: tessera-llm-timing step|system|simulate|validate|experiment [options]; --help after a "
+                 "command lists its options\n";
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  po::options_description opts("tessera-llm-timing " + cmd);
+  opts.add_options()("help", "show this help")(
+      "system", po::value<std::string>()->default_value("a100-40gb"),
+      "preset[:key=value...]: a100-40gb[:gpus=N], ipu-mk2:chips=N[:pipeline=S], ipu-mk2:chips=4:weights=streaming")(
+      "model", po::value<std::string>()->default_value("llama-2-7b"), "a decoder shape preset")(
+      "decode", po::value<std::string>()->default_value(""), "step: decode contexts, COUNTxCONTEXT,...")(
+      "prefill", po::value<std::string>()->default_value(""), "step: prompt chunks, COUNTxTOKENS,... (no cached context)")(
+      "rate", po::value<double>()->default_value(1.0), "simulate: Poisson arrivals per second (0: all at once)")(
+      "requests", po::value<int64_t>()->default_value(1000), "simulate: requests in the trace")(
+      "seed", po::value<uint64_t>()->default_value(42), "trace seed")(
+      "batching", po::value<std::string>()->default_value("continuous"), "continuous or static")(
+      "max-seqs", po::value<int64_t>()->default_value(256), "continuous: running sequences per replica")(
+      "token-budget", po::value<int64_t>()->default_value(2048), "continuous: new tokens per step")(
+      "static-batch", po::value<int64_t>()->default_value(16), "static: requests per batch")(
+      "out-dir", po::value<std::string>()->default_value("results"), "experiment: where the CSV and markdown go")(
+      "quick", "experiment: fewer requests per run (a smoke run; the figures move by a few percent)")(
+      "ttft-p99", po::value<double>()->default_value(2.0), "experiment: SLO, p99 time to first token (s)")(
+      "tpot-p99", po::value<double>()->default_value(0.1), "experiment: SLO, p99 time per output token (s)")(
+      "utilisation", po::value<double>()->default_value(0.5), "cost: fraction of the time serving at the SLO rate")(
+      "usd-per-kwh", po::value<double>()->default_value(0.10), "cost: energy price")(
+      "amortisation-years", po::value<double>()->default_value(3), "cost: years the price is spread over")(
+      "ipu-price-usd", po::value<double>()->default_value(0),
+      "cost: price per IPU (its share of an IPU-Machine and Pod); 0: none is published, report the break-even price");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc - 1, argv + 1, opts), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::cerr << "tessera-llm-timing: " << e.what() << "; see tessera-llm-timing " << cmd << " --help\n";
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  auto shape = tessera::models::shape_preset(vm["model"].as<std::string>());
+  if (!shape) return fail(shape.error());
+  auto dims = decoder_dims_of(*shape);
+  if (!dims) return fail(dims.error());
+
+  if (cmd == "validate") {
+    auto rep = validate_llm_timing();
+    if (!rep) return fail(rep.error());
+    std::cout << llm_validation_markdown(*rep);
+    return 0;
+  }
+  if (cmd == "experiment") {
+    llm_experiment_options o;
+    o.out_dir = vm["out-dir"].as<std::string>();
+    o.quick = vm.count("quick") > 0;
+    o.slo = {vm["ttft-p99"].as<double>(), vm["tpot-p99"].as<double>()};
+    o.cost = {vm["amortisation-years"].as<double>(), vm["utilisation"].as<double>(), vm["usd-per-kwh"].as<double>()};
+    o.ipu_price_usd = vm["ipu-price-usd"].as<double>();
+    o.seed = vm["seed"].as<uint64_t>();
+    o.command = "tessera-llm-timing";
+    for (int i = 1; i < argc; ++i) o.command += std::string(" ") + argv[i];
+    auto rep = run_llm_experiment(o, std::cerr);
+    if (!rep) return fail(rep.error());
+    std::cout << *rep;
+    return 0;
+  }
+
+  auto sys = make_llm_system(vm["system"].as<std::string>(), *dims);
+  if (!sys) return fail(sys.error());
+  if (cmd == "system") {
+    std::printf("%s: %s\n", sys->spec.c_str(), sys->description.c_str());
+    std::printf("replicas %lld (%lld per KV pool), KV cache per pool %.2f GB (%.0f tokens of %s), TDP %.0f W, price %s\n",
+                (long long)sys->replicas, (long long)sys->replicas_per_pool, sys->kv_capacity_bytes / 1e9, sys->kv_capacity_bytes / dims->kv_bytes_per_token(),
+                dims->name.c_str(), sys->tdp_watts,
+                sys->price_usd ? ("$" + std::to_string(int64_t(*sys->price_usd))).c_str() : "none published");
+    for (const auto& [fig, src] : sys->figures) std::printf("  %s\n      source: %s\n", fig.c_str(), src.c_str());
+    return 0;
+  }
+  if (cmd == "step") {
+    llm_step_batch b;
+    auto dec = parse_counts("decode", vm["decode"].as<std::string>());
+    if (!dec) return fail(dec.error());
+    b.decode_contexts = *dec;
+    auto pre = parse_counts("prefill", vm["prefill"].as<std::string>());
+    if (!pre) return fail(pre.error());
+    for (int64_t t : *pre) b.prefills.push_back({t, 0, true});
+    auto t = model_llm_step(*sys, *dims, b);
+    if (!t) return fail(t.error());
+    std::printf("%s on %s: %lld tokens (%zu prompt chunks, %zu decodes)\n", dims->name.c_str(), sys->spec.c_str(),
+                (long long)b.tokens(), b.prefills.size(), b.decode_contexts.size());
+    std::printf("modelled step: %.3f ms (%s-bound)\n", t->seconds * 1e3, t->memory_bound() ? "memory" : "compute");
+    std::printf("  GEMMs      compute %8.3f ms  memory %8.3f ms\n", t->gemm_compute_s * 1e3, t->gemm_memory_s * 1e3);
+    std::printf("  attention  compute %8.3f ms  memory %8.3f ms\n", t->attn_compute_s * 1e3, t->attn_memory_s * 1e3);
+    std::printf("  LM head %.3f ms, overheads %.3f ms, chip-to-chip %.3f ms\n", t->lm_head_s * 1e3, t->overhead_s * 1e3,
+                t->link_s * 1e3);
+    std::printf("  %.1f GFLOP, %.2f GB moved\n", t->flops / 1e9, t->bytes / 1e9);
+    return 0;
+  }
+  if (cmd == "simulate") {
+    schedule_options o;
+    const std::string pol = vm["batching"].as<std::string>();
+    if (pol != "continuous" && pol != "static") return fail(tessera::status::invalid("--batching: continuous or static"));
+    o.policy = pol == "static" ? batching::static_batch : batching::continuous;
+    o.max_seqs = vm["max-seqs"].as<int64_t>();
+    o.token_budget = vm["token-budget"].as<int64_t>();
+    o.static_batch = vm["static-batch"].as<int64_t>();
+    if (vm["rate"].as<double>() < 0) return fail(tessera::status::invalid("--rate must be >= 0"));
+    auto trace = poisson_trace(vm["requests"].as<int64_t>(), vm["rate"].as<double>(), {}, vm["seed"].as<uint64_t>());
+    auto r = simulate_llm_serving(*sys, *dims, trace, o);
+    if (!r) return fail(r.error());
+    std::printf("%s, %s batching, %lld requests at %.3g/s: %.0f output tokens/s over %.1f s\n", sys->spec.c_str(),
+                pol.c_str(), (long long)r->requests, vm["rate"].as<double>(), r->tokens_per_s, r->duration_s);
+    std::printf("TTFT p50 %.3f s p99 %.3f s | TPOT p50 %.1f ms p99 %.1f ms | e2e p50 %.2f s p99 %.2f s\n", r->ttft_p50_s,
+                r->ttft_p99_s, r->tpot_p50_s * 1e3, r->tpot_p99_s * 1e3, r->e2e_p50_s, r->e2e_p99_s);
+    std::printf("%lld steps, %.1f tokens per step, %.0f%% memory-bound, %lld preemptions\n", (long long)r->steps,
+                r->mean_step_tokens, r->memory_bound_fraction * 100, (long long)r->preemptions);
+    return 0;
+  }
+  return fail(tessera::status::invalid("unknown command '" + cmd + "'; use step, system, simulate, validate or experiment"));
+}
