@@ -164,7 +164,7 @@ TEST(preset, power_and_price_are_optional_published_figures_with_sources) {
                           "mine.json");
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message().find("published.tdp_watts"), std::string::npos) << bad.error().message();
-  for (const char* name : {"a100-40gb", "a100-80gb", "ipu-c600"}) {  // the shipped figures, each with a source
+  for (const char* name : {"a100-40gb", "a100-80gb", "h100-sxm", "ipu-c600", "ipu-mk2", "ipu-bow"}) {  // each with a source
     auto q = load_preset(name);
     ASSERT_TRUE(q);
     std::visit([&](const auto& x) {

@@ -42,6 +42,9 @@ TEST_F(tool_test, help_validate_and_estimate) {
   EXPECT_NE(out.find("## Calibration rows"), std::string::npos) << out;
   EXPECT_NE(out.find("## Held-out rows"), std::string::npos) << out;
   EXPECT_NE(out.find("a100-trt-bert-base-s128-b32"), std::string::npos) << out;
+  EXPECT_EQ(run("--validate-llm", out), 0);
+  EXPECT_NE(out.find("all held out"), std::string::npos) << out;
+  EXPECT_NE(out.find("a100-trtllm0.5-llama7b-b64-i128-o128"), std::string::npos) << out;
   EXPECT_EQ(run("--validate --format json", out), 0);
   auto j = nlohmann::json::parse(out);
   EXPECT_GE(j["held_out"].size(), 13u);

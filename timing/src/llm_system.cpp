@@ -205,9 +205,7 @@ result<llm_system> make_ipu(const ipu_preset& ipu, const spec_parts& p, const de
     const int64_t S = *pipeline;
     if (*chips % S != 0)
       return status::invalid("system spec: pipeline=" + std::to_string(S) + " does not divide chips=" + std::to_string(*chips));
-    if (S > d.layers)
-      return status::invalid("system spec: pipeline=" + std::to_string(S) + " stages for " + std::to_string(d.layers) +
-                             " layers; a stage holds whole layers (use pipeline <= layers and more pipelines)");
+    // S > layers: a stage holds part of a layer (its matrices split over chips); still S - 1 hops.
     const double kv_per_pipeline = double(S) * chip_usable - resident;
     if (kv_per_pipeline <= 0)
       return status::out_of_memory(

@@ -16,6 +16,7 @@
 #include "tessera/timing/anchors.hpp"
 #include "tessera/timing/bert_model.hpp"
 #include "tessera/timing/estimator.hpp"
+#include "tessera/timing/llm_validation.hpp"
 #include "tessera/timing/preset.hpp"
 #include "tessera/timing/superstep.hpp"
 #include "tessera/timing/validation.hpp"
@@ -49,6 +50,7 @@ tessera::result<std::vector<int64_t>> parse_lens(const std::string& csv) {
 int main(int argc, char** argv) {
   po::options_description opts("tessera-timing: modelled device time of BERT batches on hardware presets");
   opts.add_options()("help", "show this help")("validate", "print the calibration and held-out validation tables (markdown) and exit")(
+      "validate-llm", "print the LLM step model against published LLM figures (all held out; markdown) and exit")(
       "list-presets", "list the presets in the presets folder")("list-kernels", "list the registered kernel estimators")(
       "preset", po::value<std::string>(), "preset name (in $TESSERA_PRESETS_DIR or the built-in folder) or path")(
       "model-shape", po::value<std::string>()->default_value("bert-base"), "bert-tiny ... bert-large")(
@@ -78,6 +80,12 @@ int main(int argc, char** argv) {
   if (format != "text" && format != "json")
     return fail(tessera::status::invalid("--format must be text or json, got '" + format + "'"));
   const bool json_out = format == "json";
+  if (vm.count("validate-llm")) {
+    auto rep = validate_llm_timing();
+    if (!rep) return fail(rep.error());
+    std::cout << "# tessera timing model: LLM figures (held out)\n\n" << llm_validation_markdown(*rep);
+    return 0;
+  }
   if (vm.count("validate")) {
     auto rep = validate_timing_model();
     if (!rep) return fail(rep.error());

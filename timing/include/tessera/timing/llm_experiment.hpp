@@ -31,8 +31,8 @@ struct llm_experiment_options {
   std::string out_dir = "results";
   std::string model = "llama-2-7b";
   /// System specs; the first GPU with a price is the reference the cost comparison is made against.
-  std::vector<std::string> systems = {"a100-40gb", "h100-sxm", "ipu-mk2:chips=64:pipeline=32",
-                                      "ipu-bow:chips=64:pipeline=32", "ipu-mk2:chips=4:weights=streaming"};
+  std::vector<std::string> systems = {"a100-40gb", "h100-sxm", "ipu-mk2:chips=64", "ipu-mk2:chips=64:pipeline=32",
+                                      "ipu-bow:chips=64", "ipu-mk2:chips=4:weights=streaming"};
   std::vector<double> load_fractions = {0.25, 0.5, 0.75, 1.0, 1.25};
   llm_slo slo;
   cost_assumptions cost;

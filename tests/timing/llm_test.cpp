@@ -1,0 +1,367 @@
+// The LLM step model (rooflines, crossover, IPU memory homes), the systems built from presets, the
+// cost formula, the held-out LLM anchors, the serving simulator, and tessera-llm-timing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "tessera/timing/anchors.hpp"
+#include "tessera/timing/llm_schedule.hpp"
+#include "tessera/timing/llm_system.hpp"
+#include "tessera/timing/llm_validation.hpp"
+#include "tessera/timing/preset.hpp"
+
+namespace tessera::timing {
+namespace {
+
+decoder_dims llama7b() { return *decoder_dims_of(*models::shape_preset("llama-2-7b")); }
+llm_system sys_of(const std::string& spec) {
+  auto s = make_llm_system(spec, llama7b());
+  EXPECT_TRUE(s) << s.error().to_string();
+  return *s;
+}
+llm_step_time step(const llm_system& s, const llm_step_batch& b) {
+  auto t = model_llm_step(s, llama7b(), b);
+  EXPECT_TRUE(t) << t.error().to_string();
+  return *t;
+}
+llm_step_batch decodes(int64_t n, int64_t context) {
+  llm_step_batch b;
+  b.decode_contexts.assign(size_t(n), context);
+  return b;
+}
+llm_step_batch prompt(int64_t tokens) {
+  llm_step_batch b;
+  b.prefills.push_back({tokens, 0, true});
+  return b;
+}
+
+TEST(llm_shapes, llama_presets_match_the_hf_parameter_counts) {
+  auto s = models::shape_preset("llama-2-7b");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->parameter_count(), 6738415616);  // meta-llama/Llama-2-7b-hf
+  EXPECT_EQ(models::shape_preset("llama-3-8b")->parameter_count(), 8030261248);  // Meta-Llama-3-8B
+  const auto d = llama7b();
+  EXPECT_TRUE(d.gated);
+  EXPECT_EQ(d.kv_bytes_per_token(), 2.0 * 32 * 4096 * 2);  // 512 KiB
+  // every weight but the embedding table is streamed once per step
+  EXPECT_NEAR(d.weight_bytes(), 2.0 * (6738415616 - 32000 * 4096 - 65 * 4096), 1);
+  auto bert = decoder_dims_of(*models::shape_preset("bert-base"));
+  ASSERT_FALSE(bert);
+  EXPECT_EQ(bert.error().code(), errc::unsupported);
+}
+
+TEST(llm_step, monotonic_in_batch_and_in_context) {
+  for (const char* spec : {"a100-40gb", "ipu-mk2:chips=64", "ipu-mk2:chips=4:weights=streaming"}) {
+    const auto s = sys_of(spec);
+    double prev = 0;
+    for (int64_t b : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) {
+      const double t = step(s, decodes(b, 512)).seconds;
+      EXPECT_GT(t, prev) << spec << " batch " << b;
+      prev = t;
+    }
+    prev = 0;
+    for (int64_t c : {0, 128, 512, 2048, 4000}) {
+      const double t = step(s, decodes(16, c)).seconds;
+      EXPECT_GT(t, prev) << spec << " context " << c;
+      prev = t;
+    }
+    prev = 0;
+    for (int64_t p : {16, 128, 512, 2048, 4096}) {
+      const double t = step(s, prompt(p)).seconds;
+      EXPECT_GT(t, prev) << spec << " prompt " << p;
+      prev = t;
+    }
+  }
+}
+
+TEST(llm_step, batch_1_decode_is_memory_bound_and_long_prefill_compute_bound) {
+  for (const char* spec : {"a100-40gb", "a100-80gb", "h100-sxm", "ipu-mk2:chips=64", "ipu-bow:chips=64"}) {
+    const auto s = sys_of(spec);
+    auto d1 = step(s, decodes(1, 512));
+    EXPECT_TRUE(d1.memory_bound()) << spec;
+    // GPUs' ridge is ~150-300 tokens, the IPU's SRAM ridge ~11: batch 1 is far below both
+    EXPECT_GT(d1.gemm_memory_s, (s.kind == "gpu" ? 50 : 2) * d1.gemm_compute_s) << spec;
+    auto p = step(s, prompt(4096));
+    EXPECT_FALSE(p.memory_bound()) << spec;
+    EXPECT_GT(p.gemm_compute_s, 2 * p.gemm_memory_s) << spec;
+  }
+  // A100 batch 1: the weights (13.2 GB) at 1555 GB/s x 0.8, plus 8 launches x 32 layers x 5.66 us.
+  const auto a = sys_of("a100-40gb");
+  const auto t = step(a, decodes(1, 0));
+  EXPECT_NEAR(t.gemm_memory_s, 32 * double(llama7b().layer_linear_params()) * 2 / (1555e9 * 0.8), 1e-9);
+  EXPECT_NEAR(t.overhead_s, (32 * 8 + 2) * 5.66e-6, 1e-9);
+}
+
+TEST(llm_step, gemm_roofline_crosses_where_the_presets_put_the_ridge) {
+  // GEMMs move P e bytes and do 2 T P FLOPs: compute-bound from T* = F e / (2 B) tokens.
+  auto a100 = load_gpu_preset("a100-40gb");
+  ASSERT_TRUE(a100);
+  const double F = a100->fp16_tensor_flops_per_s * a100->calibration.tensor_core_efficiency;
+  const double B = a100->hbm_bytes_per_s * a100->calibration.hbm_efficiency;
+  const double ridge = F * 2 / (2 * B);  // ~176 tokens
+  EXPECT_GT(ridge, 150);
+  EXPECT_LT(ridge, 200);
+  const auto s = sys_of("a100-40gb");
+  auto below = step(s, decodes(int64_t(ridge * 0.9), 0));
+  auto above = step(s, decodes(int64_t(ridge * 1.1), 0));
+  EXPECT_GT(below.gemm_memory_s, below.gemm_compute_s);
+  EXPECT_LT(above.gemm_memory_s, above.gemm_compute_s);
+  // On SRAM the ridge is ~11x lower (47.5 TB/s against 130 TFLOP/s): a batch of 16 is already compute-bound.
+  const auto ipu = sys_of("ipu-mk2:chips=64");
+  auto ipu16 = step(ipu, decodes(16, 0));
+  EXPECT_LT(ipu16.gemm_memory_s, ipu16.gemm_compute_s);
+  auto ipu1 = step(ipu, decodes(1, 0));
+  EXPECT_GT(ipu1.gemm_memory_s, ipu1.gemm_compute_s);
+}
+
+TEST(llm_step, decode_attention_is_kv_bound_and_grows_with_context) {
+  const auto s = sys_of("a100-40gb");
+  auto short_ctx = step(s, decodes(64, 128)), long_ctx = step(s, decodes(64, 2048));
+  EXPECT_GT(long_ctx.attn_memory_s, 10 * short_ctx.attn_memory_s);
+  EXPECT_GT(long_ctx.attn_memory_s, long_ctx.attn_compute_s);
+  // 64 x 2048 cached tokens x 512 KiB = 68.7 GB read at 1244 GB/s
+  EXPECT_NEAR(long_ctx.attn_memory_s, (64.0 * 2048 + 64) * 524288 / (1555e9 * 0.8), 1e-6);
+}
+
+TEST(llm_step, ipu_weight_homes_and_memory_limits) {
+  const auto sram = sys_of("ipu-mk2:chips=64");
+  const auto streaming = sys_of("ipu-mk2:chips=4:weights=streaming");
+  EXPECT_EQ(sram.replicas, 64);
+  EXPECT_EQ(sram.replicas_per_pool, 64);
+  EXPECT_EQ(streaming.replicas, 1);
+  const double t_sram = step(sram, decodes(1, 256)).seconds, t_stream = step(streaming, decodes(1, 256)).seconds;
+  // streaming: 13.2 GB over 4 x 32 GB/s ~ 0.1 s; SRAM: 13.2 GB at 47.5 TB/s ~ 0.3 ms + supersteps + 63 hops
+  EXPECT_GT(t_stream, 0.09);
+  EXPECT_LT(t_sram, 0.001);
+  EXPECT_NEAR(step(sram, decodes(1, 0)).link_s, 63 * (4096 * 2 / 320e9 + 2e-6), 1e-9);
+  auto too_few = make_llm_system("ipu-mk2:chips=16", llama7b());
+  ASSERT_FALSE(too_few);
+  EXPECT_EQ(too_few.error().code(), errc::out_of_memory);
+  EXPECT_NE(too_few.error().message().find("pipeline="), std::string::npos) << too_few.error().message();
+  for (const char* bad : {"ipu-mk2", "ipu-mk2:chips=x", "ipu-mk2:chips=64:pipeline=48", "ipu-mk2:chips=4:weights=hbm",
+                          "a100-40gb:chips=2", "a100-40gb:gpus", "no-such-chip", ""}) {
+    auto s = make_llm_system(bad, llama7b());
+    EXPECT_FALSE(s) << bad;
+  }
+  auto empty = model_llm_step(sram, llama7b(), llm_step_batch{});
+  EXPECT_FALSE(empty);
+  llm_step_batch negative;
+  negative.prefills.push_back({-1, 0, true});
+  EXPECT_FALSE(model_llm_step(sram, llama7b(), negative));
+}
+
+TEST(llm_system, every_figure_has_a_source_and_presets_carry_power) {
+  for (const char* spec : {"a100-40gb", "a100-80gb", "h100-sxm", "ipu-mk2:chips=64", "ipu-bow:chips=64",
+                           "ipu-mk2:chips=4:weights=streaming"}) {
+    const auto s = sys_of(spec);
+    EXPECT_GT(s.tdp_watts, 0) << spec;
+    EXPECT_FALSE(s.figures.empty()) << spec;
+    for (const auto& [fig, src] : s.figures) {
+      EXPECT_FALSE(src.empty()) << spec << ": " << fig;
+      EXPECT_EQ(src.find("(no source given)"), std::string::npos) << spec << ": " << fig;
+    }
+  }
+  EXPECT_TRUE(sys_of("a100-40gb").price_usd);
+  EXPECT_TRUE(sys_of("h100-sxm").price_usd);
+  EXPECT_FALSE(sys_of("ipu-mk2:chips=64").price_usd);  // none published (docs/timing.md)
+  EXPECT_DOUBLE_EQ(sys_of("ipu-mk2:chips=64").tdp_watts, 64 * 185.0);
+}
+
+TEST(llm_cost, the_formula_by_hand) {
+  cost_assumptions a;  // 3 years, utilisation 0.5, $0.10/kWh
+  auto c = cost_per_million_tokens(25000, 400, 1000, a);
+  ASSERT_TRUE(c);
+  const double capital = 25000 / (3 * 365.25 * 86400), energy = 400 * 0.10 / 3.6e6;
+  EXPECT_NEAR(c->capital_usd_per_s, capital, 1e-12);
+  EXPECT_NEAR(c->energy_usd_per_s, energy, 1e-12);
+  EXPECT_NEAR(c->usd_per_million_tokens, (capital + energy) / 500 * 1e6, 1e-9);  // ~$0.550
+  EXPECT_NEAR(c->usd_per_million_tokens, 0.5502, 1e-3);
+  EXPECT_NEAR(c->kwh_per_million_tokens, 400.0 / 500 * 1e6 / 3.6e6, 1e-12);    // 0.222 kWh
+  // break-even inverts it
+  const double p = break_even_price_usd(0.3, 400, 1000, a);
+  EXPECT_NEAR(cost_per_million_tokens(p, 400, 1000, a)->usd_per_million_tokens, 0.3, 1e-9);
+  // twice the utilisation halves the cost; the energy price moves only the energy share
+  a.utilisation = 1.0;
+  EXPECT_NEAR(cost_per_million_tokens(25000, 400, 1000, a)->usd_per_million_tokens, c->usd_per_million_tokens / 2, 1e-9);
+  for (auto bad : {cost_assumptions{0, 0.5, 0.1}, cost_assumptions{3, 0, 0.1}, cost_assumptions{3, 1.5, 0.1},
+                   cost_assumptions{3, 0.5, -1}})
+    EXPECT_FALSE(cost_per_million_tokens(25000, 400, 1000, bad));
+  EXPECT_FALSE(cost_per_million_tokens(25000, 400, 0, cost_assumptions{}));
+}
+
+TEST(llm_anchors, all_held_out_with_sources_and_never_read_by_a_fit) {
+  auto rows = load_llm_anchors();
+  ASSERT_TRUE(rows) << rows.error().to_string();
+  EXPECT_GE(rows->size(), 3u);
+  int a100 = 0;
+  std::set<std::string> urls;
+  for (const auto& r : *rows) {
+    EXPECT_EQ(r.split, "held_out") << r.id;
+    EXPECT_FALSE(r.conditions.empty()) << r.id;
+    EXPECT_NE(r.source_url.find("http"), std::string::npos) << r.id;
+    a100 += r.system.starts_with("a100") ? 1 : 0;
+    urls.insert(r.source_url.substr(0, r.source_url.find(' ')));
+  }
+  EXPECT_GE(a100, 2);
+  EXPECT_GE(urls.size(), 2u);  // more than one publication
+  // No LLM anchor is a calibration row of the BERT fit, and the fitted constants the LLM model uses
+  // are the BERT fit's (rounded as the presets store them).
+  auto bert = load_anchors();
+  ASSERT_TRUE(bert);
+  for (const auto& b : *bert)
+    for (const auto& r : *rows) EXPECT_NE(b.id, r.id);
+  auto preset = load_gpu_preset("a100-40gb");
+  auto fit = fit_gpu_constants(*preset, *bert);
+  ASSERT_TRUE(fit);
+  EXPECT_NEAR(preset->calibration.tensor_core_efficiency, fit->tensor_core_efficiency, 5e-4);
+  // The model never reads a published value: tripling them changes no modelled figure.
+  auto base = validate_llm_timing(*rows);
+  ASSERT_TRUE(base);
+  auto tripled = *rows;
+  for (auto& r : tripled) r.value *= 3;
+  auto moved = validate_llm_timing(tripled);
+  ASSERT_TRUE(moved);
+  for (size_t i = 0; i < rows->size(); ++i) EXPECT_DOUBLE_EQ(base->rows[i].model, moved->rows[i].model);
+  // A row claiming to be calibration is refused.
+  std::ifstream in(llm_anchors_path());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  text.replace(text.find("\"split\": \"held_out\""), 19, "\"split\": \"calibration\"");
+  auto refused = parse_llm_anchors(text, "edited.json");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("held out"), std::string::npos) << refused.error().message();
+}
+
+TEST(llm_anchors, errors_docs_timing_md_states) {
+  auto rep = validate_llm_timing();
+  ASSERT_TRUE(rep) << rep.error().to_string();
+  // docs/timing.md: every row within 10% but the batch-1, 128-token first-token latency (-40%).
+  for (const auto& r : rep->rows) {
+    if (r.anchor.id == "a100-trtllm0.5-llama7b-ttft-i128") {
+      EXPECT_LT(r.error_percent(), -30) << r.anchor.id;
+      continue;
+    }
+    EXPECT_LT(std::abs(r.error_percent()), 10) << r.anchor.id << " " << r.model << " vs " << r.anchor.value;
+  }
+}
+
+TEST(llm_schedule, every_request_finishes_and_continuous_beats_static) {
+  const auto s = sys_of("a100-40gb");
+  const auto trace = poisson_trace(200, 0, {}, 7);
+  schedule_options cont, stat;
+  stat.policy = batching::static_batch;
+  auto c = simulate_llm_serving(s, llama7b(), trace, cont);
+  auto st = simulate_llm_serving(s, llama7b(), trace, stat);
+  ASSERT_TRUE(c) << c.error().to_string();
+  ASSERT_TRUE(st) << st.error().to_string();
+  int64_t out = 0;
+  for (const auto& q : trace) out += q.output;
+  EXPECT_EQ(c->output_tokens, out);
+  EXPECT_EQ(st->output_tokens, out);
+  EXPECT_GT(c->tokens_per_s, 2 * st->tokens_per_s);
+  EXPECT_LT(c->ttft_p99_s, st->ttft_p99_s);
+  // deterministic: same seed, same answer
+  auto again = simulate_llm_serving(s, llama7b(), poisson_trace(200, 0, {}, 7), cont);
+  EXPECT_DOUBLE_EQ(again->tokens_per_s, c->tokens_per_s);
+}
+
+TEST(llm_schedule, a_short_request_does_not_wait_for_a_long_generation_when_batching_continuously) {
+  const auto s = sys_of("a100-40gb");
+  std::vector<llm_request> trace = {{0.0, 64, 1000}, {1.0, 32, 8}};
+  schedule_options cont, stat;
+  stat.policy = batching::static_batch;
+  auto c = simulate_llm_serving(s, llama7b(), trace, cont);
+  auto st = simulate_llm_serving(s, llama7b(), trace, stat);
+  ASSERT_TRUE(c && st);
+  // static: the short one starts after the long one's 1000 tokens (~12 s); continuous: within a step or two
+  EXPECT_LT(c->ttft_p50_s, 0.1);
+  EXPECT_GT(st->ttft_p99_s, 5.0);
+}
+
+TEST(llm_schedule, a_kv_cache_run_dry_preempts_and_still_finishes_everything) {
+  auto s = sys_of("a100-40gb");
+  s.kv_capacity_bytes = 3000 * llama7b().kv_bytes_per_token();  // room for a few sequences only
+  chat_traffic t;
+  t.prompt.hi = 1000, t.output.hi = 1000;
+  auto r = simulate_llm_serving(s, llama7b(), poisson_trace(100, 0, t, 3), {});
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_GT(r->preemptions, 0);
+  EXPECT_EQ(r->requests, 100);
+  // a request that cannot fit at all is refused by name
+  std::vector<llm_request> huge = {{0, 2500, 1000}};
+  auto refused = simulate_llm_serving(s, llama7b(), huge, {});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), errc::out_of_memory);
+  EXPECT_NE(refused.error().message().find("request 0"), std::string::npos);
+  EXPECT_FALSE(simulate_llm_serving(s, llama7b(), {}, {}));
+  EXPECT_FALSE(simulate_llm_serving(s, llama7b(), {{0, 0, 5}}, {}));
+}
+
+TEST(llm_schedule, pipeline_replicas_share_their_kv_pool) {
+  const auto s = sys_of("ipu-mk2:chips=64:pipeline=32");
+  EXPECT_EQ(s.replicas, 64);
+  EXPECT_EQ(s.replicas_per_pool, 32);
+  auto r = simulate_llm_serving(s, llama7b(), poisson_trace(300, 0, {}, 11), {});
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->requests, 300);
+  EXPECT_GT(r->tokens_per_s, 0);
+}
+
+TEST(llm_schedule, throughput_at_slo_meets_the_slo) {
+  const auto s = sys_of("a100-40gb");
+  llm_slo slo{1.0, 0.05};
+  auto p = throughput_at_slo(s, llama7b(), {}, {}, slo, 200, 5);
+  ASSERT_TRUE(p) << p.error().to_string();
+  EXPECT_GT(p->rate_per_s, 0);
+  EXPECT_LE(p->report.ttft_p99_s, slo.ttft_p99_s);
+  EXPECT_LE(p->report.tpot_p99_s, slo.tpot_p99_s);
+  EXPECT_LE(p->report.tokens_per_s, p->max_tokens_per_s * 1.05);
+}
+
+// tessera-llm-timing from the user's side.
+std::string tool() {
+  const char* dir = std::getenv("TESSERA_BIN_DIR");
+  return dir == nullptr ? "" : std::string(dir) + "/tessera-llm-timing";
+}
+int run(const std::string& args, std::string& out) {
+  out.clear();
+  FILE* f = ::popen((tool() + " " + args + " 2>&1").c_str(), "r");
+  if (f == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  int rc = ::pclose(f);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST(llm_tool, step_system_validate_and_mistakes) {
+  if (tool().empty() || !std::filesystem::exists(tool())) GTEST_FAIL() << "tessera-llm-timing not built (TESSERA_BIN_DIR)";
+  std::string out;
+  EXPECT_EQ(run("step --system a100-40gb --decode 1x512", out), 0) << out;
+  EXPECT_NE(out.find("memory-bound"), std::string::npos) << out;
+  EXPECT_EQ(run("step --system a100-40gb --prefill 1x4096", out), 0) << out;
+  EXPECT_NE(out.find("compute-bound"), std::string::npos) << out;
+  EXPECT_EQ(run("system --system ipu-mk2:chips=64", out), 0) << out;
+  EXPECT_NE(out.find("source:"), std::string::npos) << out;
+  EXPECT_EQ(run("validate", out), 0) << out;
+  EXPECT_NE(out.find("all held out"), std::string::npos) << out;
+  EXPECT_NE(out.find("a100-trtllm0.5-llama7b-b64-i128-o128"), std::string::npos) << out;
+  EXPECT_EQ(run("simulate --system a100-40gb --rate 2 --requests 50", out), 0) << out;
+  EXPECT_NE(out.find("TTFT p50"), std::string::npos) << out;
+  EXPECT_EQ(run("step --system ipu-mk2:chips=8", out), 2);
+  EXPECT_NE(out.find("out_of_memory"), std::string::npos) << out;
+  EXPECT_EQ(run("step --decode 3y5", out), 2);
+  EXPECT_EQ(run("simulate --batching greedy", out), 2);
+  EXPECT_EQ(run("frobnicate", out), 2);
+  EXPECT_EQ(run("step --model bert-base", out), 2);
+}
+
+}  // namespace
+}  // namespace tessera::timing
