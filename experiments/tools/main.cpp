@@ -9,6 +9,7 @@
 #include "tessera/experiment/compute.hpp"
 #include "tessera/experiment/provenance.hpp"
 #include "tessera/experiment/seed_experiment.hpp"
+#include "tessera/timing/llm_experiment.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
   experiment_options o;
   compute_options co;
   std::string mode = "seed", long_shares = "0,0.4", configs, out_dir = "results", trace_path, requests_csv,
-              save_trace, slo_ms = "10,25,50,100";
+              save_trace, slo_ms = "10,25,50,100", llm_rows = "quick";
   bool full = false, no_tiles = false;
   int requests = 0;
   double rate = 300, share = 0.4;
@@ -71,6 +72,8 @@ int main(int argc, char** argv) {
       ("amortization-years", po::value(&o.amortization_years)->default_value(o.amortization_years), "seed: list price amortised over these years ($ per 1M requests)")
       ("energy-usd-per-kwh", po::value(&o.energy_usd_per_kwh)->default_value(o.energy_usd_per_kwh), "seed: energy price ($ per 1M requests)")
       ("out-dir", po::value(&out_dir)->default_value(out_dir), "seed: writes seed-experiment.csv and .md here")
+      ("llm-rows", po::value(&llm_rows)->default_value(llm_rows),
+       "seed: the LLM row group (llama-2-7b, timing model; llm-experiment.csv and .md): quick, full (default with --full) or none")
       ("trace", po::value(&trace_path), "run: a CSV trace (arrival_s,length)")
       ("requests", po::value(&requests)->default_value(0), "run: requests of a generated trace")
       ("rate", po::value(&rate)->default_value(rate), "run: Poisson arrival rate, req/s (0: all at t=0)")
@@ -181,7 +184,29 @@ int main(int argc, char** argv) {
   std::string note = pool ? pool->note() : "";
   auto rows = run_seed_experiment(o, pool ? pool->provider() : compute_provider{}, pool ? pool->model() : nullptr, log);
   if (!rows) return fail(rows.error());
-  std::string md = rows_markdown(*rows, o, note) + prov.markdown();
+  std::string md = rows_markdown(*rows, o, note);
+  if (full && vm["llm-rows"].defaulted()) llm_rows = "full";
+  if (llm_rows != "none") {  // the LLM row group: the timing model's llama-2-7b experiment (docs/timing.md)
+    if (llm_rows != "quick" && llm_rows != "full") return fail(status::invalid("--llm-rows: quick, full or none"));
+    tessera::timing::llm_experiment_options lo;
+    lo.out_dir = out_dir;
+    lo.quick = llm_rows == "quick";
+    lo.seed = o.seed == 0 ? 42 : o.seed;
+    lo.command = "tessera-experiment --mode seed --llm-rows " + llm_rows + " (tessera-llm-timing experiment" +
+                 (lo.quick ? " --quick" : "") + ")";
+    lo.cost.amortisation_years = o.amortization_years;
+    lo.cost.usd_per_kwh = o.energy_usd_per_kwh;
+    std::ostringstream llm_log;
+    auto llm = tessera::timing::run_llm_experiment(lo, llm_log);
+    if (!llm) return fail(llm.error().with_context("LLM row group"));
+    std::cerr << llm_log.str();
+    md += "\n## LLM row group (llama-2-7b, modelled clock; also " + out_dir + "/llm-experiment.md and .csv)\n\n";
+    std::string body = *llm;
+    body = body.substr(body.find('\n') + 1);  // its own title line goes
+    for (size_t at = 0; (at = body.find("\n## ", at)) != std::string::npos; at += 5) body.insert(at + 1, "#");
+    md += body;
+  }
+  md += prov.markdown();
   std::cout << md;
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
