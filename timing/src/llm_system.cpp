@@ -157,7 +157,7 @@ result<llm_system> make_gpu(const gpu_preset& g, const spec_parts& p, const deco
        f->source("llm.launches_per_layer")},
       {"TDP " + fmt(g.published.tdp_watts.value_or(0)) + " W per GPU",
        g.sources.count("published.tdp_watts") ? g.sources.at("published.tdp_watts") : "no figure in the preset"},
-      {"price " + (g.published.list_price_usd ? "$" + fmt(*g.published.list_price_usd) : std::string("none")) +
+      {"price " + (g.published.list_price_usd ? "$" + std::to_string(int64_t(*g.published.list_price_usd)) : std::string("none")) +
            " per GPU",
        g.sources.count("published.list_price_usd") ? g.sources.at("published.list_price_usd") : "no public list price found"},
   };
@@ -264,7 +264,7 @@ result<llm_system> make_ipu(const ipu_preset& ipu, const spec_parts& p, const de
         f->source("llm.supersteps_per_layer")},
        {"TDP " + fmt(ipu.published.tdp_watts.value_or(0)) + " W per IPU",
         ipu.sources.count("published.tdp_watts") ? ipu.sources.at("published.tdp_watts") : "no figure in the preset"},
-       {"price " + (ipu.published.list_price_usd ? "$" + fmt(*ipu.published.list_price_usd) : std::string("none")) +
+       {"price " + (ipu.published.list_price_usd ? "$" + std::to_string(int64_t(*ipu.published.list_price_usd)) : std::string("none")) +
             " per IPU",
         ipu.sources.count("published.list_price_usd") ? ipu.sources.at("published.list_price_usd")
                                                        : "no public list price found (see docs/timing.md)"}});
