@@ -10,10 +10,11 @@ export TESSERA_BUILD_DIR="$(dirname "$bin")"
 
 "$src/scripts/seed-experiment" --timing-only --slo-points 3 --out-dir "$tmp/ok" >"$tmp/ok.out" 2>"$tmp/ok.err" ||
   { cat "$tmp/ok.err" >&2; fail "seed-experiment --timing-only exited $?"; }
-for f in seed-experiment.csv seed-experiment.md seed-experiment.png seed-experiment-curves.csv seed-experiment-curves.png; do
+for f in seed-experiment.csv seed-experiment.md seed-experiment.png seed-experiment-curves.csv seed-experiment-curves.png \
+         llm-experiment.csv llm-experiment.md llm-experiment.png; do
   [ -s "$tmp/ok/$f" ] || fail "missing $f"
 done
-for f in seed-experiment.png seed-experiment-curves.png; do
+for f in seed-experiment.png seed-experiment-curves.png llm-experiment.png; do
   head -c 8 "$tmp/ok/$f" | od -An -c | grep -q "P   N   G" || fail "$f is not a PNG"
 done
 # Provenance in every results file: commit, the exact command, preset hashes, seeds, cores, load.
@@ -23,6 +24,11 @@ for f in seed-experiment.csv seed-experiment-curves.csv seed-experiment.md; do
   done
 done
 grep -q "SLO req/s p99<=" "$tmp/ok.out" || fail "no SLO columns in the printed table"
+# The LLM row group (timing model): its section with an A100 and an IPU row at the SLO.
+grep -q "^## LLM row group" "$tmp/ok/seed-experiment.md" || fail "no LLM row group in seed-experiment.md"
+grep -q "^| a100-40gb | continuous | [0-9.]* | [0-9]" "$tmp/ok/seed-experiment.md" || fail "no A100 LLM row at the SLO"
+grep -q "^| ipu-mk2:chips=64 | continuous |" "$tmp/ok/seed-experiment.md" || fail "no IPU LLM row"
+grep -q "^a100-40gb,continuous,1,slo," "$tmp/ok/llm-experiment.csv" || fail "llm-experiment.csv has no A100 SLO row"
 "$bin/tessera-experiment" --mode run --timing-only --config gpu-static --requests 20 --seed 5 \
   --requests-csv "$tmp/requests.csv" >/dev/null || fail "--mode run --requests-csv failed"
 grep -q "^# seeds: 5$" "$tmp/requests.csv" || fail "requests.csv does not record its seed"
