@@ -17,9 +17,9 @@ double decoder_dims::weight_bytes() const {
 }
 
 result<decoder_dims> decoder_dims_of(const models::model_shape& s) {
-  if (s.arch == models::architecture::bert)
-    return status::unsupported(s.name + " is a BERT encoder; the LLM step model times decoders (e.g. llama-2-7b, "
-                                        "llama-3-8b)");
+  if (!s.is_decoder())
+    return status::unsupported(s.name + " is an encoder; the LLM step model times decoders (e.g. llama-2-7b, "
+                                        "llama-3-8b, gpt2)");
   TESSERA_RETURN_IF_ERROR(s.validate());
   decoder_dims d;
   d.name = s.name;
@@ -30,7 +30,8 @@ result<decoder_dims> decoder_dims_of(const models::model_shape& s) {
   d.head_dim = s.head_dim();
   d.intermediate = s.intermediate_size;
   d.vocab = s.vocab_size;
-  d.gated = s.activation == models::activation_kind::silu;
+  d.gated = s.gated_mlp;
+  d.tied_embeddings = s.tie_word_embeddings;
   return d;
 }
 

@@ -134,10 +134,9 @@ result<llm_system> make_gpu(const gpu_preset& g, const spec_parts& p, const deco
   s.chips = s.replicas = *gpus;
   s.flops_per_s = g.fp16_tensor_flops_per_s * g.calibration.tensor_core_efficiency;
   s.weight_bytes_per_s = s.kv_bytes_per_s = g.hbm_bytes_per_s * g.calibration.hbm_efficiency;
-  const double embedding = double(d.vocab * d.hidden) * d.element_bytes;
-  s.kv_capacity_bytes = *mem * *usable - d.weight_bytes() - embedding;
+  s.kv_capacity_bytes = *mem * *usable - d.resident_bytes();
   if (s.kv_capacity_bytes <= 0)
-    return status::out_of_memory(d.name + " needs " + fmt((d.weight_bytes() + embedding) / 1e9) + " GB of weights; " +
+    return status::out_of_memory(d.name + " needs " + fmt(d.resident_bytes() / 1e9) + " GB of weights; " +
                                  g.name + " has " + fmt(*mem * *usable / 1e9) + " GB usable");
   s.per_layer_overhead_s = *launches * g.launch_overhead_s;
   s.per_step_overhead_s = 2 * g.launch_overhead_s;  // embedding gather, LM head
@@ -184,8 +183,7 @@ result<llm_system> make_ipu(const ipu_preset& ipu, const spec_parts& p, const de
     if (!*r) return r->error();
   const double chip_flops = ipu.peak_flops_per_s(dtype::fp16) * ipu.calibration.amp_efficiency;
   const double chip_usable = double(ipu.memory_bytes()) * *usable;
-  const double embedding = double(d.vocab * d.hidden) * d.element_bytes;
-  const double resident = d.weight_bytes() + embedding;
+  const double resident = d.resident_bytes();
   llm_system s;
   s.spec = std::move(spec);
   s.preset = ipu.name;

@@ -41,6 +41,7 @@ struct decoder_dims {
   std::string name;
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0, vocab = 0;
   bool gated = false;          ///< SwiGLU FFN: gate, up and down matrices (else up and down)
+  bool tied_embeddings = false;  ///< the LM head is the embedding table (stored once)
   double element_bytes = 2;    ///< fp16 / bf16 weights and KV cache
 
   /// Q, K, V, O and FFN weights of one layer (norm gains and biases are negligible and not counted).
@@ -50,14 +51,15 @@ struct decoder_dims {
   /// Weights read once per step: every layer's linear weights and the LM head (the embedding is a
   /// gather of T rows, not a stream of the table).
   double weight_bytes() const;
+  /// Weights resident in memory: weight_bytes() and the embedding table unless it is the LM head.
+  double resident_bytes() const { return weight_bytes() + (tied_embeddings ? 0.0 : double(vocab * hidden) * element_bytes); }
   /// K and V of one token in one layer.
   double kv_bytes_per_token_per_layer() const { return 2.0 * double(kv_heads * head_dim) * element_bytes; }
   /// K and V of one token over all layers.
   double kv_bytes_per_token() const { return double(layers) * kv_bytes_per_token_per_layer(); }
 };
 
-/// Dims of a decoder shape (architecture llama; a bert shape is an encoder: unsupported). The FFN is
-/// gated when the activation is silu (SwiGLU), as in LLaMA.
+/// Dims of a decoder shape (gpt2, llama; an encoder is unsupported); gated and tied as the shape says.
 result<decoder_dims> decoder_dims_of(const models::model_shape& s);
 
 /// One prompt chunk in a step: `tokens` new prompt tokens at positions context .. context+tokens-1
