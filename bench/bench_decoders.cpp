@@ -8,11 +8,15 @@
 // no padding). Decode: for each batch size B, B sequences with a --prompt-token context each take
 // --decode steps of one token each (one step = B tokens). Wall time and process CPU time are both
 // shown: on a shared machine, tokens / (cpu / threads) estimates dedicated-core speed
-// (pessimistically: OpenMP spin-waits count as CPU time). Prints a table and RESULT lines.
+// (pessimistically: OpenMP spin-waits count as CPU time). On a machine shared with other jobs,
+// run it with OMP_WAIT_POLICY=passive: libgomp's spinning threads otherwise lose whole time slices
+// to each other (gpt2 decode at batch 1 on 2 threads under load: 0.7 s passive vs 14 s active for
+// 8 tokens). Prints a table and RESULT lines.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <iostream>
 #include <sstream>
@@ -123,6 +127,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   set_num_threads(threads);
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  std::printf("threads %d, OMP_WAIT_POLICY=%s, prompt %d, decode %d\n", threads, policy ? policy : "(unset)", prompt,
+              decode);
   std::printf("%-12s %-9s %6s %8s %10s %10s %12s %12s\n", "model", "phase", "seqs", "tokens", "wall s", "cpu s",
               "tok/s wall", "tok/s cpu");
   for (const auto& name : split(models)) {

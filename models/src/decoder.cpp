@@ -216,6 +216,9 @@ result<generation> greedy_generate(const decoder_model& model, const std::vector
     return status::invalid("prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
                            std::to_string(o.max_tokens) + ") exceed max_position_embeddings " +
                            std::to_string(c.max_position_embeddings));
+  if (o.block_tokens < 1) return status::invalid("block_tokens must be positive, got " + std::to_string(o.block_tokens));
+  if (o.prefill_chunk < 0)
+    return status::invalid("prefill_chunk must be zero (whole prompt) or positive, got " + std::to_string(o.prefill_chunk));
   kv_layout layout{o.block_tokens, 0};
   layout.num_blocks = std::max(1, layout.blocks_for(total));
   auto cache = paged_kv_cache::make(c, layout);

@@ -403,6 +403,58 @@ TEST(decoder_step, bad_batches_are_errors_and_leave_the_cache_alone) {
   EXPECT_FALSE(greedy_generate(m, {1, 2}, {.max_tokens = 127}));
 }
 
+// Fuzz: random batches, valid or not (token ids, positions, block tables, empty sequences). step
+// succeeds exactly when an independent check says the batch is valid, and never crashes; a valid
+// batch returns one logits row per sequence that wants them.
+TEST(decoder_step, random_batches_succeed_exactly_when_valid) {
+  set_num_threads(1);
+  auto m = odd_model("gpt2-odd");
+  const auto& c = m.shape();  // vocab 300, 96 positions
+  const int bt = 4, nblocks = 12;
+  auto cache = paged_kv_cache::make(c, {bt, nblocks});
+  ASSERT_TRUE(cache);
+  splitmix64 r(77);
+  int ok = 0, refused = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    step_batch b;
+    bool valid = true;
+    size_t wants = 0;
+    for (int s = static_cast<int>(r.next_int(0, 3)); s > 0; --s) {
+      seq_step st;
+      st.seq_id = r.next();
+      const int n = static_cast<int>(r.next_int(0, 6));
+      for (int i = 0; i < n; ++i) st.tokens.push_back(static_cast<int32_t>(r.next_int(-2, 302)));
+      st.start_pos = static_cast<int32_t>(r.next_int(-1, 97));
+      for (int i = static_cast<int>(r.next_int(0, 30)); i > 0; --i)
+        st.block_table.push_back(static_cast<int32_t>(r.next_int(-1, nblocks)));
+      st.want_logits = r.next_int(0, 3) != 0;
+      const int64_t end = int64_t{st.start_pos} + n;
+      bool v = n > 0 && st.start_pos >= 0 && end <= c.max_position_embeddings;
+      for (int32_t t : st.tokens) v = v && t >= 0 && t < c.vocab_size;
+      const int64_t need = (end + bt - 1) / bt;
+      v = v && static_cast<int64_t>(st.block_table.size()) >= need;
+      for (int64_t i = 0; v && i < need; ++i) v = st.block_table[i] >= 0 && st.block_table[i] < nblocks;
+      valid = valid && v;
+      wants += st.want_logits;
+      b.seqs.push_back(std::move(st));
+    }
+    auto out = m.step(b, *cache);
+    ASSERT_EQ(static_cast<bool>(out), valid) << "iteration " << iter << ": " << (out ? std::string("accepted") : out.error().to_string());
+    if (out) {
+      ++ok;
+      ASSERT_EQ(out->size(), wants);
+      for (const auto& l : *out) {
+        ASSERT_EQ(static_cast<int>(l.size()), c.vocab_size);
+        for (float v : l) ASSERT_TRUE(std::isfinite(v));
+      }
+    } else {
+      ++refused;
+    }
+  }
+  EXPECT_GT(ok, 20);
+  EXPECT_GT(refused, 20);
+}
+
 // Random decoders must not hide bugs: greedy generations vary (not one repeated token).
 TEST(decoder_generate, seeded_presets_generate_varied_tokens) {
   set_num_threads(2);
