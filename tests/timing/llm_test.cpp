@@ -15,6 +15,7 @@
 #include "tessera/timing/llm_system.hpp"
 #include "tessera/timing/llm_validation.hpp"
 #include "tessera/timing/preset.hpp"
+#include "run_tool.hpp"
 
 namespace tessera::timing {
 namespace {
@@ -326,20 +327,8 @@ TEST(llm_schedule, throughput_at_slo_meets_the_slo) {
 }
 
 // tessera-llm-timing from the user's side.
-std::string tool() {
-  const char* dir = std::getenv("TESSERA_BIN_DIR");
-  return dir == nullptr ? "" : std::string(dir) + "/tessera-llm-timing";
-}
-int run(const std::string& args, std::string& out) {
-  out.clear();
-  FILE* f = ::popen((tool() + " " + args + " 2>&1").c_str(), "r");
-  if (f == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int rc = ::pclose(f);
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
+std::string tool() { return testing::tool_path("tessera-llm-timing"); }
+int run(const std::string& args, std::string& out) { return testing::run_tool(tool(), args, out, "2>&1"); }
 
 TEST(llm_tool, step_system_validate_and_mistakes) {
   if (tool().empty() || !std::filesystem::exists(tool())) GTEST_FAIL() << "tessera-llm-timing not built (TESSERA_BIN_DIR)";

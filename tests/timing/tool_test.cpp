@@ -8,24 +8,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "run_tool.hpp"
+
 namespace {
 
-std::string tool() {
-  const char* dir = std::getenv("TESSERA_BIN_DIR");
-  return dir == nullptr ? "" : std::string(dir) + "/tessera-timing";
-}
+std::string tool() { return tessera::timing::testing::tool_path("tessera-timing"); }
 
 // Runs the tool with `args`; returns the exit code and fills `out` with stdout.
-int run(const std::string& args, std::string& out) {
-  out.clear();
-  FILE* f = ::popen((tool() + " " + args + " 2>/dev/null").c_str(), "r");
-  if (f == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int rc = ::pclose(f);
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
+int run(const std::string& args, std::string& out) { return tessera::timing::testing::run_tool(tool(), args, out); }
 
 class tool_test : public ::testing::Test {
  protected:
