@@ -392,6 +392,10 @@ status bpe_tokenizer_impl::model(std::string_view word, std::vector<int32_t>& ou
     consider(top.pos);
   }
   for (int32_t k = 0; k >= 0; k = sym[static_cast<size_t>(k)].next) out.push_back(sym[static_cast<size_t>(k)].id);
+  // A long word (LLaMA's is the whole text) must not leave its scratch behind on every thread.
+  constexpr size_t keep = 1 << 16;
+  if (sym.capacity() > keep) std::vector<symbol>().swap(sym);
+  if (queue.capacity() > keep) std::vector<merge_candidate>().swap(queue);
   return status::ok();
 }
 
