@@ -37,6 +37,7 @@ while (bytes < mb * 1e6) {
   bytes += Buffer.byteLength(d);
 }
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tessera-bench-bpe-"));
+process.on("exit", () => fs.rmSync(dir, { recursive: true, force: true }));  // also when a step fails
 const input = path.join(dir, "docs.jsonl");
 fs.writeFileSync(input, docs.map(text => JSON.stringify({ text })).join("\n") + "\n");
 const presets = path.join(dir, "presets");
@@ -75,7 +76,6 @@ const rows = [
   ["LLaMA", "tessera", tessera("llama")],
   ["LLaMA", "llama-tokenizer-js 1.2.2", npm(t => llama.encode(t, false, true))],
 ];
-fs.rmSync(dir, { recursive: true, force: true });
 console.log(`BPE encode throughput: ${docs.length} documents, ${(bytes / 1e6).toFixed(2)} MB of seeded mixed text, one thread, best of ${repeat}; node ${process.version}, ${os.cpus()[0].model}`);
 // Both sides cache words (tessera: GPT-2's, bounded; gpt-3-encoder: all, unbounded): the first pass
 // runs with cold caches, the best of the passes with warm ones.
