@@ -51,7 +51,7 @@ struct harness {
     }
     if (plan.empty()) return plan;
     ++steps;
-    EXPECT_LE(plan.batch.tokens(), cfg.token_budget);
+    EXPECT_LE(plan.batch.num_tokens(), cfg.token_budget);
     std::set<uint64_t> in_step;
     for (const auto& s : plan.batch.seqs) {
       EXPECT_TRUE(in_step.insert(s.seq_id).second) << "sequence twice in one step";

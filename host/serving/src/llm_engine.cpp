@@ -212,7 +212,7 @@ void llm_engine::run() {
     backends::step_result r = future.get();
     m.steps.fetch_add(1);
     m.step_duration.observe(r.wall_seconds);
-    m.step_tokens.observe(static_cast<double>(plan.batch.tokens()));
+    m.step_tokens.observe(static_cast<double>(plan.batch.num_tokens()));
     if (!r.st) {
       // The step's sequences fail; the others go on.
       TESSERA_LOG_WARN("decoder step failed: " << r.st.to_string());

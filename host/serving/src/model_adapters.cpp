@@ -48,4 +48,45 @@ model_info model_info_of(const models::bert_model& model, std::string model_id) 
   return info;
 }
 
+namespace {
+
+class bpe_stream : public token_stream {
+ public:
+  explicit bpe_stream(const models::bpe_tokenizer& t) : d_(t) {}
+  std::string push(int32_t id) override {
+    auto text = d_.push(id);
+    return text ? std::move(*text) : std::string();  // an id outside the vocab has no text
+  }
+  std::string flush() override { return d_.flush(); }
+
+ private:
+  models::stream_decoder d_;
+};
+
+class bpe_llm_tokenizer : public llm_tokenizer {
+ public:
+  explicit bpe_llm_tokenizer(models::bpe_tokenizer t) : t_(std::move(t)) {}
+  result<std::vector<int32_t>> encode(std::string_view text, bool add_special) const override {
+    return t_.encode(text, add_special);
+  }
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    auto text = t_.decode(ids, true);
+    return text ? std::move(*text) : std::string();
+  }
+  std::unique_ptr<token_stream> stream() const override { return std::make_unique<bpe_stream>(t_); }
+  int32_t bos_id() const override { return t_.bos_id(); }
+  int32_t eos_id() const override { return t_.eos_id(); }
+  int32_t vocab_size() const override { return t_.vocab_size(); }
+  std::string chat_template() const override { return t_.chat_template(); }
+
+ private:
+  models::bpe_tokenizer t_;
+};
+
+}  // namespace
+
+std::shared_ptr<const llm_tokenizer> make_bpe_llm_tokenizer(models::bpe_tokenizer tok) {
+  return std::make_shared<bpe_llm_tokenizer>(std::move(tok));
+}
+
 }  // namespace tessera::serving

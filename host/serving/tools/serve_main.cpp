@@ -4,7 +4,13 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tessera/backends/decoder_backend.hpp"
 #include "tessera/backends/reference_backend.hpp"
+#include "tessera/models/decoder.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/serving/http_server.hpp"
 #include "tessera/serving/model_adapters.hpp"
@@ -16,6 +22,20 @@
 namespace po = boost::program_options;
 using namespace tessera;
 using namespace tessera::serving;
+
+namespace {
+
+/// A decoder preset (gpt2-*, llama-*) or a folder whose config.json is a GPT-2 or LLaMA config.
+bool is_decoder(const std::string& name) {
+  if (name.rfind("gpt2", 0) == 0 || name.rfind("llama", 0) == 0) return !std::filesystem::is_directory(name);
+  std::ifstream in(std::filesystem::path(name) / "config.json");
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return models::parse_decoder_config_json(ss.str()).has_value();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   take_stop_signals();  // before any thread starts; main waits for them below
@@ -39,8 +59,9 @@ int main(int argc, char** argv) {
   opts.add_options()
       ("help", "print this help")
       ("model", po::value(&model_name)->default_value("bert-tiny"),
-       "preset (bert-tiny, bert-mini, bert-small, bert-base, bert-large), Hugging Face folder, "
-       "or 'toy' (a hash model that measures the front door alone)")
+       "preset (bert-tiny, bert-mini, bert-small, bert-base, bert-large; decoders, served on the "
+       "OpenAI API: gpt2-tiny, gpt2, gpt2-medium, llama-tiny, llama-1b), Hugging Face folder, "
+       "'toy' (a hash model that measures the front door alone) or 'toy-llm' (a hash decoder)")
       ("replicas", po::value(&replicas)->default_value(1), "in-process backends behind the router")
       ("kinds", po::value(&kinds)->default_value("gpu"),
        "comma-separated kind per replica, cycled (gpu, tiles, reference); see --routing hybrid")
@@ -104,6 +125,35 @@ int main(int argc, char** argv) {
     llm.tokenizer = make_byte_tokenizer();
     llm.model_id = "toy-llm";
     engine = std::make_unique<llm_engine>(lo.engine, backend, llm.tokenizer, &metrics);
+  } else if (is_decoder(model_name)) {
+    auto loaded = models::load_decoder(model_name);
+    if (!loaded) {
+      std::cerr << "tessera-serve: " << loaded.error().to_string() << "\n";
+      return 2;
+    }
+    auto model = std::make_shared<const models::decoder_model>(std::move(*loaded));
+    const bool folder = std::filesystem::is_directory(model_name);
+    auto bpe = folder ? models::bpe_tokenizer::from_dir(model_name)
+                      : models::bpe_tokenizer::preset(model->shape().arch == models::architecture::gpt2 ? "gpt2" : "llama");
+    if (!bpe) {
+      std::cerr << "tessera-serve: " << bpe.error().to_string() << "\n";
+      return 2;
+    }
+    const int32_t blocks = lo.kv_blocks > 0 ? lo.kv_blocks
+                                            : backends::kv_blocks_for_bytes(model->shape(), lo.block_tokens,
+                                                                            static_cast<int64_t>(lo.kv_memory_mb * (1 << 20)));
+    auto backend = backends::make_decoder_backend(
+        model, {.name = "ref0", .kind = "reference", .kv = {lo.block_tokens, blocks}, .omp_threads = omp_threads});
+    if (!backend) {
+      std::cerr << "tessera-serve: " << backend.error().to_string() << "\n";
+      return 2;
+    }
+    llm.tokenizer = make_bpe_llm_tokenizer(std::move(*bpe));
+    std::string id = model_name;
+    while (!id.empty() && id.back() == '/') id.pop_back();
+    if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
+    llm.model_id = id;
+    engine = std::make_unique<llm_engine>(lo.engine, *backend, llm.tokenizer, &metrics);
   }
   if (engine) {
     tok = make_toy_tokenizer();

@@ -25,29 +25,14 @@
 #include <vector>
 
 #include "tessera/common/status.hpp"
+#include "tessera/models/decoder.hpp"
 
 namespace tessera::backends {
 
-/// One sequence's part of a step: its new tokens at positions start_pos .. start_pos+n-1.
-/// block_table[i] holds positions [i*block_tokens, (i+1)*block_tokens). (The shape of the
-/// decoder contract's models::seq_step.)
-struct seq_step {
-  uint64_t seq_id = 0;
-  std::vector<int32_t> tokens;
-  int32_t start_pos = 0;
-  std::vector<int32_t> block_table;
-  bool want_logits = true;
-};
-
-/// A mixed batch of prefill chunks and decodes.
-struct step_batch {
-  std::vector<seq_step> seqs;
-  int64_t tokens() const {
-    int64_t n = 0;
-    for (const auto& s : seqs) n += static_cast<int64_t>(s.tokens.size());
-    return n;
-  }
-};
+/// One sequence's part of a step (its new tokens at start_pos.., its block table) and a mixed
+/// batch of them: the decoder contract's types (models/decoder.hpp).
+using seq_step = models::seq_step;
+using step_batch = models::step_batch;
 
 /// The answer to one step: logits [vocab] per sequence with want_logits, in batch order.
 struct step_result {

@@ -25,50 +25,11 @@
 
 #include "tessera/common/status.hpp"
 
-#if __has_include("tessera/models/kv_cache.hpp")
 #include "tessera/models/kv_cache.hpp"
-#define TESSERA_HAVE_MODELS_BLOCK_POOL 1
-#endif
 
 namespace tessera::serving {
 
-#ifdef TESSERA_HAVE_MODELS_BLOCK_POOL
-using block_pool = models::block_pool;
-#else
-/// Stand-in with models::block_pool's interface until models/kv_cache.hpp is on main.
-class block_pool {
- public:
-  explicit block_pool(int total) : refs_(static_cast<size_t>(total), 0) {
-    for (int i = total - 1; i >= 0; --i) free_.push_back(i);
-  }
-  std::optional<int> allocate() {
-    if (free_.empty()) return std::nullopt;
-    int id = free_.back();
-    free_.pop_back();
-    refs_[static_cast<size_t>(id)] = 1;
-    return id;
-  }
-  status retain(int id) {
-    if (id < 0 || id >= total_blocks() || refs_[static_cast<size_t>(id)] == 0)
-      return status::invalid("retain of a free block");
-    ++refs_[static_cast<size_t>(id)];
-    return status::ok();
-  }
-  status release(int id) {
-    if (id < 0 || id >= total_blocks() || refs_[static_cast<size_t>(id)] == 0)
-      return status::invalid("release of a free block");
-    if (--refs_[static_cast<size_t>(id)] == 0) free_.push_back(id);
-    return status::ok();
-  }
-  int ref_count(int id) const { return id < 0 || id >= total_blocks() ? 0 : refs_[static_cast<size_t>(id)]; }
-  int free_blocks() const { return static_cast<int>(free_.size()); }
-  int total_blocks() const { return static_cast<int>(refs_.size()); }
-
- private:
-  std::vector<int> refs_;
-  std::vector<int> free_;
-};
-#endif
+using models::block_pool;
 
 class kv_block_manager {
  public:
