@@ -1,0 +1,119 @@
+// OpenAI's own JS client (the `openai` npm package, unmodified) against a real tessera-serve
+// serving a decoder preset, given nothing but tessera's base URL: completions and chat, streamed
+// and not. Greedy answers must equal the reference generation of `tessera-models generate` (the
+// models library's greedy_generate in another process, sharing no code with the server's
+// scheduler, sampling, detokenizer or HTTP path).
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import OpenAI from "openai";
+import { bin, startServer } from "./lib/tessera.mjs";
+
+/// The reference's greedy continuation of a text prompt: {ids, text}.
+function reference(model, prompt, maxTokens) {
+  const out = execFileSync(
+    bin("tessera-models"),
+    ["generate", "--model", model, "--prompt", prompt, "--max-tokens", String(maxTokens), "--threads", "1"],
+    { encoding: "utf8" },
+  );
+  const ids = /^generated ids:(.*)$/m.exec(out)[1].trim().split(/\s+/).map(Number);
+  const text = /^generated text: (.*)$/m.exec(out)?.[1] ?? "";
+  return { ids, text };
+}
+
+for (const model of ["llama-tiny", "gpt2-tiny"]) {
+  describe(`openai client against tessera-serve --model ${model}`, () => {
+    let server, client;
+    before(async () => {
+      server = await startServer(["--model", model, "--kv-memory-mb", "32"]);
+      client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    });
+    after(async () => {
+      await server?.stop();
+    });
+
+    test("models.list names the model", async () => {
+      const list = await client.models.list();
+      assert.deepEqual(list.data.map((m) => m.id), [model]);
+    });
+
+    test("completions.create, greedy, equals the reference", async () => {
+      const prompt = "The tile emulator answered";
+      const want = reference(model, prompt, 20);
+      const got = await client.completions.create({ model, prompt, max_tokens: 20, temperature: 0 });
+      assert.equal(got.object, "text_completion");
+      assert.equal(got.choices[0].text, want.text);
+      assert.equal(got.choices[0].finish_reason, "length");
+      assert.equal(got.usage.completion_tokens, 20);
+      assert.equal(got.usage.total_tokens, got.usage.prompt_tokens + 20);
+    });
+
+    test("completions.create with stream: true gives the same text piece by piece", async () => {
+      const prompt = "Café naïve 中文 and more";
+      const want = reference(model, prompt, 24);
+      const stream = await client.completions.create({ model, prompt, max_tokens: 24, temperature: 0, stream: true });
+      let text = "";
+      let pieces = 0;
+      let finish = null;
+      for await (const chunk of stream) {
+        for (const c of chunk.choices) {
+          text += c.text;
+          pieces += c.text ? 1 : 0;
+          finish = c.finish_reason ?? finish;
+        }
+      }
+      assert.equal(text, want.text);
+      assert.ok(pieces >= 5, `${pieces} pieces`);
+      assert.equal(finish, "length");
+    });
+
+    test("chat.completions.create, streamed and not, equals the reference of the rendered prompt", async () => {
+      const messages = [
+        { role: "system", content: "You are terse." },
+        { role: "user", content: "Name a prime." },
+      ];
+      // The documented plain default template (docs/serving.md): these models' presets carry no
+      // chat template.
+      const rendered = "You are terse.\n\nUser: Name a prime.\nAssistant:";
+      const want = reference(model, rendered, 16);
+      const got = await client.chat.completions.create({ model, messages, max_tokens: 16, temperature: 0 });
+      assert.equal(got.object, "chat.completion");
+      assert.equal(got.choices[0].message.role, "assistant");
+      assert.equal(got.choices[0].message.content, want.text);
+      const stream = await client.chat.completions.create({
+        model, messages, max_tokens: 16, temperature: 0, stream: true, stream_options: { include_usage: true },
+      });
+      let text = "";
+      let usage = null;
+      let role = null;
+      for await (const chunk of stream) {
+        if (chunk.usage) usage = chunk.usage;
+        for (const c of chunk.choices) {
+          role = c.delta.role ?? role;
+          text += c.delta.content ?? "";
+        }
+      }
+      assert.equal(role, "assistant");
+      assert.equal(text, want.text);
+      assert.equal(usage.completion_tokens, 16);
+    });
+
+    test("seeded sampling repeats; errors arrive as the client's error classes", async () => {
+      const ask = () =>
+        client.completions.create({ model, prompt: "random", max_tokens: 12, temperature: 1, top_p: 0.9, seed: 5 });
+      assert.equal((await ask()).choices[0].text, (await ask()).choices[0].text);
+      await assert.rejects(
+        client.completions.create({ model: "gpt-4", prompt: "x", max_tokens: 2 }),
+        (e) => e instanceof OpenAI.NotFoundError && e.code === "model_not_found",
+      );
+      await assert.rejects(
+        client.completions.create({ model, prompt: "x", max_tokens: 2, temperature: 5 }),
+        (e) => e instanceof OpenAI.BadRequestError && e.param === "temperature",
+      );
+      await assert.rejects(
+        client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], max_tokens: 100000 }),
+        (e) => e instanceof OpenAI.BadRequestError && e.code === "context_length_exceeded",
+      );
+    });
+  });
+}
