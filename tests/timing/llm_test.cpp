@@ -146,6 +146,14 @@ TEST(llm_step, ipu_weight_homes_and_memory_limits) {
   ASSERT_FALSE(too_few);
   EXPECT_EQ(too_few.error().code(), errc::out_of_memory);
   EXPECT_NE(too_few.error().message().find("pipeline="), std::string::npos) << too_few.error().message();
+  // the sensitivity keys move only what they name
+  const auto roomy = sys_of("ipu-mk2:chips=64:usable=0.9"), slow_links = sys_of("ipu-mk2:chips=64:hop_us=5");
+  EXPECT_NEAR(roomy.kv_capacity_bytes - sram.kv_capacity_bytes, 64 * 0.15 * 1472 * 638976.0, 1);
+  EXPECT_DOUBLE_EQ(slow_links.hop_latency_s, 5e-6);
+  EXPECT_DOUBLE_EQ(slow_links.kv_capacity_bytes, sram.kv_capacity_bytes);
+  for (const char* bad : {"ipu-mk2:chips=64:usable=0", "ipu-mk2:chips=64:usable=1.5", "ipu-mk2:chips=64:hop_us=x",
+                          "a100-40gb:usable=0.5"})
+    EXPECT_FALSE(make_llm_system(bad, llama7b())) << bad;
   for (const char* bad : {"ipu-mk2", "ipu-mk2:chips=x", "ipu-mk2:chips=64:pipeline=48", "ipu-mk2:chips=4:weights=hbm",
                           "a100-40gb:chips=2", "a100-40gb:gpus", "no-such-chip", ""}) {
     auto s = make_llm_system(bad, llama7b());

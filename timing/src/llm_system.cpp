@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 #include <variant>
 
 #include <nlohmann/json.hpp>
@@ -164,7 +165,7 @@ result<llm_system> make_gpu(const gpu_preset& g, const spec_parts& p, const deco
 }
 
 result<llm_system> make_ipu(const ipu_preset& ipu, const spec_parts& p, const decoder_dims& d, std::string spec) {
-  TESSERA_RETURN_IF_ERROR(only_keys(p, {"chips", "pipeline", "weights"}, "IPU"));
+  TESSERA_RETURN_IF_ERROR(only_keys(p, {"chips", "pipeline", "weights", "usable", "hop_us"}, "IPU"));
   const std::string home = p.keys.count("weights") ? p.keys.at("weights") : "sram";
   if (home != "sram" && home != "streaming")
     return status::invalid("system spec: weights=" + home + "; use weights=sram or weights=streaming");
@@ -181,6 +182,20 @@ result<llm_system> make_ipu(const ipu_preset& ipu, const spec_parts& p, const de
   auto supersteps = f->number("supersteps_per_layer");
   for (const auto* r : {&sram_bw, &usable, &link_bw, &hop_lat, &supersteps})
     if (!*r) return r->error();
+  // Sensitivity overrides of the two assumptions that move the LLM results most (docs/timing.md).
+  for (auto [key, dst, lo, hi, scale] : {std::tuple{"usable", &*usable, 0.05, 1.0, 1.0}, {"hop_us", &*hop_lat, 0.0, 1000.0, 1e-6}}) {
+    auto it = p.keys.find(key);
+    if (it == p.keys.end()) continue;
+    try {
+      size_t used = 0;
+      double v = std::stod(it->second, &used);
+      if (used != it->second.size() || !(v > lo && v <= hi)) throw std::invalid_argument(key);
+      *dst = v * scale;
+    } catch (const std::exception&) {
+      return status::invalid("system spec: " + std::string(key) + "=" + it->second + " must be a number in (" + fmt(lo) +
+                             ", " + fmt(hi) + "]");
+    }
+  }
   const double chip_flops = ipu.peak_flops_per_s(dtype::fp16) * ipu.calibration.amp_efficiency;
   const double chip_usable = double(ipu.memory_bytes()) * *usable;
   const double resident = d.resident_bytes();

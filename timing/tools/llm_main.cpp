@@ -74,6 +74,9 @@ int main(int argc, char** argv) {
       "token-budget", po::value<int64_t>()->default_value(2048), "continuous: new tokens per step")(
       "static-batch", po::value<int64_t>()->default_value(16), "static: requests per batch")(
       "out-dir", po::value<std::string>()->default_value("results"), "experiment: where the CSV and markdown go")(
+      "systems", po::value<std::string>()->default_value(""),
+      "experiment: system specs, comma-separated (default: a100-40gb, h100-sxm, three IPU pods, one streaming IPU-M2000);"
+      " the first priced GPU is the cost reference")(
       "quick", "experiment: fewer requests per run (a smoke run; the figures move by a few percent)")(
       "ttft-p99", po::value<double>()->default_value(2.0), "experiment: SLO, p99 time to first token (s)")(
       "tpot-p99", po::value<double>()->default_value(0.1), "experiment: SLO, p99 time per output token (s)")(
@@ -113,6 +116,13 @@ int main(int argc, char** argv) {
     o.cost = {vm["amortisation-years"].as<double>(), vm["utilisation"].as<double>(), vm["usd-per-kwh"].as<double>()};
     o.ipu_price_usd = vm["ipu-price-usd"].as<double>();
     o.seed = vm["seed"].as<uint64_t>();
+    if (const auto& list = vm["systems"].as<std::string>(); !list.empty()) {
+      o.systems.clear();
+      std::stringstream ss(list);
+      std::string item;
+      while (std::getline(ss, item, ','))
+        if (!item.empty()) o.systems.push_back(item);
+    }
     o.command = "tessera-llm-timing";
     for (int i = 1; i < argc; ++i) o.command += std::string(" ") + argv[i];
     auto rep = run_llm_experiment(o, std::cerr);

@@ -10,6 +10,8 @@
 //   "ipu-mk2:chips=4:weights=streaming"  one IPU-M2000: weights in Streaming Memory (the IPU's
 //                                        external DRAM), streamed every step over the 4 chips'
 //                                        links, tensor parallel; KV cache in tile SRAM
+//   IPU sensitivity keys: usable=F (fraction of SRAM for weights + KV, preset: 0.75), hop_us=X
+//   (chip-to-chip hop latency, preset: 2)
 // The LLM figures of a preset (HBM capacity, SRAM and Streaming Memory bandwidth, IPU-Link bandwidth
 // and hop latency, usable memory fraction, launches or supersteps per layer) are its "llm" object,
 // each with a "sources" entry "llm.<field>"; TDP and price are "published.tdp_watts" and
