@@ -28,19 +28,34 @@ void norm(const model_shape& c, const float* x, int64_t T, const float* w, const
 // Attention of one layer: qkv rows [T, q_width + 2 kv_width] (rotated) -> ctx [T, q_width].
 using attention_fn = std::function<void(int layer, float* qkv, int64_t ld, float* ctx)>;
 
-// Embeddings, every layer, and the final norm + LM head on `logit_rows`; returns [rows, vocab].
-std::vector<float> run_decoder(const model_shape& c, const decoder_weights& w, const std::vector<int32_t>& tokens,
-                               const std::vector<int32_t>& positions, const std::vector<int32_t>& logit_rows,
-                               const attention_fn& attend) {
+// Per-thread activations, grown as needed and never zeroed: a step allocates nothing large (fresh
+// multi-megabyte vectors every step cost their page faults and memset).
+struct workspace {
+  std::vector<float> x, xn, tmp, qkv, ctx, up, gate, cos_t, sin_t, last, logits;
+};
+float* grow(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+// Embeddings, every layer, and the final norm + LM head on `logit_rows`; returns [rows][vocab].
+std::vector<std::vector<float>> run_decoder(const model_shape& c, const decoder_weights& w,
+                                            const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
+                                            const std::vector<int32_t>& logit_rows, const attention_fn& attend) {
   const int64_t T = static_cast<int64_t>(tokens.size()), h = c.hidden_size, f = c.intermediate_size;
   const int64_t qw = c.q_width(), kvw = c.kv_width(), ld = qw + 2 * kvw;
   const int d = c.head_dim();
-  std::vector<float> x(static_cast<size_t>(T * h)), xn(x.size()), tmp(x.size()), qkv(static_cast<size_t>(T * ld)),
-      ctx(static_cast<size_t>(T * qw)), up(static_cast<size_t>(T * f)),
-      gate(c.gated_mlp ? static_cast<size_t>(T * f) : 0);
+  thread_local workspace ws;
+  float* x = grow(ws.x, T * h);
+  float* xn = grow(ws.xn, T * h);
+  float* tmp = grow(ws.tmp, T * h);
+  float* qkv = grow(ws.qkv, T * ld);
+  float* ctx = grow(ws.ctx, T * qw);
+  float* up = grow(ws.up, T * f);
+  float* gate = c.gated_mlp ? grow(ws.gate, T * f) : nullptr;
   for (int64_t t = 0; t < T; ++t) {
     const float* e = w.token_embedding + int64_t{tokens[t]} * h;
-    float* o = x.data() + t * h;
+    float* o = x + t * h;
     if (w.position_embedding) {
       const float* p = w.position_embedding + int64_t{positions[t]} * h;
       for (int64_t i = 0; i < h; ++i) o[i] = e[i] + p[i];
@@ -48,50 +63,54 @@ std::vector<float> run_decoder(const model_shape& c, const decoder_weights& w, c
       std::copy_n(e, h, o);
     }
   }
-  std::vector<float> cos_t, sin_t;
-  if (c.positions == position_kind::rotary) {
-    cos_t.resize(static_cast<size_t>(T * d / 2));
-    sin_t.resize(cos_t.size());
+  const bool rotary = c.positions == position_kind::rotary;
+  float* cos_t = rotary ? grow(ws.cos_t, T * d / 2) : nullptr;
+  float* sin_t = rotary ? grow(ws.sin_t, T * d / 2) : nullptr;
+  if (rotary) {
     const double scale = c.rope_scaling == rope_scaling_kind::linear ? c.rope_scaling_factor : 1.0;
-    rotary_tables(positions.data(), T, d, c.rope_theta, scale, cos_t.data(), sin_t.data());
+    rotary_tables(positions.data(), T, d, c.rope_theta, scale, cos_t, sin_t);
   }
   const activation act = act_of(c.activation);
   for (int l = 0; l < c.num_layers; ++l) {
     const decoder_layer_weights& lw = w.layers[static_cast<size_t>(l)];
-    norm(c, x.data(), T, lw.norm1_w, lw.norm1_b, xn.data());
-    linear(xn.data(), T, h, lw.q_w, lw.q_b, qw, qkv.data(), activation::none, h, ld);
-    linear(xn.data(), T, h, lw.k_w, lw.k_b, kvw, qkv.data() + qw, activation::none, h, ld);
-    linear(xn.data(), T, h, lw.v_w, lw.v_b, kvw, qkv.data() + qw + kvw, activation::none, h, ld);
-    if (!cos_t.empty()) {
-      apply_rotary(qkv.data(), T, c.num_heads, d, ld, cos_t.data(), sin_t.data());
-      apply_rotary(qkv.data() + qw, T, c.num_kv_heads, d, ld, cos_t.data(), sin_t.data());
-    }
-    attend(l, qkv.data(), ld, ctx.data());
-    linear(ctx.data(), T, qw, lw.o_w, lw.o_b, h, tmp.data());
-    add(x.data(), tmp.data(), T * h, x.data());
-    norm(c, x.data(), T, lw.norm2_w, lw.norm2_b, xn.data());
-    if (c.gated_mlp) {
-      linear(xn.data(), T, h, lw.gate_w, nullptr, f, gate.data(), act);
-      linear(xn.data(), T, h, lw.up_w, lw.up_b, f, up.data());
-      multiply(gate.data(), up.data(), T * f, up.data());
+    norm(c, x, T, lw.norm1_w, lw.norm1_b, xn);
+    // GPT-2's c_attn is one [q + 2 kv, hidden] matrix (and bias): one GEMM instead of three.
+    const bool fused_qkv = lw.k_w == lw.q_w + qw * h && lw.v_w == lw.k_w + kvw * h &&
+                           ((!lw.q_b && !lw.k_b && !lw.v_b) || (lw.k_b == lw.q_b + qw && lw.v_b == lw.k_b + kvw));
+    if (fused_qkv) {
+      linear(xn, T, h, lw.q_w, lw.q_b, ld, qkv);
     } else {
-      linear(xn.data(), T, h, lw.up_w, lw.up_b, f, up.data(), act);
+      linear(xn, T, h, lw.q_w, lw.q_b, qw, qkv, activation::none, h, ld);
+      linear(xn, T, h, lw.k_w, lw.k_b, kvw, qkv + qw, activation::none, h, ld);
+      linear(xn, T, h, lw.v_w, lw.v_b, kvw, qkv + qw + kvw, activation::none, h, ld);
     }
-    linear(up.data(), T, f, lw.down_w, lw.down_b, h, tmp.data());
-    add(x.data(), tmp.data(), T * h, x.data());
+    if (rotary) {
+      apply_rotary(qkv, T, c.num_heads, d, ld, cos_t, sin_t);
+      apply_rotary(qkv + qw, T, c.num_kv_heads, d, ld, cos_t, sin_t);
+    }
+    attend(l, qkv, ld, ctx);
+    linear(ctx, T, qw, lw.o_w, lw.o_b, h, tmp);
+    add(x, tmp, T * h, x);
+    norm(c, x, T, lw.norm2_w, lw.norm2_b, xn);
+    if (c.gated_mlp) {
+      linear(xn, T, h, lw.gate_w, nullptr, f, gate, act);
+      linear(xn, T, h, lw.up_w, lw.up_b, f, up);
+      multiply(gate, up, T * f, up);
+    } else {
+      linear(xn, T, h, lw.up_w, lw.up_b, f, up, act);
+    }
+    linear(up, T, f, lw.down_w, lw.down_b, h, tmp);
+    add(x, tmp, T * h, x);
   }
-  const int64_t R = static_cast<int64_t>(logit_rows.size());
-  std::vector<float> last(static_cast<size_t>(R * h)), logits(static_cast<size_t>(R * c.vocab_size));
-  for (int64_t r = 0; r < R; ++r) std::copy_n(x.data() + int64_t{logit_rows[r]} * h, h, last.data() + r * h);
-  norm(c, last.data(), R, w.final_norm_w, w.final_norm_b, last.data());
-  linear(last.data(), R, h, w.lm_head, nullptr, c.vocab_size, logits.data());
-  return logits;
-}
-
-std::vector<std::vector<float>> split_rows(const std::vector<float>& flat, int64_t vocab) {
+  const int64_t R = static_cast<int64_t>(logit_rows.size()), V = c.vocab_size;
+  float* last = grow(ws.last, R * h);
+  float* logits = grow(ws.logits, R * V);
+  for (int64_t r = 0; r < R; ++r) std::copy_n(x + int64_t{logit_rows[r]} * h, h, last + r * h);
+  norm(c, last, R, w.final_norm_w, w.final_norm_b, last);
+  linear(last, R, h, w.lm_head, nullptr, V, logits);
   std::vector<std::vector<float>> out;
-  for (size_t off = 0; off < flat.size(); off += static_cast<size_t>(vocab))
-    out.emplace_back(flat.begin() + static_cast<int64_t>(off), flat.begin() + static_cast<int64_t>(off) + vocab);
+  out.reserve(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) out.emplace_back(logits + r * V, logits + (r + 1) * V);
   return out;
 }
 
@@ -165,7 +184,7 @@ result<std::vector<std::vector<float>>> decoder_model::step(const step_batch& ba
     attention_paged({qkv, ld}, {kbase, vbase, bt, block_stride, head_stride}, seqs.data(),
                     static_cast<int>(seqs.size()), c.num_heads, kvh, d, {ctx, qw});
   };
-  return split_rows(run_decoder(c, w_, tokens, positions, logit_rows, attend), c.vocab_size);
+  return run_decoder(c, w_, tokens, positions, logit_rows, attend);
 }
 
 result<std::vector<std::vector<float>>> decoder_model::full_logits(const std::vector<int32_t>& tokens) const {
@@ -203,7 +222,7 @@ result<std::vector<std::vector<float>>> decoder_model::full_logits(const std::ve
       }
     }
   };
-  return split_rows(run_decoder(c, w_, tokens, positions, rows, attend), c.vocab_size);
+  return run_decoder(c, w_, tokens, positions, rows, attend);
 }
 
 result<generation> greedy_generate(const decoder_model& model, const std::vector<int32_t>& prompt,
