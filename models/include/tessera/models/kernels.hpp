@@ -30,7 +30,8 @@ enum class activation { none, gelu_erf, gelu_tanh, relu, silu };
 
 /// y[T, out] = act(x[T, in] W^T + bias), W [out, in] row-major (HF Linear), bias [out] or nullptr.
 /// ldx/ldy are row strides of x and y (0 = dense). T may vary from call to call at no cost: the
-/// primitive is cached per (in, out, ldx, ldy, bias, act) with T bound at execution. Thread-safe.
+/// primitive is cached per (in, out, ldx, ldy, bias, act) with T bound at execution. T = 1 (a
+/// decoder's batch-1 step) is a plain vectorised row of dot products instead. Thread-safe.
 void linear(const float* x, int64_t T, int64_t in, const float* W, const float* bias, int64_t out,
             float* y, activation act = activation::none, int64_t ldx = 0, int64_t ldy = 0);
 
