@@ -113,7 +113,8 @@ std::optional<oai_error> read_generation(const json& j, bool chat, int32_t vocab
   static const std::vector<std::string> chat_only{"messages", "max_completion_tokens", "top_logprobs",
                                                   "tools", "tool_choice", "response_format",
                                                   "parallel_tool_calls", "functions", "function_call"};
-  for (const auto& [key, value] : j.items()) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
     auto known = [&](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), key) != v.end(); };
     if (!known(common) && !known(chat ? chat_only : completions_only))
       return bad(key, "unrecognized request argument supplied: " + printable(key, 60));
