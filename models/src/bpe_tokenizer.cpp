@@ -48,6 +48,12 @@ class merge_table {
     if (e.key == empty) ++count_;
     e = {key(a, b), rank, merged};
   }
+  /// Every merge (left id, right id, entry), in slot order.
+  template <class F>
+  void for_each(F&& f) const {
+    for (const entry& e : slots_)
+      if (e.key != empty) f(static_cast<int32_t>(e.key >> 32), static_cast<int32_t>(e.key & 0xffffffffu), e);
+  }
   const entry* find(int32_t a, int32_t b) const {
     if (slots_.empty()) return nullptr;
     const uint64_t k = key(a, b);
@@ -1052,6 +1058,15 @@ int32_t bpe_tokenizer::unk_id() const { return impl_->unk; }
 int32_t bpe_tokenizer::vocab_size() const { return impl_->size(); }
 bpe_kind bpe_tokenizer::kind() const { return impl_->kind; }
 size_t bpe_tokenizer::merges_size() const { return impl_->num_merges; }
+std::vector<bpe_merge> bpe_tokenizer::merges() const {
+  std::vector<std::pair<int32_t, bpe_merge>> ranked;
+  impl_->merges.for_each([&](int32_t a, int32_t b, const merge_table::entry& e) { ranked.push_back({e.rank, {a, b, e.merged}}); });
+  std::sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<bpe_merge> out;
+  out.reserve(ranked.size());
+  for (const auto& r : ranked) out.push_back(r.second);
+  return out;
+}
 const std::string& bpe_tokenizer::chat_template() const { return impl_->chat_template; }
 
 // ---- stream_decoder ----

@@ -6,6 +6,7 @@
 //   tessera-models --model bert-base --seed 3 --save /tmp/bert-base-seed3
 //   tessera-models tokenize --tokenizer gpt2|llama|DIR --text "Hello world"   (tools/tokenize.cpp)
 //   tessera-models generate --model llama-tiny --prompt-ids 1,42,99 --max-tokens 16  (tools/generate.cpp)
+//   tessera-models export-gguf --model llama-tiny --out llama-tiny.gguf  (tools/export_gguf.cpp)
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
@@ -19,10 +20,12 @@ using namespace tessera::models;
 
 int tokenize_main(int argc, char** argv);
 int generate_main(int argc, char** argv);
+int export_gguf_main(int argc, char** argv);
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "tokenize") return tokenize_main(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "generate") return generate_main(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "export-gguf") return export_gguf_main(argc - 1, argv + 1);
   std::string model_name, save_dir;
   std::vector<std::string> texts;
   std::string pair;

@@ -44,6 +44,11 @@ enum class bpe_kind : uint8_t {
 
 struct bpe_tokenizer_impl;
 
+/// One merge rule: the ids of its left and right parts and of the token they make.
+struct bpe_merge {
+  int32_t left = 0, right = 0, merged = 0;
+};
+
 class bpe_tokenizer {
  public:
   /// A folder: tokenizer.json, else vocab.json + merges.txt (GPT-2's byte-level BPE with
@@ -87,6 +92,8 @@ class bpe_tokenizer {
   bpe_kind kind() const;
   /// Number of merges.
   size_t merges_size() const;
+  /// The merges, highest priority (lowest rank) first (a duplicate counts at its last rank).
+  std::vector<bpe_merge> merges() const;
   /// tokenizer_config.json's "chat_template" (a Jinja template; empty when none). Not applied here.
   const std::string& chat_template() const;
 

@@ -1,0 +1,57 @@
+// llama.cpp as tessera's second oracle: loads GGUF files that `tessera-models export-gguf` wrote,
+// tokenizes text prompts with llama.cpp's own tokenizer (from the GGUF's tokenizer.ggml.* keys) and
+// greedy-decodes with llama.cpp's CPU kernels (f32 weights and f32 KV cache, no GPU, no mmap).
+//
+//   node oracle.mjs SPEC.json OUT.json
+// SPEC: {"threads": 2, "max_tokens": 32, "models": [{"name", "gguf", "source"?, "prompts": [{"text"} | {"ids"}]}]}
+// OUT:  {"generated_by", "node_llama_cpp", "models": {name: {...source, "gguf", "prompts": [{"text"?, "ids", "tokens"}]}}}
+// (source: how tessera makes the same model, copied through for the test that reads OUT).
+import { readFileSync, writeFileSync } from "node:fs";
+import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+
+const [specPath, outPath] = process.argv.slice(2);
+if (!specPath || !outPath) {
+  console.error("usage: node oracle.mjs SPEC.json OUT.json");
+  process.exit(2);
+}
+const spec = JSON.parse(readFileSync(specPath, "utf8"));
+const threads = spec.threads ?? 2;
+const maxTokens = spec.max_tokens ?? 32;
+const version = JSON.parse(readFileSync(new URL("./node_modules/node-llama-cpp/package.json", import.meta.url), "utf8")).version;
+
+const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error, maxThreads: threads });
+const out = { generated_by: "bench/peers/llamacpp/oracle.mjs (llama.cpp through node-llama-cpp, CPU, f32)",
+              node_llama_cpp: version, threads, max_tokens: maxTokens, models: {} };
+for (const m of spec.models) {
+  const model = await llama.loadModel({ modelPath: m.gguf, gpuLayers: 0, useMmap: false, checkTensors: true });
+  const prompts = [];
+  for (const p of m.prompts) {
+    let ids;
+    if (p.text !== undefined) {
+      ids = Array.from(model.tokenize(p.text, false));
+      // llama.cpp adds BOS when the GGUF says so (tokenizer.ggml.add_bos_token), as tessera's encode does.
+      if (model.tokens.shouldPrependBosToken && model.tokens.bos != null) ids.unshift(model.tokens.bos);
+    } else {
+      ids = p.ids;
+    }
+    const context = await model.createContext({
+      contextSize: Math.max(64, ids.length + maxTokens + 8), sequences: 1, threads, batchSize: 512,
+      // Flash attention (on by default on CPU) casts an f32 K/V cache to f16 first: off, so the
+      // attention is f32 as tessera's (with it on, gpt2-odd's step 15, a 0.009 logit margin, flips).
+      flashAttention: false,
+      experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32", ignoreMemorySafetyChecks: true,
+    });
+    const seq = context.getSequence();
+    const tokens = [];
+    for await (const t of seq.evaluate(ids, { temperature: 0, yieldEogToken: true })) {
+      tokens.push(t);
+      if (tokens.length >= maxTokens) break;
+    }
+    await context.dispose();
+    prompts.push({ ...(p.text !== undefined ? { text: p.text } : {}), ids, tokens });
+    console.error(`${m.name}: ${ids.length} prompt ids -> ${tokens.join(" ")}`);
+  }
+  out.models[m.name] = { ...(m.source ?? {}), gguf: m.gguf.split("/").pop(), prompts };
+  await model.dispose();
+}
+writeFileSync(outPath, JSON.stringify(out) + "\n");

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The second decoder oracle: llama.cpp (npm node-llama-cpp, pinned in bench/peers/llamacpp) runs the
+# GGUF files `tessera-models export-gguf` writes of the golden models: the odd shapes of
+# tests/data/models/decoders (prompt ids from goldens.json) and the presets gpt2-tiny and llama-tiny
+# (text prompts tokenized by llama.cpp from the GGUF's vocabulary). Writes its prompt ids and 32
+# greedy tokens to tests/data/models/decoders/llamacpp_goldens.json, which models_gguf_test checks
+# tessera against (CI needs no llama.cpp).
+#
+#   models/scripts/make_llamacpp_goldens.sh [BUILD_DIR]     (default build/; needs node and npm)
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$(cd "${1:-$src/build}" && pwd)/bin
+peer=$src/bench/peers/llamacpp
+data=$src/tests/data/models/decoders
+[ -d "$peer/node_modules/node-llama-cpp" ] || (cd "$peer" && npm ci --no-audit --no-fund)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for c in gpt2-odd llama-odd llama-tied; do
+  "$bin/tessera-models" export-gguf --config "$data/$c.config.json" --out "$tmp/$c.gguf"
+done
+for p in gpt2-tiny llama-tiny; do
+  "$bin/tessera-models" export-gguf --model "$p" --out "$tmp/$p.gguf"
+done
+python3 - "$data/goldens.json" "$tmp" > "$tmp/spec.json" <<'PY'
+import json, sys
+goldens, tmp = json.load(open(sys.argv[1])), sys.argv[2]
+texts = ["Hello, world! The quick brown fox", "Once upon a time, in a land far away,",
+         "naïve café 東京 🙂 x = 42;", "  leading spaces\nand a newline\tand a tab"]
+models = [{"name": n, "gguf": f"{tmp}/{n}.gguf", "source": {"config": f"{n}.config.json", "seed": goldens["seed"]},
+           "prompts": [{"ids": p["ids"]} for p in goldens["models"][n]["prompts"]]}
+          for n in ("gpt2-odd", "llama-odd", "llama-tied")]
+models += [{"name": n, "gguf": f"{tmp}/{n}.gguf", "source": {"preset": n, "tokenizer": t, "seed": 0},
+            "prompts": [{"text": s} for s in texts]} for n, t in (("gpt2-tiny", "gpt2"), ("llama-tiny", "llama"))]
+print(json.dumps({"threads": 2, "max_tokens": 32, "models": models}))
+PY
+node "$peer/oracle.mjs" "$tmp/spec.json" "$data/llamacpp_goldens.json"
+echo "wrote $data/llamacpp_goldens.json"

@@ -1,0 +1,87 @@
+// tessera-models export-gguf: a GPT-2 or LLaMA decoder (preset, Hugging Face folder, or seeded
+// weights of a config.json) written as a GGUF v3 file (f32) for llama.cpp, with its tokenizer.
+//
+//   tessera-models export-gguf --model llama-tiny --out /tmp/llama-tiny.gguf
+//   tessera-models export-gguf --config tests/data/models/decoders/llama-odd.config.json --out odd.gguf
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "tessera/models/gguf.hpp"
+
+namespace po = boost::program_options;
+using namespace tessera::models;
+
+int export_gguf_main(int argc, char** argv) {
+  std::string model_name, config_path, tokenizer_name, out;
+  uint64_t seed = 0;
+  po::options_description opts("tessera-models export-gguf: a decoder as a GGUF file (f32) for llama.cpp");
+  opts.add_options()("help", "this help")(
+      "model", po::value(&model_name), "decoder preset (gpt2-tiny, gpt2, llama-tiny, llama-1b, ...) or Hugging Face folder")(
+      "config", po::value(&config_path), "a config.json: seeded weights of that shape instead of --model")(
+      "seed", po::value(&seed)->default_value(0), "weight seed of a preset or --config")(
+      "tokenizer", po::value(&tokenizer_name),
+      "tokenizer preset (gpt2, llama) or folder; default: the model folder's own, else the architecture's preset "
+      "(cut to the model's vocab_size when larger)")(
+      "out", po::value(&out), "the GGUF file to write");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n" << opts;
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << opts;
+    return 0;
+  }
+  if (out.empty() || (model_name.empty() == config_path.empty())) {
+    std::cerr << "export-gguf: give --out and one of --model or --config\n" << opts;
+    return 2;
+  }
+  tessera::result<decoder_model> model = tessera::status::invalid("no model");
+  if (!config_path.empty()) {
+    std::ifstream f(config_path);
+    std::stringstream text;
+    text << f.rdbuf();
+    if (!f) {
+      std::cerr << config_path << ": cannot read\n";
+      return 2;
+    }
+    auto shape = parse_decoder_config_json(text.str());
+    if (!shape) {
+      std::cerr << shape.error().with_context(config_path).to_string() << "\n";
+      return 2;
+    }
+    shape->name = std::filesystem::path(config_path).filename().string();
+    model = make_seeded_decoder(*shape, seed);
+  } else {
+    model = load_decoder(model_name, seed);
+  }
+  if (!model) {
+    std::cerr << model.error().to_string() << "\n";
+    return 2;
+  }
+  if (tokenizer_name.empty()) {
+    std::error_code ec;
+    const bool own = !model_name.empty() && (std::filesystem::exists(std::filesystem::path(model_name) / "tokenizer.json", ec) ||
+                                             std::filesystem::exists(std::filesystem::path(model_name) / "vocab.json", ec));
+    tokenizer_name = own ? model_name : model->shape().arch == architecture::gpt2 ? "gpt2" : "llama";
+  }
+  auto tok = bpe_tokenizer::load(tokenizer_name);
+  if (!tok) {
+    std::cerr << tok.error().to_string() << "\n";
+    return 2;
+  }
+  if (auto st = write_gguf(*model, *tok, out); !st) {
+    std::cerr << st.to_string() << "\n";
+    return 2;
+  }
+  std::cout << "wrote " << out << " (" << std::filesystem::file_size(out) << " bytes, " << model->shape().name
+            << ", tokenizer " << tokenizer_name << ")\n";
+  return 0;
+}
