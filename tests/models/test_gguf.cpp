@@ -4,6 +4,7 @@
 // the same weights (tests/data/models/decoders/llamacpp_goldens.json, written by
 // models/scripts/make_llamacpp_goldens.sh; CI needs no llama.cpp).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstring>
 #include <filesystem>
@@ -242,6 +243,35 @@ TEST(gguf_export, errors_name_what_does_not_fit_and_leave_no_file) {
   ASSERT_FALSE(st);
   EXPECT_NE(st.to_string().find("cannot open"), std::string::npos) << st.to_string();
   EXPECT_TRUE(std::filesystem::is_empty(dir));
+}
+
+int run_tool(const std::string& args, std::string& out) {
+  const char* dir = std::getenv("TESSERA_BIN_DIR");
+  out.clear();
+  FILE* f = ::popen(((dir ? std::string(dir) : std::string("build/bin")) + "/tessera-models " + args + " 2>&1").c_str(), "r");
+  if (!f) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  const int st = ::pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(gguf_export, command_line) {
+  const std::string dir = make_temp_dir("gguf-cli"), out = dir + "/odd.gguf";
+  std::string text;
+  ASSERT_EQ(run_tool("export-gguf --config " + data_dir() + "/decoders/llama-tied.config.json --out " + out, text), 0) << text;
+  EXPECT_NE(text.find("wrote " + out), std::string::npos) << text;
+  const auto g = read_gguf(out);
+  EXPECT_EQ(g.tensors.count("output.weight"), 0u);  // tied
+  EXPECT_FLOAT_EQ(g.f("llama.rope.freq_base"), 500000.0);
+  EXPECT_EQ(g.kv.count("llama.rope.scaling.type"), 0u);
+  EXPECT_EQ(run_tool("export-gguf --model llama-tiny", text), 2);
+  EXPECT_NE(text.find("give --out"), std::string::npos) << text;
+  EXPECT_EQ(run_tool("export-gguf --model no-such-model --out " + dir + "/x.gguf", text), 2);
+  EXPECT_EQ(run_tool("export-gguf --model gpt2-tiny --tokenizer llama --out " + dir + "/y.gguf", text), 2);
+  EXPECT_NE(text.find("byte-level"), std::string::npos) << text;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x.gguf") || std::filesystem::exists(dir + "/y.gguf"));
 }
 
 // tessera against llama.cpp on the same weights: prompt ids equal; greedy tokens equal step for step
