@@ -267,7 +267,7 @@ result<generation> greedy_generate(const decoder_model& model, const std::vector
     }
     g.tokens.push_back(best);
     g.top2_margin.push_back(second < 0 ? INFINITY : logits[best] - logits[second]);
-    g.logits.push_back(logits);
+    if (o.keep_logits) g.logits.push_back(logits);
     if ((o.stop_at_eos && best == c.eos_token_id) || n + 1 == o.max_tokens) break;
     s.tokens = {best};
     s.start_pos = pos++;

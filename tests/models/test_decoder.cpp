@@ -288,10 +288,10 @@ TEST(decoder_step, chunked_prefill_equals_one_prefill) {
   for (const char* n : kOdd) {
     auto m = odd_model(n);
     const auto prompt = some_tokens(23, m.shape().vocab_size, 3);
-    auto one = greedy_generate(m, prompt, {.max_tokens = 6, .block_tokens = 8});
+    auto one = greedy_generate(m, prompt, {.max_tokens = 6, .block_tokens = 8, .keep_logits = true});
     ASSERT_TRUE(one) << one.error().to_string();
     for (int chunk : {1, 2, 3, 5, 7}) {
-      auto g = greedy_generate(m, prompt, {.max_tokens = 6, .block_tokens = 8, .prefill_chunk = chunk});
+      auto g = greedy_generate(m, prompt, {.max_tokens = 6, .block_tokens = 8, .prefill_chunk = chunk, .keep_logits = true});
       ASSERT_TRUE(g) << g.error().to_string();
       ASSERT_EQ(g->logits.size(), one->logits.size());
       for (size_t i = 0; i < g->logits.size(); ++i)
@@ -501,7 +501,7 @@ TEST(decoder_goldens, pytorch_logits_and_greedy_tokens) {
         ASSERT_TRUE(r) << r.error().to_string();
         EXPECT_LT(max_abs_diff(r->front(), want[i]), 1e-4f) << name << " cached, position " << i;
       }
-      auto chunked = greedy_generate(m, ids, {.max_tokens = 32, .block_tokens = 16, .prefill_chunk = 6});
+      auto chunked = greedy_generate(m, ids, {.max_tokens = 32, .block_tokens = 16, .prefill_chunk = 6, .keep_logits = true});
       ASSERT_TRUE(chunked) << chunked.error().to_string();
       EXPECT_LT(max_abs_diff(chunked->logits.front(), want.back()), 1e-4f) << name << " chunked prefill";
       const auto tokens = p["greedy"].get<std::vector<int32_t>>();

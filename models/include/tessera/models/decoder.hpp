@@ -142,12 +142,13 @@ struct generate_options {
   bool stop_at_eos = false;   ///< stop after generating the shape's eos_token_id
   int block_tokens = 16;      ///< cache block size
   int prefill_chunk = 0;      ///< prefill in chunks of this many tokens (0 = the whole prompt at once)
+  bool keep_logits = false;   ///< keep every step's logits in generation::logits (vocab floats a token)
 };
 
 struct generation {
   std::vector<int32_t> tokens;       ///< generated tokens (the prompt not included)
   std::vector<float> top2_margin;    ///< per generated token: best logit minus the second best
-  std::vector<std::vector<float>> logits;  ///< per generated token: the logits it was chosen from
+  std::vector<std::vector<float>> logits;  ///< per generated token: its logits (with keep_logits)
 };
 
 /// Greedy decoding of one prompt through step() and a cache of its own.
