@@ -151,10 +151,7 @@ class llm_runner {
     llm_report::pct p;
     if (v.empty()) return p;
     std::sort(v.begin(), v.end());
-    auto at = [&](double q) {
-      size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-      return v[std::min(v.size() - 1, i == 0 ? 0 : i - 1)] * 1e3;
-    };
+    auto at = [&](double q) { return nearest_rank(v, q) * 1e3; };
     p.p50 = at(0.5);
     p.p90 = at(0.9);
     p.p99 = at(0.99);

@@ -194,16 +194,17 @@ result<std::vector<planned_request>> read_trace(const std::string& path, uint64_
   return r;
 }
 
+double nearest_rank(const std::vector<double>& sorted, double q) {
+  size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(sorted.size())));
+  return sorted[std::min(sorted.size() - 1, i == 0 ? 0 : i - 1)];
+}
+
 void summarize(run_report& r, std::vector<double> lat) {
   r.ok = static_cast<int64_t>(lat.size());
   r.throughput = r.duration_seconds > 0 ? static_cast<double>(r.ok) / r.duration_seconds : 0;
   if (lat.empty()) return;
   std::sort(lat.begin(), lat.end());
-  auto pct = [&](double p) {
-    size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(lat.size()))) ;
-    i = std::min(lat.size() - 1, i == 0 ? 0 : i - 1);
-    return lat[i] * 1e3;
-  };
+  auto pct = [&](double p) { return nearest_rank(lat, p) * 1e3; };
   r.p50_ms = pct(0.50);
   r.p90_ms = pct(0.90);
   r.p99_ms = pct(0.99);

@@ -38,19 +38,27 @@ const kv_block_manager::cache_entry* kv_block_manager::lookup(uint64_t h, uint64
   return &it->second;
 }
 
-kv_block_manager::prefix_peek kv_block_manager::peek_prefix(const std::vector<int32_t>& tokens) const {
-  prefix_peek p;
-  if (!prefix_caching_ || tokens.empty()) return p;
+std::vector<std::pair<uint64_t, int32_t>> kv_block_manager::cached_prefix(const std::vector<int32_t>& tokens) const {
+  std::vector<std::pair<uint64_t, int32_t>> out;
+  if (!prefix_caching_ || tokens.empty()) return out;
   const size_t usable = (tokens.size() - 1) / static_cast<size_t>(block_tokens_);
   uint64_t parent = 0;
   for (size_t i = 0; i < usable; ++i) {
     const int32_t* t = tokens.data() + i * static_cast<size_t>(block_tokens_);
-    uint64_t h = block_hash(parent, t);
+    const uint64_t h = block_hash(parent, t);
     const cache_entry* e = lookup(h, parent, t);
     if (!e) break;
-    ++p.blocks;
-    if (in_lru_[static_cast<size_t>(e->block)]) ++p.evictable;
+    out.emplace_back(h, e->block);
     parent = h;
+  }
+  return out;
+}
+
+kv_block_manager::prefix_peek kv_block_manager::peek_prefix(const std::vector<int32_t>& tokens) const {
+  prefix_peek p;
+  for (const auto& [h, block] : cached_prefix(tokens)) {
+    ++p.blocks;
+    if (in_lru_[static_cast<size_t>(block)]) ++p.evictable;
   }
   return p;
 }
@@ -69,20 +77,13 @@ void kv_block_manager::take_cached(int32_t block) {
 int32_t kv_block_manager::match_prefix(uint64_t seq, const std::vector<int32_t>& tokens) {
   auto& s = seqs_[seq];
   TESSERA_CHECK(s.table.empty()) << "match_prefix on a sequence holding blocks";
-  if (!prefix_caching_ || tokens.empty()) return 0;
-  const size_t usable = (tokens.size() - 1) / static_cast<size_t>(block_tokens_);
-  query_blocks_ += static_cast<int64_t>(usable);
-  uint64_t parent = 0;
-  for (size_t i = 0; i < usable; ++i) {
-    const int32_t* t = tokens.data() + i * static_cast<size_t>(block_tokens_);
-    uint64_t h = block_hash(parent, t);
-    const cache_entry* e = lookup(h, parent, t);
-    if (!e) break;
-    take_cached(e->block);
-    s.table.push_back(e->block);
+  if (prefix_caching_ && !tokens.empty())
+    query_blocks_ += static_cast<int64_t>((tokens.size() - 1) / static_cast<size_t>(block_tokens_));
+  for (const auto& [h, block] : cached_prefix(tokens)) {
+    take_cached(block);
+    s.table.push_back(block);
     s.hashes.push_back(h);
     ++hit_blocks_;
-    parent = h;
   }
   return static_cast<int32_t>(s.table.size()) * block_tokens_;
 }

@@ -75,6 +75,9 @@ struct run_report {
   double p50_ms = 0, p90_ms = 0, p99_ms = 0, mean_ms = 0, max_ms = 0;
 };
 
+/// The q-quantile (0 < q <= 1, nearest rank) of sorted, non-empty values.
+double nearest_rank(const std::vector<double>& sorted, double q);
+
 /// Fills throughput and percentiles from per-request latencies (seconds) of the ok answers.
 void summarize(run_report& r, std::vector<double> latencies_seconds);
 

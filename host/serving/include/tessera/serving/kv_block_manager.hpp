@@ -94,6 +94,8 @@ class kv_block_manager {
   uint64_t block_hash(uint64_t parent, const int32_t* tokens) const;
   /// Index of the cache entry for (parent, tokens), or none.
   const cache_entry* lookup(uint64_t h, uint64_t parent, const int32_t* tokens) const;
+  /// (hash, block) of the cached whole blocks `tokens` starts with (at least one token left over).
+  std::vector<std::pair<uint64_t, int32_t>> cached_prefix(const std::vector<int32_t>& tokens) const;
   std::optional<int32_t> allocate();
   void take_cached(int32_t block);
 
