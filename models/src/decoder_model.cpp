@@ -208,6 +208,17 @@ result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t see
   return decoder_model::bind(shape, std::move(t.views), std::move(t.storage), "seeded weights");
 }
 
+result<decoder_model> make_decoder_from_config(const std::string& config_path, uint64_t seed) {
+  auto text = read_text(config_path);
+  if (!text) return status::not_found(config_path + ": cannot read");
+  auto shape = parse_decoder_config_json(*text);
+  if (!shape) return shape.error().with_context(config_path);
+  shape->name = fs::path(config_path).filename().string();
+  auto m = make_seeded_decoder(*shape, seed);
+  if (m) m->source = config_path + ":seed=" + std::to_string(seed);
+  return m;
+}
+
 result<decoder_model> make_preset_decoder(std::string_view preset, uint64_t seed) {
   auto shape = shape_preset(preset);
   if (!shape) return shape.error();

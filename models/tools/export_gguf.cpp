@@ -43,25 +43,7 @@ int export_gguf_main(int argc, char** argv) {
     std::cerr << "export-gguf: give --out and one of --model or --config\n" << opts;
     return 2;
   }
-  tessera::result<decoder_model> model = tessera::status::invalid("no model");
-  if (!config_path.empty()) {
-    std::ifstream f(config_path);
-    std::stringstream text;
-    text << f.rdbuf();
-    if (!f) {
-      std::cerr << config_path << ": cannot read\n";
-      return 2;
-    }
-    auto shape = parse_decoder_config_json(text.str());
-    if (!shape) {
-      std::cerr << shape.error().with_context(config_path).to_string() << "\n";
-      return 2;
-    }
-    shape->name = std::filesystem::path(config_path).filename().string();
-    model = make_seeded_decoder(*shape, seed);
-  } else {
-    model = load_decoder(model_name, seed);
-  }
+  auto model = config_path.empty() ? load_decoder(model_name, seed) : make_decoder_from_config(config_path, seed);
   if (!model) {
     std::cerr << model.error().to_string() << "\n";
     return 2;

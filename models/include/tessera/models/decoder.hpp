@@ -119,6 +119,9 @@ result<decoder_model> make_preset_decoder(std::string_view preset, uint64_t seed
 /// Seeded weights (fill_decoder_preset_tensor) for any decoder shape, e.g. from a config.json;
 /// the same memory refusal as make_preset_decoder.
 result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t seed = 0);
+/// Seeded weights for the shape of a config.json file (its file name names the shape); errors name
+/// the file (unreadable, or the field parse_decoder_config_json refuses).
+result<decoder_model> make_decoder_from_config(const std::string& config_path, uint64_t seed = 0);
 
 /// Parses a Hugging Face config.json of model_type "gpt2" (n_embd, n_layer, n_head, n_inner,
 /// n_positions, layer_norm_epsilon, activation_function) or "llama" (hidden_size,
