@@ -124,7 +124,8 @@ std::string drain(reply_stream& s, const std::string& where) {
 
 void check(const http_reply& r, std::string_view method, std::string_view target) {
   const std::string where = printable(method, 16) + " " + printable(target, 80);
-  const bool openai = target.substr(0, 4) == "/v1/";
+  const std::string_view path = target.substr(0, target.find('?'));
+  const bool openai = path == "/v1" || path.substr(0, 4) == "/v1/";  // as service::route sends them
   if (r.stream) {
     if (r.status != 200) fail(where + ": a stream with status " + std::to_string(r.status));
     const std::string body = drain(*r.stream, where);
