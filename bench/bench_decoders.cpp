@@ -13,6 +13,7 @@
 // to each other (gpt2 decode at batch 1 on 2 threads under load: 0.7 s passive vs 14 s active for
 // 8 tokens). Prints a table and RESULT lines.
 #include <algorithm>
+#include <array>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
@@ -88,6 +89,34 @@ tessera::result<std::pair<measured, measured>> run(const decoder_model& m, int B
   return std::make_pair(pre, dec);
 }
 
+// Prefill FLOPs of B prompts of P tokens: every layer's GEMMs, causal attention (QK^T and PV over
+// P(P+1)/2 pairs per head) and the LM head of B last rows.
+double prefill_flops(const model_shape& c, int B, int P) {
+  const double T = double(B) * P, h = c.hidden_size, f = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
+  const double gemm = 2 * T * h * (qw + 2 * kvw) + 2 * T * qw * h + 2 * T * h * f * (c.gated_mlp ? 2 : 1) + 2 * T * f * h;
+  const double attn = 4.0 * c.num_heads * c.head_dim() * B * (double(P) * (P + 1) / 2);
+  return c.num_layers * (gemm + attn) + 2.0 * B * h * c.vocab_size;
+}
+
+// oneDNN's sgemm alone on one layer's GEMM shapes of T rows (the roofline prefill is held to):
+// seconds and FLOPs, scaled to all layers.
+std::pair<double, double> sgemm_layers(const model_shape& c, int64_t T) {
+  const int64_t h = c.hidden_size, f = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
+  const int64_t wide = std::max({qw + 2 * kvw, f, h});
+  std::vector<float> x(static_cast<size_t>(T * std::max(h, f)), 0.01f), w(static_cast<size_t>(wide * std::max(h, f)), 0.02f),
+      y(static_cast<size_t>(T * wide));
+  std::vector<std::array<int64_t, 2>> shapes{{qw + 2 * kvw, h}, {h, qw}, {f, h}, {h, f}};
+  if (c.gated_mlp) shapes.push_back({f, h});
+  sgemm_abt(x.data(), w.data(), y.data(), std::min<int64_t>(T, 64), h, h);  // warm-up
+  double flops = 0;
+  const double t0 = now();
+  for (const auto& [n, k] : shapes) {
+    sgemm_abt(x.data(), w.data(), y.data(), T, n, k);
+    flops += 2.0 * T * n * k;
+  }
+  return {(now() - t0) * c.num_layers, flops * c.num_layers};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,7 +130,9 @@ int main(int argc, char** argv) {
       "prompt", po::value(&prompt)->default_value(128), "prompt tokens per sequence")(
       "decode", po::value(&decode)->default_value(32), "decode steps per sequence")(
       "batches", po::value(&batches)->default_value("1,32"), "decode batch sizes (sequences), comma-separated")(
-      "seed", po::value(&seed)->default_value(0), "weights and prompt seed");
+      "seed", po::value(&seed)->default_value(0), "weights and prompt seed")(
+      "sgemm", "after each prefill, oneDNN's sgemm alone on its GEMM shapes: prefill GFLOP/s (GEMMs, attention, "
+               "LM head) against sgemm's");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -149,6 +180,15 @@ int main(int argc, char** argv) {
       if (!r) {
         std::cerr << name << ": " << r.error().to_string() << "\n";
         return 2;
+      }
+      if (vm.count("sgemm")) {
+        const double fl = prefill_flops(m->shape(), B, prompt);
+        const auto [sg_s, sg_fl] = sgemm_layers(m->shape(), int64_t{B} * prompt);
+        const double mine = fl / r->first.wall / 1e9, roof = sg_fl / sg_s / 1e9;
+        std::printf("%-12s prefill %d x %d: %.1f GFLOP/s, oneDNN sgemm alone on its GEMM shapes %.1f GFLOP/s: %.0f%%\n",
+                    name.c_str(), B, prompt, mine, roof, 100 * mine / roof);
+        std::printf("RESULT bench=decoders model=%s phase=prefill_vs_sgemm seqs=%d prompt=%d threads=%d gflops=%.2f "
+                    "sgemm_gflops=%.2f ratio=%.3f\n", name.c_str(), B, prompt, threads, mine, roof, mine / roof);
       }
       for (const auto& [phase, x] : {std::pair{"prefill", r->first}, std::pair{"decode", r->second}}) {
         const double per_cpu = x.tokens / (x.cpu / threads);

@@ -98,7 +98,7 @@ class Decoder:
         return [(z(), z()) for _ in range(self.L)]
 
     def forward(self, ids, start, cache, rows):
-        """ids [B, T] at positions start..start+T-1 of the sequences `rows` of the cache; logits of the last."""
+        """ids [B, T] at positions start..start+T-1 of the cache rows `rows` (a slice: views, no copies); logits of the last."""
         B, T = ids.shape
         pos = torch.arange(start, start + T)
         x = self.wte[ids] + (self.wpe[pos] if self.gpt2 else 0)
@@ -148,7 +148,7 @@ def main():
     m = Decoder(args.dir)
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        m.forward(torch.randint(0, m.vocab, (1, 8), generator=gen), 0, m.new_cache(1, 16), [0])  # warm-up
+        m.forward(torch.randint(0, m.vocab, (1, 8), generator=gen), 0, m.new_cache(1, 16), slice(0, 1))  # warm-up
         print("%-12s %-9s %6s %6s %8s %10s %10s %12s %12s" % ("model", "phase", "prompt", "seqs", "tokens", "wall s",
                                                              "cpu s", "tok/s wall", "tok/s cpu"))
         for P in map(int, args.prompts.split(",")):
@@ -156,9 +156,9 @@ def main():
                 cache = m.new_cache(B, P + args.decode)
                 ids = torch.randint(0, m.vocab, (B, P), generator=gen)
                 t0, c0 = time.perf_counter(), time.process_time()
-                last = torch.cat([m.forward(ids[b:b + 1], 0, cache, [b]) for b in range(B)])
+                last = torch.cat([m.forward(ids[b:b + 1], 0, cache, slice(b, b + 1)) for b in range(B)])
                 pre = (time.perf_counter() - t0, time.process_time() - c0, B * P)
-                rows = list(range(B))
+                rows = slice(0, B)
                 t0, c0 = time.perf_counter(), time.process_time()
                 for n in range(args.decode):
                     last = m.forward(last.argmax(-1, keepdim=True), P + n, cache, rows)
@@ -167,7 +167,8 @@ def main():
                     print("%-12s %-9s %6d %6d %8d %10.3f %10.3f %12.1f %12.1f" % (
                         name, phase, P, B, tok, wall, cpu, tok / wall, tok / (cpu / args.threads)), flush=True)
                     print(f"RESULT bench=decoders engine=pytorch model={name} phase={phase} seqs={B} prompt={P} "
-                          f"threads={args.threads} tokens={tok} wall_s={wall:.4f} tok_per_s_wall={tok / wall:.2f}",
+                          f"threads={args.threads} tokens={tok} wall_s={wall:.4f} tok_per_s_wall={tok / wall:.2f} "
+                          f"tok_per_s_cpu={tok / (cpu / args.threads):.2f}",
                           flush=True)
                 del cache
 

@@ -35,7 +35,7 @@ const row = (phase, P, B, tokens, wall, c) => {
               `${wall.toFixed(3).padStart(10)} ${c.toFixed(3).padStart(10)} ${(tokens / wall).toFixed(1).padStart(12)} ` +
               `${(tokens / (c / threads)).toFixed(1).padStart(12)}`);
   console.log(`RESULT bench=decoders engine=llama.cpp model=${name} phase=${phase} seqs=${B} prompt=${P} threads=${threads} ` +
-              `kv=${a.kv} tokens=${tokens} wall_s=${wall.toFixed(4)} tok_per_s_wall=${(tokens / wall).toFixed(2)}`);
+              `kv=${a.kv} tokens=${tokens} wall_s=${wall.toFixed(4)} tok_per_s_wall=${(tokens / wall).toFixed(2)} tok_per_s_cpu=${(tokens / (c / threads)).toFixed(2)}`);
 };
 
 console.log(`${"model".padEnd(12)} ${"phase".padEnd(9)} ${"prompt".padStart(6)} ${"seqs".padStart(6)} ${"tokens".padStart(8)} ` +
