@@ -99,8 +99,11 @@ double prefill_flops(const model_shape& c, int B, int P) {
 }
 
 // oneDNN's sgemm alone on one layer's GEMM shapes of T rows (the roofline prefill is held to):
-// seconds and FLOPs, scaled to all layers.
-std::pair<double, double> sgemm_layers(const model_shape& c, int64_t T) {
+// wall seconds, CPU seconds and FLOPs, scaled to all layers.
+struct sgemm_time {
+  double wall = 0, cpu = 0, flops = 0;
+};
+sgemm_time sgemm_layers(const model_shape& c, int64_t T) {
   const int64_t h = c.hidden_size, f = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
   const int64_t wide = std::max({qw + 2 * kvw, f, h});
   std::vector<float> x(static_cast<size_t>(T * std::max(h, f)), 0.01f), w(static_cast<size_t>(wide * std::max(h, f)), 0.02f),
@@ -108,13 +111,15 @@ std::pair<double, double> sgemm_layers(const model_shape& c, int64_t T) {
   std::vector<std::array<int64_t, 2>> shapes{{qw + 2 * kvw, h}, {h, qw}, {f, h}, {h, f}};
   if (c.gated_mlp) shapes.push_back({f, h});
   sgemm_abt(x.data(), w.data(), y.data(), std::min<int64_t>(T, 64), h, h);  // warm-up
-  double flops = 0;
-  const double t0 = now();
+  sgemm_time r;
+  const double t0 = now(), c0 = cpu_now();
   for (const auto& [n, k] : shapes) {
     sgemm_abt(x.data(), w.data(), y.data(), T, n, k);
-    flops += 2.0 * T * n * k;
+    r.flops += 2.0 * T * n * k * c.num_layers;
   }
-  return {(now() - t0) * c.num_layers, flops * c.num_layers};
+  r.wall = (now() - t0) * c.num_layers;
+  r.cpu = (cpu_now() - c0) * c.num_layers;
+  return r;
 }
 
 }  // namespace
@@ -182,13 +187,17 @@ int main(int argc, char** argv) {
         return 2;
       }
       if (vm.count("sgemm")) {
-        const double fl = prefill_flops(m->shape(), B, prompt);
-        const auto [sg_s, sg_fl] = sgemm_layers(m->shape(), int64_t{B} * prompt);
-        const double mine = fl / r->first.wall / 1e9, roof = sg_fl / sg_s / 1e9;
-        std::printf("%-12s prefill %d x %d: %.1f GFLOP/s, oneDNN sgemm alone on its GEMM shapes %.1f GFLOP/s: %.0f%%\n",
-                    name.c_str(), B, prompt, mine, roof, 100 * mine / roof);
+        // GFLOP/s per wall second and per CPU-second x threads (steadier on a shared machine).
+        const double fl = prefill_flops(m->shape(), B, prompt) / 1e9;
+        const sgemm_time sg = sgemm_layers(m->shape(), int64_t{B} * prompt);
+        const double mine = fl / r->first.wall, roof = sg.flops / 1e9 / sg.wall;
+        const double mine_cpu = fl / (r->first.cpu / threads), roof_cpu = sg.flops / 1e9 / (sg.cpu / threads);
+        std::printf("%-12s prefill %d x %d: %.1f GFLOP/s (cpu %.1f), oneDNN sgemm alone on its GEMM shapes %.1f "
+                    "(cpu %.1f): %.0f%% (cpu %.0f%%)\n", name.c_str(), B, prompt, mine, mine_cpu, roof, roof_cpu,
+                    100 * mine / roof, 100 * mine_cpu / roof_cpu);
         std::printf("RESULT bench=decoders model=%s phase=prefill_vs_sgemm seqs=%d prompt=%d threads=%d gflops=%.2f "
-                    "sgemm_gflops=%.2f ratio=%.3f\n", name.c_str(), B, prompt, threads, mine, roof, mine / roof);
+                    "sgemm_gflops=%.2f ratio=%.3f gflops_cpu=%.2f sgemm_gflops_cpu=%.2f ratio_cpu=%.3f\n",
+                    name.c_str(), B, prompt, threads, mine, roof, mine / roof, mine_cpu, roof_cpu, mine_cpu / roof_cpu);
       }
       for (const auto& [phase, x] : {std::pair{"prefill", r->first}, std::pair{"decode", r->second}}) {
         const double per_cpu = x.tokens / (x.cpu / threads);

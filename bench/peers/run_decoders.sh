@@ -6,6 +6,7 @@
 #
 #   bench/peers/run_decoders.sh [BUILD_DIR]
 #   env: MODELS=llama-tiny,gpt2 PROMPTS=128,768 BATCHES=1,8,32,64 DECODE=128 THREADS=2 ENGINES=tessera,llamacpp,pytorch
+#        WORK=DIR (models, GGUFs and results.txt; default a fresh temporary folder)
 #
 # Prints each engine's table, then one table of tokens/s per engine (wall, and per CPU-second x
 # threads: what dedicated cores would give, pessimistic where threads spin) and the load average.
@@ -17,7 +18,7 @@ DECODE=${DECODE:-128} THREADS=${THREADS:-2} ENGINES=${ENGINES:-tessera,llamacpp,
 peer=$src/bench/peers
 work=${WORK:-$(mktemp -d)}
 log=$work/results.txt
-: > "$log"
+touch "$log"  # appended: runs into the same WORK merge (a later result of the same row wins)
 [[ $ENGINES != *llamacpp* || -d $peer/llamacpp/node_modules/node-llama-cpp ]] || (cd "$peer/llamacpp" && npm ci --no-audit --no-fund)
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$log"
 for m in ${MODELS//,/ }; do

@@ -42,10 +42,17 @@ console.log(`${"model".padEnd(12)} ${"phase".padEnd(9)} ${"prompt".padStart(6)} 
             `${"wall s".padStart(10)} ${"cpu s".padStart(10)} ${"tok/s wall".padStart(12)} ${"tok/s cpu".padStart(12)}`);
 for (const P of a.prompts.split(",").map(Number)) {
   for (const B of a.batches.split(",").map(Number)) {
-    const context = await model.createContext({
-      contextSize: B * (P + decode + 8), sequences: B, threads, batchSize: Number(a["batch-size"]),
-      experimentalKvCacheKeyType: kvType, experimentalKvCacheValueType: kvType, ignoreMemorySafetyChecks: true,
-    });
+    let context;
+    try {
+      // contextSize is each sequence's (llama.cpp allocates it for every one of the B sequences).
+      context = await model.createContext({
+        contextSize: P + decode + 8, sequences: B, threads, batchSize: Number(a["batch-size"]),
+        experimentalKvCacheKeyType: kvType, experimentalKvCacheValueType: kvType, ignoreMemorySafetyChecks: true,
+      });
+    } catch (e) {
+      console.log(`${name}: llama.cpp could not make a context of ${B} sequences of ${P + decode + 8} tokens: ${e.message}`);
+      continue;
+    }
     const seqs = Array.from({ length: B }, () => context.getSequence());
     const prompts = seqs.map(() => Array.from({ length: P }, () => 3 + rand(250)));
     let t0 = performance.now(), c0 = cpu();
