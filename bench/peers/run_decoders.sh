@@ -10,6 +10,7 @@
 #
 # Prints each engine's table, then one table of tokens/s per engine (wall, and per CPU-second x
 # threads: what dedicated cores would give, pessimistic where threads spin) and the load average.
+# ENGINES=none prints the table of WORK's results again without running anything.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(cd "${1:-$src/build}" && pwd)/bin
@@ -52,7 +53,7 @@ for line in open(sys.argv[1]):
     cpu = float(f["tok_per_s_cpu"]) if "tok_per_s_cpu" in f else None
     rows.setdefault(key, {})[f.get("engine", "tessera")] = (wall, cpu)
 engines = ["tessera", "llama.cpp", "pytorch"]
-print(f"\ntokens/s, {threads} threads: wall (per CPU-second x threads)")
+print(f"\ntokens/s, {threads} threads: wall (per CPU-second x threads); ratios of the latter")
 print("%-11s %6s %-8s %5s" % ("model", "prompt", "phase", "seqs") + "".join("%22s" % e for e in engines)
       + "%12s%12s" % ("vs llama", "vs torch"))
 for key in sorted(rows, key=lambda k: (k[0], k[1], k[2] != "prefill", k[3])):
@@ -64,6 +65,7 @@ for key in sorted(rows, key=lambda k: (k[0], k[1], k[2] != "prefill", k[3])):
             cells += "%22s" % ("%.1f" % w + (" (%.1f)" % c if c else ""))
         else:
             cells += "%22s" % "-"
-    ratio = lambda e: "%12s" % ("%.2fx" % (r["tessera"][0] / r[e][0]) if "tessera" in r and e in r else "-")
+    # Ratios per CPU-second (steadier than wall time when other jobs share the cores).
+    ratio = lambda e: "%12s" % ("%.2fx" % (r["tessera"][1] / r[e][1]) if "tessera" in r and e in r else "-")
     print("%-11s %6d %-8s %5d" % key + cells + ratio("llama.cpp") + ratio("pytorch"))
 PY
