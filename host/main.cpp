@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  tessera-host --model bert-base --tiles 4 --tile-memory 512MiB --serve --port 8080\n"
       "  tessera-host --model bert-mini --tiles 6 --plan 1,2,3 --check 3\n"
+      "  tessera-host --model llama-tiny --tiles 4 --plan 1,2,2 --check 6\n"
       "  tessera-host --demo allreduce --tiles 8\n\nTile group");
   opts.add_options()
     ("help,h", "show this help")
@@ -50,16 +51,21 @@ int main(int argc, char** argv) {
      "tiles this host launches; kill_gpu is applied here to a --spawn-gpu process");
   po::options_description model_opts("Model");
   model_opts.add_options()
-    ("model", po::value(&mo.model), "preset (bert-tiny, bert-mini, bert-small, bert-base, bert-large) or Hugging Face folder")
+    ("model", po::value(&mo.model), "preset (bert-tiny, bert-mini, bert-small, bert-base, bert-large; decoders gpt2-tiny, "
+     "gpt2, gpt2-medium, llama-tiny, llama-1b) or Hugging Face folder")
     ("seed", po::value(&mo.seed)->default_value(0), "seed of a preset's random weights")
     ("plan", po::value(&plan_text), "R,S,W[,M]: replicas, pipeline stages, tensor-parallel width, micro-batches (default: automatic)")
     ("serve", "serve the model over HTTP until SIGINT/SIGTERM")
-    ("check", po::value(&mo.check_batches)->default_value(0), "run N mixed batches against the single-process reference")
+    ("check", po::value(&mo.check_batches)->default_value(0), "run N mixed batches against the single-process reference "
+     "(decoders: generate N sequences of different lengths greedily, joining and leaving between steps)")
     ("trace", po::value(&mo.trace_path), "with --check: write a Chrome trace / Perfetto JSON of the batches to FILE and print a profile")
     ("preset", po::value(&mo.timing_preset)->default_value(mo.timing_preset), "IPU preset of the trace's modelled time (ipu-mk2, ipu-c600, ipu-bow or a .json)")
     ("gpu-replicas", po::value(&mo.gpu_replicas)->default_value(0), "in-process GPU-style backends beside the tiles (use --routing hybrid)")
     ("gpu-endpoint", po::value(&mo.gpu_endpoints)->composing(), "a running tessera-gpu process (tcp://host:port or ipc://path; repeatable): route to it as a GPU backend; "
      "off loopback it needs --keys (or --insecure)")
+    ("kv-blocks", po::value(&mo.kv_blocks)->default_value(0), "decoders: KV cache blocks per replica (0 = as many as the "
+     "tiles hold after weights and activations, up to 16384 tokens in flight)")
+    ("kv-block-tokens", po::value(&mo.kv_block_tokens)->default_value(16), "decoders: positions per KV block")
     ("spawn-gpu", po::value(&mo.spawn_gpu)->default_value(0), "launch N local tessera-gpu processes on ipc endpoints and route to them as GPU backends");
   po::options_description demo_opts("Demo programs (without --model)");
   demo_opts.add_options()
@@ -128,7 +134,8 @@ int main(int argc, char** argv) {
   }
   if (!cfg.launch_local)
     std::cerr << "tessera-host: waiting for " << cfg.tiles << " tiles to register at " << cfg.control_bind << "\n";
-  if (!mo.model.empty()) return host::app::run_model(cfg, mo);
+  if (!mo.model.empty())
+    return host::app::is_decoder_model(mo.model) ? host::app::run_decoder_model(cfg, mo) : host::app::run_model(cfg, mo);
   if (demo.m <= 0 || demo.k <= 0 || demo.n <= 0 || demo.reps <= 0)
     return std::cerr << "tessera-host: --m, --k, --n and --reps must be positive\n", 2;
   if (demo.demo != "matmul" && demo.demo != "matmul-columns" && demo.demo != "matmul-inner" && demo.demo != "allreduce")

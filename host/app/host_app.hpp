@@ -33,10 +33,19 @@ struct model_options {
   int spawn_gpu = 0;          ///< local tessera-gpu processes to launch (ipc), as GPU backends
   exchange::fault_plan gpu_faults;  ///< --faults' kill_gpu faults (host_faults.hpp)
   bool tile_faults = false;         ///< --faults gave the tiles a plan: report what they injected
+  int kv_blocks = 0;           ///< decoders: KV blocks per replica (0 = as many as fit, capped)
+  int kv_block_tokens = 16;    ///< decoders: positions per KV block
   serving::serve_options so;
 };
 /// Compiles the model onto the group (printing the plan and memory table), streams the
 /// weights, then serves or checks.
 int run_model(tile_group_config group_cfg, model_options o);
+
+/// A decoder preset (gpt2-tiny, llama-tiny, ...) or a Hugging Face folder of a GPT-2 or LLaMA model.
+bool is_decoder_model(const std::string& name);
+/// run_model for decoders (decoder_runner.cpp): --check K generates K sequences of different
+/// lengths, joining and leaving between steps, greedily on the tiles and compares every token
+/// and its logits with the single-process reference.
+int run_decoder_model(tile_group_config group_cfg, model_options o);
 
 }  // namespace tessera::host::app

@@ -6,12 +6,19 @@
 #include <sstream>
 #include <thread>
 
+#include "placement_internal.hpp"
 #include "tessera/common/units.hpp"
 
 namespace tessera::host {
 
 using namespace tessera::exchange;
 namespace ids = tensor_ids;
+using detail::plans_for;
+using detail::arena_bytes;
+using detail::f32;
+using detail::memory_table;
+using detail::part_of;
+using detail::program_builder;
 
 std::string plan::to_string() const {
   return "R=" + std::to_string(replicas) + " S=" + std::to_string(stages) + " W=" + std::to_string(width) +
@@ -71,11 +78,6 @@ int compiled_model::supersteps() const { return programs.empty() ? 0 : static_ca
 
 namespace {
 
-uint64_t arena_bytes(uint64_t bytes) {
-  const uint64_t a = exchange::tensor_alignment;
-  return std::max<uint64_t>(a, (bytes + a - 1) / a * a);
-}
-
 struct layout {
   const models::bert_config& cfg;
   plan p;
@@ -87,8 +89,6 @@ struct layout {
   row_range ffn_of(int lane) const { return token_partition(cfg.intermediate_size, lane, p.width); }
   uint32_t tile_of(int r, int s, int w) const { return static_cast<uint32_t>((r * p.stages + s) * p.width + w); }
 };
-
-tensor_desc f32(uint32_t id, std::string name, std::vector<int64_t> shape) { return {id, std::move(name), dtype::f32, std::move(shape)}; }
 
 // Everything one tile holds: weights (as shards) and activations (as program temporaries).
 void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards, std::vector<tensor_desc>& temps) {
@@ -168,33 +168,9 @@ void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards,
   if (inbound > 0) act(f32(ids::exchange_buffer, "exchange_buffer", {inbound}), "exchange");
 }
 
-// Builds one replica's programs: sends and their matching receives land in the same superstep.
-struct program_builder {
-  const layout& L;
-  int replica;
-  std::map<uint32_t, program> progs;
-  uint32_t next_tag = 1;
-
-  superstep& step(uint32_t tile, size_t index) {
-    auto& p = progs[tile];
-    if (p.steps.size() <= index) p.steps.resize(index + 1);
-    return p.steps[index];
-  }
-  void connect(uint32_t from, uint32_t to, size_t index, slice_ref src, slice_ref dst, bool accumulate) {
-    const uint32_t tag = next_tag++;
-    step(from, index).sends.push_back({to, tag, src});
-    step(to, index).recvs.push_back({from, tag, dst, accumulate});
-  }
-};
-
-slice_ref part_of(uint32_t id, int64_t width, int part, int parts, int micro, int micros) {
-  return {id, slice_kind::token_part, 0, static_cast<uint64_t>(width), static_cast<uint32_t>(part),
-          static_cast<uint32_t>(parts), static_cast<uint32_t>(micro), static_cast<uint32_t>(micros)};
-}
-
 std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vector<tile_plan>& plans,
                                           const std::vector<std::vector<tensor_desc>>& temps) {
-  program_builder b{L, r, {}};
+  program_builder b;
   const int S = L.p.stages, W = L.p.width, M = L.p.micro_batches;
   const int64_t H = L.cfg.hidden_size;
   int max_layers = 0;
@@ -268,34 +244,8 @@ std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vec
       }
     }
   }
-  // A superstep synchronises only where some tile of the replica exchanges in it; the flag must
-  // be the same on every tile (they all take part in the barrier).
-  const size_t steps = static_cast<size_t>(clocks * K);
-  for (size_t i = 0; i < steps; ++i) {
-    bool any = false;
-    for (uint32_t t : members) any |= !b.progs[t].steps[i].sends.empty() || !b.progs[t].steps[i].recvs.empty();
-    for (uint32_t t : members) b.progs[t].steps[i].sync = any;
-  }
+  b.set_sync_flags(members);
   return b.progs;
-}
-
-std::string memory_table(const std::vector<tile_plan>& tiles, uint64_t cap) {
-  std::ostringstream os;
-  char line[256];
-  std::snprintf(line, sizeof line, "%-5s %-3s %-3s %-3s %-8s %-8s %-12s %12s %12s %12s %12s %s\n", "tile", "rep", "stg",
-                "ln", "layers", "heads", "ffn_cols", "weights", "activations", "exchange", "total", "fits");
-  os << line;
-  for (const auto& t : tiles) {
-    std::snprintf(line, sizeof line, "%-5u %-3d %-3d %-3d %-8s %-8s %-12s %12s %12s %12s %12s %s\n", t.tile, t.replica,
-                  t.stage, t.lane, (std::to_string(t.layer_begin) + "-" + std::to_string(t.layer_end)).c_str(),
-                  (std::to_string(t.head_begin) + "-" + std::to_string(t.head_end)).c_str(),
-                  (std::to_string(t.ffn_begin) + "-" + std::to_string(t.ffn_end)).c_str(),
-                  format_bytes(t.bytes_of("weights")).c_str(), format_bytes(t.bytes_of("activations")).c_str(),
-                  format_bytes(t.bytes_of("exchange")).c_str(), format_bytes(t.total_bytes()).c_str(),
-                  t.total_bytes() <= cap ? "yes" : "NO");
-    os << line;
-  }
-  return os.str();
 }
 
 struct layout_result {
@@ -322,7 +272,11 @@ layout_result lay_out(const layout& L) {
   return out;
 }
 
-std::vector<plan> plans_for(const models::bert_config& cfg, int n) {
+}  // namespace
+
+namespace detail {
+
+std::vector<plan> plans_for(const models::model_shape& cfg, int n) {
   std::vector<plan> v;
   for (int r = 1; r <= n; ++r) {
     if (n % r) continue;
@@ -338,7 +292,32 @@ std::vector<plan> plans_for(const models::bert_config& cfg, int n) {
   return v;
 }
 
-}  // namespace
+
+std::string memory_table(const std::vector<tile_plan>& tiles, uint64_t cap) {
+  bool kv = false;
+  for (const auto& t : tiles) kv |= t.bytes_of("kv") > 0;
+  std::ostringstream os;
+  char line[320];
+  std::snprintf(line, sizeof line, "%-5s %-3s %-3s %-3s %-8s %-8s %-12s %12s %12s %12s %s%12s %s\n", "tile", "rep", "stg",
+                "ln", "layers", "heads", "ffn_cols", "weights", "activations", "exchange", kv ? "          kv " : "",
+                "total", "fits");
+  os << line;
+  for (const auto& t : tiles) {
+    std::string kv_col = kv ? " " + std::string(12 - std::min<size_t>(12, format_bytes(t.bytes_of("kv")).size()), ' ') +
+                                  format_bytes(t.bytes_of("kv")) : "";
+    std::snprintf(line, sizeof line, "%-5u %-3d %-3d %-3d %-8s %-8s %-12s %12s %12s %12s%s %12s %s\n", t.tile, t.replica,
+                  t.stage, t.lane, (std::to_string(t.layer_begin) + "-" + std::to_string(t.layer_end)).c_str(),
+                  (std::to_string(t.head_begin) + "-" + std::to_string(t.head_end)).c_str(),
+                  (std::to_string(t.ffn_begin) + "-" + std::to_string(t.ffn_end)).c_str(),
+                  format_bytes(t.bytes_of("weights")).c_str(), format_bytes(t.bytes_of("activations")).c_str(),
+                  format_bytes(t.bytes_of("exchange")).c_str(), kv_col.c_str(), format_bytes(t.total_bytes()).c_str(),
+                  t.total_bytes() <= cap ? "yes" : "NO");
+    os << line;
+  }
+  return os.str();
+}
+
+}  // namespace detail
 
 double estimate_batch_seconds(const models::bert_config& cfg, const plan& p, int tokens, const machine_model& mm) {
   const double H = cfg.hidden_size, F = cfg.intermediate_size, W = p.width, M = p.micro_batches;
@@ -496,7 +475,12 @@ std::string compiled_model::describe() const {
   std::ostringstream os;
   os << "plan " << chosen.to_string() << " (replicas x stages x width = " << chosen.tiles() << " tiles), token budget "
      << token_budget << ", up to " << max_sequences << " sequences a batch, " << supersteps()
-     << " supersteps a batch; cost model: " << estimated_batch_seconds * 1e3 << " ms per full batch per replica\n";
+     << " supersteps a " << (decoder ? "step" : "batch") << "; cost model: " << estimated_batch_seconds * 1e3
+     << " ms per full " << (decoder ? "step" : "batch") << " per replica\n";
+  if (decoder)
+    os << "KV cache: " << kv.num_blocks << " blocks of " << kv.block_tokens << " positions per replica ("
+       << int64_t{kv.num_blocks} * kv.block_tokens << " tokens in flight), each tile holding its layers' and kv heads' part; "
+       << kv_heads_note << "\n";
   if (candidates.size() > 1) {
     os << "plans that fit (estimated tokens/s):";
     for (const auto& [p, r] : candidates) os << "  " << p.to_string() << ": " << static_cast<int64_t>(r);

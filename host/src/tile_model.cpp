@@ -17,21 +17,21 @@ result<std::unique_ptr<tile_model>> tile_model::deploy(tile_group& group, compil
                            std::to_string(group.size()));
   uint64_t total = 0, done = 0;
   for (const auto& s : compiled.shards) total += s.desc.bytes();
+  auto cut = [&](const weight_shard& s) { return materialize(model.weights, model.config, s); };
   for (uint32_t t = 0; t < group.size(); ++t)
-    TESSERA_RETURN_IF_ERROR(stream_tile(group, compiled, model, t, done, total, progress));
+    TESSERA_RETURN_IF_ERROR(stream_shards(group, compiled, t, cut, done, progress, total));
   for (const auto& programs : compiled.programs) TESSERA_RETURN_IF_ERROR(group.load(programs));
   return std::unique_ptr<tile_model>(new tile_model(group, std::move(compiled), model));
 }
 
-status tile_model::stream_tile(tile_group& group, const compiled_model& compiled, const models::bert_model& model,
-                               uint32_t t, uint64_t& done, uint64_t total,
-                               const std::function<void(uint64_t, uint64_t)>& progress) {
+status stream_shards(tile_group& group, const compiled_model& compiled, uint32_t t, const shard_cutter& cut,
+                     uint64_t& done, const std::function<void(uint64_t, uint64_t)>& progress, uint64_t total) {
   // Materialise one tile's shards, send them, drop them: the host never holds a second model.
   std::vector<std::vector<float>> data;
   std::vector<tile_group::alloc_request> reqs;
   for (const auto& s : compiled.shards) {
     if (s.tile != t) continue;
-    auto d = materialize(model.weights, model.config, s);
+    auto d = cut(s);
     if (!d) return d.error().with_context("cutting " + s.desc.name + " for tile " + std::to_string(t));
     data.push_back(std::move(*d));
   }
@@ -45,9 +45,10 @@ status tile_model::stream_tile(tile_group& group, const compiled_model& compiled
   });
 }
 
-status tile_model::restore_tile(uint32_t tile) {
+status restore_shards_and_programs(tile_group& group, const compiled_model& compiled, uint32_t tile,
+                                   const shard_cutter& cut) {
   uint64_t done = 0;
-  status streamed = stream_tile(group_, compiled_, model_, tile, done, 0, {});
+  status streamed = stream_shards(group, compiled, tile, cut, done, {}, 0);
 #if defined(__GLIBC__)
   // The shards were cut on the supervisor's thread, in its own malloc arena, which glibc keeps
   // when they are freed: the host's RSS doubled (bert-mini: 66 -> 137 MiB) after the first
@@ -55,11 +56,16 @@ status tile_model::restore_tile(uint32_t tile) {
   malloc_trim(0);
 #endif
   TESSERA_RETURN_IF_ERROR(streamed);
-  for (const auto& programs : compiled_.programs) {
+  for (const auto& programs : compiled.programs) {
     auto it = programs.find(tile);
-    if (it != programs.end()) TESSERA_RETURN_IF_ERROR(group_.load({{tile, it->second}}));
+    if (it != programs.end()) TESSERA_RETURN_IF_ERROR(group.load({{tile, it->second}}));
   }
   return status::ok();
+}
+
+status tile_model::restore_tile(uint32_t tile) {
+  return restore_shards_and_programs(group_, compiled_, tile,
+                                     [this](const weight_shard& s) { return materialize(model_.weights, model_.config, s); });
 }
 
 std::vector<uint32_t> tile_model::replica_tiles(int replica) const {

@@ -3,44 +3,23 @@
 // Every kernel works on the rows of one micro-batch (params[0] = micro, params[1] = micros) of
 // the batch being run, so the unused tail of the token budget is never computed.
 //   embed             ids, types, word, position, type, gamma, beta -> x            fparams: eps
-//   linear            x, W [out,in], (bias) -> y                      params[2]: 0 none, 1 gelu
+//   linear            x, W [out,in], (bias) -> y                      params[2]: 0 none, 1 gelu, 2 gelu_tanh,
+//                                                                     3 relu, 4 silu
 //   attention         qkv [B, 3*h*d] -> ctx [B, h*d]                  params[2..3]: heads, head_dim
 //   bias_residual_ln  partial, bias, x, gamma, beta -> x              params[2..3]: part, parts; fparams: eps
 //   classifier        x, pooler_w, pooler_b, cls_w, cls_b -> logits [max_seqs, labels]
 #include <vector>
 
 #include "tessera/models/kernels.hpp"
+#include "kernel_util.hpp"
 #include "tessera/tile/kernel_registry.hpp"
 
 namespace tessera::tile {
 namespace {
 
-struct micro_view {
-  int64_t r0 = 0, r1 = 0;          // rows
-  int64_t s0 = 0, s1 = 0;          // sequences
-  std::vector<int32_t> offsets;    // of sequences [s0, s1], rebased to r0
-};
+using detail::micro_of;
+using detail::need_rows;
 
-result<micro_view> micro_of(const kernel_args& a) {
-  if (a.params.size() < 2) return status::invalid("needs params [micro, micros, ...]");
-  if (!a.ctx.rows) return status::invalid("no batch rows in the kernel context");
-  const auto micro = static_cast<uint32_t>(a.params[0]), micros = static_cast<uint32_t>(a.params[1]);
-  if (micros == 0 || micro >= micros) return status::invalid("micro-batch index out of range");
-  micro_view v;
-  auto rows = a.ctx.rows->micro_rows(micro, micros);
-  auto seqs = a.ctx.rows->micro_seqs(micro, micros);
-  v.r0 = rows.begin, v.r1 = rows.end, v.s0 = seqs.begin, v.s1 = seqs.end;
-  for (int64_t s = v.s0; s <= v.s1 && !a.ctx.seq_offsets.empty(); ++s)
-    v.offsets.push_back(a.ctx.seq_offsets[static_cast<size_t>(s)] - static_cast<int32_t>(v.r0));
-  return v;
-}
-
-status need_rows(const tile_tensor& t, int64_t rows, int64_t width) {
-  if (t.desc.shape.size() != 2 || t.desc.shape[0] < rows || t.desc.shape[1] != width)
-    return status::invalid("tensor '" + t.desc.name + "' must be [>=" + std::to_string(rows) + ", " +
-                           std::to_string(width) + "]");
-  return status::ok();
-}
 
 status embed_kernel(const kernel_args& a) {
   auto m = micro_of(a);
@@ -76,7 +55,15 @@ status linear_kernel(const kernel_args& a) {
       for (int64_t j = 0; j < out; ++j) y[r * out + j] = bias ? bias[j] : 0.f;
     return status::ok();
   }
-  const auto act = a.params.size() > 2 && a.params[2] == 1 ? models::activation::gelu_erf : models::activation::none;
+  models::activation act = models::activation::none;
+  switch (a.params.size() > 2 ? a.params[2] : 0) {
+    case 0: break;
+    case 1: act = models::activation::gelu_erf; break;
+    case 2: act = models::activation::gelu_tanh; break;
+    case 3: act = models::activation::relu; break;
+    case 4: act = models::activation::silu; break;
+    default: return status::invalid("linear: unknown activation " + std::to_string(a.params[2]));
+  }
   models::linear(a.inputs[0]->f32() + m->r0 * in, m->r1 - m->r0, in, w.f32(), bias, out,
                  a.outputs[0]->f32() + m->r0 * out, act);
   return status::ok();

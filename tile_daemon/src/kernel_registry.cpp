@@ -6,6 +6,7 @@ kernel_registry kernel_registry::with_builtins() {
   kernel_registry r;
   register_basic_kernels(r);
   register_bert_kernels(r);
+  register_decoder_kernels(r);
   return r;
 }
 

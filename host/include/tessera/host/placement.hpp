@@ -28,6 +28,8 @@
 #include "tessera/common/status.hpp"
 #include "tessera/exchange/protocol.hpp"
 #include "tessera/models/config.hpp"
+#include "tessera/models/decoder.hpp"
+#include "tessera/models/kv_cache.hpp"
 #include "tessera/models/weights.hpp"
 
 namespace tessera::host {
@@ -60,6 +62,10 @@ struct placement_request {
   int token_budget = 4096;  ///< tokens per packed batch
   int max_sequences = 0;    ///< sequences per batch; 0 = token_budget / 8
   std::optional<plan> forced;  ///< --plan; else the cheapest plan that fits
+  /// Decoders: positions per KV block, and blocks per replica (0 = as many as fit, up to
+  /// 16384 tokens in flight; never fewer than one sequence of max_position_embeddings).
+  int kv_block_tokens = 16;
+  int kv_blocks = 0;
   machine_model machine = machine_model::this_machine();
 };
 
@@ -103,6 +109,11 @@ struct weight_shard {
 result<std::vector<float>> materialize(const models::bert_weights& w, const models::bert_config& cfg,
                                        const weight_shard& shard);
 
+/// A decoder shard's data, cut from the model's weights in the kernels' layout (source names the
+/// tensor as "token_embedding", "position_embedding", "final_norm_w", "final_norm_b", "lm_head"
+/// or "layers.<l>.<q_w|q_b|...|down_b>").
+result<std::vector<float>> materialize(const models::decoder_model& m, const weight_shard& shard);
+
 struct compiled_model {
   models::bert_config config;
   plan chosen;
@@ -115,6 +126,12 @@ struct compiled_model {
   double estimated_batch_seconds = 0;   ///< the cost model's time for one full batch on a replica
   std::vector<std::pair<plan, double>> candidates;  ///< plans that fit, with estimated tokens/s
   uint32_t program_id = 1;
+  /// Decoders (compile_decoder): the step program's KV cache and its per-step metadata.
+  bool decoder = false;
+  models::kv_layout kv;
+  int max_blocks_per_seq = 0;     ///< block table entries the step metadata holds per sequence
+  int64_t meta_elements = 0;      ///< int32 capacity of the step metadata tensor
+  std::string kv_heads_note;      ///< how kv heads are cut across lanes (split or replicated)
 
   /// Tiles of replica r, stage s (lanes in order).
   std::vector<uint32_t> stage_tiles(int replica, int stage) const;
@@ -137,11 +154,38 @@ inline constexpr uint32_t layer_base = 100;
 inline constexpr uint32_t qkv_w = 0, qkv_b = 1, attn_out_w = 2, attn_out_b = 3, attn_gamma = 4, attn_beta = 5,
                           ffn_in_w = 6, ffn_in_b = 7, ffn_out_w = 8, ffn_out_b = 9, out_gamma = 10, out_beta = 11;
 inline uint32_t layer(int l, uint32_t what) { return layer_base + 16 * static_cast<uint32_t>(l) + what; }
+
+/// Decoders (token_ids, context, partial, hidden, logits and exchange_buffer as above).
+/// step_meta (int32): [num_seqs, stride, then per sequence: start_pos, want_logits, blocks,
+/// block_table[stride]]: the step's positions and block tables, sent with every step.
+inline constexpr uint32_t step_meta = 10, normed = 11, dec_q = 12, dec_k = 13, dec_v = 14, dec_up = 15, dec_gate = 16,
+                          kv_keys = 17, kv_values = 18, last_rows = 19;
+inline constexpr uint32_t final_norm_w = 25, final_norm_b = 26, lm_head = 27;
+inline constexpr uint32_t dec_layer_base = 100000;
+inline constexpr uint32_t norm1_w = 0, norm1_b = 1, q_w = 2, q_b = 3, k_w = 4, k_b = 5, v_w = 6, v_b = 7, o_w = 8,
+                          o_b = 9, norm2_w = 10, norm2_b = 11, gate_w = 12, up_w = 13, up_b = 14, down_w = 15,
+                          down_b = 16;
+inline uint32_t dec_layer(int l, uint32_t what) { return dec_layer_base + 32 * static_cast<uint32_t>(l) + what; }
 }  // namespace tensor_ids
 
 /// Compiles; fails before anything is sent when a tile would not fit, with the per-tile table
 /// and the smallest tile count or per-tile memory that would fit.
 result<compiled_model> compile_bert(const models::bert_config& cfg, const placement_request& req);
+
+/// Compiles a decoder (GPT-2, LLaMA) into one BSP step program per tile: a mixed batch of prefill
+/// chunks and decode tokens per run, its positions and block tables in the step metadata, each
+/// tile's KV cache (its layers, its lanes' kv heads) in its memory. Within a stage, lane w holds
+/// query heads and FFN columns as for BERT; kv heads are split across lanes when there are at
+/// least as many as lanes (lane w: kv heads [k0, k1), query heads [k0, k1) x group), otherwise
+/// every lane holds the kv heads its query heads read (replicated). The memory plan adds the KV
+/// cache: blocks per replica = what the fullest tile can hold after weights and activations
+/// (capped, see placement_request::kv_blocks); a plan whose tiles cannot hold the weights and one
+/// sequence of max_position_embeddings is refused with the per-tile table and the fix.
+result<compiled_model> compile_decoder(const models::model_shape& shape, const placement_request& req);
+
+/// The cost model's estimate of one decoder step of `tokens` tokens over `seqs` sequences.
+double estimate_step_seconds(const models::model_shape& shape, const plan& p, int tokens, int seqs,
+                             const machine_model& m);
 
 /// The cost model's estimate of one batch of `tokens` tokens on one replica of `p`.
 double estimate_batch_seconds(const models::bert_config& cfg, const plan& p, int tokens, const machine_model& m);

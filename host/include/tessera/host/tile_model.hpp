@@ -31,6 +31,16 @@ struct tile_batch_result {
   std::map<uint32_t, std::vector<exchange::superstep_counters>> counters;
 };
 
+/// Cuts one shard's data from a model's weights.
+using shard_cutter = std::function<result<std::vector<float>>(const weight_shard&)>;
+/// Streams tile t's shards, materialised one tile at a time (the host never holds a second copy
+/// of the model); progress(bytes sent so far, total).
+status stream_shards(tile_group& group, const compiled_model& compiled, uint32_t t, const shard_cutter& cut,
+                     uint64_t& done, const std::function<void(uint64_t, uint64_t)>& progress, uint64_t total);
+/// A tile that came back empty: its shards again, then its programs.
+status restore_shards_and_programs(tile_group& group, const compiled_model& compiled, uint32_t tile,
+                                   const shard_cutter& cut);
+
 class tile_model {
  public:
   /// progress(bytes sent, total bytes) while weights stream.
@@ -53,9 +63,6 @@ class tile_model {
  private:
   tile_model(tile_group& g, compiled_model c, models::bert_model m)
       : group_(g), compiled_(std::move(c)), model_(std::move(m)) {}
-  /// Streams tile t's shards (materialised one tile at a time).
-  static status stream_tile(tile_group& group, const compiled_model& c, const models::bert_model& m, uint32_t t,
-                            uint64_t& done, uint64_t total, const std::function<void(uint64_t, uint64_t)>& progress);
   tile_group& group_;
   compiled_model compiled_;
   models::bert_model model_;  // shares the weights' storage: cheap, and kept for recovery

@@ -73,5 +73,7 @@ class kernel_registry {
 void register_basic_kernels(kernel_registry& reg);
 /// Registers BERT's kernels (embed, linear, layer_norm, gelu, attention, classifier, ...).
 void register_bert_kernels(kernel_registry& reg);
+/// Registers the decoders' kernels (dec_embed, dec_norm, dec_attention over the paged KV cache, ...).
+void register_decoder_kernels(kernel_registry& reg);
 
 }  // namespace tessera::tile

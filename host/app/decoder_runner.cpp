@@ -1,0 +1,213 @@
+// tessera-host for decoders (GPT-2, LLaMA): compile onto the tiles, stream the weights, then check
+// greedy generation against the single-process reference (--check) or serve.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <sstream>
+
+#include "host_app.hpp"
+#include "tessera/host/tile_decoder.hpp"
+#include "tessera/models/batch.hpp"
+
+namespace tessera::host::app {
+
+namespace {
+
+int fail(const status& st) {
+  std::cerr << "tessera-host: " << st.to_string() << "\n";
+  return st.code() == errc::invalid_argument || st.code() == errc::not_found || st.code() == errc::out_of_memory ? 2 : 1;
+}
+
+// One sequence of the check: a prompt, the reference's generation, and where the tiles are.
+struct check_seq {
+  int index = 0;
+  int replica = 0;
+  int join_step = 0;
+  std::vector<int32_t> prompt;
+  int max_tokens = 0;
+  models::generation want;
+  std::vector<int32_t> history;  // prompt + generated on the tiles
+  std::vector<int32_t> blocks;
+  int computed = 0;              // positions whose K/V are on the tiles
+  int generated = 0;
+  bool done = false;
+  bool tie = false;              // diverged at a step whose reference top-2 margin was below 1e-3
+  double worst = 0;
+};
+
+constexpr int kPrefillChunk = 16;
+
+}  // namespace
+
+bool is_decoder_model(const std::string& name) {
+  if (auto s = models::shape_preset(name); s) return s->is_decoder();
+  std::ifstream f(name + "/config.json");
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return models::parse_decoder_config_json(ss.str()).has_value();
+}
+
+int run_decoder_model(tile_group_config group_cfg, model_options o) {
+  auto loaded = models::load_decoder(o.model, o.seed);
+  if (!loaded) return fail(loaded.error());
+  auto model = std::make_shared<const models::decoder_model>(std::move(*loaded));
+  const models::model_shape& shape = model->shape();
+
+  placement_request req;
+  req.tiles = static_cast<int>(group_cfg.tiles);
+  req.tile_memory = group_cfg.tile_memory;
+  req.token_budget = o.so.batching.token_budget;
+  req.max_sequences = o.so.batching.max_batch_size;
+  req.forced = o.forced;
+  req.kv_blocks = o.kv_blocks;
+  req.kv_block_tokens = o.kv_block_tokens;
+  auto compiled = compile_decoder(shape, req);
+  if (!compiled) return fail(compiled.error());
+  std::printf("%s", compiled->describe().c_str());
+  std::fflush(stdout);
+
+  auto group = tile_group::start(group_cfg);
+  if (!group) return fail(group.error());
+  auto deployed = tile_decoder::deploy(**group, std::move(*compiled), model);
+  if (!deployed) return fail(deployed.error());
+  tile_decoder& dec = **deployed;
+  const auto& c = dec.compiled();
+
+  if (o.serve) return fail(status{errc::unsupported, "--serve of a decoder on tiles needs the LLM serving engine"});
+  if (o.check_batches <= 0) return 0;
+
+  // --check K: K sequences of different prompt lengths and output lengths, joining at staggered
+  // steps and leaving when done, prefill in chunks of 16 beside the others' decodes; sequence i
+  // lives on replica i % R (its K/V are there). Every generated token is compared with
+  // greedy_generate in one process, and the logits it was chosen from within 1e-4.
+  models::splitmix64 rng(7);
+  std::vector<check_seq> seqs(static_cast<size_t>(o.check_batches));
+  for (int i = 0; i < o.check_batches; ++i) {
+    auto& s = seqs[static_cast<size_t>(i)];
+    s.index = i;
+    s.replica = i % c.chosen.replicas;
+    s.join_step = 3 * i;
+    const int len = i == 0 ? 37 : static_cast<int>(rng.next_int(1, 40));
+    for (int k = 0; k < len; ++k) s.prompt.push_back(static_cast<int32_t>(rng.next_int(0, shape.vocab_size - 1)));
+    s.max_tokens = 32 - (i % 4) * 6;
+    auto g = models::greedy_generate(*model, s.prompt, {.max_tokens = s.max_tokens, .block_tokens = c.kv.block_tokens});
+    if (!g) return fail(g.error().with_context("the reference generation of sequence " + std::to_string(i)));
+    s.want = std::move(*g);
+    s.history = s.prompt;
+  }
+  std::vector<models::block_pool> pools;
+  for (int r = 0; r < c.chosen.replicas; ++r) pools.emplace_back(c.kv.num_blocks);
+  int64_t steps = 0, supersteps = 0, generated = 0, decode_steps = 0;
+  uint64_t bytes = 0, input_bytes = 0;
+  double wall = 0, worst = 0;
+  for (int n = 0;; ++n) {
+    bool left = false;
+    for (const auto& s : seqs) left |= !s.done;
+    if (!left) break;
+    // Each replica's step: the sequences that joined and are not done, within its limits.
+    std::vector<models::step_batch> batches(static_cast<size_t>(c.chosen.replicas));
+    std::vector<std::vector<check_seq*>> members(batches.size());
+    for (auto& s : seqs) {
+      if (s.done || s.join_step > n) continue;
+      auto& b = batches[static_cast<size_t>(s.replica)];
+      const int prompt = static_cast<int>(s.prompt.size());
+      models::seq_step st;
+      st.seq_id = static_cast<uint64_t>(s.index);
+      st.start_pos = s.computed;
+      const int end = s.computed < prompt ? std::min(prompt, s.computed + kPrefillChunk) : s.computed + 1;
+      st.tokens.assign(s.history.begin() + s.computed, s.history.begin() + end);
+      st.want_logits = end >= prompt;
+      if (static_cast<int>(b.seqs.size()) >= c.max_sequences || b.num_tokens() + static_cast<int64_t>(st.tokens.size()) > c.token_budget)
+        continue;  // next step
+      auto& pool = pools[static_cast<size_t>(s.replica)];
+      while (static_cast<int>(s.blocks.size()) < c.kv.blocks_for(end)) {
+        auto id = pool.allocate();
+        if (!id) {
+          std::string tiles;
+          for (uint32_t t : dec.replica_tiles(s.replica)) tiles += (tiles.empty() ? "" : ", ") + std::to_string(t);
+          return fail(status::out_of_memory("the KV cache of replica " + std::to_string(s.replica) + " (tiles " + tiles +
+                                            ") is full: " + std::to_string(c.kv.num_blocks) + " blocks of " +
+                                            std::to_string(c.kv.block_tokens) + " positions; sequence " +
+                                            std::to_string(s.index) + " needs more (raise --tile-memory or --kv-blocks, "
+                                            "or check fewer sequences)"));
+        }
+        s.blocks.push_back(*id);
+      }
+      st.block_table = s.blocks;
+      b.seqs.push_back(std::move(st));
+      members[static_cast<size_t>(s.replica)].push_back(&s);
+    }
+    std::vector<std::future<result<tile_step_result>>> runs(batches.size());
+    for (size_t r = 0; r < batches.size(); ++r)
+      if (!batches[r].seqs.empty())
+        runs[r] = std::async(std::launch::async, [&, r] { return dec.step(static_cast<int>(r), batches[r]); });
+    for (size_t r = 0; r < batches.size(); ++r) {
+      if (batches[r].seqs.empty()) continue;
+      auto out = runs[r].get();
+      if (!out) return fail(out.error().with_context("step " + std::to_string(n) + " on replica " + std::to_string(r)));
+      ++steps;
+      supersteps += out->supersteps;
+      bytes += out->bytes_exchanged;
+      input_bytes += out->input_bytes;
+      wall += out->wall_seconds;
+      bool all_decode = true;
+      size_t li = 0;
+      for (size_t k = 0; k < batches[r].seqs.size(); ++k) {
+        const auto& st = batches[r].seqs[k];
+        check_seq& s = *members[r][k];
+        all_decode &= st.tokens.size() == 1 && s.computed >= static_cast<int>(s.prompt.size());
+        s.computed += static_cast<int>(st.tokens.size());
+        if (!st.want_logits) continue;
+        const auto& logits = out->logits[li++];
+        const auto& ref = s.want.logits[static_cast<size_t>(s.generated)];
+        double diff = 0;
+        for (size_t v = 0; v < logits.size(); ++v) diff = std::max(diff, double(std::abs(logits[v] - ref[v])));
+        s.worst = std::max(s.worst, diff);
+        worst = std::max(worst, diff);
+        const int32_t tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        const int32_t ref_tok = s.want.tokens[static_cast<size_t>(s.generated)];
+        ++generated;
+        if (tok != ref_tok) {
+          const float margin = s.want.top2_margin[static_cast<size_t>(s.generated)];
+          if (margin >= 1e-3f) {
+            std::fprintf(stderr,
+                         "tessera-host: sequence %d token %d: the tiles chose %d, the reference %d (top-2 margin %.2e, "
+                         "max |logit - reference| %.2e)\n",
+                         s.index, s.generated, tok, ref_tok, margin, diff);
+            return 1;
+          }
+          s.tie = true;  // a near tie: the rest of the sequence is not comparable
+        }
+        s.history.push_back(tok);
+        ++s.generated;
+        if (s.tie || s.generated == s.max_tokens) {
+          s.done = true;
+          for (int32_t b : s.blocks) (void)pools[static_cast<size_t>(s.replica)].release(b);
+          s.blocks.clear();
+        }
+      }
+      decode_steps += all_decode ? 1 : 0;
+    }
+  }
+  for (const auto& s : seqs)
+    std::printf("check sequence %d: replica %d, prompt %zu tokens, joined at step %d, %d tokens generated %s, "
+                "max |logit - reference| %.2e\n",
+                s.index, s.replica, s.prompt.size(), s.join_step, s.generated,
+                s.tie ? "(stopped at a near tie of the reference, top-2 margin < 1e-3)" : "equal to the reference", s.worst);
+  std::printf("check: %lld steps (%lld decode-only), %lld tokens generated; per generated token: %.1f supersteps, "
+              "%.1f KiB exchanged between tiles, %.1f KiB sent by the host; %.2f ms wall per step; "
+              "max |logit - reference| %.2e\n",
+              (long long)steps, (long long)decode_steps, (long long)generated, double(supersteps) / std::max<int64_t>(1, generated),
+              bytes / 1024.0 / std::max<int64_t>(1, generated), input_bytes / 1024.0 / std::max<int64_t>(1, generated),
+              wall * 1e3 / std::max<int64_t>(1, steps), worst);
+  if (worst > 1e-4) {
+    std::cerr << "tessera-host: logits differ from the single-process reference by " << worst << " (> 1e-4)\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tessera::host::app

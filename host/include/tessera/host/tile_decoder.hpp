@@ -1,0 +1,59 @@
+// tessera/host/tile_decoder.hpp: a compiled decoder (compile_decoder) deployed on a tile group.
+//
+// deploy() streams each tile its shards and loads the step programs (whose temporaries hold each
+// tile's part of the paged KV cache). step() runs one mixed batch (prefill chunks and decode
+// tokens, models::step_batch) on a replica: the token ids go to the first stage, the step
+// metadata (positions, which sequences want logits, block tables) to every tile of the replica,
+// and the logits come back from the last stage. The caller owns the block ids (one block space
+// of compiled().kv.num_blocks per replica), as with models::decoder_model::step.
+//
+//   auto compiled = compile_decoder(model->shape(), req);
+//   auto dec = tile_decoder::deploy(group, *compiled, model);
+//   auto out = (*dec)->step(/*replica=*/0, batch);   // out->logits[i]: [vocab]
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "tessera/host/placement.hpp"
+#include "tessera/host/tile_group.hpp"
+#include "tessera/models/decoder.hpp"
+
+namespace tessera::host {
+
+struct tile_step_result {
+  std::vector<std::vector<float>> logits;  ///< per sequence with want_logits, in batch order
+  double wall_seconds = 0;
+  int64_t supersteps = 0;
+  uint64_t bytes_exchanged = 0;  ///< sent by all tiles of the replica (slices; the step's inputs not counted)
+  uint64_t input_bytes = 0;      ///< token ids and step metadata the host sent
+};
+
+class tile_decoder {
+ public:
+  static result<std::unique_ptr<tile_decoder>> deploy(tile_group& group, compiled_model compiled,
+                                                      std::shared_ptr<const models::decoder_model> model,
+                                                      const std::function<void(uint64_t, uint64_t)>& progress = {});
+  /// Runs one mixed batch on `replica`. invalid_argument for a batch over the token budget or
+  /// the sequence limit, an empty sequence, a token outside the vocabulary, a position beyond
+  /// max_position_embeddings or a block table too short; out_of_memory naming the replica's tiles
+  /// and the KV capacity for a block outside the cache; the tile group's status when a tile fails.
+  result<tile_step_result> step(int replica, const models::step_batch& batch);
+  /// A tile that came back empty: shards and programs again (its KV cache starts empty: the
+  /// caller recomputes the sequences that lived there).
+  status restore_tile(uint32_t tile);
+  std::vector<uint32_t> replica_tiles(int replica) const;
+  const compiled_model& compiled() const { return compiled_; }
+  const models::decoder_model& model() const { return *model_; }
+  tile_group& group() { return group_; }
+
+ private:
+  tile_decoder(tile_group& g, compiled_model c, std::shared_ptr<const models::decoder_model> m)
+      : group_(g), compiled_(std::move(c)), model_(std::move(m)) {}
+  status validate(int replica, const models::step_batch& batch) const;
+  tile_group& group_;
+  compiled_model compiled_;
+  std::shared_ptr<const models::decoder_model> model_;
+};
+
+}  // namespace tessera::host

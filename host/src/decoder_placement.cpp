@@ -1,0 +1,519 @@
+// Decoders on tiles: the step program (a mixed batch of prefill chunks and decode tokens), the
+// shards, and the memory plan with each tile's part of the paged KV cache. See placement.hpp
+// (compile_decoder). The structure is BERT's (placement.cpp): R x S x W tiles, 4 supersteps a
+// layer (attention, its reduce-scatter + residual + all-gather, the MLP, the same again), stages
+// handing their micro-batch's rows on; the kernels are the decoder's (tile_daemon's
+// decoder_kernels.cpp, over models/kernels.hpp as decoder_model::step uses them).
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "placement_internal.hpp"
+#include "tessera/common/units.hpp"
+
+namespace tessera::host {
+
+using namespace tessera::exchange;
+namespace ids = tensor_ids;
+using detail::arena_bytes;
+using detail::f32;
+using detail::part_of;
+
+namespace {
+
+struct heads_range {
+  int q0 = 0, q1 = 0, k0 = 0, k1 = 0;
+};
+
+struct dlayout {
+  const models::model_shape& c;
+  plan p;
+  int budget = 0;
+  int max_seqs = 0;
+  int block_tokens = 16;
+  int max_blocks = 0;  // per sequence
+  int64_t meta = 0;
+  int hd() const { return c.head_dim(); }
+  int group() const { return c.num_heads / c.num_kv_heads; }
+  row_range layers_of(int stage) const { return token_partition(c.num_layers, stage, p.stages); }
+  heads_range heads_of(int lane) const {
+    const int g = group();
+    if (c.num_kv_heads >= p.width) {  // kv heads split; each lane's query heads are their groups
+      auto k = token_partition(c.num_kv_heads, lane, p.width);
+      return {static_cast<int>(k.begin) * g, static_cast<int>(k.end) * g, static_cast<int>(k.begin),
+              static_cast<int>(k.end)};
+    }
+    auto q = token_partition(c.num_heads, lane, p.width);  // kv heads replicated where lanes share them
+    const int q0 = static_cast<int>(q.begin), q1 = static_cast<int>(q.end);
+    return {q0, q1, q0 / g, q1 > q0 ? (q1 - 1) / g + 1 : q0 / g};
+  }
+  row_range ffn_of(int lane) const { return token_partition(c.intermediate_size, lane, p.width); }
+  uint32_t tile_of(int r, int s, int w) const { return static_cast<uint32_t>((r * p.stages + s) * p.width + w); }
+  bool lm_head_is_embedding(const tile_plan& t) const {
+    return c.tie_word_embeddings && t.stage == 0 && t.stage == p.stages - 1 && t.lane == 0;
+  }
+};
+
+struct dtile {
+  tile_plan plan;
+  heads_range heads;
+  uint64_t kv_bytes_per_block = 0;
+};
+
+std::string lname(int l, const char* what) { return "layers." + std::to_string(l) + "." + what; }
+
+// Weights and activations of one tile (the KV cache is added once the block count is known).
+void plan_tile(const dlayout& L, dtile& d, std::vector<weight_shard>& shards, std::vector<tensor_desc>& temps) {
+  tile_plan& t = d.plan;
+  const models::model_shape& c = L.c;
+  const int64_t H = c.hidden_size, T = L.budget, hd = L.hd();
+  d.heads = L.heads_of(t.lane);
+  auto ffn = L.ffn_of(t.lane);
+  auto layers = L.layers_of(t.stage);
+  t.layer_begin = static_cast<int>(layers.begin), t.layer_end = static_cast<int>(layers.end);
+  t.head_begin = d.heads.q0, t.head_end = d.heads.q1;
+  t.ffn_begin = static_cast<int>(ffn.begin), t.ffn_end = static_cast<int>(ffn.end);
+  const int64_t qw = (d.heads.q1 - d.heads.q0) * hd, kw = (d.heads.k1 - d.heads.k0) * hd, fw = ffn.end - ffn.begin;
+  const bool bias = c.arch == models::architecture::gpt2, layer_norm = c.norm != models::norm_kind::rms_norm;
+  auto weight = [&](tensor_desc desc, shard_kind kind, std::string source, int b = 0, int e = 0) {
+    t.memory.push_back({desc.name, "weights", arena_bytes(desc.bytes())});
+    shards.push_back({t.tile, std::move(desc), kind, std::move(source), b, e});
+  };
+  auto act = [&](tensor_desc desc, const char* kind = "activations") {
+    t.memory.push_back({desc.name, kind, arena_bytes(desc.bytes())});
+    temps.push_back(std::move(desc));
+  };
+  const bool first = t.stage == 0, last = t.stage == L.p.stages - 1;
+  if (first) {
+    weight(f32(ids::word, "token_embedding", {c.vocab_size, H}), shard_kind::whole, "token_embedding");
+    if (c.positions == models::position_kind::learned)
+      weight(f32(ids::position, "position_embedding", {c.max_position_embeddings, H}), shard_kind::whole,
+             "position_embedding");
+  }
+  for (int l = t.layer_begin; l < t.layer_end; ++l) {
+    const std::string tag = "L" + std::to_string(l) + ".";
+    auto vec = [&](uint32_t what, const char* name, int64_t n) {
+      weight(f32(ids::dec_layer(l, what), tag + name, {n}), shard_kind::whole, lname(l, name));
+    };
+    auto rows = [&](uint32_t what, const char* name, int64_t r0, int64_t r1, int64_t in) {
+      weight(f32(ids::dec_layer(l, what), tag + name, in ? std::vector<int64_t>{r1 - r0, in} : std::vector<int64_t>{r1 - r0}),
+             shard_kind::rows, lname(l, name), static_cast<int>(r0), static_cast<int>(r1));
+    };
+    auto cols = [&](uint32_t what, const char* name, int64_t c0, int64_t c1) {
+      weight(f32(ids::dec_layer(l, what), tag + name, {H, c1 - c0}), shard_kind::columns, lname(l, name),
+             static_cast<int>(c0), static_cast<int>(c1));
+    };
+    vec(ids::norm1_w, "norm1_w", H);
+    if (layer_norm) vec(ids::norm1_b, "norm1_b", H);
+    rows(ids::q_w, "q_w", d.heads.q0 * hd, d.heads.q1 * hd, H);
+    rows(ids::k_w, "k_w", d.heads.k0 * hd, d.heads.k1 * hd, H);
+    rows(ids::v_w, "v_w", d.heads.k0 * hd, d.heads.k1 * hd, H);
+    if (bias) {
+      rows(ids::q_b, "q_b", d.heads.q0 * hd, d.heads.q1 * hd, 0);
+      rows(ids::k_b, "k_b", d.heads.k0 * hd, d.heads.k1 * hd, 0);
+      rows(ids::v_b, "v_b", d.heads.k0 * hd, d.heads.k1 * hd, 0);
+    }
+    cols(ids::o_w, "o_w", d.heads.q0 * hd, d.heads.q1 * hd);
+    if (bias) vec(ids::o_b, "o_b", H);
+    vec(ids::norm2_w, "norm2_w", H);
+    if (layer_norm) vec(ids::norm2_b, "norm2_b", H);
+    if (c.gated_mlp) rows(ids::gate_w, "gate_w", ffn.begin, ffn.end, H);
+    rows(ids::up_w, "up_w", ffn.begin, ffn.end, H);
+    if (bias) rows(ids::up_b, "up_b", ffn.begin, ffn.end, 0);
+    cols(ids::down_w, "down_w", ffn.begin, ffn.end);
+    if (bias) vec(ids::down_b, "down_b", H);
+  }
+  const bool out_tile = last && t.lane == 0;
+  if (out_tile) {
+    weight(f32(ids::final_norm_w, "final_norm_w", {H}), shard_kind::whole, "final_norm_w");
+    if (layer_norm) weight(f32(ids::final_norm_b, "final_norm_b", {H}), shard_kind::whole, "final_norm_b");
+    if (!L.lm_head_is_embedding(t)) weight(f32(ids::lm_head, "lm_head", {c.vocab_size, H}), shard_kind::whole, "lm_head");
+  }
+  if (first) act({ids::token_ids, "token_ids", dtype::i32, {T}});
+  act({ids::step_meta, "step_meta", dtype::i32, {L.meta}});
+  act(f32(ids::hidden, "hidden", {T, H}));
+  if (t.layer_end > t.layer_begin) {
+    act(f32(ids::normed, "normed", {T, H}));
+    act(f32(ids::dec_q, "q", {T, qw}));
+    act(f32(ids::dec_k, "k", {T, kw}));
+    act(f32(ids::dec_v, "v", {T, kw}));
+    act(f32(ids::context, "context", {T, qw}));
+    act(f32(ids::partial, "partial_sum", {T, H}));
+    act(f32(ids::dec_up, "mlp_up", {T, fw}));
+    if (c.gated_mlp) act(f32(ids::dec_gate, "mlp_gate", {T, fw}));
+  }
+  if (out_tile) {
+    act(f32(ids::last_rows, "last_rows", {L.max_seqs, H}));
+    act(f32(ids::logits, "logits", {L.max_seqs, c.vocab_size}));
+  }
+  const int64_t W = L.p.width;
+  int64_t inbound = (W - 1) * ((T + W - 1) / W) * H;
+  if (t.stage > 0) inbound = std::max<int64_t>(inbound, T * H);
+  if (inbound > 0) act(f32(ids::exchange_buffer, "exchange_buffer", {inbound}), "exchange");
+  d.kv_bytes_per_block = static_cast<uint64_t>(models::kv_layout::bytes_per_block(
+      L.block_tokens, t.layer_end - t.layer_begin, d.heads.k1 - d.heads.k0, L.hd()));
+}
+
+void add_kv(const dlayout& L, dtile& d, int blocks, std::vector<tensor_desc>& temps) {
+  const int layers = d.plan.layer_end - d.plan.layer_begin, kvh = d.heads.k1 - d.heads.k0;
+  if (layers == 0 || kvh == 0) return;
+  for (auto [id, name] : {std::pair{ids::kv_keys, "kv_keys"}, std::pair{ids::kv_values, "kv_values"}}) {
+    tensor_desc desc = f32(id, name, {layers, blocks, kvh, L.block_tokens, L.hd()});
+    d.plan.memory.push_back({name, "kv", arena_bytes(desc.bytes())});
+    temps.push_back(std::move(desc));
+  }
+}
+
+std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::vector<dtile>& tiles,
+                                          const std::vector<std::vector<tensor_desc>>& temps) {
+  detail::program_builder b;
+  const models::model_shape& c = L.c;
+  const int S = L.p.stages, W = L.p.width, M = L.p.micro_batches;
+  const int64_t H = c.hidden_size;
+  const bool bias = c.arch == models::architecture::gpt2, layer_norm = c.norm != models::norm_kind::rms_norm;
+  const int64_t rms = layer_norm ? 0 : 1;
+  int64_t act = 0;
+  switch (c.activation) {
+    case models::activation_kind::gelu: act = 1; break;
+    case models::activation_kind::gelu_tanh: act = 2; break;
+    case models::activation_kind::relu: act = 3; break;
+    case models::activation_kind::silu: act = 4; break;
+  }
+  const float rope_scale = c.rope_scaling == models::rope_scaling_kind::linear ? c.rope_scaling_factor : 1.0f;
+  const int64_t rotary = c.positions == models::position_kind::rotary ? 1 : 0;
+  int max_layers = 0;
+  for (int s = 0; s < S; ++s) {
+    auto lr = L.layers_of(s);
+    max_layers = std::max<int>(max_layers, static_cast<int>(lr.end - lr.begin));
+  }
+  const int K = 4 * max_layers + 1;
+  const int clocks = M + S - 1;
+  std::vector<uint32_t> members;
+  for (int s = 0; s < S; ++s)
+    for (int w = 0; w < W; ++w) members.push_back(L.tile_of(r, s, w));
+  for (uint32_t t : members) {
+    auto& p = b.progs[t];
+    p.id = 1;
+    p.tiles = members;
+    p.temporaries = temps[t];
+    p.steps.resize(static_cast<size_t>(clocks * K));
+  }
+  auto with = [](std::vector<uint32_t> v, bool cond, uint32_t id) {
+    if (cond) v.push_back(id);
+    return v;
+  };
+  for (int cl = 0; cl < clocks; ++cl) {
+    for (int s = 0; s < S; ++s) {
+      const int m = cl - s;
+      if (m < 0 || m >= M) continue;
+      auto lr = L.layers_of(s);
+      const std::vector<int64_t> mp{m, M};
+      for (int w = 0; w < W; ++w) {
+        const uint32_t t = L.tile_of(r, s, w);
+        const dtile& d = tiles[t];
+        auto stage_lanes = [&](auto&& fn) {
+          for (int q = 0; q < W; ++q)
+            if (q != w) fn(q, L.tile_of(r, s, q));
+        };
+        for (int l = static_cast<int>(lr.begin); l < lr.end; ++l) {
+          const size_t base = static_cast<size_t>(cl * K + 4 * (l - lr.begin));
+          auto& a = b.step(t, base).compute;
+          if (s == 0 && l == lr.begin)
+            a.push_back({"dec_embed", with({ids::token_ids, ids::step_meta, ids::word},
+                                           c.positions == models::position_kind::learned, ids::position),
+                         {ids::hidden}, mp, {}});
+          a.push_back({"dec_norm", with({ids::hidden, ids::dec_layer(l, ids::norm1_w)}, layer_norm, ids::dec_layer(l, ids::norm1_b)),
+                       {ids::normed}, {m, M, rms}, {c.norm_eps}});
+          a.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::q_w)}, bias, ids::dec_layer(l, ids::q_b)), {ids::dec_q},
+                       {m, M, 0}, {}});
+          a.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::k_w)}, bias, ids::dec_layer(l, ids::k_b)), {ids::dec_k},
+                       {m, M, 0}, {}});
+          a.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::v_w)}, bias, ids::dec_layer(l, ids::v_b)), {ids::dec_v},
+                       {m, M, 0}, {}});
+          a.push_back({"dec_attention", {ids::dec_q, ids::dec_k, ids::dec_v, ids::step_meta, ids::kv_keys, ids::kv_values},
+                       {ids::context},
+                       {m, M, l - lr.begin, d.heads.q0, d.heads.q1, d.heads.k0, d.heads.k1, L.hd(), L.group(), rotary},
+                       {c.rope_theta, rope_scale}});
+          a.push_back({"linear", {ids::context, ids::dec_layer(l, ids::o_w)}, {ids::partial}, {m, M, 0}, {}});
+          b.step(t, base + 1).compute.push_back({"dec_residual",
+              with({ids::partial, ids::hidden}, bias, ids::dec_layer(l, ids::o_b)), {ids::hidden}, {m, M, w, W}, {}});
+          auto& f = b.step(t, base + 2).compute;
+          f.push_back({"dec_norm", with({ids::hidden, ids::dec_layer(l, ids::norm2_w)}, layer_norm, ids::dec_layer(l, ids::norm2_b)),
+                       {ids::normed}, {m, M, rms}, {c.norm_eps}});
+          if (c.gated_mlp) {
+            f.push_back({"linear", {ids::normed, ids::dec_layer(l, ids::gate_w)}, {ids::dec_gate}, {m, M, act}, {}});
+            f.push_back({"linear", {ids::normed, ids::dec_layer(l, ids::up_w)}, {ids::dec_up}, {m, M, 0}, {}});
+            f.push_back({"dec_multiply", {ids::dec_gate, ids::dec_up}, {ids::dec_up}, mp, {}});
+          } else {
+            f.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::up_w)}, bias, ids::dec_layer(l, ids::up_b)),
+                         {ids::dec_up}, {m, M, act}, {}});
+          }
+          f.push_back({"linear", {ids::dec_up, ids::dec_layer(l, ids::down_w)}, {ids::partial}, {m, M, 0}, {}});
+          b.step(t, base + 3).compute.push_back({"dec_residual",
+              with({ids::partial, ids::hidden}, bias, ids::dec_layer(l, ids::down_b)), {ids::hidden}, {m, M, w, W}, {}});
+          // Reduce-scatter the partial sums by token rows; all-gather the updated rows.
+          for (size_t sub : {size_t{0}, size_t{2}}) {
+            stage_lanes([&](int q, uint32_t peer) {
+              b.connect(t, peer, base + sub, part_of(ids::partial, H, q, W, m, M), part_of(ids::partial, H, q, W, m, M), true);
+            });
+            stage_lanes([&](int q, uint32_t peer) {
+              b.connect(t, peer, base + sub + 1, part_of(ids::hidden, H, w, W, m, M), part_of(ids::hidden, H, w, W, m, M), false);
+            });
+          }
+          if (l == lr.end - 1 && s + 1 < S)
+            for (int q = 0; q < W; ++q)
+              b.connect(t, L.tile_of(r, s + 1, q), base + 3, part_of(ids::hidden, H, w, W, m, M),
+                        part_of(ids::hidden, H, w, W, m, M), false);
+        }
+        if (s == S - 1 && w == 0) {
+          const uint32_t head = L.lm_head_is_embedding(d.plan) ? ids::word : ids::lm_head;
+          b.step(t, static_cast<size_t>(cl * K + K - 1)).compute.push_back(
+              {"dec_logits", with({ids::hidden, ids::step_meta, head, ids::final_norm_w}, layer_norm, ids::final_norm_b),
+               {ids::logits, ids::last_rows}, {m, M, rms}, {c.norm_eps}});
+        }
+      }
+    }
+  }
+  b.set_sync_flags(members);
+  return b.progs;
+}
+
+struct dlayout_result {
+  std::vector<dtile> tiles;
+  std::vector<tile_plan> plans;
+  std::vector<weight_shard> shards;
+  std::vector<std::vector<tensor_desc>> temps;
+  int kv_blocks = 0;       // chosen (0: the minimum does not fit)
+  uint64_t max_bytes = 0;  // fullest tile with the chosen (or minimum) KV
+};
+
+dlayout_result lay_out(const dlayout& L, uint64_t cap, int forced_blocks, int min_blocks, int auto_cap_blocks) {
+  dlayout_result out;
+  const int n = L.p.tiles();
+  out.tiles.resize(static_cast<size_t>(n));
+  out.temps.resize(static_cast<size_t>(n));
+  for (int r = 0; r < L.p.replicas; ++r)
+    for (int s = 0; s < L.p.stages; ++s)
+      for (int w = 0; w < L.p.width; ++w) {
+        const uint32_t id = L.tile_of(r, s, w);
+        dtile& d = out.tiles[id];
+        d.plan.tile = id, d.plan.replica = r, d.plan.stage = s, d.plan.lane = w;
+        plan_tile(L, d, out.shards, out.temps[id]);
+      }
+  // Blocks every tile can hold after its weights and activations (the fullest decides).
+  int64_t fit = INT32_MAX;
+  for (const auto& d : out.tiles) {
+    const uint64_t base = d.plan.total_bytes();
+    if (d.kv_bytes_per_block == 0) continue;
+    // Two tensors (K, V), each rounded to the arena's alignment: allow for it.
+    const int64_t room = base + 2 * exchange::tensor_alignment > cap ? -1
+                                                                     : static_cast<int64_t>((cap - base - 2 * exchange::tensor_alignment) / d.kv_bytes_per_block);
+    fit = std::min(fit, room);
+  }
+  int blocks = forced_blocks > 0 ? forced_blocks : static_cast<int>(std::min<int64_t>(fit, auto_cap_blocks));
+  blocks = std::max(blocks, forced_blocks > 0 ? forced_blocks : min_blocks);
+  out.kv_blocks = fit >= blocks ? blocks : 0;
+  for (size_t i = 0; i < out.tiles.size(); ++i) {
+    add_kv(L, out.tiles[i], blocks, out.temps[i]);
+    out.max_bytes = std::max(out.max_bytes, out.tiles[i].plan.total_bytes());
+    out.plans.push_back(out.tiles[i].plan);
+  }
+  return out;
+}
+
+}  // namespace
+
+double estimate_step_seconds(const models::model_shape& c, const plan& p, int tokens, int seqs, const machine_model& mm) {
+  const double H = c.hidden_size, F = c.intermediate_size, W = p.width, M = p.micro_batches;
+  const double qw = c.q_width(), kvw = c.kv_width();
+  const double n = p.tiles();
+  const double rate = mm.tile_flops * std::min(1.0, mm.cores / n);
+  const double micro_tokens = std::max(1.0, tokens / M);
+  const double avg_context = 256;
+  const double layer_weights = H * (qw + 2 * kvw) + qw * H + H * F * (c.gated_mlp ? 3 : 2);
+  const double layer_flops = micro_tokens * (2 * layer_weights + 4 * avg_context * qw);
+  const double layers = std::ceil(double(c.num_layers) / p.stages);
+  // A decode step reads every weight once: memory bound below ~ (bandwidth / flops) tokens.
+  const double bytes_per_s = 10e9 * std::min(1.0, mm.cores / n);
+  double step = layers * std::max(layer_flops / W / rate, layer_weights * 4 / W / bytes_per_s);
+  if (p.width > 1) {
+    const double bytes = 2 * 2 * (W - 1) / W * micro_tokens * H * 4;
+    step += layers * (bytes / mm.link_bytes_per_s + 4 * (W - 1) * mm.message_seconds + 4 * mm.sync_seconds);
+  }
+  if (p.stages > 1) step += micro_tokens * H * 4 / mm.link_bytes_per_s + mm.sync_seconds;
+  const double head = std::max(2.0 * seqs * H * c.vocab_size / rate, H * c.vocab_size * 4 / bytes_per_s);
+  return (M + p.stages - 1) * step + head;
+}
+
+result<std::vector<float>> materialize(const models::decoder_model& m, const weight_shard& sh) {
+  const models::model_shape& c = m.shape();
+  const models::decoder_weights& w = m.weights();
+  const int64_t H = c.hidden_size, F = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
+  struct src {
+    const float* data;
+    int64_t rows, cols;
+  };
+  auto find = [&](const std::string& name) -> result<src> {
+    if (name == "token_embedding") return src{w.token_embedding, c.vocab_size, H};
+    if (name == "position_embedding") return src{w.position_embedding, c.max_position_embeddings, H};
+    if (name == "final_norm_w") return src{w.final_norm_w, H, 1};
+    if (name == "final_norm_b") return src{w.final_norm_b, H, 1};
+    if (name == "lm_head") return src{w.lm_head, c.vocab_size, H};
+    int l = -1;
+    char what[32] = {0};
+    if (std::sscanf(name.c_str(), "layers.%d.%31s", &l, what) == 2 && l >= 0 && l < c.num_layers) {
+      const auto& lw = w.layers[static_cast<size_t>(l)];
+      const std::string k = what;
+      if (k == "norm1_w") return src{lw.norm1_w, H, 1};
+      if (k == "norm1_b") return src{lw.norm1_b, H, 1};
+      if (k == "norm2_w") return src{lw.norm2_w, H, 1};
+      if (k == "norm2_b") return src{lw.norm2_b, H, 1};
+      if (k == "q_w") return src{lw.q_w, qw, H};
+      if (k == "q_b") return src{lw.q_b, qw, 1};
+      if (k == "k_w") return src{lw.k_w, kvw, H};
+      if (k == "k_b") return src{lw.k_b, kvw, 1};
+      if (k == "v_w") return src{lw.v_w, kvw, H};
+      if (k == "v_b") return src{lw.v_b, kvw, 1};
+      if (k == "o_w") return src{lw.o_w, H, qw};
+      if (k == "o_b") return src{lw.o_b, H, 1};
+      if (k == "gate_w") return src{lw.gate_w, F, H};
+      if (k == "up_w") return src{lw.up_w, F, H};
+      if (k == "up_b") return src{lw.up_b, F, 1};
+      if (k == "down_w") return src{lw.down_w, H, F};
+      if (k == "down_b") return src{lw.down_b, H, 1};
+    }
+    return status::not_found("the decoder has no tensor '" + name + "'");
+  };
+  auto t = find(sh.source);
+  if (!t) return t.error();
+  if (!t->data) return status::not_found("the decoder's tensor '" + sh.source + "' is absent (" + m.source + ")");
+  std::vector<float> out(sh.desc.elements());
+  switch (sh.kind) {
+    case shard_kind::whole:
+      if (static_cast<uint64_t>(t->rows * t->cols) != out.size())
+        return status::invalid("tensor " + sh.source + " has " + std::to_string(t->rows * t->cols) +
+                               " values, the shard expects " + std::to_string(out.size()));
+      std::copy_n(t->data, out.size(), out.begin());
+      break;
+    case shard_kind::rows:
+      if (sh.begin < 0 || sh.end > t->rows || static_cast<uint64_t>((sh.end - sh.begin) * t->cols) != out.size())
+        return status::invalid("rows [" + std::to_string(sh.begin) + ", " + std::to_string(sh.end) + ") of " + sh.source +
+                               " do not make the shard " + sh.desc.name);
+      std::copy_n(t->data + int64_t{sh.begin} * t->cols, out.size(), out.begin());
+      break;
+    case shard_kind::columns: {
+      const int64_t wd = sh.end - sh.begin;
+      if (sh.begin < 0 || sh.end > t->cols || static_cast<uint64_t>(t->rows * wd) != out.size())
+        return status::invalid("columns [" + std::to_string(sh.begin) + ", " + std::to_string(sh.end) + ") of " +
+                               sh.source + " do not make the shard " + sh.desc.name);
+      for (int64_t r = 0; r < t->rows; ++r)
+        std::copy(t->data + r * t->cols + sh.begin, t->data + r * t->cols + sh.end, out.begin() + r * wd);
+      break;
+    }
+    default:
+      return status::internal("shard kind not used by decoders for " + sh.source);
+  }
+  return out;
+}
+
+result<compiled_model> compile_decoder(const models::model_shape& c, const placement_request& req) {
+  if (c.arch != models::architecture::gpt2 && c.arch != models::architecture::llama)
+    return status::invalid("compile_decoder takes a GPT-2 or LLaMA shape");
+  if (req.tiles <= 0) return status::invalid("--tiles must be positive");
+  if (req.token_budget < 1) return status::invalid("--token-budget must be positive");
+  if (req.kv_block_tokens < 1) return status::invalid("--kv-block-tokens must be positive");
+  if (req.kv_blocks < 0) return status::invalid("--kv-blocks must be zero (as many as fit) or positive");
+  const int max_seqs = req.max_sequences > 0 ? req.max_sequences : std::clamp(req.token_budget / 8, 1, 64);
+  const int bt = req.kv_block_tokens;
+  const int max_blocks = (c.max_position_embeddings + bt - 1) / bt;
+  const int64_t meta = 2 + int64_t{max_seqs} * (3 + max_blocks);
+  const int min_blocks = max_blocks;                                  // one sequence of the longest length
+  const int auto_cap = std::max(min_blocks, (16384 + bt - 1) / bt);  // 16384 tokens in flight
+  std::vector<plan> candidates;
+  if (req.forced) {
+    const plan& f = *req.forced;
+    if (f.tiles() != req.tiles)
+      return status::invalid("--plan " + f.to_string() + " uses " + std::to_string(f.tiles()) + " tiles, but --tiles is " +
+                             std::to_string(req.tiles) + "; R x S x W must equal the tile count");
+    if (f.stages > c.num_layers)
+      return status::invalid("--plan has " + std::to_string(f.stages) + " stages but the model has only " +
+                             std::to_string(c.num_layers) + " layers");
+    if (f.width > c.num_heads)
+      return status::invalid("--plan has width " + std::to_string(f.width) + " but the model has only " +
+                             std::to_string(c.num_heads) + " attention heads to split");
+    if (f.micro_batches < 1) return status::invalid("--plan needs at least one micro-batch");
+    candidates.push_back(f);
+  } else {
+    candidates = detail::plans_for(c, req.tiles);
+    if (candidates.empty()) return status::invalid("no plan fits " + std::to_string(req.tiles) + " tiles");
+  }
+  compiled_model best;
+  double best_rate = -1;
+  std::string smallest_table;
+  uint64_t smallest_need = UINT64_MAX;
+  for (const plan& p : candidates) {
+    dlayout L{c, p, req.token_budget, max_seqs, bt, max_blocks, meta};
+    dlayout_result lr = lay_out(L, req.tile_memory, req.kv_blocks, min_blocks, auto_cap);
+    if (lr.kv_blocks == 0) {
+      if (lr.max_bytes < smallest_need) {
+        smallest_need = lr.max_bytes;
+        smallest_table = "plan " + p.to_string() + " with " + std::to_string(req.kv_blocks > 0 ? req.kv_blocks : min_blocks) +
+                         " KV blocks:\n" + detail::memory_table(lr.plans, req.tile_memory);
+      }
+      continue;
+    }
+    // Ranked by decode throughput: a step of max_seqs decode tokens.
+    const double secs = estimate_step_seconds(c, p, max_seqs, max_seqs, req.machine);
+    const double rate = p.replicas * max_seqs / secs;
+    best.candidates.push_back({p, rate});
+    if (best_rate < 0 || rate > best_rate * 1.02) {
+      best.chosen = p;
+      best_rate = rate;
+      best.tiles = lr.plans;
+      best.shards = std::move(lr.shards);
+      best.estimated_batch_seconds = estimate_step_seconds(c, p, req.token_budget, max_seqs, req.machine);
+      best.kv = {bt, lr.kv_blocks};
+      best.programs.clear();
+      for (int r = 0; r < p.replicas; ++r) best.programs.push_back(build_replica(L, r, lr.tiles, lr.temps));
+      best.kv_heads_note = c.num_kv_heads >= p.width
+                               ? std::to_string(c.num_kv_heads) + " kv heads split across " + std::to_string(p.width) +
+                                     " lane(s)"
+                               : std::to_string(c.num_kv_heads) + " kv heads replicated: each of the " +
+                                     std::to_string(p.width) + " lanes holds the kv heads its query heads read";
+    }
+  }
+  if (best_rate < 0) {
+    std::string more_tiles = "no tile count fits with this memory (the embedding and LM head are not split)";
+    for (int n = req.tiles + 1; n <= c.num_layers * c.num_heads; ++n) {
+      bool fits = false;
+      for (const plan& p : detail::plans_for(c, n)) {
+        if (p.replicas != 1) continue;
+        dlayout L{c, p, req.token_budget, max_seqs, bt, max_blocks, meta};
+        if (lay_out(L, req.tile_memory, req.kv_blocks, min_blocks, auto_cap).kv_blocks > 0) {
+          more_tiles = "--tiles " + std::to_string(n) + " (plan " + p.to_string() + ")";
+          fits = true;
+          break;
+        }
+      }
+      if (fits) break;
+    }
+    return status::out_of_memory(
+        "the decoder does not fit: weights, activations and " +
+        std::string(req.kv_blocks > 0 ? "the " + std::to_string(req.kv_blocks) + " KV blocks asked for"
+                                      : "a minimum KV cache (" + std::to_string(min_blocks) + " blocks of " +
+                                            std::to_string(bt) + " positions: one sequence of " +
+                                            std::to_string(c.max_position_embeddings) + " tokens)") +
+        " need " + format_bytes(smallest_need) + " on the fullest tile, tiles have " + format_bytes(req.tile_memory) +
+        ". Smallest fix: --tile-memory " + std::to_string(smallest_need) + " (" + format_bytes(smallest_need) + "), or " +
+        more_tiles + ", or a smaller --token-budget.\n" + smallest_table);
+  }
+  static_cast<models::model_shape&>(best.config) = c;
+  best.token_budget = req.token_budget;
+  best.max_sequences = max_seqs;
+  best.decoder = true;
+  best.max_blocks_per_seq = max_blocks;
+  best.meta_elements = meta;
+  return best;
+}
+
+}  // namespace tessera::host

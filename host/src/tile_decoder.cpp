@@ -1,0 +1,129 @@
+#include "tessera/host/tile_decoder.hpp"
+
+#include "tessera/host/tile_model.hpp"
+
+namespace tessera::host {
+
+using namespace tessera::exchange;
+namespace ids = tensor_ids;
+
+result<std::unique_ptr<tile_decoder>> tile_decoder::deploy(tile_group& group, compiled_model compiled,
+                                                           std::shared_ptr<const models::decoder_model> model,
+                                                           const std::function<void(uint64_t, uint64_t)>& progress) {
+  if (!compiled.decoder) return status::invalid("tile_decoder::deploy takes a compiled decoder (compile_decoder)");
+  if (static_cast<uint32_t>(compiled.chosen.tiles()) != group.size())
+    return status::invalid("the plan needs " + std::to_string(compiled.chosen.tiles()) + " tiles, the group has " +
+                           std::to_string(group.size()));
+  uint64_t total = 0, done = 0;
+  for (const auto& s : compiled.shards) total += s.desc.bytes();
+  auto cut = [&](const weight_shard& s) { return materialize(*model, s); };
+  for (uint32_t t = 0; t < group.size(); ++t)
+    TESSERA_RETURN_IF_ERROR(stream_shards(group, compiled, t, cut, done, progress, total));
+  for (const auto& programs : compiled.programs) TESSERA_RETURN_IF_ERROR(group.load(programs));
+  return std::unique_ptr<tile_decoder>(new tile_decoder(group, std::move(compiled), std::move(model)));
+}
+
+status tile_decoder::restore_tile(uint32_t tile) {
+  return restore_shards_and_programs(group_, compiled_, tile,
+                                     [this](const weight_shard& s) { return materialize(*model_, s); });
+}
+
+std::vector<uint32_t> tile_decoder::replica_tiles(int replica) const {
+  std::vector<uint32_t> out;
+  for (int s = 0; s < compiled_.chosen.stages; ++s)
+    for (uint32_t t : compiled_.stage_tiles(replica, s)) out.push_back(t);
+  return out;
+}
+
+status tile_decoder::validate(int replica, const models::step_batch& batch) const {
+  const auto& c = compiled_;
+  const models::model_shape& shape = model_->shape();
+  if (replica < 0 || replica >= c.chosen.replicas) return status::invalid("replica " + std::to_string(replica) + " does not exist");
+  if (batch.seqs.empty()) return status::invalid("the step is empty");
+  if (static_cast<int>(batch.seqs.size()) > c.max_sequences)
+    return status::invalid("the step has " + std::to_string(batch.seqs.size()) + " sequences, over the limit " +
+                           std::to_string(c.max_sequences));
+  if (batch.num_tokens() > c.token_budget)
+    return status::invalid("the step has " + std::to_string(batch.num_tokens()) + " tokens, over the token budget " +
+                           std::to_string(c.token_budget));
+  const int bt = c.kv.block_tokens;
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const auto& s = batch.seqs[i];
+    const std::string where = "sequence " + std::to_string(s.seq_id) + " (step entry " + std::to_string(i) + ")";
+    if (s.tokens.empty()) return status::invalid(where + " has no tokens");
+    if (s.start_pos < 0) return status::invalid(where + ": negative start_pos " + std::to_string(s.start_pos));
+    const int64_t end = int64_t{s.start_pos} + static_cast<int64_t>(s.tokens.size());
+    if (end > shape.max_position_embeddings)
+      return status::invalid(where + ": positions up to " + std::to_string(end - 1) +
+                             " reach beyond max_position_embeddings " + std::to_string(shape.max_position_embeddings));
+    for (int32_t t : s.tokens)
+      if (t < 0 || t >= shape.vocab_size)
+        return status::invalid(where + ": token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                               std::to_string(shape.vocab_size) + ")");
+    const int64_t need = (end + bt - 1) / bt;
+    if (static_cast<int64_t>(s.block_table.size()) < need)
+      return status::invalid(where + ": block table has " + std::to_string(s.block_table.size()) + " blocks of " +
+                             std::to_string(bt) + " positions but positions up to " + std::to_string(end - 1) + " need " +
+                             std::to_string(need));
+    for (int64_t b = 0; b < need; ++b) {
+      const int32_t id = s.block_table[static_cast<size_t>(b)];
+      if (id < 0 || id >= c.kv.num_blocks) {
+        std::string tiles;
+        for (uint32_t t : replica_tiles(replica)) tiles += (tiles.empty() ? "" : ", ") + std::to_string(t);
+        return status::out_of_memory(where + ": block_table[" + std::to_string(b) + "] = " + std::to_string(id) +
+                                     " is outside the KV cache of replica " + std::to_string(replica) + " (tiles " + tiles +
+                                     "), which holds " + std::to_string(c.kv.num_blocks) + " blocks of " +
+                                     std::to_string(bt) + " positions (" + std::to_string(int64_t{c.kv.num_blocks} * bt) +
+                                     " tokens in flight; raise --tile-memory or --kv-blocks)");
+      }
+    }
+  }
+  return status::ok();
+}
+
+result<tile_step_result> tile_decoder::step(int replica, const models::step_batch& batch) {
+  TESSERA_RETURN_IF_ERROR(validate(replica, batch));
+  const auto& c = compiled_;
+  // Token ids of the packed rows, and the step metadata (placement.hpp: tensor_ids::step_meta).
+  std::vector<int32_t> tokens, meta{static_cast<int32_t>(batch.seqs.size()), c.max_blocks_per_seq};
+  int want = 0;
+  batch_spec spec;
+  spec.program_id = 1;
+  spec.tiles = replica_tiles(replica);
+  for (const auto& s : batch.seqs) {
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+    spec.seq_lengths.push_back(static_cast<int32_t>(s.tokens.size()));
+    const int64_t used = (int64_t{s.start_pos} + static_cast<int64_t>(s.tokens.size()) + c.kv.block_tokens - 1) /
+                         c.kv.block_tokens;
+    const size_t at = meta.size();
+    meta.resize(at + 3 + static_cast<size_t>(c.max_blocks_per_seq), -1);
+    meta[at] = s.start_pos;
+    meta[at + 1] = s.want_logits ? 1 : 0;
+    meta[at + 2] = static_cast<int32_t>(used);
+    std::copy_n(s.block_table.begin(), used, meta.begin() + static_cast<int64_t>(at) + 3);
+    want += s.want_logits ? 1 : 0;
+  }
+  spec.active_tokens = static_cast<int64_t>(tokens.size());
+  const size_t tbytes = tokens.size() * 4, mbytes = meta.size() * 4;
+  for (uint32_t t : c.stage_tiles(replica, 0))
+    spec.inputs.push_back({t, {ids::token_ids, slice_kind::token_rows, 0, 1}, tokens.data(), tbytes});
+  for (uint32_t t : spec.tiles) spec.inputs.push_back({t, {ids::step_meta, slice_kind::fixed, 0, meta.size()}, meta.data(), mbytes});
+  const uint64_t vocab = static_cast<uint64_t>(c.config.vocab_size);
+  if (want > 0) spec.outputs.push_back({c.output_tile(replica), {ids::logits, slice_kind::fixed, 0, want * vocab}});
+  auto r = group_.run(spec);
+  if (!r) return r.error();
+  tile_step_result out;
+  if (want > 0) {
+    const auto& flat = r->outputs[0];
+    for (int i = 0; i < want; ++i)
+      out.logits.emplace_back(flat.begin() + static_cast<int64_t>(i * vocab), flat.begin() + static_cast<int64_t>((i + 1) * vocab));
+  }
+  out.wall_seconds = r->wall_seconds;
+  out.supersteps = c.supersteps();
+  for (const auto& [t, cs] : r->counters)
+    for (const auto& s : cs) out.bytes_exchanged += s.bytes_sent;
+  out.input_bytes = tbytes * c.chosen.width + mbytes * spec.tiles.size();
+  return out;
+}
+
+}  // namespace tessera::host

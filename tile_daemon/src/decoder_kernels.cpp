@@ -1,0 +1,270 @@
+// Decoder kernels for tile programs (GPT-2, LLaMA): thin adapters from tile tensors to
+// models/kernels.hpp, the functions decoder_model::step runs, on the tile's layers and heads.
+// Every kernel works on the rows of one micro-batch (params[0] = micro, params[1] = micros).
+// The step metadata (int32, placement.hpp tensor_ids::step_meta) gives each sequence's start
+// position, whether it wants logits, and its block table: it travels with every step.
+//   dec_embed      ids, meta, token_embedding, (position_embedding) -> x
+//   dec_norm       x, w, (b) -> y                               params[2]: 1 RMSNorm, 0 LayerNorm; fparams: eps
+//   dec_attention  q, k, v, meta, kv_keys, kv_values -> ctx     params[2..9]: local layer, q0, q1, k0, k1, head_dim,
+//                                                                group, rotary; fparams: rope_theta, position scale
+//   dec_residual   partial, x, (bias) -> x                      params[2..3]: part, parts (rows this lane owns)
+//   dec_multiply   a, b -> b (b = a * b)
+//   dec_logits     x, meta, lm_head, norm_w, (norm_b) -> logits [max_seqs, vocab], last_rows [max_seqs, hidden]
+#include <algorithm>
+#include <vector>
+
+#include "kernel_util.hpp"
+#include "tessera/models/kernels.hpp"
+#include "tessera/tile/kernel_registry.hpp"
+
+namespace tessera::tile {
+namespace {
+
+using detail::micro_of;
+using detail::need_rows;
+
+struct meta_view {
+  const int32_t* d = nullptr;
+  int stride = 0;
+  const int32_t* seq(int64_t s) const { return d + 2 + s * (3 + int64_t{stride}); }
+  int32_t start(int64_t s) const { return seq(s)[0]; }
+  bool want(int64_t s) const { return seq(s)[1] != 0; }
+  int32_t blocks(int64_t s) const { return seq(s)[2]; }
+  const int32_t* table(int64_t s) const { return seq(s) + 3; }
+};
+
+result<meta_view> meta_of(const kernel_args& a, const tile_tensor& t) {
+  const uint64_t n = t.elements();
+  if (n < 2) return status::invalid("step metadata tensor '" + t.desc.name + "' is too small");
+  meta_view m{t.i32(), t.i32()[1]};
+  const int32_t seqs = t.i32()[0];
+  if (seqs != static_cast<int32_t>(a.ctx.seq_lengths.size()))
+    return status::invalid("step metadata names " + std::to_string(seqs) + " sequences, the batch has " +
+                           std::to_string(a.ctx.seq_lengths.size()));
+  if (m.stride < 0 || 2 + uint64_t(seqs) * (3 + uint64_t(m.stride)) > n)
+    return status::invalid("step metadata overruns its tensor (" + std::to_string(n) + " values)");
+  for (int64_t s = 0; s < seqs; ++s)
+    if (m.start(s) < 0 || m.blocks(s) < 0 || m.blocks(s) > m.stride)
+      return status::invalid("step metadata of sequence " + std::to_string(s) + " is malformed");
+  return m;
+}
+
+status dec_embed(const kernel_args& a) {
+  auto mv = micro_of(a);
+  if (!mv) return mv.error();
+  auto meta = meta_of(a, *a.inputs[1]);
+  if (!meta) return meta.error();
+  const auto& word = *a.inputs[2];
+  auto& x = *a.outputs[0];
+  const int64_t hidden = word.desc.shape.size() == 2 ? word.desc.shape[1] : 0, vocab = word.desc.shape[0];
+  TESSERA_RETURN_IF_ERROR(need_rows(x, mv->r1, hidden));
+  if (a.inputs[0]->elements() < static_cast<uint64_t>(mv->r1)) return status::invalid("token ids shorter than the batch");
+  const float* pos = a.inputs.size() > 3 ? a.inputs[3]->f32() : nullptr;
+  const int64_t max_pos = a.inputs.size() > 3 ? a.inputs[3]->desc.shape[0] : INT64_MAX;
+  const int32_t* ids = a.inputs[0]->i32();
+  for (int64_t s = mv->s0; s < mv->s1; ++s) {
+    const int64_t r0 = a.ctx.seq_offsets[static_cast<size_t>(s)], r1 = a.ctx.seq_offsets[static_cast<size_t>(s) + 1];
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t p = meta->start(s) + (r - r0);
+      if (ids[r] < 0 || ids[r] >= vocab)
+        return status::invalid("token id " + std::to_string(ids[r]) + " is outside the vocabulary [0, " +
+                               std::to_string(vocab) + ")");
+      if (p >= max_pos) return status::invalid("position " + std::to_string(p) + " is beyond the position table");
+      const float* e = word.f32() + int64_t{ids[r]} * hidden;
+      float* o = x.f32() + r * hidden;
+      if (pos) {
+        const float* pe = pos + p * hidden;
+        for (int64_t i = 0; i < hidden; ++i) o[i] = e[i] + pe[i];
+      } else {
+        std::copy_n(e, hidden, o);
+      }
+    }
+  }
+  return status::ok();
+}
+
+status dec_norm(const kernel_args& a) {
+  auto mv = micro_of(a);
+  if (!mv) return mv.error();
+  if (a.params.size() < 3 || a.fparams.empty()) return status::invalid("dec_norm needs params [micro, micros, rms], fparams [eps]");
+  const int64_t hidden = a.inputs[1]->elements();
+  TESSERA_RETURN_IF_ERROR(need_rows(*a.inputs[0], mv->r1, hidden));
+  TESSERA_RETURN_IF_ERROR(need_rows(*a.outputs[0], mv->r1, hidden));
+  const int64_t rows = mv->r1 - mv->r0;
+  if (rows == 0) return status::ok();
+  const float* x = a.inputs[0]->f32() + mv->r0 * hidden;
+  float* y = a.outputs[0]->f32() + mv->r0 * hidden;
+  if (a.params[2] == 1) {
+    models::rms_norm(x, rows, hidden, a.inputs[1]->f32(), a.fparams[0], y);
+  } else {
+    if (a.inputs.size() < 3) return status::invalid("dec_norm: LayerNorm needs a bias");
+    models::layer_norm(x, rows, hidden, a.inputs[1]->f32(), a.inputs[2]->f32(), a.fparams[0], y);
+  }
+  return status::ok();
+}
+
+status dec_attention(const kernel_args& a) {
+  auto mv = micro_of(a);
+  if (!mv) return mv.error();
+  if (a.params.size() < 10 || a.fparams.size() < 2)
+    return status::invalid("dec_attention needs params [micro, micros, layer, q0, q1, k0, k1, head_dim, group, rotary], "
+                           "fparams [theta, scale]");
+  const int layer = static_cast<int>(a.params[2]), q0 = static_cast<int>(a.params[3]), q1 = static_cast<int>(a.params[4]),
+            k0 = static_cast<int>(a.params[5]), k1 = static_cast<int>(a.params[6]), d = static_cast<int>(a.params[7]),
+            group = static_cast<int>(a.params[8]);
+  const bool rotary = a.params[9] != 0;
+  const int nq = q1 - q0, nk = k1 - k0;
+  if (nq <= 0 || nk <= 0 || d <= 0 || group <= 0 || q0 / group < k0 || (q1 - 1) / group >= k1)
+    return status::invalid("dec_attention: query heads [" + std::to_string(q0) + ", " + std::to_string(q1) +
+                           ") do not read within kv heads [" + std::to_string(k0) + ", " + std::to_string(k1) + ")");
+  auto meta = meta_of(a, *a.inputs[3]);
+  if (!meta) return meta.error();
+  auto &q = *a.inputs[0], &k = *a.inputs[1], &v = *a.inputs[2], &keys = *a.inputs[4], &values = *a.inputs[5];
+  const int64_t ldq = int64_t{nq} * d, ldk = int64_t{nk} * d;
+  TESSERA_RETURN_IF_ERROR(need_rows(q, mv->r1, ldq));
+  TESSERA_RETURN_IF_ERROR(need_rows(k, mv->r1, ldk));
+  TESSERA_RETURN_IF_ERROR(need_rows(v, mv->r1, ldk));
+  TESSERA_RETURN_IF_ERROR(need_rows(*a.outputs[0], mv->r1, ldq));
+  // keys/values: [layers, blocks, kv heads, block_tokens, head_dim]
+  const auto& ks = keys.desc.shape;
+  if (ks.size() != 5 || ks[2] != nk || ks[4] != d || layer < 0 || layer >= ks[0] || values.desc.shape != ks)
+    return status::invalid("dec_attention: KV cache tensors do not match layer " + std::to_string(layer) + ", " +
+                           std::to_string(nk) + " kv heads of " + std::to_string(d));
+  const int64_t nblocks = ks[1];
+  const int bt = static_cast<int>(ks[3]);
+  const int64_t head_stride = int64_t{bt} * d, block_stride = nk * head_stride, layer_stride = nblocks * block_stride;
+  float* kbase = keys.f32() + layer * layer_stride;
+  float* vbase = values.f32() + layer * layer_stride;
+  const int64_t T = mv->r1 - mv->r0;
+  if (T == 0) return status::ok();
+  // Positions of the micro-batch's rows, and every block they read checked against the cache.
+  std::vector<int32_t> positions(static_cast<size_t>(T));
+  std::vector<models::paged_seq> seqs;
+  for (int64_t s = mv->s0; s < mv->s1; ++s) {
+    const int32_t r0 = a.ctx.seq_offsets[static_cast<size_t>(s)], r1 = a.ctx.seq_offsets[static_cast<size_t>(s) + 1];
+    const int64_t end = int64_t{meta->start(s)} + (r1 - r0);
+    const int64_t need = (end + bt - 1) / bt;
+    if (need > meta->blocks(s))
+      return status::invalid("sequence " + std::to_string(s) + " of the step reaches position " + std::to_string(end - 1) +
+                             " but its block table has " + std::to_string(meta->blocks(s)) + " blocks of " +
+                             std::to_string(bt));
+    for (int64_t b = 0; b < need; ++b)
+      if (meta->table(s)[b] < 0 || meta->table(s)[b] >= nblocks)
+        return status::out_of_memory("tile " + std::to_string(a.ctx.tile_id) + "'s KV cache holds " +
+                                     std::to_string(nblocks) + " blocks of " + std::to_string(bt) + " positions (" +
+                                     std::to_string(nblocks * bt) + " tokens); sequence " + std::to_string(s) +
+                                     " of the step names block " + std::to_string(meta->table(s)[b]));
+    for (int32_t r = r0; r < r1; ++r) positions[static_cast<size_t>(r - mv->r0)] = meta->start(s) + (r - r0);
+    seqs.push_back({static_cast<int32_t>(r0 - mv->r0), r1 - r0, meta->start(s), meta->table(s)});
+  }
+  float* qp = q.f32() + mv->r0 * ldq;
+  float* kp = k.f32() + mv->r0 * ldk;
+  float* vp = v.f32() + mv->r0 * ldk;
+  if (rotary) {
+    std::vector<float> cos_t(static_cast<size_t>(T * d / 2)), sin_t(cos_t.size());
+    models::rotary_tables(positions.data(), T, d, a.fparams[0], a.fparams[1], cos_t.data(), sin_t.data());
+    models::apply_rotary(qp, T, nq, d, ldq, cos_t.data(), sin_t.data());
+    models::apply_rotary(kp, T, nk, d, ldk, cos_t.data(), sin_t.data());
+  }
+  for (const auto& s : seqs)
+    for (int r = 0; r < s.rows; ++r) {
+      const int pos = s.start_pos + r;
+      const int64_t off = int64_t{s.block_table[pos / bt]} * block_stride + int64_t{pos % bt} * d;
+      for (int h = 0; h < nk; ++h) {
+        std::copy_n(kp + int64_t{s.row + r} * ldk + int64_t{h} * d, d, kbase + off + h * head_stride);
+        std::copy_n(vp + int64_t{s.row + r} * ldk + int64_t{h} * d, d, vbase + off + h * head_stride);
+      }
+    }
+  float* out = a.outputs[0]->f32() + mv->r0 * ldq;
+  if (q0 == k0 * group && nq == nk * group) {
+    models::attention_paged({qp, ldq}, {kbase, vbase, bt, block_stride, head_stride}, seqs.data(),
+                            static_cast<int>(seqs.size()), nq, nk, d, {out, ldq});
+  } else {  // query heads that share a kv head with another lane's: one head at a time
+    for (int h = 0; h < nq; ++h) {
+      const int64_t kv = (q0 + h) / group - k0;
+      models::attention_paged({qp + int64_t{h} * d, ldq},
+                              {kbase + kv * head_stride, vbase + kv * head_stride, bt, block_stride, head_stride},
+                              seqs.data(), static_cast<int>(seqs.size()), 1, 1, d, {out + int64_t{h} * d, ldq});
+    }
+  }
+  return status::ok();
+}
+
+status dec_residual(const kernel_args& a) {
+  auto mv = micro_of(a);
+  if (!mv) return mv.error();
+  if (a.params.size() < 4) return status::invalid("dec_residual needs params [micro, micros, part, parts]");
+  auto part = exchange::token_partition(mv->r1 - mv->r0, static_cast<uint32_t>(a.params[2]), static_cast<uint32_t>(a.params[3]));
+  auto& x = *a.outputs[0];
+  const int64_t hidden = x.desc.shape.size() == 2 ? x.desc.shape[1] : 0;
+  TESSERA_RETURN_IF_ERROR(need_rows(*a.inputs[0], mv->r1, hidden));
+  TESSERA_RETURN_IF_ERROR(need_rows(x, mv->r1, hidden));
+  const float* bias = a.inputs.size() > 2 ? a.inputs[2]->f32() : nullptr;
+  if (bias && a.inputs[2]->elements() != static_cast<uint64_t>(hidden)) return status::invalid("dec_residual: bias length");
+  for (int64_t r = mv->r0 + part.begin; r < mv->r0 + part.end; ++r) {
+    float* p = a.inputs[0]->f32() + r * hidden;
+    if (bias) models::add(p, bias, hidden, p);
+    models::add(x.f32() + r * hidden, p, hidden, x.f32() + r * hidden);
+  }
+  return status::ok();
+}
+
+status dec_multiply(const kernel_args& a) {
+  auto mv = micro_of(a);
+  if (!mv) return mv.error();
+  auto &g = *a.inputs[0], &u = *a.inputs[1];
+  const int64_t width = u.desc.shape.size() == 2 ? u.desc.shape[1] : 0;
+  TESSERA_RETURN_IF_ERROR(need_rows(g, mv->r1, width));
+  TESSERA_RETURN_IF_ERROR(need_rows(*a.outputs[0], mv->r1, width));
+  models::multiply(g.f32() + mv->r0 * width, u.f32() + mv->r0 * width, (mv->r1 - mv->r0) * width,
+                   a.outputs[0]->f32() + mv->r0 * width);
+  return status::ok();
+}
+
+status dec_logits(const kernel_args& a) {
+  auto mv = micro_of(a);
+  if (!mv) return mv.error();
+  if (a.params.size() < 3 || a.fparams.empty()) return status::invalid("dec_logits needs params [micro, micros, rms], fparams [eps]");
+  auto meta = meta_of(a, *a.inputs[1]);
+  if (!meta) return meta.error();
+  const auto& x = *a.inputs[0];
+  const auto& head = *a.inputs[2];
+  auto &logits = *a.outputs[0], &last = *a.outputs[1];
+  const int64_t hidden = x.desc.shape.size() == 2 ? x.desc.shape[1] : 0;
+  const int64_t vocab = head.desc.shape.size() == 2 ? head.desc.shape[0] : 0;
+  if (head.desc.shape.size() != 2 || head.desc.shape[1] != hidden) return status::invalid("dec_logits: LM head shape");
+  int64_t first = 0;  // logits rows of sequences before this micro-batch
+  for (int64_t s = 0; s < mv->s0; ++s) first += meta->want(s) ? 1 : 0;
+  int64_t n = 0;
+  for (int64_t s = mv->s0; s < mv->s1; ++s) {
+    if (!meta->want(s)) continue;
+    TESSERA_RETURN_IF_ERROR(need_rows(last, first + n + 1, hidden));
+    TESSERA_RETURN_IF_ERROR(need_rows(logits, first + n + 1, vocab));
+    std::copy_n(x.f32() + int64_t{a.ctx.seq_offsets[static_cast<size_t>(s) + 1] - 1} * hidden, hidden,
+                last.f32() + (first + n) * hidden);
+    ++n;
+  }
+  if (n == 0) return status::ok();
+  float* rows = last.f32() + first * hidden;
+  if (a.params[2] == 1) {
+    models::rms_norm(rows, n, hidden, a.inputs[3]->f32(), a.fparams[0], rows);
+  } else {
+    if (a.inputs.size() < 5) return status::invalid("dec_logits: LayerNorm needs a bias");
+    models::layer_norm(rows, n, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), a.fparams[0], rows);
+  }
+  models::linear(rows, n, hidden, head.f32(), nullptr, vocab, logits.f32() + first * vocab);
+  return status::ok();
+}
+
+}  // namespace
+
+void register_decoder_kernels(kernel_registry& reg) {
+  reg.add("dec_embed", {3, 4, 1, 1}, dec_embed);
+  reg.add("dec_norm", {2, 3, 1, 1}, dec_norm);
+  reg.add("dec_attention", {6, 6, 1, 1}, dec_attention);
+  reg.add("dec_residual", {2, 3, 1, 1}, dec_residual);
+  reg.add("dec_multiply", {2, 2, 1, 1}, dec_multiply);
+  reg.add("dec_logits", {4, 5, 2, 2}, dec_logits);
+}
+
+}  // namespace tessera::tile
