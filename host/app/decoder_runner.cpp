@@ -1,5 +1,6 @@
 // tessera-host for decoders (GPT-2, LLaMA): compile onto the tiles, stream the weights, then check
 // greedy generation against the single-process reference (--check) or serve.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "host_app.hpp"
 #include "tessera/host/tile_decoder.hpp"
 #include "tessera/models/batch.hpp"
+#include "tessera/models/kernels.hpp"
 
 namespace tessera::host::app {
 
@@ -51,6 +53,8 @@ bool is_decoder_model(const std::string& name) {
 }
 
 int run_decoder_model(tile_group_config group_cfg, model_options o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   auto loaded = models::load_decoder(o.model, o.seed);
   if (!loaded) return fail(loaded.error());
   auto model = std::make_shared<const models::decoder_model>(std::move(*loaded));
@@ -74,6 +78,8 @@ int run_decoder_model(tile_group_config group_cfg, model_options o) {
   auto deployed = tile_decoder::deploy(**group, std::move(*compiled), model);
   if (!deployed) return fail(deployed.error());
   tile_decoder& dec = **deployed;
+  std::fprintf(stderr, "tessera-host: %s on %u tiles, weights streamed, %.1f s after start\n", o.model.c_str(),
+               group_cfg.tiles, since());
   const auto& c = dec.compiled();
 
   if (o.serve) return fail(status{errc::unsupported, "--serve of a decoder on tiles needs the LLM serving engine"});
@@ -83,6 +89,9 @@ int run_decoder_model(tile_group_config group_cfg, model_options o) {
   // steps and leaving when done, prefill in chunks of 16 beside the others' decodes; sequence i
   // lives on replica i % R (its K/V are there). Every generated token is compared with
   // greedy_generate in one process, and the logits it was chosen from within 1e-4.
+  // One thread: the tiles (and whatever else runs here) have the cores; OpenMP threads waiting
+  // at barriers for a descheduled peer made the reference take seconds on a loaded machine.
+  models::set_num_threads(1);
   models::splitmix64 rng(7);
   std::vector<check_seq> seqs(static_cast<size_t>(o.check_batches));
   for (int i = 0; i < o.check_batches; ++i) {
@@ -98,6 +107,7 @@ int run_decoder_model(tile_group_config group_cfg, model_options o) {
     s.want = std::move(*g);
     s.history = s.prompt;
   }
+  std::fprintf(stderr, "tessera-host: reference generations done, %.1f s after start\n", since());
   std::vector<models::block_pool> pools;
   for (int r = 0; r < c.chosen.replicas; ++r) pools.emplace_back(c.kv.num_blocks);
   int64_t steps = 0, supersteps = 0, generated = 0, decode_steps = 0;

@@ -122,6 +122,7 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
   out.supersteps = c.supersteps();
   for (const auto& [t, cs] : r->counters)
     for (const auto& s : cs) out.bytes_exchanged += s.bytes_sent;
+  out.memory_high_water = r->memory_high_water;
   out.input_bytes = tbytes * c.chosen.width + mbytes * spec.tiles.size();
   return out;
 }

@@ -1,0 +1,124 @@
+// compile_decoder without tiles: how heads, kv heads, layers and FFN columns are cut, the KV
+// cache in the memory plan, the refusal of what does not fit, and the step program's shape.
+#include <gtest/gtest.h>
+
+#include "tessera/host/placement.hpp"
+
+using namespace tessera;
+using namespace tessera::host;
+
+namespace {
+
+models::model_shape gqa3() {
+  auto s = models::shape_preset("llama-tiny");
+  EXPECT_TRUE(s);
+  s->num_layers = 3;
+  s->hidden_size = 96;
+  s->num_heads = 6;
+  s->num_kv_heads = 2;
+  s->intermediate_size = 200;
+  s->vocab_size = 500;
+  s->max_position_embeddings = 256;
+  return *s;
+}
+
+placement_request request(int tiles, std::optional<plan> p, uint64_t memory = 64ull << 20) {
+  placement_request r;
+  r.tiles = tiles;
+  r.tile_memory = memory;
+  r.token_budget = 128;
+  r.max_sequences = 8;
+  r.forced = p;
+  return r;
+}
+
+}  // namespace
+
+TEST(DecoderPlacement, KvHeadsSplitWhenThereAreEnoughElseReplicated) {
+  auto c = compile_decoder(gqa3(), request(2, plan{1, 1, 2, 1}));
+  ASSERT_TRUE(c) << c.error().message();
+  // 2 kv heads on 2 lanes: each lane its kv head and that head's 3 query heads.
+  EXPECT_EQ(c->tiles[0].head_begin, 0);
+  EXPECT_EQ(c->tiles[0].head_end, 3);
+  EXPECT_EQ(c->tiles[1].head_begin, 3);
+  EXPECT_EQ(c->tiles[1].head_end, 6);
+  EXPECT_NE(c->kv_heads_note.find("split"), std::string::npos);
+  auto r = compile_decoder(gqa3(), request(4, plan{1, 1, 4, 1}));
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_NE(r->kv_heads_note.find("replicated"), std::string::npos);
+  // 6 query heads on 4 lanes: 2, 2, 1, 1; every lane holds K/V for the kv heads it reads.
+  int heads = 0;
+  for (const auto& t : r->tiles) heads += t.head_end - t.head_begin;
+  EXPECT_EQ(heads, 6);
+  for (const auto& t : r->tiles) EXPECT_GT(t.bytes_of("kv"), 0u) << "tile " << t.tile;
+}
+
+TEST(DecoderPlacement, KvCacheFillsWhatIsLeftAndIsCounted) {
+  auto c = compile_decoder(gqa3(), request(1, std::nullopt, 16ull << 20));
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_TRUE(c->decoder);
+  // Every tile's plan fits its memory, and the blocks are at least one longest sequence.
+  for (const auto& t : c->tiles) EXPECT_LE(t.total_bytes(), 16ull << 20);
+  EXPECT_GE(c->kv.num_blocks, (256 + 15) / 16);
+  const uint64_t per_block = static_cast<uint64_t>(models::kv_layout::bytes_per_block(16, 3, 2, 16));
+  EXPECT_GE(c->tiles[0].bytes_of("kv"), per_block * static_cast<uint64_t>(c->kv.num_blocks));
+  // A forced block count is honoured.
+  auto req = request(1, std::nullopt, 16ull << 20);
+  req.kv_blocks = 40;
+  auto f = compile_decoder(gqa3(), req);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->kv.num_blocks, 40);
+  EXPECT_NE(f->describe().find("40 blocks of 16 positions"), std::string::npos);
+  EXPECT_NE(f->describe().find("kv"), std::string::npos);
+}
+
+TEST(DecoderPlacement, RefusesWhatDoesNotFitWithTableAndFix) {
+  // llama-tiny's embedding alone is 32000 x 128 floats (15.6 MiB).
+  auto s = models::shape_preset("llama-tiny");
+  ASSERT_TRUE(s);
+  auto c = compile_decoder(*s, request(2, std::nullopt, 8ull << 20));
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code(), errc::out_of_memory);
+  const std::string m = c.error().message();
+  EXPECT_NE(m.find("--tile-memory"), std::string::npos) << m;
+  EXPECT_NE(m.find("minimum KV cache"), std::string::npos) << m;
+  EXPECT_NE(m.find("fits"), std::string::npos) << m;  // the table's header
+  EXPECT_NE(m.find("NO"), std::string::npos) << m;
+  // More KV blocks than fit: refused, naming them.
+  auto req = request(1, std::nullopt, 32ull << 20);
+  req.kv_blocks = 1 << 20;
+  auto k = compile_decoder(*s, req);
+  ASSERT_FALSE(k);
+  EXPECT_NE(k.error().message().find("KV blocks asked for"), std::string::npos) << k.error().message();
+}
+
+TEST(DecoderPlacement, ForcedPlansAreChecked) {
+  EXPECT_FALSE(compile_decoder(gqa3(), request(4, plan{1, 4, 1, 1})));  // 4 stages, 3 layers
+  EXPECT_FALSE(compile_decoder(gqa3(), request(8, plan{1, 1, 8, 1})));  // 8 lanes, 6 heads
+  EXPECT_FALSE(compile_decoder(gqa3(), request(3, plan{1, 1, 2, 1})));  // 2 tiles, --tiles 3
+  auto bert = models::shape_preset("bert-tiny");
+  ASSERT_TRUE(bert);
+  EXPECT_FALSE(compile_decoder(*bert, request(1, std::nullopt)));
+}
+
+TEST(DecoderPlacement, StepProgramShape) {
+  // 2 stages x 2 lanes, 3 micro-batches: 4 supersteps per layer of the longest stage and one for
+  // the logits, per pipeline clock; every send has its receive in the same superstep.
+  auto c = compile_decoder(gqa3(), request(4, plan{1, 2, 2, 3}));
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->supersteps(), (3 + 2 - 1) * (4 * 2 + 1));
+  const auto& progs = c->programs[0];
+  for (const auto& [t, p] : progs)
+    for (size_t i = 0; i < p.steps.size(); ++i)
+      for (const auto& s : p.steps[i].sends) {
+        const auto& peer = progs.at(s.peer).steps[i].recvs;
+        EXPECT_TRUE(std::any_of(peer.begin(), peer.end(), [&](const auto& r) { return r.peer == t && r.tag == s.tag; }))
+            << "tile " << t << " step " << i;
+      }
+  // Only the last stage's lane 0 computes logits.
+  int logits = 0;
+  for (const auto& [t, p] : progs)
+    for (const auto& st : p.steps)
+      for (const auto& k : st.compute) logits += k.kernel == "dec_logits";
+  EXPECT_EQ(logits, 3);
+}

@@ -1,0 +1,265 @@
+// Integration: decoders on real tile processes. Library level: every step of a mixed schedule
+// (prefill chunks beside decodes, sequences joining and leaving, a block table shuffled through
+// the pool) gives the logits decoder_model::step gives on its own paged cache (1e-4), on an odd
+// GQA shape (6 query heads, 2 kv heads, FFN 200) under width (kv heads split, and replicated with
+// query heads that straddle them), pipeline with micro-batches and replicas; the tiles' memory
+// reaches what the plan counted; a block outside the KV cache is an error naming the tiles and
+// the capacity. Process level: tessera-host --check (greedy generation equal to greedy_generate)
+// for gpt2-tiny and llama-tiny on 1, 2, 3, 4 and 8 tiles.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tessera/host/tile_decoder.hpp"
+#include "tessera/models/batch.hpp"
+
+using namespace tessera;
+using namespace tessera::host;
+namespace fs = std::filesystem;
+
+namespace {
+
+models::model_shape gqa3() {
+  auto s = models::shape_preset("llama-tiny");
+  EXPECT_TRUE(s);
+  s->num_layers = 3;
+  s->hidden_size = 96;
+  s->num_heads = 6;
+  s->num_kv_heads = 2;
+  s->intermediate_size = 200;
+  s->vocab_size = 500;
+  s->max_position_embeddings = 256;
+  return *s;
+}
+
+struct deployment {
+  std::unique_ptr<tile_group> group;
+  std::unique_ptr<tile_decoder> dec;
+};
+
+deployment deploy(std::shared_ptr<const models::decoder_model> m, int tiles, plan p, int kv_blocks = 48) {
+  placement_request req;
+  req.tiles = tiles;
+  req.tile_memory = 32ull << 20;
+  req.token_budget = 96;
+  req.max_sequences = 8;
+  req.forced = p;
+  req.kv_blocks = kv_blocks;
+  auto c = compile_decoder(m->shape(), req);
+  EXPECT_TRUE(c) << c.error().message();
+  if (!c) return {};
+  tile_group_config g;
+  g.tiles = static_cast<uint32_t>(tiles);
+  g.tile_memory = req.tile_memory;
+  auto group = tile_group::start(g);
+  EXPECT_TRUE(group) << group.error().to_string();
+  if (!group) return {};
+  auto d = tile_decoder::deploy(**group, std::move(*c), m);
+  EXPECT_TRUE(d) << d.error().to_string();
+  if (!d) return {};
+  return {std::move(*group), std::move(*d)};
+}
+
+// A schedule of mixed steps: sequence i has a prompt of lengths[i], prefilled in chunks of 11
+// beside the others' decodes, joins at step 2i and leaves after outputs[i] tokens; the next
+// token is the argmax of the reference's logits (the same for both sides). Both sides get the
+// same block tables from one pool, so freed blocks are reused by later sequences.
+void expect_steps_equal(const models::decoder_model& m, tile_decoder& dec, int replica) {
+  const auto& c = dec.compiled();
+  auto cache = models::paged_kv_cache::make(m.shape(), c.kv);
+  ASSERT_TRUE(cache);
+  models::block_pool pool(c.kv.num_blocks);
+  const std::vector<int> lengths{23, 1, 40, 7, 16}, outputs{6, 9, 3, 5, 4};
+  struct seq {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> blocks;
+    int prompt = 0, computed = 0, generated = 0;
+    bool done = false;
+  };
+  models::splitmix64 rng(11);
+  std::vector<seq> seqs(lengths.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].prompt = lengths[i];
+    for (int k = 0; k < lengths[i]; ++k) seqs[i].tokens.push_back(static_cast<int32_t>(rng.next_int(0, m.shape().vocab_size - 1)));
+  }
+  double worst = 0;
+  int steps = 0;
+  for (int n = 0; n < 200; ++n) {
+    models::step_batch b;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      auto& s = seqs[i];
+      if (s.done || static_cast<int>(2 * i) > n) continue;
+      const int end = s.computed < s.prompt ? std::min(s.prompt, s.computed + 11) : s.computed + 1;
+      while (static_cast<int>(s.blocks.size()) < c.kv.blocks_for(end)) {
+        auto id = pool.allocate();
+        ASSERT_TRUE(id) << "the test's pool ran dry";
+        s.blocks.push_back(*id);
+      }
+      b.seqs.push_back({i, {s.tokens.begin() + s.computed, s.tokens.begin() + end}, s.computed, s.blocks, end >= s.prompt});
+      who.push_back(i);
+    }
+    if (b.seqs.empty()) break;
+    auto want = m.step(b, *cache);
+    ASSERT_TRUE(want) << want.error().to_string();
+    auto got = dec.step(replica, b);
+    ASSERT_TRUE(got) << got.error().to_string();
+    ASSERT_EQ(got->logits.size(), want->size());
+    ++steps;
+    size_t li = 0;
+    for (size_t k = 0; k < b.seqs.size(); ++k) {
+      auto& s = seqs[who[k]];
+      s.computed += static_cast<int>(b.seqs[k].tokens.size());
+      if (!b.seqs[k].want_logits) continue;
+      const auto& w = (*want)[li];
+      const auto& g = got->logits[li++];
+      for (size_t v = 0; v < w.size(); ++v) worst = std::max(worst, double(std::abs(w[v] - g[v])));
+      s.tokens.push_back(static_cast<int32_t>(std::max_element(w.begin(), w.end()) - w.begin()));
+      if (++s.generated == outputs[who[k]]) {
+        s.done = true;
+        for (int32_t id : s.blocks) ASSERT_TRUE(pool.release(id));
+      }
+    }
+    for (const auto& [t, high] : got->memory_high_water)
+      EXPECT_EQ(high, c.tiles[t].total_bytes()) << "tile " << t << ": the plan and the arena disagree";
+  }
+  for (const auto& s : seqs) EXPECT_TRUE(s.done);
+  EXPECT_GT(steps, 10);
+  EXPECT_LT(worst, 1e-4) << "plan " << c.chosen.to_string() << " replica " << replica;
+}
+
+}  // namespace
+
+class GqaOnTiles : public ::testing::TestWithParam<std::pair<int, plan>> {};
+
+TEST_P(GqaOnTiles, EveryStepEqualsTheReference) {
+  auto m = models::make_seeded_decoder(gqa3(), 3);
+  ASSERT_TRUE(m) << m.error().to_string();
+  auto model = std::make_shared<const models::decoder_model>(std::move(*m));
+  auto d = deploy(model, GetParam().first, GetParam().second);
+  ASSERT_TRUE(d.dec);
+  for (int r = 0; r < d.dec->compiled().chosen.replicas; ++r) expect_steps_equal(*model, *d.dec, r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, GqaOnTiles,
+                         ::testing::Values(std::pair{1, plan{1, 1, 1, 1}}, std::pair{2, plan{1, 1, 2, 1}},
+                                           std::pair{4, plan{1, 1, 4, 1}}, std::pair{3, plan{1, 3, 1, 3}},
+                                           std::pair{4, plan{2, 1, 2, 1}}),
+                         [](const auto& info) {
+                           const plan& p = info.param.second;
+                           return "R" + std::to_string(p.replicas) + "S" + std::to_string(p.stages) + "W" +
+                                  std::to_string(p.width) + "M" + std::to_string(p.micro_batches);
+                         });
+
+TEST(DecoderOnTiles, BadStepsAreErrorsAndTheTilesGoOn) {
+  auto m = models::make_seeded_decoder(gqa3(), 3);
+  ASSERT_TRUE(m);
+  auto model = std::make_shared<const models::decoder_model>(std::move(*m));
+  auto d = deploy(model, 2, plan{1, 1, 2, 1}, 20);
+  ASSERT_TRUE(d.dec);
+  models::step_batch outside{{{1, {5, 6}, 0, {20}, true}}};
+  auto r = d.dec->step(0, outside);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), errc::out_of_memory);
+  EXPECT_NE(r.error().message().find("tiles 0, 1"), std::string::npos) << r.error().message();
+  EXPECT_NE(r.error().message().find("20 blocks of 16 positions"), std::string::npos) << r.error().message();
+  for (const models::step_batch& bad :
+       {models::step_batch{{{1, {5, 6}, 15, {0}, true}}},    // block table too short
+        models::step_batch{{{1, {500}, 0, {0}, true}}},      // token outside the vocabulary
+        models::step_batch{{{1, {}, 0, {0}, true}}},         // no tokens
+        models::step_batch{{{1, {1}, 256, {0}, true}}}}) {   // beyond max positions
+    auto e = d.dec->step(0, bad);
+    EXPECT_FALSE(e);
+    if (!e) EXPECT_EQ(e.error().code(), errc::invalid_argument) << e.error().message();
+  }
+  // Nothing was sent for the refused steps: the tiles go on with a good one.
+  auto ok = d.dec->step(0, models::step_batch{{{1, {5, 6, 7}, 0, {3}, true}}});
+  ASSERT_TRUE(ok) << ok.error().to_string();
+  EXPECT_EQ(ok->logits.size(), 1u);
+}
+
+// ---- tessera-host --check, as a user runs it ----
+
+namespace {
+
+std::string bin(const char* name) {
+  const char* dir = std::getenv("TESSERA_BIN_DIR");
+  return std::string(dir ? dir : ".") + "/" + name;
+}
+
+struct run_output {
+  int rc = -1;
+  std::string out;
+};
+
+run_output run(const std::string& args) {
+  const fs::path out = fs::temp_directory_path() / ("tessera-dectiles-" + std::to_string(getpid()));
+  const int ws = std::system(("timeout -k 5 180 " + bin("tessera-host") + " " + args + " < /dev/null > " + out.string() +
+                              " 2>&1").c_str());
+  run_output r;
+  r.rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+  std::ifstream f(out);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  r.out = ss.str();
+  fs::remove(out);
+  return r;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+struct host_case {
+  const char* model;
+  int tiles;
+  const char* plan;
+};
+
+class HostCheck : public ::testing::TestWithParam<host_case> {};
+
+TEST_P(HostCheck, GreedyGenerationEqualsTheReference) {
+  const auto& c = GetParam();
+  // 4 sequences: prompts of 37, 30, 8 and 25 tokens, 32/26/20/14 new tokens, joining at steps
+  // 0, 3, 6, 9 and leaving when done.
+  auto r = run(std::string("--model ") + c.model + " --tiles " + std::to_string(c.tiles) + " --plan " + c.plan +
+               " --check 4 --token-budget 128 --max-batch-size 8 --kv-blocks 160 --tile-memory 96MiB");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const int equal = count(r.out, "equal to the reference"), ties = count(r.out, "near tie");
+  EXPECT_EQ(equal + ties, 4) << r.out;
+  EXPECT_GE(equal, 3) << r.out;
+  EXPECT_NE(r.out.find("per generated token"), std::string::npos) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, HostCheck,
+                         ::testing::Values(host_case{"gpt2-tiny", 1, "1,1,1"}, host_case{"llama-tiny", 2, "1,1,2"},
+                                           host_case{"gpt2-tiny", 2, "1,2,1"}, host_case{"llama-tiny", 3, "1,1,3"},
+                                           host_case{"gpt2-tiny", 3, "3,1,1"}, host_case{"llama-tiny", 4, "1,2,2,2"},
+                                           host_case{"gpt2-tiny", 4, "2,1,2"}, host_case{"llama-tiny", 8, "2,2,2"},
+                                           host_case{"gpt2-tiny", 8, "1,2,4"}),
+                         [](const auto& info) {
+                           std::string p = info.param.plan;
+                           for (auto& ch : p)
+                             if (ch == ',') ch = '_';
+                           std::string m = info.param.model;
+                           for (auto& ch : m)
+                             if (ch == '-') ch = '_';
+                           return m + "_N" + std::to_string(info.param.tiles) + "_" + p;
+                         });
+
+TEST(HostCheck, ADecoderThatDoesNotFitIsRefusedWithTheTable) {
+  auto r = run("--model llama-tiny --tiles 2 --tile-memory 8MiB --check 1");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("does not fit"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--tile-memory"), std::string::npos) << r.out;
+}
