@@ -63,9 +63,6 @@ int main(int argc, char** argv) {
     ("gpu-replicas", po::value(&mo.gpu_replicas)->default_value(0), "in-process GPU-style backends beside the tiles (use --routing hybrid)")
     ("gpu-endpoint", po::value(&mo.gpu_endpoints)->composing(), "a running tessera-gpu process (tcp://host:port or ipc://path; repeatable): route to it as a GPU backend; "
      "off loopback it needs --keys (or --insecure)")
-    ("kv-blocks", po::value(&mo.kv_blocks)->default_value(0), "decoders: KV cache blocks per replica (0 = as many as the "
-     "tiles hold after weights and activations, up to 16384 tokens in flight)")
-    ("kv-block-tokens", po::value(&mo.kv_block_tokens)->default_value(16), "decoders: positions per KV block")
     ("spawn-gpu", po::value(&mo.spawn_gpu)->default_value(0), "launch N local tessera-gpu processes on ipc endpoints and route to them as GPU backends");
   po::options_description demo_opts("Demo programs (without --model)");
   demo_opts.add_options()
@@ -76,6 +73,11 @@ int main(int argc, char** argv) {
     ("reps", po::value(&demo.reps)->default_value(demo.reps), "batches to run");
   po::options_description serve_opts("Serving (with --model --serve)");
   serving::add_serve_options(serve_opts, mo.so);
+  po::options_description llm_opts("Decoders (gpt2-*, llama-*): --kv-blocks counts blocks per replica on the tiles (0 = as "
+                                   "many as they hold after weights and activations, up to 16384 tokens); --kv-memory-mb "
+                                   "does not apply (tile memory holds the cache)");
+  serving::add_llm_options(llm_opts, mo.lo);
+  serve_opts.add(llm_opts);
   opts.add(model_opts).add(serve_opts).add(demo_opts);
   po::variables_map vm;
   try {
@@ -119,6 +121,10 @@ int main(int argc, char** argv) {
       mo.forced = *p;
     }
     if (auto st = serving::finish_serve_options(mo.so); !st) return std::cerr << "tessera-host: " << st.message() << "\n", 2;
+    if (auto st = serving::finish_llm_options(mo.lo); !st) return std::cerr << "tessera-host: " << st.message() << "\n", 2;
+    if (!vm["kv-memory-mb"].defaulted() && host::app::is_decoder_model(mo.model))
+      return std::cerr << "tessera-host: --kv-memory-mb does not apply on tiles (the KV cache lives in tile memory): use "
+                          "--kv-blocks or --tile-memory\n", 2;
     mo.serve = vm.count("serve") > 0;
     if (!mo.serve && mo.check_batches == 0) mo.check_batches = 1;
   }

@@ -2,6 +2,7 @@
 // greedy generation against the single-process reference (--check) or serve.
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <future>
@@ -9,7 +10,15 @@
 #include <sstream>
 
 #include "host_app.hpp"
+#include "tessera/common/log.hpp"
 #include "tessera/host/tile_decoder.hpp"
+#include "tessera/host/tile_llm_backend.hpp"
+#include "tessera/models/bpe_tokenizer.hpp"
+#include "tessera/serving/http_server.hpp"
+#include "tessera/serving/llm_engine.hpp"
+#include "tessera/serving/model_adapters.hpp"
+#include "tessera/serving/router.hpp"
+#include "tessera/serving/toy_model.hpp"
 #include "tessera/models/batch.hpp"
 #include "tessera/models/kernels.hpp"
 
@@ -52,6 +61,10 @@ bool is_decoder_model(const std::string& name) {
   return models::parse_decoder_config_json(ss.str()).has_value();
 }
 
+int serve_decoder(std::unique_ptr<tile_decoder> deployed, const models::decoder_model& model, model_options& o,
+                  uint32_t tiles);
+int check_generation(tile_decoder& dec, const models::decoder_model& m, const model_options& o);
+
 int run_decoder_model(tile_group_config group_cfg, model_options o) {
   const auto t0 = std::chrono::steady_clock::now();
   auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
@@ -63,11 +76,12 @@ int run_decoder_model(tile_group_config group_cfg, model_options o) {
   placement_request req;
   req.tiles = static_cast<int>(group_cfg.tiles);
   req.tile_memory = group_cfg.tile_memory;
-  req.token_budget = o.so.batching.token_budget;
-  req.max_sequences = o.so.batching.max_batch_size;
+  // The step program is shaped for the scheduler's steps: its token budget and running sequences.
+  req.token_budget = o.lo.step_token_budget;
+  req.max_sequences = o.lo.max_running;
   req.forced = o.forced;
-  req.kv_blocks = o.kv_blocks;
-  req.kv_block_tokens = o.kv_block_tokens;
+  req.kv_blocks = o.lo.kv_blocks;
+  req.kv_block_tokens = o.lo.block_tokens;
   auto compiled = compile_decoder(shape, req);
   if (!compiled) return fail(compiled.error());
   std::printf("%s", compiled->describe().c_str());
@@ -77,13 +91,64 @@ int run_decoder_model(tile_group_config group_cfg, model_options o) {
   if (!group) return fail(group.error());
   auto deployed = tile_decoder::deploy(**group, std::move(*compiled), model);
   if (!deployed) return fail(deployed.error());
-  tile_decoder& dec = **deployed;
   std::fprintf(stderr, "tessera-host: %s on %u tiles, weights streamed, %.1f s after start\n", o.model.c_str(),
                group_cfg.tiles, since());
-  const auto& c = dec.compiled();
 
-  if (o.serve) return fail(status{errc::unsupported, "--serve of a decoder on tiles needs the LLM serving engine"});
-  if (o.check_batches <= 0) return 0;
+  if (o.check_batches > 0)
+    if (int rc = check_generation(**deployed, *model, o); rc != 0 || !o.serve) return rc;
+  if (!o.serve) return 0;
+  return serve_decoder(std::move(*deployed), *model, o, group_cfg.tiles);
+}
+
+int serve_decoder(std::unique_ptr<tile_decoder> deployed, const models::decoder_model& model, model_options& o,
+                  uint32_t tiles) {
+  const bool folder = std::filesystem::is_directory(o.model);
+  auto bpe = folder ? models::bpe_tokenizer::from_dir(o.model)
+                    : models::bpe_tokenizer::preset(model.shape().arch == models::architecture::gpt2 ? "gpt2" : "llama");
+  if (!bpe) return fail(bpe.error());
+  auto backend = tile_llm_backend::make(std::move(deployed), "tiles0");
+  if (!backend) return fail(backend.error());
+  serving::serving_metrics metrics;
+  serving::llm_api llm;
+  llm.tokenizer = serving::make_bpe_llm_tokenizer(std::move(*bpe));
+  std::string id = o.model;
+  while (!id.empty() && id.back() == '/') id.pop_back();
+  if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
+  llm.model_id = id;
+  auto engine = std::make_unique<serving::llm_engine>(o.lo.engine, *backend, llm.tokenizer, &metrics);
+  llm.engine = engine.get();
+  llm.chat = o.lo.chat_template.empty() ? serving::detect_chat_format(llm.tokenizer->chat_template())
+                                        : *serving::chat_format_named(o.lo.chat_template);
+  llm.created_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  engine->start();
+  serving::router r(o.so.routing, serving::default_clock(), &metrics);  // empty: the OpenAI routes use the engine
+  r.start();
+  serving::model_info info;
+  info.model_id = id;
+  serving::http_server server(o.so.server, r, serving::make_toy_tokenizer(), info, metrics);
+  server.api().set_llm(llm);
+  if (auto st = server.start(); !st) return fail(st);
+  serving::accept_graceful_stop();
+  std::cout << "listening on " << (o.so.server.tls_cert.empty() ? "http" : "https") << "://" << o.so.server.address
+            << ":" << server.port() << " model " << id << " tiles " << tiles << std::endl;
+  int sig = serving::wait_for_stop_signal();
+  TESSERA_LOG_INFO("signal " << sig << ": answering what was accepted, then stopping");
+  server.stop();
+  engine->stop();
+  r.stop();
+  std::fprintf(stderr, "tessera-host: %lld decoder steps on the tiles, %lld tile recoveries\n",
+               (long long)(*backend)->steps(), (long long)(*backend)->recoveries());
+  (*backend)->stop();
+  return 0;
+}
+
+int check_generation(tile_decoder& dec, const models::decoder_model& m, const model_options& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const auto& c = dec.compiled();
+  const models::model_shape& shape = m.shape();
+  const models::decoder_model* model = &m;
 
   // --check K: K sequences of different prompt lengths and output lengths, joining at staggered
   // steps and leaving when done, prefill in chunks of 16 beside the others' decodes; sequence i

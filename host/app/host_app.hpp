@@ -33,9 +33,10 @@ struct model_options {
   int spawn_gpu = 0;          ///< local tessera-gpu processes to launch (ipc), as GPU backends
   exchange::fault_plan gpu_faults;  ///< --faults' kill_gpu faults (host_faults.hpp)
   bool tile_faults = false;         ///< --faults gave the tiles a plan: report what they injected
-  int kv_blocks = 0;           ///< decoders: KV blocks per replica (0 = as many as fit, capped)
-  int kv_block_tokens = 16;    ///< decoders: positions per KV block
   serving::serve_options so;
+  /// Decoders: the engine's options; --kv-blocks is blocks per replica (0 = as many as the tiles
+  /// hold, up to 16384 tokens in flight), --step-token-budget and --max-running shape the step program.
+  serving::llm_serve_options lo;
 };
 /// Compiles the model onto the group (printing the plan and memory table), streams the
 /// weights, then serves or checks.

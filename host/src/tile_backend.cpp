@@ -240,6 +240,27 @@ void tile_backend::work(int r) {
   }
 }
 
+status bring_back_tile(tile_group& group, uint32_t t, const std::function<status(uint32_t)>& restore,
+                       const std::string& name) {
+  const auto t0 = steady::now();
+  status st;
+  if (group.tiles()[t].failed)
+    st = group.can_restart() ? group.restart_tile(t) : group.await_return(t, 200ms);
+  else if (!group.can_restart())
+    st = group.await_return(t, 0ms);  // back already: hand out the directory with its endpoint
+  const auto t1 = steady::now();
+  const uint32_t incarnation = group.tiles()[t].incarnation;
+  if (st) st = restore(t);
+  if (st && group.tiles()[t].incarnation != incarnation)
+    st = status::peer_failed("tile " + std::to_string(t) + " was replaced while its shards were restored");
+  if (st)
+    TESSERA_LOG_INFO(name << " tile " << t << ": restarted in "
+                          << std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count()
+                          << " ms, shards and program restored in "
+                          << std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t1).count() << " ms");
+  return st;
+}
+
 bool tile_backend::recover(int r) {
   auto& group = model_->group();
   // Every tile that failed since its last restore: an external tile may be registered again
@@ -253,28 +274,12 @@ bool tile_backend::recover(int r) {
     if (t.failed && replica_of(t.id) == r && std::find(failed.begin(), failed.end(), t.id) == failed.end())
       failed.push_back(t.id);
   for (uint32_t t : failed) {
-    const auto t0 = steady::now();
-    status st;
-    if (group.tiles()[t].failed)
-      st = group.can_restart() ? group.restart_tile(t) : group.await_return(t, 200ms);
-    else if (!group.can_restart())
-      st = group.await_return(t, 0ms);  // back already: hand out the directory with its endpoint
-    const auto t1 = steady::now();
-    const uint32_t incarnation = group.tiles()[t].incarnation;
-    if (st) st = model_->restore_tile(t);
-    if (st && group.tiles()[t].incarnation != incarnation)
-      st = status::peer_failed("tile " + std::to_string(t) + " was replaced while its shards were restored");
+    status st = bring_back_tile(group, t, [this](uint32_t tile) { return model_->restore_tile(tile); }, info_.name);
     if (st) {
       std::lock_guard lk(mu_);
       auto& lost = replicas_[static_cast<size_t>(r)].lost;
       lost.erase(std::remove(lost.begin(), lost.end(), t), lost.end());
     }
-    if (st)
-      TESSERA_LOG_INFO(info_.name << " tile " << t << ": restarted in "
-                                  << std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count()
-                                  << " ms, shards and program restored in "
-                                  << std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t1).count()
-                                  << " ms");
     if (!st) {
       std::lock_guard lk(mu_);
       replicas_[static_cast<size_t>(r)].why = "tile " + std::to_string(t) + ": " + st.message() +

@@ -233,7 +233,7 @@ TEST_P(HostCheck, GreedyGenerationEqualsTheReference) {
   // 4 sequences: prompts of 37, 30, 8 and 25 tokens, 32/26/20/14 new tokens, joining at steps
   // 0, 3, 6, 9 and leaving when done.
   auto r = run(std::string("--model ") + c.model + " --tiles " + std::to_string(c.tiles) + " --plan " + c.plan +
-               " --check 4 --token-budget 128 --max-batch-size 8 --kv-blocks 160 --tile-memory 96MiB");
+               " --check 4 --step-token-budget 128 --max-running 8 --kv-blocks 160 --tile-memory 96MiB");
   ASSERT_EQ(r.rc, 0) << r.out;
   const int equal = count(r.out, "equal to the reference"), ties = count(r.out, "near tie");
   EXPECT_EQ(equal + ties, 4) << r.out;

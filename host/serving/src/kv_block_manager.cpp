@@ -162,6 +162,21 @@ void kv_block_manager::free(uint64_t seq) {
   seqs_.erase(it);
 }
 
+void kv_block_manager::forget_cached() {
+  for (size_t i = 0; i < block_key_.size(); ++i) {
+    if (!block_key_[i]) continue;
+    if (in_lru_[i]) {
+      evictable_.erase(lru_pos_[i]);
+      in_lru_[i] = false;
+    }
+    cache_.erase(*block_key_[i]);
+    block_key_[i].reset();
+    auto st = pool_.release(static_cast<int>(i));  // the cache's own reference
+    TESSERA_CHECK(st.is_ok()) << "release of cached block " << i << ": " << st.message();
+  }
+  for (auto& [id, sb] : seqs_) sb.hashes.clear();
+}
+
 const std::vector<int32_t>& kv_block_manager::table(uint64_t seq) const {
   auto it = seqs_.find(seq);
   return it == seqs_.end() ? no_table : it->second.table;

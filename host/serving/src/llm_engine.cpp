@@ -213,6 +213,14 @@ void llm_engine::run() {
     m.steps.fetch_add(1);
     m.step_duration.observe(r.wall_seconds);
     m.step_tokens.observe(static_cast<double>(plan.batch.num_tokens()));
+    if (!r.st && r.kv_lost) {
+      // A tile came back empty: recompute what was running; no request fails.
+      TESSERA_LOG_WARN("decoder backend lost its KV cache (" << r.st.message() << "); recomputing "
+                       << scheduler_->running() << " running sequences");
+      scheduler_->lose_kv();
+      update_gauges();
+      continue;
+    }
     if (!r.st) {
       // The step's sequences fail; the others go on.
       TESSERA_LOG_WARN("decoder step failed: " << r.st.to_string());

@@ -185,6 +185,16 @@ void llm_scheduler::append(uint64_t id, int32_t token) {
 
 void llm_scheduler::finish(uint64_t id) { drop(id); }
 
+void llm_scheduler::lose_kv() {
+  const std::vector<uint64_t> running = running_;
+  for (uint64_t id : running) {
+    sequence& s = seqs_.at(id);
+    s.awaiting_token = false;
+    preempt(s);
+  }
+  blocks_.forget_cached();
+}
+
 const std::vector<int32_t>& llm_scheduler::tokens(uint64_t id) const {
   auto it = seqs_.find(id);
   return it == seqs_.end() ? no_tokens : it->second.tokens;

@@ -103,6 +103,12 @@ class tile_backend final : public backends::backend {
   std::thread supervisor_;
 };
 
+/// Brings one failed tile back: restarts it (a new incarnation) when the group launched it, else
+/// waits briefly for its launcher to start it again (timeout: try later), then `restore` streams
+/// its shards and programs. The supervisors of tile_backend and tile_llm_backend share it.
+status bring_back_tile(tile_group& group, uint32_t tile, const std::function<status(uint32_t)>& restore,
+                       const std::string& name);
+
 /// The packed batch a request describes; padded layouts get filler sequences (see above).
 /// `real` receives the number of real sequences (their logits come first).
 models::packed_batch to_packed(const backends::batch_request& req, int* real);

@@ -69,6 +69,9 @@ class kv_block_manager {
   void commit_full_blocks(uint64_t seq, const std::vector<int32_t>& tokens, int32_t computed);
   /// Drops the sequence's blocks (cached ones stay cached).
   void free(uint64_t seq);
+  /// The backend lost the cached blocks' K/V (a tile came back empty): forgets the prefix cache
+  /// and frees its unused blocks. Call it with no sequence holding blocks (llm_scheduler::lose_kv).
+  void forget_cached();
   /// The sequence's block table (empty for an unknown sequence).
   const std::vector<int32_t>& table(uint64_t seq) const;
 

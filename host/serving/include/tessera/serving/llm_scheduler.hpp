@@ -78,6 +78,10 @@ class llm_scheduler {
   void append(uint64_t id, int32_t token);
   /// The sequence has stopped: its blocks are freed and it is forgotten.
   void finish(uint64_t id);
+  /// The backend lost its KV cache (step_result::kv_lost): every running sequence is preempted by
+  /// recompute (prompt and the tokens generated so far are prefilled again) and the prefix cache
+  /// is forgotten. Nothing is lost.
+  void lose_kv();
 
   /// The sequence's tokens (prompt then output), empty for an unknown one.
   const std::vector<int32_t>& tokens(uint64_t id) const;

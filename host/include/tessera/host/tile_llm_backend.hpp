@@ -1,0 +1,74 @@
+// tessera/host/tile_llm_backend.hpp: a decoder on tiles (tile_decoder) as an llm_backend, the
+// place the LLM serving engine (host/serving: llm_engine, the OpenAI API) runs its steps.
+//
+// One replica of the compiled decoder: its KV cache is the engine's one block space (R > 1 would
+// need the scheduler to keep each sequence on one replica's blocks; refused). Steps run one at a
+// time on a worker thread. When a tile of the replica fails (a child exit or heartbeat silence
+// reported by the tile group, or a step that fails with it), the worker brings it back the way
+// tile_backend's supervisor does (bring_back_tile: restart, shards, programs) and answers the
+// step with kv_lost: the restored tile's part of the KV cache is empty, so the engine preempts
+// every running sequence and recomputes it (and forgets its prefix cache), and every stream
+// completes with the tokens it would have had.
+//
+//   auto b = std::make_shared<tile_llm_backend>(std::move(decoder), "tiles0");
+//   serving::llm_engine engine(cfg, b, tokenizer, &metrics);
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "tessera/backends/llm_backend.hpp"
+#include "tessera/host/tile_decoder.hpp"
+
+namespace tessera::host {
+
+struct tile_llm_backend_config {
+  /// How long a step waits for a failed tile to come back before it fails (peer_failed).
+  std::chrono::milliseconds max_recovery{60000};
+};
+
+class tile_llm_backend final : public backends::llm_backend {
+ public:
+  /// Fails (invalid_argument) for a decoder compiled with more than one replica.
+  static result<std::shared_ptr<tile_llm_backend>> make(std::unique_ptr<tile_decoder> decoder, std::string name,
+                                                        tile_llm_backend_config cfg = {});
+  ~tile_llm_backend() override;
+  backends::llm_backend_info info() const override { return info_; }
+  void submit(backends::step_batch batch, std::function<void(backends::step_result)> done) override;
+  bool healthy() const override;
+  /// Answers queued steps with `cancelled` and ends the worker. Idempotent.
+  void stop();
+  tile_decoder& decoder() { return *dec_; }
+  int64_t recoveries() const { return recoveries_.load(); }
+  int64_t steps() const { return steps_.load(); }
+  /// Supersteps and bytes exchanged between tiles, summed over the steps run.
+  int64_t supersteps() const { return supersteps_.load(); }
+  uint64_t bytes_exchanged() const { return bytes_.load(); }
+
+ private:
+  tile_llm_backend(std::unique_ptr<tile_decoder> decoder, std::string name, tile_llm_backend_config cfg);
+  void work();
+  /// Restarts and restores every failed tile of the replica; ok when all are back.
+  status recover();
+  struct job {
+    backends::step_batch batch;
+    std::function<void(backends::step_result)> done;
+  };
+  std::unique_ptr<tile_decoder> dec_;
+  backends::llm_backend_info info_;
+  tile_llm_backend_config cfg_;
+  std::vector<uint32_t> tiles_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<job> jobs_;
+  std::vector<uint32_t> lost_;  // tiles that failed since their shards were last restored
+  bool stopping_ = false;
+  std::atomic<int64_t> recoveries_{0}, steps_{0}, supersteps_{0};
+  std::atomic<uint64_t> bytes_{0};
+  std::thread worker_;
+};
+
+}  // namespace tessera::host

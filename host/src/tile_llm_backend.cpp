@@ -1,0 +1,174 @@
+#include "tessera/host/tile_llm_backend.hpp"
+
+#include <algorithm>
+
+#include "tessera/common/log.hpp"
+#include "tessera/host/tile_backend.hpp"
+
+namespace tessera::host {
+
+using steady = std::chrono::steady_clock;
+
+result<std::shared_ptr<tile_llm_backend>> tile_llm_backend::make(std::unique_ptr<tile_decoder> decoder, std::string name,
+                                                                 tile_llm_backend_config cfg) {
+  if (!decoder) return status::invalid("no decoder");
+  if (decoder->compiled().chosen.replicas != 1)
+    return status::invalid("serving a decoder on tiles drives one replica (one KV block space for the scheduler); "
+                           "the plan " + decoder->compiled().chosen.to_string() +
+                           " has " + std::to_string(decoder->compiled().chosen.replicas) + ": use --plan 1,S,W");
+  return std::shared_ptr<tile_llm_backend>(new tile_llm_backend(std::move(decoder), std::move(name), cfg));
+}
+
+tile_llm_backend::tile_llm_backend(std::unique_ptr<tile_decoder> decoder, std::string name, tile_llm_backend_config cfg)
+    : dec_(std::move(decoder)), cfg_(cfg) {
+  const auto& c = dec_->compiled();
+  info_.name = std::move(name);
+  info_.kind = "tiles";
+  info_.block_tokens = c.kv.block_tokens;
+  info_.num_blocks = c.kv.num_blocks;
+  info_.vocab_size = c.config.vocab_size;
+  info_.max_positions = c.config.max_position_embeddings;
+  tiles_ = dec_->replica_tiles(0);
+  dec_->group().on_event([this](const tile_event& ev) {
+    if (ev.what != tile_event::kind::failed) return;
+    std::lock_guard lk(mu_);
+    if (std::find(tiles_.begin(), tiles_.end(), ev.tile) == tiles_.end()) return;
+    if (std::find(lost_.begin(), lost_.end(), ev.tile) == lost_.end()) lost_.push_back(ev.tile);
+    TESSERA_LOG_WARN(info_.name << ": tile " << ev.tile << " failed: " << ev.why);
+  });
+  worker_ = std::thread([this] { work(); });
+}
+
+tile_llm_backend::~tile_llm_backend() { stop(); }
+
+bool tile_llm_backend::healthy() const {
+  std::lock_guard lk(mu_);
+  return !stopping_;  // a failed tile is brought back by the next step; steps wait for it
+}
+
+void tile_llm_backend::submit(backends::step_batch batch, std::function<void(backends::step_result)> done) {
+  {
+    std::lock_guard lk(mu_);
+    if (!stopping_) {
+      jobs_.push_back({std::move(batch), std::move(done)});
+      cv_.notify_one();
+      return;
+    }
+  }
+  backends::step_result r;
+  r.st = status{errc::cancelled, "backend " + info_.name + " is stopping"};
+  done(std::move(r));
+}
+
+void tile_llm_backend::stop() {
+  std::deque<job> left;
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_ && !worker_.joinable()) return;
+    stopping_ = true;
+    left.swap(jobs_);
+  }
+  cv_.notify_all();
+  for (auto& j : left) {
+    backends::step_result r;
+    r.st = status{errc::cancelled, "backend " + info_.name + " stopped"};
+    j.done(std::move(r));
+  }
+  if (worker_.joinable()) worker_.join();
+  dec_->group().on_event(nullptr);
+}
+
+status tile_llm_backend::recover() {
+  auto& group = dec_->group();
+  const auto deadline = steady::now() + cfg_.max_recovery;
+  for (;;) {
+    std::vector<uint32_t> failed;
+    {
+      std::lock_guard lk(mu_);
+      if (stopping_) return status{errc::cancelled, info_.name + " stopped during a recovery"};
+      failed = lost_;
+    }
+    for (const auto& t : group.tiles())
+      if (t.failed && std::find(tiles_.begin(), tiles_.end(), t.id) != tiles_.end() &&
+          std::find(failed.begin(), failed.end(), t.id) == failed.end())
+        failed.push_back(t.id);
+    if (failed.empty()) return status::ok();
+    status last;
+    for (uint32_t t : failed) {
+      last = bring_back_tile(group, t, [this](uint32_t tile) { return dec_->restore_tile(tile); }, info_.name);
+      if (!last) break;
+      std::lock_guard lk(mu_);
+      lost_.erase(std::remove(lost_.begin(), lost_.end(), t), lost_.end());
+    }
+    if (last) continue;  // look again: another tile may have failed meanwhile
+    if (steady::now() >= deadline)
+      return status::peer_failed(info_.name + ": the replica did not come back within " +
+                                 std::to_string(cfg_.max_recovery.count()) + " ms: " + last.message());
+    TESSERA_LOG_WARN(info_.name << " recovery: " << last.message() << "; trying again");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void tile_llm_backend::work() {
+  for (;;) {
+    job j;
+    bool lost = false;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stopping_ || !jobs_.empty(); });
+      if (stopping_) return;  // stop() answers what is queued
+      j = std::move(jobs_.front());
+      jobs_.pop_front();
+      lost = !lost_.empty();
+    }
+    backends::step_result res;
+    const auto t0 = steady::now();
+    auto failed_tiles = [&] {
+      std::vector<uint32_t> out;
+      for (const auto& t : dec_->group().tiles())
+        if (t.failed && std::find(tiles_.begin(), tiles_.end(), t.id) != tiles_.end()) out.push_back(t.id);
+      return out;
+    };
+    // A step that fails without a failed tile (a lost slice, an exchange timeout) runs again: its
+    // new positions' K/V are written again, earlier ones were not touched.
+    for (int attempt = 0; !lost && attempt < 3; ++attempt) {
+      auto r = dec_->step(0, j.batch);
+      if (r) {
+        res.st = status::ok();
+        res.logits = std::move(r->logits);
+        ++steps_;
+        supersteps_ += r->supersteps;
+        bytes_ += r->bytes_exchanged;
+        break;
+      }
+      res.st = r.error();
+      const errc code = res.st.code();
+      if (code != errc::peer_failed && code != errc::timeout && code != errc::bad_message && code != errc::cancelled) break;
+      lost = !failed_tiles().empty();
+      if (!lost) TESSERA_LOG_WARN(info_.name << ": step failed (" << res.st.to_string() << "), running it again");
+    }
+    if (lost) {
+      // A tile of the replica failed (before or during this step): bring it back, then tell the
+      // engine its KV is gone so it recomputes what was running. The step itself is not run.
+      {
+        std::lock_guard lk(mu_);
+        for (uint32_t t : failed_tiles())
+          if (std::find(lost_.begin(), lost_.end(), t) == lost_.end()) lost_.push_back(t);
+      }
+      status st = recover();
+      res.logits.clear();
+      if (st) {
+        ++recoveries_;
+        res.st = status::peer_failed(info_.name + ": a tile failed and was brought back; its KV cache is empty");
+        res.kv_lost = true;
+        TESSERA_LOG_WARN(info_.name << ": replica back after a tile failure; the engine recomputes the running sequences");
+      } else {
+        res.st = st;
+      }
+    }
+    res.wall_seconds = std::chrono::duration<double>(steady::now() - t0).count();
+    j.done(std::move(res));
+  }
+}
+
+}  // namespace tessera::host
