@@ -117,6 +117,36 @@ TEST(LlmScheduler, ChunkedPrefillMixesWithDecodesUnderTheBudget) {
   h.expect_reference();
 }
 
+// A backend that lost its KV cache (a tile came back empty, step_result::kv_lost): lose_kv
+// preempts every running sequence for recompute and forgets the prefix cache, so a new backend
+// with an empty cache gives every sequence the reference's tokens, a later prompt sharing the
+// forgotten prefix included.
+TEST(LlmScheduler, LostKvIsRecomputedAndThePrefixCacheForgotten) {
+  harness h({.token_budget = 48}, 64, 16);
+  auto system = ramp(40, 5);
+  auto a = system;
+  a.push_back(1);
+  ASSERT_TRUE(h.add(1, a, 30));
+  ASSERT_TRUE(h.add(2, ramp(25, 9), 30));
+  for (int i = 0; i < 6; ++i) h.step();
+  ASSERT_GT(h.sched.blocks().cached_blocks(), 0);
+  h.backend = make_toy_llm_backend({.num_blocks = 64, .block_tokens = 16});  // empty cache
+  const auto before = h.sched.stats().preemptions;
+  h.sched.lose_kv();
+  EXPECT_EQ(h.sched.check(), "");
+  EXPECT_EQ(h.sched.running(), 0u);
+  EXPECT_EQ(h.sched.waiting(), 2u);
+  EXPECT_EQ(h.sched.blocks().cached_blocks(), 0);
+  EXPECT_EQ(h.sched.blocks().free_blocks(), 64);
+  EXPECT_EQ(h.sched.stats().preemptions, before + 2);
+  auto b = system;
+  b.push_back(2);
+  ASSERT_TRUE(h.add(3, b, 5));
+  h.run();
+  ASSERT_EQ(h.done.size(), 3u);
+  h.expect_reference();
+}
+
 TEST(LlmScheduler, ShortRequestGetsItsFirstTokenWhileALongOneGenerates) {
   harness h({.token_budget = 64}, 64, 16);
   ASSERT_TRUE(h.add(1, ramp(20), 200));
