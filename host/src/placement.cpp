@@ -74,6 +74,13 @@ std::vector<uint32_t> compiled_model::stage_tiles(int replica, int stage) const 
 
 uint32_t compiled_model::output_tile(int replica) const { return stage_tiles(replica, chosen.stages - 1)[0]; }
 
+int compiled_model::barriers() const {
+  if (programs.empty()) return 0;
+  int n = 0;
+  for (const auto& s : programs[0].begin()->second.steps) n += s.sync ? 1 : 0;
+  return n;
+}
+
 int compiled_model::supersteps() const { return programs.empty() ? 0 : static_cast<int>(programs[0].begin()->second.steps.size()); }
 
 namespace {

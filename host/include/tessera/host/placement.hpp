@@ -139,6 +139,8 @@ struct compiled_model {
   uint32_t output_tile(int replica) const;
   /// Supersteps one batch takes.
   int supersteps() const;
+  /// Of those, the ones that end in a barrier (some tile of the replica exchanges in them).
+  int barriers() const;
   /// The plan, the per-tile memory table and the cost estimate, for people.
   std::string describe() const;
 };
