@@ -111,16 +111,20 @@ TEST(seed_experiment, service_view_has_slo_curves_and_cost_columns) {
       EXPECT_NEAR(rps_per_kw(r), r.saturation_rps / 0.4, 1e-9 * r.saturation_rps);
       const double usd_per_s = 25000 / (3 * 365.25 * 86400) + 0.4 * 0.10 / 3600;  // price over 3 years + 400 W at $0.10/kWh
       EXPECT_NEAR(usd_per_million(r, o), usd_per_s / r.saturation_rps * 1e6, 1e-12);
-    } else {  // ipu-mk2 has neither figure: no column is made up
-      EXPECT_EQ(r.tdp_w, 0) << r.config;
+    } else if (r.config != "hybrid") {  // ipu-mk2: a derived TDP, no public price: no cost column is made up
+      EXPECT_EQ(r.tdp_w, 185) << r.config;
       EXPECT_EQ(usd_per_million(r, o), 0) << r.config;
-      EXPECT_NE(r.cost_note.find("ipu-mk2: no TDP"), std::string::npos) << r.config;
+      EXPECT_NE(r.cost_note.find("ipu-mk2: no list price"), std::string::npos) << r.config;
+    } else {  // the hybrid row sums both devices' power, and has no price because the IPU has none
+      EXPECT_EQ(r.tdp_w, 185 + 400) << r.config;
+      EXPECT_EQ(usd_per_million(r, o), 0) << r.config;
+      EXPECT_NE(r.cost_note.find("ipu-mk2: no list price"), std::string::npos) << r.config;
     }
   }
   std::string md = rows_markdown(*rows, o, "");
   EXPECT_NE(md.find("SLO req/s p99<=50 ms"), std::string::npos);
   EXPECT_NE(md.find("hybrid / gpu-static per device"), std::string::npos);
-  EXPECT_NE(md.find("Missing public figures: ipu-mk2: no TDP"), std::string::npos);
+  EXPECT_NE(md.find("Missing public figures: ipu-mk2: no list price"), std::string::npos);
 
   auto dir = std::filesystem::temp_directory_path() / "tessera-seed-service-test";
   std::filesystem::create_directories(dir);
