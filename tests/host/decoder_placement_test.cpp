@@ -108,9 +108,10 @@ TEST(DecoderPlacement, StepProgramShape) {
   ASSERT_TRUE(c) << c.error().message();
   EXPECT_EQ(c->supersteps(), (3 + 2 - 1) * (4 * 2 + 1));
   const auto& progs = c->programs[0];
-  for (const auto& [t, p] : progs)
+  for (const auto& [tile, p] : progs)
     for (size_t i = 0; i < p.steps.size(); ++i)
       for (const auto& s : p.steps[i].sends) {
+        const auto t = tile;  // clang 14 cannot capture a structured binding
         const auto& peer = progs.at(s.peer).steps[i].recvs;
         EXPECT_TRUE(std::any_of(peer.begin(), peer.end(), [&](const auto& r) { return r.peer == t && r.tag == s.tag; }))
             << "tile " << t << " step " << i;
