@@ -4,8 +4,9 @@
 //
 //   build/bin/tessera-bench-decoders --models llama-tiny,gpt2 --threads 2 --prompt 128 --decode 32 --batches 1,32
 //
-// Prefill: --batches' largest count of prompts of --prompt seeded tokens in one mixed step (packed,
-// no padding). Decode: for each batch size B, B sequences with a --prompt-token context each take
+// Prefill: for each batch size B, B prompts of --prompt seeded tokens in one mixed step (packed, no
+// padding; a prefill under 1 s is timed again, warm: the first pays its fresh workspaces' page
+// faults once). Decode: for each batch size B, B sequences with a --prompt-token context each take
 // --decode steps of one token each (one step = B tokens). Wall time and process CPU time are both
 // shown: on a shared machine, tokens / (cpu / threads) estimates dedicated-core speed
 // (pessimistically: OpenMP spin-waits count as CPU time). On a machine shared with other jobs,
@@ -74,6 +75,13 @@ tessera::result<std::pair<measured, measured>> run(const decoder_model& m, int B
   auto out = m.step(batch, *cache);
   if (!out) return out.error();
   pre = {now() - t0, cpu_now() - c0, int64_t{B} * prompt};
+  if (pre.wall < 1.0) {  // cheap to repeat: time it warm (first-touch page faults of fresh workspaces are one-time)
+    t0 = now();
+    c0 = cpu_now();
+    out = m.step(batch, *cache);
+    if (!out) return out.error();
+    pre = {now() - t0, cpu_now() - c0, int64_t{B} * prompt};
+  }
   t0 = now();
   c0 = cpu_now();
   for (int n = 0; n < decode; ++n) {
@@ -179,7 +187,8 @@ int main(int argc, char** argv) {
                 << m->shape().max_position_embeddings << "\n";
       return 2;
     }
-    (void)run(*m, 1, 8, 2, seed);  // warm-up: oneDNN primitives, page faults
+    // Warm-up: oneDNN primitives and sgemm kernels, workspaces for a prompt (a server runs warm).
+    (void)run(*m, 1, prompt, 2, seed);
     for (int B : bs) {
       auto r = run(*m, B, prompt, decode, seed);
       if (!r) {

@@ -1,11 +1,16 @@
-// Decoder kernels: RMSNorm, rotary embeddings, and causal attention over a paged K/V cache.
+// Decoder kernels: RMSNorm, rotary embeddings, and causal attention over a paged K/V cache: a
+// prefill chunk as GEMMs per kv head (oneDNN sgemm over K/V gathered from the blocks), decode
+// tokens one query row at a time over the blocks in place (AVX-512 when the CPU has it).
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
 #include "kernels_internal.hpp"
+#include "tessera/common/check.hpp"
 #include "tessera/models/kernels.hpp"
 
 namespace tessera::models {
@@ -66,70 +71,186 @@ void apply_rotary(float* x, int64_t T, int num_heads, int head_dim, int64_t ld, 
 
 namespace {
 
+// Rows per task of the row-at-a-time kernel (decode tokens, short chunks).
 constexpr int kRowsPerTask = 16;
+// From this many stacked query rows (a sequence's rows x the query heads of a kv head) attention
+// runs as GEMMs; each GEMM task stacks about kGemmStackedRows.
+constexpr int kMinGemmStackedRows = 8;
+constexpr int kGemmStackedRows = 64;
 
-// Query rows [r0, r1) of one sequence, one query head: scores over the cache, softmax, weighted V.
-void attend_rows(const float* q, int64_t ldq, const paged_kv_view& kv, const paged_seq& s, int r0, int r1, int kvh,
-                 int d, float scale, float* out, int64_t ldo, std::vector<float>& scores) {
+}  // namespace
+
+namespace {
+
+// Per-thread scratch, grown as needed and never zeroed (fresh vectors every call cost their
+// page faults and memset).
+struct scratch_buf {
+  std::unique_ptr<float[]> p;
+  int64_t n = 0;
+  float* get(int64_t need) {
+    if (need > n) {
+      p.reset(new float[static_cast<size_t>(need)]);
+      n = need;
+    }
+    return p.get();
+  }
+};
+struct attention_scratch {
+  scratch_buf q, k, v, s, o;
+};
+
+// Query rows [r0, r1) of one sequence and the `group` query heads sharing kv head kvh, one key at a
+// time (decode: a row or a few). Every query row reads each cached K and V row once for all heads.
+// Vectorised across head_dim by the compiler (AVX-512 in the clone the caller picks).
+template <int kMaxGroup>
+__attribute__((always_inline)) inline void attend_rows_body(const float* q, int64_t ldq, const paged_kv_view& kv,
+                                                            const paged_seq& s, int r0, int r1, int kvh, int group,
+                                                            int d, float scale, float* out, int64_t ldo,
+                                                            float* scores) {
   const int bt = kv.block_tokens;
   for (int r = r0; r < r1; ++r) {
-    const float* qr = q + int64_t{s.row + r} * ldq;
-    float* o = out + int64_t{s.row + r} * ldo;
     const int len = s.start_pos + r + 1;  // keys 0 .. own position
-    if (static_cast<int>(scores.size()) < len) scores.resize(static_cast<size_t>(len));
-    for (int j0 = 0; j0 < len; j0 += bt) {
-      const int64_t base = int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
-      const float* kb = kv.k + base;
-      const int n = std::min(bt, len - j0);
-      for (int j = 0; j < n; ++j) {
-        const float* kr = kb + int64_t{j} * d;
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int i = 0; i < d; ++i) dot += qr[i] * kr[i];
-        scores[j0 + j] = dot * scale;
+    for (int g0 = 0; g0 < group; g0 += kMaxGroup) {
+      const int ng = std::min(kMaxGroup, group - g0);
+      const float* qr[kMaxGroup];
+      float* sc[kMaxGroup];
+      for (int g = 0; g < ng; ++g) {
+        qr[g] = q + int64_t{s.row + r} * ldq + int64_t{kvh * group + g0 + g} * d;
+        sc[g] = scores + int64_t{g} * len;
       }
-    }
-    detail::softmax_row(scores.data(), len);
-    std::fill_n(o, d, 0.0f);
-    for (int j0 = 0; j0 < len; j0 += bt) {
-      const int64_t base = int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
-      const float* vb = kv.v + base;
-      const int n = std::min(bt, len - j0);
-      for (int j = 0; j < n; ++j) {
-        const float p = scores[j0 + j];
-        const float* vr = vb + int64_t{j} * d;
+      for (int j0 = 0; j0 < len; j0 += bt) {
+        const float* kb = kv.k + int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
+        const int n = std::min(bt, len - j0);
+        for (int j = 0; j < n; ++j) {
+          const float* kr = kb + int64_t{j} * d;
+          for (int g = 0; g < ng; ++g) {
+            const float* qg = qr[g];
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int i = 0; i < d; ++i) dot += qg[i] * kr[i];
+            sc[g][j0 + j] = dot * scale;
+          }
+        }
+      }
+      for (int g = 0; g < ng; ++g) {
+        detail::softmax_row(sc[g], len);
+        std::fill_n(out + int64_t{s.row + r} * ldo + int64_t{kvh * group + g0 + g} * d, d, 0.0f);
+      }
+      for (int j0 = 0; j0 < len; j0 += bt) {
+        const float* vb = kv.v + int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
+        const int n = std::min(bt, len - j0);
+        for (int j = 0; j < n; ++j) {
+          const float* vr = vb + int64_t{j} * d;
+          for (int g = 0; g < ng; ++g) {
+            float* o = out + int64_t{s.row + r} * ldo + int64_t{kvh * group + g0 + g} * d;
+            const float p = sc[g][j0 + j];
 #pragma omp simd
-        for (int i = 0; i < d; ++i) o[i] += p * vr[i];
+            for (int i = 0; i < d; ++i) o[i] += p * vr[i];
+          }
+        }
       }
     }
   }
+}
+
+constexpr int kMaxGroup = 8;
+
+__attribute__((target("avx512f"))) void attend_rows_avx512(const float* q, int64_t ldq, const paged_kv_view& kv,
+                                                           const paged_seq& s, int r0, int r1, int kvh, int group,
+                                                           int d, float scale, float* out, int64_t ldo, float* scores) {
+  attend_rows_body<kMaxGroup>(q, ldq, kv, s, r0, r1, kvh, group, d, scale, out, ldo, scores);
+}
+void attend_rows_default(const float* q, int64_t ldq, const paged_kv_view& kv, const paged_seq& s, int r0, int r1,
+                         int kvh, int group, int d, float scale, float* out, int64_t ldo, float* scores) {
+  attend_rows_body<kMaxGroup>(q, ldq, kv, s, r0, r1, kvh, group, d, scale, out, ldo, scores);
+}
+const bool has_avx512 = __builtin_cpu_supports("avx512f");
+
+// K or V rows of positions [0, len) of kv head kvh, contiguous [len, d].
+void gather_rows(const float* base, const paged_kv_view& kv, const int32_t* table, int kvh, int len, int d,
+                 float* dst) {
+  const int bt = kv.block_tokens;
+  for (int j0 = 0; j0 < len; j0 += bt)
+    std::copy_n(base + int64_t{table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride,
+                int64_t{std::min(bt, len - j0)} * d, dst + int64_t{j0} * d);
+}
+
+// Query rows [r0, r1) of one sequence (a prefill chunk) and the `group` query heads of kv head
+// kvh as two GEMMs: the heads' rows stacked into Q [group * rows, d], S = Q K^T over the keys
+// 0 .. the last row's position (gathered from the blocks), the causal mask and an fp32 softmax per
+// row, then O = S V.
+void attend_gemm(const float* q, int64_t ldq, const paged_kv_view& kv, const paged_seq& s, int r0, int r1, int kvh,
+                 int group, int d, float scale, float* out, int64_t ldo, attention_scratch& w) {
+  const int R = r1 - r0, M = R * group, L = s.start_pos + r1;
+  float* qs = w.q.get(int64_t{M} * d);
+  float* ks = w.k.get(int64_t{L} * d);
+  float* vs = w.v.get(int64_t{L} * d);
+  float* sc = w.s.get(int64_t{M} * L);
+  float* os = w.o.get(int64_t{M} * d);
+  for (int g = 0; g < group; ++g)
+    for (int i = 0; i < R; ++i)
+      std::copy_n(q + int64_t{s.row + r0 + i} * ldq + int64_t{kvh * group + g} * d, d, qs + int64_t{g * R + i} * d);
+  gather_rows(kv.k, kv, s.block_table, kvh, L, d, ks);
+  gather_rows(kv.v, kv, s.block_table, kvh, L, d, vs);
+  dnnl_status_t st = dnnl_sgemm('N', 'T', M, L, d, scale, qs, d, ks, d, 0.0f, sc, L);
+  TESSERA_CHECK(st == dnnl_success) << "paged attention sgemm QK^T failed";
+  for (int m = 0; m < M; ++m) {
+    float* row = sc + int64_t{m} * L;
+    const int valid = s.start_pos + r0 + m % R + 1;
+    detail::softmax_row(row, valid);
+    std::fill(row + valid, row + L, 0.0f);
+  }
+  st = dnnl_sgemm('N', 'N', M, d, L, 1.0f, sc, L, vs, d, 0.0f, os, d);
+  TESSERA_CHECK(st == dnnl_success) << "paged attention sgemm PV failed";
+  for (int g = 0; g < group; ++g)
+    for (int i = 0; i < R; ++i)
+      std::copy_n(os + int64_t{g * R + i} * d, d, out + int64_t{s.row + r0 + i} * ldo + int64_t{kvh * group + g} * d);
 }
 
 }  // namespace
 
 void attention_paged(strided q, paged_kv_view kv, const paged_seq* seqs, int num_seqs, int num_heads,
                      int num_kv_heads, int head_dim, strided_out out) {
+  const int group = num_heads / num_kv_heads;
+  // A chunk of stacked query rows (rows x group) per GEMM task: large enough for the GEMM to run
+  // at speed, small enough that the causal mask trims most of the skipped upper triangle.
+  const int gemm_rows = std::max(1, kGemmStackedRows / group);
   struct task {
     int seq, r0, r1;
+    bool gemm;
+    int64_t cost;
   };
   std::vector<task> tasks;
   int64_t work = 0;
   for (int s = 0; s < num_seqs; ++s) {
-    for (int r = 0; r < seqs[s].rows; r += kRowsPerTask) tasks.push_back({s, r, std::min(seqs[s].rows, r + kRowsPerTask)});
-    work += int64_t{seqs[s].rows} * (seqs[s].start_pos + seqs[s].rows);
+    const paged_seq& p = seqs[s];
+    const bool gemm = int64_t{p.rows} * group >= kMinGemmStackedRows;
+    const int chunk = gemm ? gemm_rows : kRowsPerTask;
+    for (int r = 0; r < p.rows; r += chunk) {
+      const int r1 = std::min(p.rows, r + chunk);
+      tasks.push_back({s, r, r1, gemm, int64_t{r1 - r} * (p.start_pos + r1)});
+    }
+    work += int64_t{p.rows} * (p.start_pos + p.rows);
   }
-  const int group = num_heads / num_kv_heads;
+  // Longest first, so the dynamic schedule balances the tail.
+  std::stable_sort(tasks.begin(), tasks.end(), [](const task& a, const task& b) { return a.cost > b.cost; });
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const int64_t n_tasks = static_cast<int64_t>(tasks.size()) * num_heads;
-#pragma omp parallel if (work * num_heads * head_dim > 32768)
+  const int64_t n_tasks = static_cast<int64_t>(tasks.size()) * num_kv_heads;
+#pragma omp parallel if (work * num_heads * head_dim > 32768 && n_tasks > 1)
   {
-    std::vector<float> scores;
+    thread_local attention_scratch w;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n_tasks; ++i) {
-      const task& t = tasks[static_cast<size_t>(i / num_heads)];
-      const int h = static_cast<int>(i % num_heads);
-      attend_rows(q.data + int64_t{h} * head_dim, q.ld, kv, seqs[t.seq], t.r0, t.r1, h / group, head_dim, scale,
-                  out.data + int64_t{h} * head_dim, out.ld, scores);
+      const task& t = tasks[static_cast<size_t>(i / num_kv_heads)];
+      const int kvh = static_cast<int>(i % num_kv_heads);
+      const paged_seq& s = seqs[t.seq];
+      if (t.gemm) {
+        attend_gemm(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group, head_dim, scale, out.data, out.ld, w);
+      } else {
+        float* scores = w.s.get(int64_t{std::min(group, kMaxGroup)} * (s.start_pos + t.r1));
+        (has_avx512 ? attend_rows_avx512 : attend_rows_default)(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group,
+                                                                head_dim, scale, out.data, out.ld, scores);
+      }
     }
   }
 }

@@ -167,6 +167,78 @@ TEST(kernels, attention_padded_equals_packed_on_valid_rows) {
       for (int c = 0; c < ld; ++c) EXPECT_NEAR(out[(b * max_len + i) * ld + c], ref[(b * max_len + i) * ld + c], 2e-5);
 }
 
+// Random shapes, block sizes, block tables and mixes of prefill chunks (the GEMM path) and decode
+// rows (the row kernel) against plain causal attention over the positions in order (double).
+TEST(kernels, attention_paged_matches_loops_on_random_batches_of_chunks_and_decodes) {
+  set_num_threads(2);
+  splitmix64 r(77);
+  for (int iter = 0; iter < 60; ++iter) {
+    const int kvh = static_cast<int>(r.next_int(1, 3)), group = static_cast<int>(r.next_int(1, 4));
+    const int heads = kvh * group;
+    const int d = std::vector<int>{4, 12, 16, 32, 64, 72}[static_cast<size_t>(r.next_int(0, 5))];
+    const int bt = static_cast<int>(r.next_int(1, 20));
+    const int nseq = static_cast<int>(r.next_int(1, 4));
+    const int64_t ldq = heads * d + r.next_int(0, 3);  // row strides wider than the heads
+    std::vector<paged_seq> seqs;
+    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(nseq));
+    int rows = 0, nblocks = 0;
+    for (int s = 0; s < nseq; ++s) {
+      const int start = r.next_int(0, 2) == 0 ? 0 : static_cast<int>(r.next_int(0, 90));
+      // decode rows, short chunks, and chunks long enough to span several GEMM tasks
+      const int n = std::vector<int>{1, 2, 3, 9, 40, 150}[static_cast<size_t>(r.next_int(0, 5))];
+      const int blocks = (start + n + bt - 1) / bt;
+      for (int b = 0; b < blocks; ++b) tables[static_cast<size_t>(s)].push_back(nblocks + b);
+      nblocks += blocks;
+      seqs.push_back({rows, n, start, nullptr});
+      rows += n;
+    }
+    // Blocks shuffled across sequences: tables point anywhere in the cache.
+    std::vector<int32_t> perm(static_cast<size_t>(nblocks));
+    for (int b = 0; b < nblocks; ++b) perm[static_cast<size_t>(b)] = b;
+    for (int b = nblocks - 1; b > 0; --b) std::swap(perm[static_cast<size_t>(b)], perm[static_cast<size_t>(r.next_int(0, b))]);
+    for (int s = 0; s < nseq; ++s) {
+      for (auto& b : tables[static_cast<size_t>(s)]) b = perm[static_cast<size_t>(b)];
+      seqs[static_cast<size_t>(s)].block_table = tables[static_cast<size_t>(s)].data();
+    }
+    const int64_t head_stride = int64_t{bt} * d, block_stride = kvh * head_stride;
+    auto kc = random_vec(static_cast<size_t>(nblocks * block_stride), 1000 + iter, 2.0f);
+    auto vc = random_vec(static_cast<size_t>(nblocks * block_stride), 2000 + iter);
+    auto q = random_vec(static_cast<size_t>(rows * ldq), 3000 + iter, 2.0f);
+    const int64_t ldo = heads * d + 1;
+    std::vector<float> out(static_cast<size_t>(rows * ldo), -7.0f);
+    attention_paged({q.data(), ldq}, {kc.data(), vc.data(), bt, block_stride, head_stride}, seqs.data(), nseq, heads,
+                    kvh, d, {out.data(), ldo});
+    auto at = [&](const std::vector<float>& c, const paged_seq& s, int pos, int h) {
+      return c.data() + s.block_table[pos / bt] * block_stride + h * head_stride + (pos % bt) * d;
+    };
+    float worst = 0;
+    for (const auto& s : seqs)
+      for (int i = 0; i < s.rows; ++i)
+        for (int h = 0; h < heads; ++h) {
+          const int len = s.start_pos + i + 1;
+          const float* qr = q.data() + (s.row + i) * ldq + h * d;
+          std::vector<double> p(static_cast<size_t>(len));
+          double mx = -1e300, z = 0;
+          for (int j = 0; j < len; ++j) {
+            double dot = 0;
+            for (int c = 0; c < d; ++c) dot += double(qr[c]) * at(kc, s, j, h / group)[c];
+            p[static_cast<size_t>(j)] = dot / std::sqrt(double(d));
+            mx = std::max(mx, p[static_cast<size_t>(j)]);
+          }
+          for (auto& x : p) z += (x = std::exp(x - mx));
+          for (int c = 0; c < d; ++c) {
+            double o = 0;
+            for (int j = 0; j < len; ++j) o += p[static_cast<size_t>(j)] / z * at(vc, s, j, h / group)[c];
+            worst = std::max(worst, std::fabs(float(o) - out[static_cast<size_t>((s.row + i) * ldo + h * d + c)]));
+          }
+        }
+    EXPECT_LT(worst, 2e-5f) << "iteration " << iter << ": " << nseq << " sequences, " << heads << " heads / " << kvh
+                            << " kv heads, head_dim " << d << ", block " << bt;
+    for (int64_t t = 0; t < rows; ++t)  // the column past the heads is never written
+      ASSERT_EQ(out[static_cast<size_t>(t * ldo + heads * d)], -7.0f);
+  }
+}
+
 TEST(kernels, pooler_classifier_uses_cls_rows) {
   const int64_t h = 6;
   const int labels = 3;
