@@ -102,7 +102,7 @@ struct attention_scratch {
 // Query rows [r0, r1) of one sequence and the `group` query heads sharing kv head kvh, one key at a
 // time (decode: a row or a few). Every query row reads each cached K and V row once for all heads.
 // Vectorised across head_dim by the compiler (AVX-512 in the clone the caller picks).
-template <int kMaxGroup>
+template <int MaxGroup>
 __attribute__((always_inline)) inline void attend_rows_body(const float* q, int64_t ldq, const paged_kv_view& kv,
                                                             const paged_seq& s, int r0, int r1, int kvh, int group,
                                                             int d, float scale, float* out, int64_t ldo,
@@ -110,10 +110,10 @@ __attribute__((always_inline)) inline void attend_rows_body(const float* q, int6
   const int bt = kv.block_tokens;
   for (int r = r0; r < r1; ++r) {
     const int len = s.start_pos + r + 1;  // keys 0 .. own position
-    for (int g0 = 0; g0 < group; g0 += kMaxGroup) {
-      const int ng = std::min(kMaxGroup, group - g0);
-      const float* qr[kMaxGroup];
-      float* sc[kMaxGroup];
+    for (int g0 = 0; g0 < group; g0 += MaxGroup) {
+      const int ng = std::min(MaxGroup, group - g0);
+      const float* qr[MaxGroup];
+      float* sc[MaxGroup];
       for (int g = 0; g < ng; ++g) {
         qr[g] = q + int64_t{s.row + r} * ldq + int64_t{kvh * group + g0 + g} * d;
         sc[g] = scores + int64_t{g} * len;
