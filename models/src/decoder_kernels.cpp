@@ -1,6 +1,12 @@
 // Decoder kernels: RMSNorm, rotary embeddings, and causal attention over a paged K/V cache: a
 // prefill chunk as GEMMs per kv head (oneDNN sgemm over K/V gathered from the blocks), decode
 // tokens one query row at a time over the blocks in place (AVX-512 when the CPU has it).
+// GCC 12 reports the AVX-512 intrinsics' own undefined merge operands (_mm512_undefined_ps) as
+// (maybe-)uninitialized once inlined into the hand-vectorised kernels.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <omp.h>
 
 #include <algorithm>
@@ -75,7 +81,7 @@ namespace {
 constexpr int kRowsPerTask = 16;
 // From this many stacked query rows (a sequence's rows x the query heads of a kv head) attention
 // runs as GEMMs; each GEMM task stacks about kGemmStackedRows.
-constexpr int kMinGemmStackedRows = 8;
+constexpr int kMinGemmStackedRows = 16;
 constexpr int kGemmStackedRows = 64;
 
 }  // namespace
@@ -164,7 +170,84 @@ void attend_rows_default(const float* q, int64_t ldq, const paged_kv_view& kv, c
                          int kvh, int group, int d, float scale, float* out, int64_t ldo, float* scores) {
   attend_rows_body<kMaxGroup>(q, ldq, kv, s, r0, r1, kvh, group, d, scale, out, ldo, scores);
 }
-const bool has_avx512 = __builtin_cpu_supports("avx512f");
+// The row kernel for head_dim = 16 * DV: q and the output row held in registers, the scores of 16
+// keys of a block at a time from 16 dot products reduced together (sum_lanes16), q pre-scaled.
+template <int DV>
+__attribute__((target("avx512f"))) void attend_rows_avx512_d(const float* q, int64_t ldq, const paged_kv_view& kv,
+                                                             const paged_seq& s, int r0, int r1, int kvh, int group,
+                                                             float scale, float* out, int64_t ldo, float* scores) {
+  constexpr int d = DV * 16;
+  const int bt = kv.block_tokens;
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int r = r0; r < r1; ++r) {
+    const int len = s.start_pos + r + 1;  // keys 0 .. own position
+    for (int g = 0; g < group; ++g) {
+      const int64_t col = int64_t{kvh * group + g} * d;
+      const float* qr = q + int64_t{s.row + r} * ldq + col;
+      __m512 qv[DV];
+      for (int c = 0; c < DV; ++c) qv[c] = _mm512_mul_ps(_mm512_loadu_ps(qr + 16 * c), vscale);
+      for (int j0 = 0; j0 < len; j0 += bt) {
+        const float* kb = kv.k + int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
+        const int n = std::min(bt, len - j0);
+        for (int j1 = 0; j1 < n; j1 += 16) {
+          const int m = std::min(16, n - j1);
+          __m512 acc[16];
+#pragma GCC unroll 16
+          for (int j = 0; j < 16; ++j) {
+            if (j < m) {
+              const float* kr = kb + int64_t{j1 + j} * d;
+              __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
+              for (int c = 1; c < DV; ++c) a = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kr + 16 * c), a);
+              acc[j] = a;
+            } else {
+              acc[j] = _mm512_setzero_ps();
+            }
+          }
+          _mm512_mask_storeu_ps(scores + j0 + j1, static_cast<__mmask16>((1u << m) - 1), detail::sum_lanes16(acc));
+        }
+      }
+      detail::softmax_row(scores, len);
+      __m512 o[DV];
+      for (int c = 0; c < DV; ++c) o[c] = _mm512_setzero_ps();
+      for (int j0 = 0; j0 < len; j0 += bt) {
+        const float* vb = kv.v + int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
+        const int n = std::min(bt, len - j0);
+        for (int j = 0; j < n; ++j) {
+          const __m512 p = _mm512_set1_ps(scores[j0 + j]);
+          const float* vr = vb + int64_t{j} * d;
+          for (int c = 0; c < DV; ++c) o[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * c), o[c]);
+        }
+      }
+      float* orow = out + int64_t{s.row + r} * ldo + col;
+      for (int c = 0; c < DV; ++c) _mm512_storeu_ps(orow + 16 * c, o[c]);
+    }
+  }
+}
+
+using attend_rows_fn = void (*)(const float*, int64_t, const paged_kv_view&, const paged_seq&, int, int, int, int,
+                                float, float*, int64_t, float*);
+
+// The row kernel for this head_dim and CPU: a register-resident clone for head_dim 16..128 in
+// steps of 16 on AVX-512, else the compiler-vectorised one (head_dim passed at run time).
+template <int DV>
+void attend_rows_fixed(const float* q, int64_t ldq, const paged_kv_view& kv, const paged_seq& s, int r0, int r1,
+                       int kvh, int group, float scale, float* out, int64_t ldo, float* scores) {
+  attend_rows_avx512_d<DV>(q, ldq, kv, s, r0, r1, kvh, group, scale, out, ldo, scores);
+}
+attend_rows_fn fixed_row_kernel(int d) {
+  if (!detail::has_avx512 || d % 16 != 0) return nullptr;
+  switch (d / 16) {
+    case 1: return attend_rows_fixed<1>;
+    case 2: return attend_rows_fixed<2>;
+    case 3: return attend_rows_fixed<3>;
+    case 4: return attend_rows_fixed<4>;
+    case 5: return attend_rows_fixed<5>;
+    case 6: return attend_rows_fixed<6>;
+    case 7: return attend_rows_fixed<7>;
+    case 8: return attend_rows_fixed<8>;
+    default: return nullptr;
+  }
+}
 
 // K or V rows of positions [0, len) of kv head kvh, contiguous [len, d].
 void gather_rows(const float* base, const paged_kv_view& kv, const int32_t* table, int kvh, int len, int d,
@@ -224,7 +307,7 @@ void attention_paged(strided q, paged_kv_view kv, const paged_seq* seqs, int num
   int64_t work = 0;
   for (int s = 0; s < num_seqs; ++s) {
     const paged_seq& p = seqs[s];
-    const bool gemm = int64_t{p.rows} * group >= kMinGemmStackedRows;
+    const bool gemm = p.rows >= 2 && int64_t{p.rows} * group >= kMinGemmStackedRows;
     const int chunk = gemm ? gemm_rows : kRowsPerTask;
     for (int r = 0; r < p.rows; r += chunk) {
       const int r1 = std::min(p.rows, r + chunk);
@@ -235,6 +318,7 @@ void attention_paged(strided q, paged_kv_view kv, const paged_seq* seqs, int num
   // Longest first, so the dynamic schedule balances the tail.
   std::stable_sort(tasks.begin(), tasks.end(), [](const task& a, const task& b) { return a.cost > b.cost; });
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const attend_rows_fn fixed = fixed_row_kernel(head_dim);
   const int64_t n_tasks = static_cast<int64_t>(tasks.size()) * num_kv_heads;
 #pragma omp parallel if (work * num_heads * head_dim > 32768 && n_tasks > 1)
   {
@@ -246,10 +330,12 @@ void attention_paged(strided q, paged_kv_view kv, const paged_seq* seqs, int num
       const paged_seq& s = seqs[t.seq];
       if (t.gemm) {
         attend_gemm(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group, head_dim, scale, out.data, out.ld, w);
+      } else if (fixed) {
+        fixed(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group, scale, out.data, out.ld, w.s.get(s.start_pos + t.r1));
       } else {
         float* scores = w.s.get(int64_t{std::min(group, kMaxGroup)} * (s.start_pos + t.r1));
-        (has_avx512 ? attend_rows_avx512 : attend_rows_default)(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group,
-                                                                head_dim, scale, out.data, out.ld, scores);
+        (detail::has_avx512 ? attend_rows_avx512 : attend_rows_default)(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group,
+                                                                        head_dim, scale, out.data, out.ld, scores);
       }
     }
   }

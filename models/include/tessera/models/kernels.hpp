@@ -31,7 +31,8 @@ enum class activation { none, gelu_erf, gelu_tanh, relu, silu };
 /// y[T, out] = act(x[T, in] W^T + bias), W [out, in] row-major (HF Linear), bias [out] or nullptr.
 /// ldx/ldy are row strides of x and y (0 = dense). T may vary from call to call at no cost: the
 /// primitive is cached per (in, out, ldx, ldy, bias, act) with T bound at execution. T = 1 (a
-/// decoder's batch-1 step) is a plain vectorised row of dot products instead. Thread-safe.
+/// decoder's batch-1 step) is a plain vectorised row of dot products instead, and 4..48 rows (a
+/// batched decode step) a blocked AVX-512 kernel that streams W once (gelu_erf excepted). Thread-safe.
 void linear(const float* x, int64_t T, int64_t in, const float* W, const float* bias, int64_t out,
             float* y, activation act = activation::none, int64_t ldx = 0, int64_t ldy = 0);
 
@@ -117,7 +118,10 @@ struct paged_seq {
 };
 /// Causal attention of packed query rows over a paged cache: query head h (columns
 /// [h*head_dim, (h+1)*head_dim) of q and out) attends kv head h / (num_heads / num_kv_heads) at
-/// positions 0 .. its own, scaled by 1/sqrt(head_dim). Hand-vectorised (not a dense GEMM).
+/// positions 0 .. its own, scaled by 1/sqrt(head_dim). A prefill chunk (2+ rows, 16+ rows x the
+/// group's query heads) runs as GEMMs per kv head: the group's heads stacked as rows, S = Q K^T over
+/// K gathered from the blocks, causal mask, fp32 softmax, O = S V (oneDNN sgemm); decode rows run
+/// over the blocks in place, hand-vectorised (AVX-512 with q and the output in registers).
 void attention_paged(strided q, paged_kv_view kv, const paged_seq* seqs, int num_seqs, int num_heads,
                      int num_kv_heads, int head_dim, strided_out out);
 
