@@ -64,6 +64,7 @@ void step_fn_backend::work() {
       r.st = status::internal(std::string("decoder step threw: ") + e.what());
     }
     r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.compute_seconds = r.wall_seconds;  // one place, nothing but compute
     {
       std::lock_guard lock(mu_);
       ++steps_run_;

@@ -428,7 +428,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
   const int max_blocks = (c.max_position_embeddings + bt - 1) / bt;
   const int64_t meta = 2 + int64_t{max_seqs} * (3 + max_blocks);
   const int min_blocks = max_blocks;                                  // one sequence of the longest length
-  const int auto_cap = std::max(min_blocks, (16384 + bt - 1) / bt);  // 16384 tokens in flight
+  const int auto_cap = std::max(min_blocks, (65536 + bt - 1) / bt);  // 65536 tokens in flight
   std::vector<plan> candidates;
   if (req.forced) {
     const plan& f = *req.forced;

@@ -120,8 +120,18 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
   }
   out.wall_seconds = r->wall_seconds;
   out.supersteps = c.supersteps();
-  for (const auto& [t, cs] : r->counters)
-    for (const auto& s : cs) out.bytes_exchanged += s.bytes_sent;
+  for (const auto& [t, cs] : r->counters) {
+    uint64_t compute = 0, wait = 0;
+    for (const auto& s : cs) {
+      out.bytes_exchanged += s.bytes_sent;
+      compute += s.compute_ns;
+      wait += s.exchange_ns + s.sync_ns;
+    }
+    if (compute * 1e-9 > out.busiest_compute_seconds) {
+      out.busiest_compute_seconds = compute * 1e-9;
+      out.busiest_exchange_seconds = wait * 1e-9;
+    }
+  }
   out.memory_high_water = r->memory_high_water;
   out.input_bytes = tbytes * c.chosen.width + mbytes * spec.tiles.size();
   return out;

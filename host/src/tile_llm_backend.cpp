@@ -138,6 +138,7 @@ void tile_llm_backend::work() {
         res.logits = std::move(r->logits);
         ++steps_;
         supersteps_ += r->supersteps;
+        res.compute_seconds = r->busiest_compute_seconds;
         bytes_ += r->bytes_exchanged;
         break;
       }

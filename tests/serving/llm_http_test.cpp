@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -233,8 +234,10 @@ TEST(LlmHttp, AShortRequestIsAnsweredDuringALongGeneration) {
 }
 
 TEST(LlmHttp, ATinyKvPoolPreemptsAndEveryAnswerIsRight) {
-  // 12 blocks of 8 positions: 12 concurrent requests of up to 73 positions must take turns.
-  llm_server s({"--kv-blocks", "12", "--kv-block-tokens", "8", "--step-token-budget", "32"});
+  // 12 blocks of 8 positions: 12 concurrent requests of up to 73 positions must take turns. The
+  // step log (--llm-step-log) records every step: it must agree with the metrics and the limits.
+  const std::string step_log = testing::TempDir() + "/llm_http_steps_" + std::to_string(getpid()) + ".csv";
+  llm_server s({"--kv-blocks", "12", "--kv-block-tokens", "8", "--step-token-budget", "32", "--llm-step-log", step_log});
   ASSERT_NE(s.port(), 0);
   std::vector<std::future<std::pair<std::string, std::string>>> answers;
   for (int i = 0; i < 12; ++i) {
@@ -255,6 +258,46 @@ TEST(LlmHttp, ATinyKvPoolPreemptsAndEveryAnswerIsRight) {
   EXPECT_GT(metric(m, "tessera_llm_preemptions_total"), 0) << m;
   EXPECT_EQ(metric(m, "tessera_llm_kv_blocks_used"), 0);
   EXPECT_EQ(s.p.stop(), 0);
+
+  std::ifstream f(step_log);
+  std::string line;
+  ASSERT_TRUE(std::getline(f, line));
+  std::vector<std::string> names;
+  for (std::stringstream ss(line); std::getline(ss, line, ',');) names.push_back(line);
+  auto col = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) - names.begin(); };
+  for (const char* n : {"step", "prefill_tokens", "decode_tokens", "seqs", "preempted", "kv_used", "kv_free", "backend_ms"})
+    ASSERT_LT(col(n), static_cast<long>(names.size())) << n;
+  double steps = 0, prefill = 0, decode = 0, preempted = 0, last_step = 0;
+  while (std::getline(f, line)) {
+    std::vector<double> v;
+    for (std::stringstream ss(line); std::getline(ss, line, ',');) v.push_back(std::stod(line));
+    ASSERT_EQ(v.size(), names.size());
+    ++steps;
+    EXPECT_EQ(v[col("step")], last_step + 1);  // every step, in order
+    last_step = v[col("step")];
+    prefill += v[col("prefill_tokens")];
+    decode += v[col("decode_tokens")];
+    preempted += v[col("preempted")];
+    EXPECT_LE(v[col("prefill_tokens")] + v[col("decode_tokens")], 32);  // the token budget
+    EXPECT_GE(v[col("seqs")], 1);
+    EXPECT_EQ(v[col("kv_used")] + v[col("kv_free")], 12);
+    EXPECT_GE(v[col("backend_ms")], 0);
+  }
+  EXPECT_EQ(steps, metric(m, "tessera_llm_steps_total"));
+  EXPECT_EQ(prefill, metric(m, "tessera_llm_prefill_tokens_total"));
+  EXPECT_EQ(preempted, metric(m, "tessera_llm_preemptions_total"));
+  double generated = 0;
+  for (int i = 0; i < 12; ++i) generated += 10 + i * 2;
+  // Each request's first token, and the first after each recompute, came from a prefill step.
+  EXPECT_LE(decode + 12, generated);
+  EXPECT_GE(decode + 12 + preempted, generated);
+  std::filesystem::remove(step_log);
+}
+
+TEST(LlmHttp, AStepLogThatCannotBeWrittenIsRefused) {
+  llm_server s({"--llm-step-log", "/nonexistent-dir/steps.csv"});
+  EXPECT_EQ(s.port(), 0);
+  EXPECT_EQ(s.p.stop(), 2);
 }
 
 TEST(LlmHttp, AClientThatGoesAwayFreesItsBlocks) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <future>
 
@@ -16,6 +17,19 @@ double seconds_between(clock_type::time_point a, clock_type::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 }  // namespace
+
+const char* llm_step_record::csv_header() {
+  return "step,start_s,schedule_ms,backend_ms,compute_ms,post_ms,seqs,prefill_seqs,prefill_tokens,decode_tokens,logits,"
+         "running,waiting,preempted,kv_used,kv_free,kv_cached";
+}
+
+std::string llm_step_record::csv() const {
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "%lld,%.6f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d",
+                static_cast<long long>(step), start_s, schedule_ms, backend_ms, compute_ms, post_ms, seqs, prefill_seqs,
+                prefill_tokens, decode_tokens, logits, running, waiting, preempted, kv_used, kv_free, kv_cached);
+  return buf;
+}
 
 struct llm_engine::live {
   uint64_t id = 0;
@@ -40,6 +54,13 @@ llm_engine::llm_engine(llm_engine_config cfg, std::shared_ptr<backends::llm_back
     : cfg_(cfg), backend_(std::move(backend)), tokenizer_(std::move(tokenizer)),
       metrics_(metrics ? metrics : &own_metrics_), info_(backend_->info()) {
   scheduler_ = std::make_unique<llm_scheduler>(cfg_.scheduler, info_.num_blocks, info_.block_tokens);
+  if (!cfg_.step_log.empty()) {
+    step_log_ = std::make_unique<std::ofstream>(cfg_.step_log, std::ios::trunc);
+    if (*step_log_)
+      *step_log_ << llm_step_record::csv_header() << '\n';
+    else
+      TESSERA_LOG_ERROR("cannot write the LLM step log " << cfg_.step_log);
+  }
 }
 
 llm_engine::~llm_engine() { stop(); }
@@ -176,7 +197,9 @@ void llm_engine::run() {
       for (uint64_t id : cancels_) scheduler_->cancel(id);
       cancels_.clear();
     }
+    const auto t_sched = clock_type::now();
     step_plan plan = scheduler_->schedule();
+    const auto t_planned = clock_type::now();
     for (uint64_t id : plan.cancelled) {
       auto it = live_.find(id);
       if (it == live_.end()) continue;
@@ -210,6 +233,7 @@ void llm_engine::run() {
     auto future = answer.get_future();
     backend_->submit(plan.batch, [&answer](backends::step_result r) { answer.set_value(std::move(r)); });
     backends::step_result r = future.get();
+    const auto t_answered = clock_type::now();
     m.steps.fetch_add(1);
     m.step_duration.observe(r.wall_seconds);
     m.step_tokens.observe(static_cast<double>(plan.batch.num_tokens()));
@@ -300,6 +324,30 @@ void llm_engine::run() {
     const auto& [t_first, n_first] = rate_window_.front();
     m.tokens_per_second.store(t > t_first ? static_cast<double>(rate_window_.back().second - n_first) / (t - t_first) : 0);
     update_gauges();
+    if (step_log_) {
+      llm_step_record rec;
+      rec.step = st.steps;
+      rec.start_s = seconds_between(t0, t_sched);
+      rec.schedule_ms = 1e3 * seconds_between(t_sched, t_planned);
+      rec.backend_ms = 1e3 * seconds_between(t_planned, t_answered);
+      rec.post_ms = 1e3 * seconds_between(t_answered, clock_type::now());
+      rec.compute_ms = 1e3 * r.compute_seconds;
+      rec.seqs = static_cast<int32_t>(plan.batch.seqs.size());
+      for (const auto& s : plan.batch.seqs) {
+        rec.logits += s.want_logits ? 1 : 0;
+        rec.prefill_seqs += s.tokens.size() > 1 || s.start_pos < scheduler_->prompt_length(s.seq_id) ? 1 : 0;
+      }
+      rec.prefill_tokens = plan.prefill_tokens;
+      rec.decode_tokens = plan.decode_tokens;
+      rec.running = static_cast<int32_t>(scheduler_->running());
+      rec.waiting = static_cast<int32_t>(scheduler_->waiting());
+      rec.preempted = plan.preempted;
+      const auto& b = scheduler_->blocks();
+      rec.kv_used = b.used_blocks();
+      rec.kv_free = b.free_blocks();
+      rec.kv_cached = b.cached_blocks();
+      *step_log_ << rec.csv() << '\n';
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <thread>
 #include <csignal>
@@ -129,7 +130,10 @@ void add_llm_options(po::options_description& opts, llm_serve_options& lo) {
        "decoder: chat format (plain, chatml, llama3, llama2, zephyr); default: recognised from the "
        "checkpoint's tokenizer_config.json, else plain")
       ("max-llm-queue", po::value(&lo.max_queued)->default_value(lo.max_queued),
-       "decoder: requests waiting or running; more are answered 429");
+       "decoder: requests waiting or running; more are answered 429")
+      ("llm-step-log", po::value(&lo.step_log),
+       "decoder: write one CSV line per engine step to FILE (tokens of prefill and decode, sequences, "
+       "time scheduling, in the backend and after it, running/waiting, KV blocks)");
 }
 
 status finish_llm_options(llm_serve_options& lo) {
@@ -155,6 +159,11 @@ status finish_llm_options(llm_serve_options& lo) {
   sc.static_batch_size = lo.static_batch_size;
   sc.prefix_caching = !lo.no_prefix_caching;
   lo.engine.max_queued = lo.max_queued;
+  if (!lo.step_log.empty()) {
+    std::ofstream probe(lo.step_log, std::ios::app);
+    if (!probe) return status::invalid("--llm-step-log: cannot write " + lo.step_log);
+  }
+  lo.engine.step_log = lo.step_log;
   return status::ok();
 }
 

@@ -40,6 +40,7 @@ struct step_result {
   std::vector<std::vector<float>> logits;
   double wall_seconds = 0;      ///< measured on the backend
   double modelled_seconds = 0;  ///< the emulated hardware's time (0: no timing model)
+  double compute_seconds = 0;   ///< compute of the busiest place that ran it (tiles: the busiest tile), 0: unknown
   /// With a failed `st`: the backend lost its KV cache (a tile failed and came back empty). The
   /// step was not run; the engine preempts every running sequence to recompute it and forgets its
   /// prefix cache, and nothing fails.

@@ -63,7 +63,7 @@ struct placement_request {
   int max_sequences = 0;    ///< sequences per batch; 0 = token_budget / 8
   std::optional<plan> forced;  ///< --plan; else the cheapest plan that fits
   /// Decoders: positions per KV block, and blocks per replica (0 = as many as fit, up to
-  /// 16384 tokens in flight; never fewer than one sequence of max_position_embeddings).
+  /// 65536 tokens in flight; never fewer than one sequence of max_position_embeddings).
   int kv_block_tokens = 16;
   int kv_blocks = 0;
   machine_model machine = machine_model::this_machine();

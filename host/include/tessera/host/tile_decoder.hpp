@@ -27,6 +27,8 @@ struct tile_step_result {
   int64_t supersteps = 0;
   uint64_t bytes_exchanged = 0;  ///< sent by all tiles of the replica (slices; the step's inputs not counted)
   uint64_t input_bytes = 0;      ///< token ids and step metadata the host sent
+  double busiest_compute_seconds = 0;  ///< compute time of the replica's busiest tile (all supersteps)
+  double busiest_exchange_seconds = 0; ///< that tile's exchange and barrier time
   std::map<uint32_t, uint64_t> memory_high_water;  ///< per tile, reported after the step
 };
 

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -58,6 +59,23 @@ struct llm_request {
 struct llm_engine_config {
   scheduler_config scheduler;
   size_t max_queued = 4096;  ///< requests waiting or running; more are refused (overloaded)
+  /// When set, one CSV line per step goes to this file (llm_step_record's fields; --llm-step-log).
+  std::string step_log;
+};
+
+/// What one step was made of and where its time went (the engine's step log).
+struct llm_step_record {
+  int64_t step = 0;
+  double start_s = 0;        ///< since the engine started
+  double schedule_ms = 0;    ///< forming the batch
+  double backend_ms = 0;     ///< submit to answer, as the engine waits for it
+  double compute_ms = 0;     ///< the backend's busiest place computing (0: not reported)
+  double post_ms = 0;        ///< sampling, stop checks, streaming the text
+  int32_t seqs = 0, prefill_seqs = 0, prefill_tokens = 0, decode_tokens = 0, logits = 0;
+  int32_t running = 0, waiting = 0, preempted = 0;
+  int32_t kv_used = 0, kv_free = 0, kv_cached = 0;
+  static const char* csv_header();
+  std::string csv() const;
 };
 
 class llm_engine {
@@ -113,6 +131,7 @@ class llm_engine {
   std::unique_ptr<llm_scheduler> scheduler_;
   std::unordered_map<uint64_t, std::unique_ptr<live>> live_;
   std::deque<std::pair<double, uint64_t>> rate_window_;  // (seconds, generated tokens so far)
+  std::unique_ptr<std::ofstream> step_log_;
 };
 
 }  // namespace tessera::serving
