@@ -136,6 +136,58 @@ TEST(LlmEngine, StopsOnStopStringsStopTokensAndEos) {
   EXPECT_EQ(d->text, make_byte_tokenizer()->decode({want.begin(), want.begin() + static_cast<long>(first)}));
 }
 
+TEST(LlmEngine, StopStringsFoundWhileTheNextStepRunsUnderConcurrencyAndPreemption) {
+  // A stop string is matched while the step after its token is already running (the engine sends
+  // text while the backend computes): that sequence is dropped from the step's answer. Concurrent
+  // requests, a KV pool small enough to preempt, random stop strings from each greedy text: every
+  // answer is exactly the text up to its stop, counted tokens equal delivered ones, no block leaks.
+  serving_metrics m;
+  llm_engine e({.scheduler = {.token_budget = 24}},
+               make_toy_llm_backend({.num_blocks = 14, .block_tokens = 8, .max_positions = 200}),
+               make_byte_tokenizer(), &m);
+  e.start();
+  uint64_t rng = 12345;
+  auto next = [&](int n) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((rng >> 33) % static_cast<uint64_t>(n));
+  };
+  std::vector<std::shared_ptr<collected>> got;
+  std::vector<std::string> want;
+  std::vector<bool> stops;
+  for (int i = 0; i < 16; ++i) {
+    auto p = prompt_of(5 + next(30), i);
+    const int n = 8 + next(40);
+    const auto text = make_byte_tokenizer()->decode(toy_llm_generate(p, n));
+    auto c = std::make_shared<collected>();
+    auto r = request(c, p, n);
+    std::string expect = text;
+    if (i % 4 != 3 && text.size() > 4) {  // three of four stop on text taken from their output
+      const size_t from = 1 + static_cast<size_t>(next(static_cast<int>(text.size()) - 3));
+      const std::string stop = text.substr(from, 1 + static_cast<size_t>(next(2)));
+      r.stop = {stop};
+      expect = text.substr(0, text.find(stop));
+    }
+    stops.push_back(!r.stop.empty());
+    ASSERT_TRUE(e.submit(std::move(r)));
+    got.push_back(c);
+    want.push_back(expect);
+  }
+  int64_t delivered = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(wait(got[i])) << i;
+    EXPECT_EQ(got[i]->text, want[i]) << i;
+    EXPECT_EQ(got[i]->finish_reason, stops[i] ? "stop" : "length") << i;
+    EXPECT_EQ(got[i]->completion_tokens, static_cast<int32_t>(got[i]->tokens.size())) << i;
+    delivered += static_cast<int64_t>(got[i]->tokens.size());
+  }
+  EXPECT_EQ(static_cast<int64_t>(m.llm.generation_tokens.load()), delivered);
+  for (int i = 0; i < 2000 && m.llm.kv_blocks_used.load() != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(m.llm.kv_blocks_used.load(), 0);
+  EXPECT_GT(m.llm.preemptions.load(), 0u);
+  e.stop();
+}
+
 TEST(LlmEngine, CancellationFreesBlocksAndRefusals) {
   serving_metrics m;
   llm_engine e({}, make_toy_llm_backend({.num_blocks = 16, .block_tokens = 16, .max_positions = 200,

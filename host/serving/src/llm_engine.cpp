@@ -19,14 +19,14 @@ double seconds_between(clock_type::time_point a, clock_type::time_point b) {
 }  // namespace
 
 const char* llm_step_record::csv_header() {
-  return "step,start_s,schedule_ms,backend_ms,compute_ms,post_ms,seqs,prefill_seqs,prefill_tokens,decode_tokens,logits,"
+  return "step,start_s,schedule_ms,backend_ms,compute_ms,post_ms,stream_ms,seqs,prefill_seqs,prefill_tokens,decode_tokens,logits,"
          "running,waiting,preempted,kv_used,kv_free,kv_cached";
 }
 
 std::string llm_step_record::csv() const {
   char buf[320];
-  std::snprintf(buf, sizeof buf, "%lld,%.6f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d",
-                static_cast<long long>(step), start_s, schedule_ms, backend_ms, compute_ms, post_ms, seqs, prefill_seqs,
+  std::snprintf(buf, sizeof buf, "%lld,%.6f,%.3f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d",
+                static_cast<long long>(step), start_s, schedule_ms, backend_ms, compute_ms, post_ms, stream_ms, seqs, prefill_seqs,
                 prefill_tokens, decode_tokens, logits, running, waiting, preempted, kv_used, kv_free, kv_cached);
   return buf;
 }
@@ -169,6 +169,36 @@ void llm_engine::update_gauges() {
   m.waiting.store(static_cast<int64_t>(scheduler_->waiting()));
 }
 
+bool llm_engine::deliver(uint64_t id, int32_t token, bool stop_token) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return true;  // cancelled meanwhile
+  live& l = *it->second;
+  llm_event ev;
+  ev.tokens = {token};
+  std::string reason;
+  if (stop_token) {
+    reason = "stop";  // the stop token's text is not part of the output
+  } else {
+    ev.text = l.stops.push(l.text_stream->push(token));
+    if (l.stops.stopped()) reason = "stop";
+  }
+  if (reason.empty() && l.generated >= l.req.max_tokens) reason = "length";
+  if (!reason.empty() && !l.stops.stopped()) ev.text += l.stops.push(l.text_stream->flush()) + l.stops.flush();
+  emit(l, std::move(ev), false);
+  if (reason.empty()) return false;
+  // A stop string found here may be on its way in the step just submitted: that step's K/V and
+  // logits of it are dropped (step_done and the sampling loop skip a sequence they do not know).
+  scheduler_->finish(l.id);
+  finish(l, reason);
+  live_.erase(it);
+  return true;
+}
+
+void llm_engine::flush_deferred() {
+  for (const auto& [id, token] : deferred_) deliver(id, token, false);
+  deferred_.clear();
+}
+
 void llm_engine::run() {
   auto& m = metrics_->llm;
   const auto t0 = clock_type::now();
@@ -178,8 +208,17 @@ void llm_engine::run() {
     // Take new requests and cancellations in; sleep while there is nothing to do.
     {
       std::unique_lock lock(mu_);
+      if (!deferred_.empty() && !scheduler_->has_work()) {
+        lock.unlock();
+        flush_deferred();
+        lock.lock();
+      }
       cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() || scheduler_->has_work(); });
-      if (stopping_) return;
+      if (stopping_) {
+        lock.unlock();
+        flush_deferred();
+        return;
+      }
       for (auto& [id, l] : inbox_) {
         auto st = scheduler_->add(id, l->req.prompt, l->req.max_tokens);
         auto* raw = l.get();
@@ -207,6 +246,7 @@ void llm_engine::run() {
       live_.erase(it);
     }
     if (plan.empty()) {
+      flush_deferred();
       update_gauges();
       if (scheduler_->has_work()) {
         // Waiting requests and nothing runnable: cannot happen (add() refuses what never fits);
@@ -232,6 +272,9 @@ void llm_engine::run() {
     std::promise<backends::step_result> answer;
     auto future = answer.get_future();
     backend_->submit(plan.batch, [&answer](backends::step_result r) { answer.set_value(std::move(r)); });
+    const auto t_submitted = clock_type::now();
+    flush_deferred();  // the last step's text, while this one runs
+    const auto t_streamed = clock_type::now();
     backends::step_result r = future.get();
     const auto t_answered = clock_type::now();
     m.steps.fetch_add(1);
@@ -294,28 +337,16 @@ void llm_engine::run() {
         m.inter_token_latency.observe(seconds_between(l.last_token, after));
       }
       l.last_token = after;
-      llm_event ev;
-      ev.tokens = {token};
       const bool stop_token = (!l.req.ignore_eos && token == tokenizer_->eos_id()) ||
                               std::find(l.req.stop_token_ids.begin(), l.req.stop_token_ids.end(),
                                         token) != l.req.stop_token_ids.end();
-      std::string reason;
-      if (stop_token) {
-        reason = "stop";  // the stop token's text is not part of the output
+      if (stop_token || l.generated >= l.req.max_tokens) {
+        deliver(l.id, token, stop_token);  // ends now: the scheduler must not run it again
       } else {
-        ev.text = l.stops.push(l.text_stream->push(token));
-        if (l.stops.stopped()) reason = "stop";
+        // Its text (stream decoding, stop strings, the event) waits until the next step is on its
+        // way: the backend then computes while this thread streams.
+        deferred_.emplace_back(l.id, token);
       }
-      if (reason.empty() && l.generated >= l.req.max_tokens) reason = "length";
-      if (!reason.empty() && !l.stops.stopped()) ev.text += l.stops.push(l.text_stream->flush()) + l.stops.flush();
-      if (reason.empty()) {
-        emit(l, std::move(ev), false);
-        continue;
-      }
-      emit(l, std::move(ev), false);
-      scheduler_->finish(l.id);
-      finish(l, reason);
-      live_.erase(it);
     }
     // Generated tokens per second over the last ~10 s.
     const double t = seconds_between(t0, clock_type::now());
@@ -332,6 +363,7 @@ void llm_engine::run() {
       rec.backend_ms = 1e3 * seconds_between(t_planned, t_answered);
       rec.post_ms = 1e3 * seconds_between(t_answered, clock_type::now());
       rec.compute_ms = 1e3 * r.compute_seconds;
+      rec.stream_ms = 1e3 * seconds_between(t_submitted, t_streamed);
       rec.seqs = static_cast<int32_t>(plan.batch.seqs.size());
       for (const auto& s : plan.batch.seqs) {
         rec.logits += s.want_logits ? 1 : 0;

@@ -2,7 +2,9 @@
 // against an llm_backend on a thread of its own: every step it takes new requests and
 // cancellations in, forms a mixed batch, runs it, samples each sequence that got logits, streams
 // the new text (through the tokenizer's token_stream, so no UTF-8 character is split) and stops
-// sequences on stop token ids, EOS, stop strings (matched on text) or max_tokens. It records the
+// sequences on stop token ids, EOS, stop strings (matched on text) or max_tokens. A token that does
+// not end its sequence has its text decoded, matched and sent while the next step runs (a stop
+// string found then drops the sequence from that step's answer). It records the
 // LLM metrics (TTFT, inter-token latency, e2e, queue time, tokens, KV blocks, preemptions,
 // prefix-cache hits) in serving_metrics::llm.
 //
@@ -68,9 +70,10 @@ struct llm_step_record {
   int64_t step = 0;
   double start_s = 0;        ///< since the engine started
   double schedule_ms = 0;    ///< forming the batch
-  double backend_ms = 0;     ///< submit to answer, as the engine waits for it
+  double backend_ms = 0;     ///< submit to answer (the engine streams the last step's text meanwhile)
   double compute_ms = 0;     ///< the backend's busiest place computing (0: not reported)
-  double post_ms = 0;        ///< sampling, stop checks, streaming the text
+  double post_ms = 0;        ///< sampling, and the text of sequences that end at this step
+  double stream_ms = 0;      ///< the last step's text and events, sent while this step ran
   int32_t seqs = 0, prefill_seqs = 0, prefill_tokens = 0, decode_tokens = 0, logits = 0;
   int32_t running = 0, waiting = 0, preempted = 0;
   int32_t kv_used = 0, kv_free = 0, kv_cached = 0;
@@ -109,6 +112,9 @@ class llm_engine {
   void emit(live& l, llm_event ev, bool last);
   void finish(live& l, std::string reason, status error = {});
   void update_gauges();
+  /// A sampled token's text, event and stop strings; finishes the request when it stops (true).
+  bool deliver(uint64_t id, int32_t token, bool stop_token);
+  void flush_deferred();
 
   llm_engine_config cfg_;
   std::shared_ptr<backends::llm_backend> backend_;
@@ -132,6 +138,7 @@ class llm_engine {
   std::unordered_map<uint64_t, std::unique_ptr<live>> live_;
   std::deque<std::pair<double, uint64_t>> rate_window_;  // (seconds, generated tokens so far)
   std::unique_ptr<std::ofstream> step_log_;
+  std::vector<std::pair<uint64_t, int32_t>> deferred_;  // sampled tokens whose text is not out yet
 };
 
 }  // namespace tessera::serving
