@@ -6,12 +6,17 @@
 // Workload: --requests lengths from seed_workload (60% U[8,64] + 40% U[200,512], seed 0), synthetic
 // token ids. Modes: a = packed batches of --batch requests in arrival order (one GEMM per linear
 // layer over all tokens of the batch), b = padded batches of --batch in arrival order, c = padded
-// after sorting by length, d = oneDNN sgemm alone on mode a's GEMM shapes (one layer per batch,
-// run right after each mode-a batch).
+// after sorting by length, d = oneDNN's GEMM alone on mode a's GEMM shapes (one layer per batch,
+// run right after each mode-a batch): sgemm in fp32, its bf16 matmul (fixed M, packed weights,
+// primitive made before timing) in bf16.
+// --dtype bf16 runs the bf16 forward (modes a and d; the padded path is fp32 only) and checks its
+// logits on the first --check requests against the fp32 forward: max and mean |difference| and
+// argmax agreement.
 // Prints a table and RESULT lines (key=value, as ../shared/peers/summarize.py reads).
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
 #include <cctype>
 #include <cstdio>
 #include <fstream>
@@ -22,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/models/bf16_weights.hpp"
 #include "tessera/models/forward.hpp"
 #include "tessera/models/kernels.hpp"
 
@@ -64,11 +70,39 @@ double sgemm_seconds(const bert_config& c, const std::vector<int64_t>& batch_tok
   return secs;
 }
 
+// Mode d in bf16: oneDNN's bf16 matmul on the forward's shapes (Q, K and V fused as it runs them).
+double bf16_gemm_seconds(const bert_config& c, int64_t T, double& flops, double& cpu) {
+  const int64_t h = c.hidden_size, f = c.intermediate_size;
+  static std::vector<bfloat16> x, y;
+  static bf16_weight w_qkv, w_hh, w_fh, w_hf;
+  if (w_qkv.empty()) {
+    std::vector<float> w(static_cast<size_t>(3 * h * f), 0.02f);
+    w_qkv = bf16_weight::pack(w.data(), 3 * h, h);
+    w_hh = bf16_weight::pack(w.data(), h, h);
+    w_fh = bf16_weight::pack(w.data(), f, h);
+    w_hf = bf16_weight::pack(w.data(), h, f);
+  }
+  x.assign(static_cast<size_t>(T * f), to_bf16(0.01f));
+  y.resize(static_cast<size_t>(T * std::max(f, 3 * h)));
+  auto layer = [&] {
+    gemm_bf16_abt(x.data(), w_qkv, y.data(), T);
+    gemm_bf16_abt(x.data(), w_hh, y.data(), T);
+    gemm_bf16_abt(x.data(), w_fh, y.data(), T);
+    gemm_bf16_abt(x.data(), w_hf, y.data(), T);
+  };
+  layer();  // makes the primitives for this T, untimed
+  const double t0 = now(), c0 = cpu_now();
+  layer();
+  cpu = cpu_now() - c0;
+  flops = linear_flops(c, T) / c.num_layers;
+  return now() - t0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_name, modes, lengths_file;
-  int threads, requests, batch_size;
+  std::string model_name, modes, lengths_file, dtype_text;
+  int threads, requests, batch_size, check_requests;
   double long_share;
   uint64_t seed;
   po::options_description opts("tessera-bench-models: BERT forward throughput, packed vs padded");
@@ -79,7 +113,11 @@ int main(int argc, char** argv) {
       "long-share", po::value(&long_share)->default_value(0.4), "share of U[200,512] requests (rest U[8,64])")(
       "seed", po::value(&seed)->default_value(0), "workload seed")(
       "batch", po::value(&batch_size)->default_value(32), "requests per batch")(
-      "modes", po::value(&modes)->default_value("abcd"), "a packed, b padded, c padded sorted, d sgemm alone")(
+      "modes", po::value(&modes)->default_value("abcd"),
+      "a packed, b padded, c padded sorted, d oneDNN GEMM alone (bf16: a and d)")(
+      "dtype", po::value(&dtype_text)->default_value("fp32"), "fp32 or bf16 (weights and activations)")(
+      "check", po::value(&check_requests)->default_value(32),
+      "bf16: compare logits with the fp32 forward on this many requests (0 = none)")(
       "lengths-file", po::value(&lengths_file),
       "request lengths instead of the seed workload: integers separated by spaces, commas or brackets");
   po::variables_map vm;
@@ -94,8 +132,17 @@ int main(int argc, char** argv) {
     std::cout << opts;
     return 0;
   }
-  if (threads < 1 || requests < 1 || batch_size < 1) {
-    std::cerr << "--threads, --requests and --batch must be positive\n";
+  if (threads < 1 || requests < 1 || batch_size < 1 || check_requests < 0) {
+    std::cerr << "--threads, --requests and --batch must be positive, --check not negative\n";
+    return 2;
+  }
+  const auto dt = parse_dtype(dtype_text);
+  if (!dt) {
+    std::cerr << dt.error().message() << "\n";
+    return 2;
+  }
+  if (*dt == dtype::bf16 && modes.find_first_of("bc") != std::string::npos) {
+    std::cerr << "--dtype bf16 runs modes a and d (the padded forward is fp32 only): pass --modes a, d or ad\n";
     return 2;
   }
   auto model = load_model(model_name);
@@ -104,6 +151,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   set_num_threads(threads);
+  const bert_model fp32_model = *model;
+  if (const tessera::status st = set_dtype(*model, *dt); !st.is_ok()) {
+    std::cerr << st.message() << "\n";
+    return 2;
+  }
   const bert_config& cfg = model->config;
   std::vector<int> lens = seed_workload(requests, long_share, seed);
   if (!lengths_file.empty()) {
@@ -128,9 +180,12 @@ int main(int argc, char** argv) {
   const packed_batch all = synthetic_batch(lens, cfg.vocab_size);
   const int64_t tokens = all.num_tokens();
   const double useful = forward_flops(cfg, lens);
-  std::printf("model %s (%d layers, hidden %d), %d threads, %d requests, %lld tokens (mean %.1f), batch %d\n",
-              model->source.c_str(), cfg.num_layers, cfg.hidden_size, threads, requests,
+  std::printf("model %s (%d layers, hidden %d), %s, %d threads, %d requests, %lld tokens (mean %.1f), batch %d\n",
+              model->source.c_str(), cfg.num_layers, cfg.hidden_size, dtype_text.c_str(), threads, requests,
               static_cast<long long>(tokens), double(tokens) / requests, batch_size);
+  if (*dt == dtype::bf16)
+    std::printf("bf16 on oneDNN ISA %s, weights %.1f MB in bf16\n", bf16_isa_name().c_str(),
+                double(model->bf16->bytes()) / 1e6);
   (void)reference_forward(*model, all.slice(0, std::min(4, requests)));  // warm-up: thread pool, primitives
   std::vector<row> rows;
 
@@ -145,7 +200,7 @@ int main(int argc, char** argv) {
   double sgemm_gflops = 0, sgemm_cpu_gflops = 0, d_secs = 0, d_cpu = 0, d_flops = 0;
   auto run_d = [&](int64_t T) {
     double flops = 0, cpu = 0;
-    d_secs += sgemm_seconds(cfg, {T}, flops, cpu);
+    d_secs += *dt == dtype::bf16 ? bf16_gemm_seconds(cfg, T, flops, cpu) : sgemm_seconds(cfg, {T}, flops, cpu);
     d_cpu += cpu;
     d_flops += flops;
   };
@@ -195,6 +250,25 @@ int main(int argc, char** argv) {
     sgemm_cpu_gflops = d_flops / (d_cpu / threads) / 1e9;
   }
 
+  // bf16 against the fp32 reference on the first --check requests.
+  double max_diff = 0, mean_diff = 0, agree = 0;
+  const int checked = *dt == dtype::bf16 ? std::min(check_requests, requests) : 0;
+  if (checked > 0) {
+    const packed_batch part = all.slice(0, checked);
+    const auto got = reference_forward(*model, part), want = reference_forward(fp32_model, part);
+    const int labels = cfg.num_labels;
+    for (size_t i = 0; i < got.size(); ++i) {
+      max_diff = std::max(max_diff, double(std::fabs(got[i] - want[i])));
+      mean_diff += std::fabs(got[i] - want[i]) / double(got.size());
+    }
+    for (int s = 0; s < checked; ++s) {
+      auto arg = [&](const std::vector<float>& v) {
+        return std::max_element(v.begin() + s * labels, v.begin() + (s + 1) * labels) - v.begin();
+      };
+      agree += arg(got) == arg(want) ? 1.0 / checked : 0.0;
+    }
+  }
+
   std::printf("\n%-18s %8s %8s %10s %9s %9s %10s %14s\n", "mode", "secs", "req/s", "tokens/s", "useful", "executed",
               "cpu req/s", "padded tokens");
   std::printf("%-18s %8s %8s %10s %9s %9s %10s %14s\n", "", "", "", "", "GFLOP/s", "GFLOP/s", "", "");
@@ -203,24 +277,33 @@ int main(int argc, char** argv) {
                 r.tokens / r.secs, r.useful_flops / r.secs / 1e9, r.executed_flops / r.secs / 1e9,
                 requests / (r.cpu_secs / threads), static_cast<long long>(r.padded_tokens));
   if (sgemm_gflops > 0)
-    std::printf("%-18s %8s %8s %10s %9.1f %9s %10s   (cpu-normalised %.1f GFLOP/s)\n", "d_sgemm_alone", "-", "-", "-",
+    std::printf("%-18s %8s %8s %10s %9.1f %9s %10s   (cpu-normalised %.1f GFLOP/s)\n",
+                *dt == dtype::bf16 ? "d_bf16_gemm_alone" : "d_sgemm_alone", "-", "-", "-",
                 sgemm_gflops, "-", "-", sgemm_cpu_gflops);
   for (const auto& r : rows) {
     if (r.mode == "a_packed" && sgemm_gflops > 0)
-      std::printf("packed forward at %.0f%% of oneDNN sgemm GFLOP/s on its shapes (%.0f%% cpu-normalised)\n",
-                  100.0 * r.useful_flops / r.secs / 1e9 / sgemm_gflops,
+      std::printf("packed forward at %.0f%% of oneDNN %s GFLOP/s on its shapes (%.0f%% cpu-normalised)\n",
+                  100.0 * r.useful_flops / r.secs / 1e9 / sgemm_gflops, *dt == dtype::bf16 ? "bf16 GEMM" : "sgemm",
                   100.0 * r.useful_flops / (r.cpu_secs / threads) / 1e9 / sgemm_cpu_gflops);
   }
   std::printf("cpu req/s = requests / (process CPU seconds / threads): the speed with %d dedicated cores, "
-              "pessimistic\n\n", threads);
+              "pessimistic\n", threads);
+  if (checked > 0)
+    std::printf("bf16 vs fp32 logits on the first %d requests: max abs diff %.4f, mean abs diff %.5f, argmax "
+                "agreement %.1f%%\n", checked, max_diff, mean_diff, 100.0 * agree);
+  std::printf("\n");
   for (const auto& r : rows)
-    std::printf("RESULT impl=tessera mode=%s threads=%d secs=%.3f req_per_s=%.2f tok_per_s=%.0f real_tokens=%lld "
+    std::printf("RESULT impl=tessera mode=%s dtype=%s threads=%d secs=%.3f req_per_s=%.2f tok_per_s=%.0f real_tokens=%lld "
                 "padded_tokens=%lld useful_gflops=%.1f padded_gflops=%.1f cpu_req_per_s=%.2f\n",
-                r.mode.c_str(), threads, r.secs, requests / r.secs, r.tokens / r.secs,
+                r.mode.c_str(), dtype_text.c_str(), threads, r.secs, requests / r.secs, r.tokens / r.secs,
                 static_cast<long long>(r.tokens), static_cast<long long>(r.padded_tokens),
                 r.useful_flops / r.secs / 1e9, r.executed_flops / r.secs / 1e9, requests / (r.cpu_secs / threads));
   if (sgemm_gflops > 0)
-    std::printf("RESULT impl=onednn_sgemm mode=d threads=%d gflops=%.1f cpu_gflops=%.1f\n", threads, sgemm_gflops,
+    std::printf("RESULT impl=%s mode=d dtype=%s threads=%d gflops=%.1f cpu_gflops=%.1f\n",
+                *dt == dtype::bf16 ? "onednn_bf16" : "onednn_sgemm", dtype_text.c_str(), threads, sgemm_gflops,
                 sgemm_cpu_gflops);
+  if (checked > 0)
+    std::printf("RESULT impl=tessera mode=accuracy dtype=%s requests=%d max_abs_diff=%.5f mean_abs_diff=%.6f "
+                "argmax_agreement=%.4f\n", dtype_text.c_str(), checked, max_diff, mean_diff, agree);
   return 0;
 }

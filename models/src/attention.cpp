@@ -11,6 +11,7 @@
 #include "kernels_internal.hpp"
 #include "tessera/common/check.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/kernels_bf16.hpp"
 
 namespace tessera::models {
 namespace {
@@ -40,10 +41,22 @@ struct work_item {
   int head;
 };
 
-void run_items(std::vector<work_item>& items, const strided& q, const strided& k, const strided& v,
-               const strided_out& out, int head_dim) {
+std::vector<work_item> packed_items(const int32_t* seq_offsets, int num_seqs, int num_heads) {
+  std::vector<work_item> items;
+  items.reserve(static_cast<size_t>(num_seqs) * num_heads);
+  for (int s = 0; s < num_seqs; ++s) {
+    const int64_t len = seq_offsets[s + 1] - seq_offsets[s];
+    TESSERA_CHECK(len >= 0) << "seq_offsets decrease at sequence " << s;
+    if (len == 0) continue;
+    for (int h = 0; h < num_heads; ++h) items.push_back({seq_offsets[s], len, len, h});
+  }
   // Longest first so the dynamic schedule balances the tail.
   std::stable_sort(items.begin(), items.end(), [](const work_item& a, const work_item& b) { return a.len > b.len; });
+  return items;
+}
+
+void run_items(std::vector<work_item>& items, const strided& q, const strided& k, const strided& v,
+               const strided_out& out, int head_dim) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int64_t n = static_cast<int64_t>(items.size());
 #pragma omp parallel if (n > 1)
@@ -61,15 +74,37 @@ void run_items(std::vector<work_item>& items, const strided& q, const strided& k
 
 void attention_packed(strided q, strided k, strided v, const int32_t* seq_offsets, int num_seqs, int num_heads,
                       int head_dim, strided_out out) {
-  std::vector<work_item> items;
-  items.reserve(static_cast<size_t>(num_seqs) * num_heads);
-  for (int s = 0; s < num_seqs; ++s) {
-    const int64_t len = seq_offsets[s + 1] - seq_offsets[s];
-    TESSERA_CHECK(len >= 0) << "seq_offsets decrease at sequence " << s;
-    if (len == 0) continue;
-    for (int h = 0; h < num_heads; ++h) items.push_back({seq_offsets[s], len, len, h});
-  }
+  std::vector<work_item> items = packed_items(seq_offsets, num_seqs, num_heads);
   run_items(items, q, k, v, out, head_dim);
+}
+
+// bf16: each (sequence, head) widens its q, k, v columns to fp32 once (O(L * head_dim)), runs the
+// fp32 products and softmax (O(L^2 * head_dim)) and rounds the context to bf16 once. oneDNN 2.6
+// has no fast bf16 GEMM for shapes known only at run time (gemm:jit, 50 GFLOP/s), and a fixed
+// shape per sequence length would be a primitive per length.
+void attention_packed(bf16_strided q, bf16_strided k, bf16_strided v, const int32_t* seq_offsets, int num_seqs,
+                      int num_heads, int head_dim, bf16_strided_out out) {
+  const std::vector<work_item> items = packed_items(seq_offsets, num_seqs, num_heads);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t n = static_cast<int64_t>(items.size()), d = head_dim;
+#pragma omp parallel if (n > 1)
+  {
+    std::vector<float> scores, qf, kf, vf, of;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n; ++i) {
+      const auto& it = items[static_cast<size_t>(i)];
+      const int64_t col0 = int64_t{it.head} * d, len = it.len;
+      for (auto* buf : {&qf, &kf, &vf, &of}) buf->resize(static_cast<size_t>(len * d));
+      for (int64_t r = 0; r < len; ++r) {
+        to_float(q.data + (it.row0 + r) * q.ld + col0, d, qf.data() + r * d);
+        to_float(k.data + (it.row0 + r) * k.ld + col0, d, kf.data() + r * d);
+        to_float(v.data + (it.row0 + r) * v.ld + col0, d, vf.data() + r * d);
+      }
+      attend_one({qf.data(), d}, {kf.data(), d}, {vf.data(), d}, {of.data(), d}, 0, len, len, 0, head_dim, scale,
+                 scores);
+      for (int64_t r = 0; r < len; ++r) to_bf16(of.data() + r * d, d, out.data + (it.row0 + r) * out.ld + col0);
+    }
+  }
 }
 
 void attention_padded(strided q, strided k, strided v, const int32_t* lengths, int batch, int max_len,

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "tessera/common/check.hpp"
+#include "tessera/models/bf16_weights.hpp"
 #include "tessera/models/kernels.hpp"
 
 namespace tessera::models {
@@ -52,12 +53,53 @@ std::vector<float> run_encoder(const bert_model& m, const int32_t* ids, const in
 void check_batch(const bert_model& m, const packed_batch& b) {
   const status st = validate_batch(m.config, b);
   TESSERA_CHECK(st.is_ok()) << "forward on an invalid batch (call validate_batch first): " << st.to_string();
+  TESSERA_CHECK(m.compute == dtype::fp32 || m.bf16) << "a bf16 model without bf16 weights (use set_dtype)";
+}
+
+// The packed encoder in bf16: activations between kernels are bf16 [T, *] rows, every kernel
+// accumulates in fp32. Returns the final hidden states [T, hidden] as bf16.
+std::vector<bfloat16> run_encoder_bf16(const bert_model& m, const packed_batch& b) {
+  const bert_config& c = m.config;
+  const bf16_bert_weights& w = *m.bf16;
+  const int64_t h = c.hidden_size, f = c.intermediate_size, T = b.num_tokens();
+  const int n = b.num_seqs();
+  const int32_t* offsets = b.seq_offsets.data();
+  std::vector<bfloat16> x(static_cast<size_t>(T * h)), qkv(static_cast<size_t>(T * 3 * h)),
+      ctx(static_cast<size_t>(T * h)), tmp(static_cast<size_t>(T * h)), ffn(static_cast<size_t>(T * f));
+  {
+    std::vector<float> e(static_cast<size_t>(T * h));
+    embed(b.token_ids.data(), b.token_type_ids.data(), offsets, n, w.word.data(), w.position.data(),
+          w.token_type.data(), h, e.data());
+    const auto& ew = m.weights.embeddings();
+    layer_norm(e.data(), T, h, ew.ln_gamma, ew.ln_beta, c.norm_eps, x.data());
+  }
+  const activation act = act_of(c);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const bf16_layer_weights& lw = w.layers[static_cast<size_t>(l)];
+    const layer_weights& fw = m.weights.layer(l);
+    linear(x.data(), T, lw.qkv, lw.qkv_bias.data(), qkv.data());
+    attention_packed(bf16_strided{qkv.data(), 3 * h}, bf16_strided{qkv.data() + h, 3 * h},
+                     bf16_strided{qkv.data() + 2 * h, 3 * h}, offsets, n, c.num_heads, c.head_dim(),
+                     bf16_strided_out{ctx.data(), h});
+    linear(ctx.data(), T, lw.attn_out, fw.attn_out_b, tmp.data());
+    add_layer_norm(tmp.data(), x.data(), T, h, fw.attn_ln_gamma, fw.attn_ln_beta, c.norm_eps, x.data());
+    linear(x.data(), T, lw.ffn_in, fw.ffn_in_b, ffn.data(), act);
+    linear(ffn.data(), T, lw.ffn_out, fw.ffn_out_b, tmp.data());
+    add_layer_norm(tmp.data(), x.data(), T, h, fw.out_ln_gamma, fw.out_ln_beta, c.norm_eps, x.data());
+  }
+  return x;
 }
 
 }  // namespace
 
 std::vector<float> reference_encoder(const bert_model& m, const packed_batch& b) {
   check_batch(m, b);
+  if (m.compute == dtype::bf16) {
+    const std::vector<bfloat16> x = run_encoder_bf16(m, b);
+    std::vector<float> out(x.size());
+    to_float(x.data(), static_cast<int64_t>(x.size()), out.data());
+    return out;
+  }
   const int64_t h = m.config.hidden_size;
   const int num_heads = m.config.num_heads, head_dim = m.config.head_dim();
   const int32_t* offsets = b.seq_offsets.data();
@@ -70,9 +112,16 @@ std::vector<float> reference_encoder(const bert_model& m, const packed_batch& b)
 }
 
 std::vector<float> reference_forward(const bert_model& m, const packed_batch& b) {
-  const std::vector<float> x = reference_encoder(m, b);
-  const auto& hw = m.weights.head();
   std::vector<float> logits(static_cast<size_t>(b.num_seqs()) * m.config.num_labels);
+  const auto& hw = m.weights.head();
+  if (m.compute == dtype::bf16) {
+    check_batch(m, b);
+    const std::vector<bfloat16> x = run_encoder_bf16(m, b);
+    pooler_classifier(x.data(), m.config.hidden_size, b.seq_offsets.data(), b.num_seqs(), m.bf16->pooler,
+                      hw.pooler_b, m.bf16->classifier, hw.classifier_b, logits.data());
+    return logits;
+  }
+  const std::vector<float> x = reference_encoder(m, b);
   pooler_classifier(x.data(), m.config.hidden_size, b.seq_offsets.data(), b.num_seqs(), m.config.hidden_size,
                     hw.pooler_w, hw.pooler_b, hw.classifier_w, hw.classifier_b, m.config.num_labels,
                     logits.data());
@@ -81,6 +130,7 @@ std::vector<float> reference_forward(const bert_model& m, const packed_batch& b)
 
 std::vector<float> padded_forward(const bert_model& m, const packed_batch& b, int batch_size) {
   check_batch(m, b);
+  TESSERA_CHECK(m.compute == dtype::fp32) << "padded_forward runs fp32 only: refuse a bf16 model before calling it";
   const bert_config& c = m.config;
   const int64_t h = c.hidden_size;
   const int n = b.num_seqs();

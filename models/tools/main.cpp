@@ -2,6 +2,7 @@
 // a preset out as a Hugging Face folder.
 //
 //   tessera-models --model bert-tiny --text "Hello, world!" --pair "Second part"
+//   tessera-models --model bert-base --dtype bf16 --text "Hello"      (the bf16 forward)
 //   tessera-models --model tests/data/models/tiny-odd --info
 //   tessera-models --model bert-base --seed 3 --save /tmp/bert-base-seed3
 //   tessera-models tokenize --tokenizer gpt2|llama|DIR --text "Hello world"   (tools/tokenize.cpp)
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "tokenize") return tokenize_main(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "generate") return generate_main(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "export-gguf") return export_gguf_main(argc - 1, argv + 1);
-  std::string model_name, save_dir;
+  std::string model_name, save_dir, dtype_text;
   std::vector<std::string> texts;
   std::string pair;
   uint64_t seed = 0;
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
       "text", po::value(&texts)->multitoken(), "text(s) to tokenize and classify (one sequence each)")(
       "pair", po::value(&pair), "second text: classify --text as a sentence pair")(
       "threads", po::value(&threads)->default_value(2), "oneDNN/OpenMP threads")(
+      "dtype", po::value(&dtype_text)->default_value("fp32"), "forward in fp32 (the reference) or bf16")(
       "save", po::value(&save_dir), "write the model as a Hugging Face folder");
   po::variables_map vm;
   try {
@@ -52,9 +54,18 @@ int main(int argc, char** argv) {
     std::cout << opts;
     return 0;
   }
+  const auto dt = parse_dtype(dtype_text);
+  if (!dt) {
+    std::cerr << dt.error().message() << "\n";
+    return 2;
+  }
   auto model = load_model(model_name, seed);
   if (!model) {
     std::cerr << model.error().to_string() << "\n";
+    return 2;
+  }
+  if (const tessera::status st = set_dtype(*model, *dt); !st.is_ok()) {
+    std::cerr << st.message() << "\n";
     return 2;
   }
   const bert_config& c = model->config;

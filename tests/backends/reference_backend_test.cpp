@@ -142,3 +142,40 @@ TEST(ReferenceBackend, RawForwardsAreThreadSafe) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(mismatches.load(), 0) << "models::reference_forward is not thread-safe";
 }
+
+// A bf16 model answers packed batches with its bf16 logits (near fp32's) and refuses padded ones:
+// the padded forward is fp32 only and must not answer in fp32 for a bf16 backend.
+TEST(ReferenceBackend, Bf16ModelAnswersPackedAndRefusesPadded) {
+  ASSERT_TRUE(models::check_dtype_supported(models::dtype::bf16).is_ok()) << "the bf16 tests need avx512_bf16";
+  auto fp32 = models::load_model("bert-tiny").value();
+  auto bf16 = fp32;
+  ASSERT_TRUE(models::set_dtype(bf16, models::dtype::bf16).is_ok());
+  auto backend = make_reference_backend(std::make_shared<const models::bert_model>(bf16), {.name = "bf16"});
+  batch_request req;
+  for (int len : {5, 40, 130}) {
+    sequence_input s;
+    s.token_ids.push_back(101);
+    for (int k = 0; k < len - 2; ++k) s.token_ids.push_back(2000 + 7 * k);
+    s.token_ids.push_back(102);
+    req.sequences.push_back(std::move(s));
+  }
+  req.layout = batch_layout::packed;
+  auto r = run(*backend, req);
+  ASSERT_TRUE(r.st) << r.st.to_string();
+  ASSERT_EQ(r.logits.size(), 6u);
+  bool differs = false;
+  for (size_t i = 0; i < req.sequences.size(); ++i) {
+    const auto want = reference_logits(fp32, req.sequences[i]);
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_NEAR(r.logits[i * 2 + j], want[j], 0.05f);
+      differs |= r.logits[i * 2 + j] != want[j];
+    }
+  }
+  EXPECT_TRUE(differs) << "bf16 backend answered fp32's logits exactly";
+  req.layout = batch_layout::padded;
+  req.padded_length = 130;
+  r = run(*backend, req);
+  EXPECT_EQ(r.st.code(), errc::unsupported) << r.st.to_string();
+  EXPECT_NE(r.st.message().find("padded batches run in fp32 only"), std::string::npos) << r.st.to_string();
+  EXPECT_TRUE(r.logits.empty());
+}

@@ -20,12 +20,14 @@
 
 namespace tessera::models {
 
-/// Logits [num_seqs, num_labels] of a packed batch. The batch must pass validate_batch (a bug
-/// otherwise: it aborts with context).
+/// Logits [num_seqs, num_labels] of a packed batch, in the model's dtype (model.compute: fp32, or
+/// bf16 after set_dtype). The batch must pass validate_batch (a bug otherwise: it aborts with
+/// context).
 std::vector<float> reference_forward(const bert_model& model, const packed_batch& batch);
 
 /// Same logits through the padded path: sequences in batches of batch_size (0 = all at once),
-/// each batch padded to its longest sequence.
+/// each batch padded to its longest sequence. fp32 only: a bf16 model is a bug here (callers
+/// refuse it with a message first).
 std::vector<float> padded_forward(const bert_model& model, const packed_batch& batch,
                                   int batch_size = 0);
 

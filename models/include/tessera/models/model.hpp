@@ -15,11 +15,14 @@
 #include <string_view>
 
 #include "tessera/common/status.hpp"
+#include "tessera/models/bf16.hpp"
 #include "tessera/models/config.hpp"
 #include "tessera/models/tokenizer.hpp"
 #include "tessera/models/weights.hpp"
 
 namespace tessera::models {
+
+struct bf16_bert_weights;
 
 struct bert_model {
   bert_config config;
@@ -27,10 +30,19 @@ struct bert_model {
   std::shared_ptr<const vocabulary> vocab;  ///< nullptr when the folder has no vocab.txt
   bool lower_case = true;                   ///< from tokenizer_config.json (default true)
   std::string source;                       ///< folder path or "preset:<name>:seed=<n>"
+  /// What reference_forward computes in: fp32 (the reference) or bf16 (set_dtype).
+  dtype compute = dtype::fp32;
+  /// The bf16 copy of the weights, made once by set_dtype(dtype::bf16); shared by copies.
+  std::shared_ptr<const bf16_bert_weights> bf16;
 
   /// A tokenizer over the model's vocab, max_length = max_position_embeddings.
   result<wordpiece_tokenizer> make_tokenizer() const;
 };
+
+/// Sets the forward's dtype. bf16 checks the CPU (check_dtype_supported: unsupported, with a
+/// message, where bf16 would not run natively) and converts the weights once (bf16_weights.hpp);
+/// fp32 keeps the bf16 copy, if any, for a later switch back.
+status set_dtype(bert_model& model, dtype d);
 
 /// A preset (see preset_config) with make_preset_weights(seed) and the built-in vocab.
 result<bert_model> make_preset_model(std::string_view preset, uint64_t seed = 0);

@@ -1,0 +1,69 @@
+// tessera/models/bf16.hpp: the compute data type of a forward (fp32, the reference, or bf16) and
+// bfloat16 values.
+//
+// bf16 keeps fp32's 8-bit exponent and 7 of its 23 mantissa bits: the emulated hardware stores
+// activations and weights this way and accumulates in fp32. Conversion rounds to nearest even.
+//
+//   auto d = parse_dtype("bf16");                  // result<dtype>; anything else: invalid
+//   if (auto st = check_dtype_supported(*d); !st.is_ok()) { print st; exit 2; }
+//   std::vector<bfloat16> h(n);
+//   to_bf16(x, n, h.data());                        // vectorised when the CPU has avx512_bf16
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "tessera/common/status.hpp"
+
+namespace tessera::models {
+
+/// Element type of weights and activations in a forward. fp32 is the reference.
+enum class dtype : uint8_t { fp32, bf16 };
+
+/// "fp32" or "bf16".
+std::string_view dtype_name(dtype d);
+/// Parses "fp32" or "bf16"; anything else is an invalid_argument naming both.
+result<dtype> parse_dtype(std::string_view text);
+/// Bytes per element: 4 or 2.
+int dtype_bytes(dtype d);
+
+/// OK when this CPU runs `d` natively. bf16 needs oneDNN's avx512_core_bf16 or AMX kernels (the
+/// effective ISA, which ONEDNN_MAX_CPU_ISA may lower) and the avx512_bf16 instructions; without
+/// them it is `unsupported` with a message saying so: tessera never falls back to fp32 silently,
+/// and oneDNN's emulated bf16 is slower than fp32.
+status check_dtype_supported(dtype d);
+/// The oneDNN ISA name this process would run bf16 on ("avx512_core_bf16", "avx512_core_amx") or
+/// the effective ISA when it lacks bf16 (e.g. "avx512_core").
+std::string bf16_isa_name();
+
+/// A bfloat16 value: the upper 16 bits of an IEEE float.
+struct bfloat16 {
+  uint16_t bits = 0;
+};
+static_assert(sizeof(bfloat16) == 2);
+
+inline float to_float(bfloat16 v) {
+  const uint32_t u = uint32_t{v.bits} << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
+/// Round to nearest even; NaN stays NaN (quiet), infinities stay infinite, denormals become a
+/// signed zero (as the avx512_bf16 instruction vcvtneps2bf16 does).
+inline bfloat16 to_bf16(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)};
+  if ((u & 0x7f800000u) == 0) return {static_cast<uint16_t>((u >> 16) & 0x8000u)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {static_cast<uint16_t>(u >> 16)};
+}
+
+/// y[i] = to_bf16(x[i]) for n values (bit-identical to the scalar one, vectorised).
+void to_bf16(const float* x, int64_t n, bfloat16* y);
+/// y[i] = to_float(x[i]) for n values.
+void to_float(const bfloat16* x, int64_t n, float* y);
+
+}  // namespace tessera::models
