@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   host::app::model_options mo;
   mo.so.batching_name = "packed";
   mo.so.batching.token_budget = 4096;
-  std::string memory = "256MiB", plan_text, keys_dir, faults_spec;
+  std::string memory = "256MiB", plan_text, keys_dir, faults_spec, dtype_text;
   int64_t register_ms = 20000, heartbeat_timeout_ms = 3000, exchange_timeout_ms = 30000;
   po::options_description opts(
       "tessera-host: compiles work onto a group of tile processes and runs it\n\n"
@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
     ("model", po::value(&mo.model), "preset (bert-tiny, bert-mini, bert-small, bert-base, bert-large; decoders gpt2-tiny, "
      "gpt2, gpt2-medium, llama-tiny, llama-1b) or Hugging Face folder")
     ("seed", po::value(&mo.seed)->default_value(0), "seed of a preset's random weights")
+    ("dtype", po::value(&dtype_text)->default_value("fp32"), "fp32 or bf16: BERT's matrices and activations in tile "
+     "memory and on the exchange (bf16: 2 bytes an element; partial sums, biases and gains stay fp32)")
     ("plan", po::value(&plan_text), "R,S,W[,M]: replicas, pipeline stages, tensor-parallel width, micro-batches (default: automatic)")
     ("serve", "serve the model over HTTP until SIGINT/SIGTERM")
     ("check", po::value(&mo.check_batches)->default_value(0), "run N mixed batches against the single-process reference "
@@ -115,6 +117,14 @@ int main(int argc, char** argv) {
                             "process needs its gpu.pub, gpu.key and host.pub) or --insecure\n", 2;
   }
   if (!mo.model.empty()) {
+    auto dt = models::parse_dtype(dtype_text);
+    if (!dt) return std::cerr << "tessera-host: --dtype: " << dt.error().message() << "\n", 2;
+    mo.dtype = *dt;
+    if (mo.dtype != models::dtype::fp32 && host::app::is_decoder_model(mo.model))
+      return std::cerr << "tessera-host: --dtype " << dtype_text << " is for BERT models; decoders run in fp32\n", 2;
+    if (mo.dtype != models::dtype::fp32 && (mo.gpu_replicas > 0 || mo.spawn_gpu > 0 || !mo.gpu_endpoints.empty()))
+      return std::cerr << "tessera-host: --dtype " << dtype_text << " runs on the tiles only: GPU backends (--gpu-replicas, "
+                          "--spawn-gpu, --gpu-endpoint) compute in fp32\n", 2;
     if (!plan_text.empty()) {
       auto p = host::parse_plan(plan_text);
       if (!p) return std::cerr << "tessera-host: " << p.error().message() << "\n", 2;

@@ -37,7 +37,7 @@ template <class F, of<tensor_desc> T>
 void fields(F& f, T& d) {
   f(d.id, "tensor.id");
   f(d.name, "tensor.name", 256);
-  f(d.type, "tensor.dtype", dtype::i32);
+  f(d.type, "tensor.dtype", dtype::bf16);
   f(d.shape, "tensor.shape", max_tensor_rank);
 }
 
@@ -661,9 +661,9 @@ envelope encode(const exchange_data& m, zmq::message_t slice) { return encode_me
 status decode(const envelope& e, exchange_data& m) {
   TESSERA_RETURN_IF_ERROR(decode_message(e, m));
   TESSERA_RETURN_IF_ERROR(expect_payloads(e, 1, "exchange_data"));
-  if (e.payloads[0].size() != m.elements * 4) {
+  if (e.payloads[0].size() != m.elements * 4 && e.payloads[0].size() != m.elements * 2) {
     return status::bad_message("exchange_data: payload has " + std::to_string(e.payloads[0].size()) +
-                               " bytes, header says " + std::to_string(m.elements) + " elements");
+                               " bytes, header says " + std::to_string(m.elements) + " elements (of 4 or 2 bytes)");
   }
   return status::ok();
 }

@@ -23,6 +23,7 @@ int run_demo(tile_group& g, const demo_options& o);
 struct model_options {
   std::string model;          ///< preset or Hugging Face folder
   uint64_t seed = 0;          ///< preset weights
+  models::dtype dtype = models::dtype::fp32;  ///< --dtype: BERT on tiles in fp32 or bf16
   std::optional<plan> forced;
   bool serve = false;         ///< HTTP front door until SIGINT/SIGTERM
   int check_batches = 0;      ///< run N mixed batches against the reference and exit

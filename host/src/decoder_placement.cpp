@@ -417,6 +417,9 @@ result<std::vector<float>> materialize(const models::decoder_model& m, const wei
 }
 
 result<compiled_model> compile_decoder(const models::model_shape& c, const placement_request& req) {
+  if (req.dtype != models::dtype::fp32)
+    return status::unsupported("decoders run in fp32 on tiles; --dtype " + std::string(models::dtype_name(req.dtype)) +
+                               " is for BERT models");
   if (c.arch != models::architecture::gpt2 && c.arch != models::architecture::llama)
     return status::invalid("compile_decoder takes a GPT-2 or LLaMA shape");
   if (req.tiles <= 0) return status::invalid("--tiles must be positive");

@@ -90,6 +90,11 @@ struct layout {
   plan p;
   int budget;
   int max_seqs;
+  models::dtype dt = models::dtype::fp32;
+  // A matrix or an activation: bf16 in a bf16 model.
+  tensor_desc mat(uint32_t id, std::string name, std::vector<int64_t> shape) const {
+    return {id, std::move(name), dt == models::dtype::bf16 ? dtype::bf16 : dtype::f32, std::move(shape)};
+  }
   int hd() const { return cfg.head_dim(); }
   row_range layers_of(int stage) const { return token_partition(cfg.num_layers, stage, p.stages); }
   row_range heads_of(int lane) const { return token_partition(cfg.num_heads, lane, p.width); }
@@ -117,10 +122,10 @@ void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards,
   };
   const bool first = t.stage == 0, last = t.stage == L.p.stages - 1;
   if (first) {
-    weight(f32(ids::word, "word_embeddings", {L.cfg.vocab_size, H}), shard_kind::whole, "embeddings.word_embeddings.weight");
-    weight(f32(ids::position, "position_embeddings", {L.cfg.max_position_embeddings, H}), shard_kind::whole,
+    weight(L.mat(ids::word, "word_embeddings", {L.cfg.vocab_size, H}), shard_kind::whole, "embeddings.word_embeddings.weight");
+    weight(L.mat(ids::position, "position_embeddings", {L.cfg.max_position_embeddings, H}), shard_kind::whole,
            "embeddings.position_embeddings.weight");
-    weight(f32(ids::token_type, "token_type_embeddings", {L.cfg.type_vocab_size, H}), shard_kind::whole,
+    weight(L.mat(ids::token_type, "token_type_embeddings", {L.cfg.type_vocab_size, H}), shard_kind::whole,
            "embeddings.token_type_embeddings.weight");
     weight(f32(ids::emb_gamma, "embeddings.ln.gamma", {H}), shard_kind::whole, "embeddings.LayerNorm.weight");
     weight(f32(ids::emb_beta, "embeddings.ln.beta", {H}), shard_kind::whole, "embeddings.LayerNorm.bias");
@@ -128,18 +133,18 @@ void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards,
   for (int l = t.layer_begin; l < t.layer_end; ++l) {
     const std::string pre = "encoder.layer." + std::to_string(l) + ".";
     const std::string tag = "L" + std::to_string(l) + ".";
-    weight(f32(ids::layer(l, ids::qkv_w), tag + "qkv.w", {3 * hw, H}), shard_kind::qkv_w, pre, t.head_begin, t.head_end);
+    weight(L.mat(ids::layer(l, ids::qkv_w), tag + "qkv.w", {3 * hw, H}), shard_kind::qkv_w, pre, t.head_begin, t.head_end);
     weight(f32(ids::layer(l, ids::qkv_b), tag + "qkv.b", {3 * hw}), shard_kind::qkv_b, pre, t.head_begin, t.head_end);
-    weight(f32(ids::layer(l, ids::attn_out_w), tag + "attn_out.w", {H, hw}), shard_kind::columns,
+    weight(L.mat(ids::layer(l, ids::attn_out_w), tag + "attn_out.w", {H, hw}), shard_kind::columns,
            pre + "attention.output.dense.weight", t.head_begin * L.hd(), t.head_end * L.hd());
     weight(f32(ids::layer(l, ids::attn_out_b), tag + "attn_out.b", {H}), shard_kind::whole, pre + "attention.output.dense.bias");
     weight(f32(ids::layer(l, ids::attn_gamma), tag + "attn_ln.gamma", {H}), shard_kind::whole, pre + "attention.output.LayerNorm.weight");
     weight(f32(ids::layer(l, ids::attn_beta), tag + "attn_ln.beta", {H}), shard_kind::whole, pre + "attention.output.LayerNorm.bias");
-    weight(f32(ids::layer(l, ids::ffn_in_w), tag + "ffn_in.w", {fw, H}), shard_kind::rows, pre + "intermediate.dense.weight",
+    weight(L.mat(ids::layer(l, ids::ffn_in_w), tag + "ffn_in.w", {fw, H}), shard_kind::rows, pre + "intermediate.dense.weight",
            t.ffn_begin, t.ffn_end);
     weight(f32(ids::layer(l, ids::ffn_in_b), tag + "ffn_in.b", {fw}), shard_kind::rows, pre + "intermediate.dense.bias",
            t.ffn_begin, t.ffn_end);
-    weight(f32(ids::layer(l, ids::ffn_out_w), tag + "ffn_out.w", {H, fw}), shard_kind::columns, pre + "output.dense.weight",
+    weight(L.mat(ids::layer(l, ids::ffn_out_w), tag + "ffn_out.w", {H, fw}), shard_kind::columns, pre + "output.dense.weight",
            t.ffn_begin, t.ffn_end);
     weight(f32(ids::layer(l, ids::ffn_out_b), tag + "ffn_out.b", {H}), shard_kind::whole, pre + "output.dense.bias");
     weight(f32(ids::layer(l, ids::out_gamma), tag + "out_ln.gamma", {H}), shard_kind::whole, pre + "output.LayerNorm.weight");
@@ -147,9 +152,9 @@ void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards,
   }
   const bool head_tile = last && t.lane == 0;
   if (head_tile) {
-    weight(f32(ids::pooler_w, "pooler.w", {H, H}), shard_kind::whole, "pooler.dense.weight");
+    weight(L.mat(ids::pooler_w, "pooler.w", {H, H}), shard_kind::whole, "pooler.dense.weight");
     weight(f32(ids::pooler_b, "pooler.b", {H}), shard_kind::whole, "pooler.dense.bias");
-    weight(f32(ids::cls_w, "classifier.w", {L.cfg.num_labels, H}), shard_kind::whole, "classifier.weight");
+    weight(L.mat(ids::cls_w, "classifier.w", {L.cfg.num_labels, H}), shard_kind::whole, "classifier.weight");
     weight(f32(ids::cls_b, "classifier.b", {L.cfg.num_labels}), shard_kind::whole, "classifier.bias");
   }
   // Activations at the token budget.
@@ -157,12 +162,12 @@ void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards,
     act({ids::token_ids, "token_ids", dtype::i32, {T}});
     act({ids::token_types, "token_types", dtype::i32, {T}});
   }
-  act(f32(ids::hidden, "hidden", {T, H}));
+  act(L.mat(ids::hidden, "hidden", {T, H}));
   if (t.layer_end > t.layer_begin) {
-    act(f32(ids::qkv, "qkv", {T, 3 * hw}));
-    act(f32(ids::context, "context", {T, hw}));
+    act(L.mat(ids::qkv, "qkv", {T, 3 * hw}));
+    act(L.mat(ids::context, "context", {T, hw}));
     act(f32(ids::partial, "partial_sum", {T, H}));
-    act(f32(ids::ffn, "ffn", {T, fw}));
+    act(L.mat(ids::ffn, "ffn", {T, fw}));
   }
   if (head_tile) act(f32(ids::logits, "logits", {L.max_seqs, L.cfg.num_labels}));
   // Exchange: the most this tile receives in one superstep (reduce-scatter / all-gather parts
@@ -170,8 +175,9 @@ void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards,
   // the emulated hardware would.
   const int64_t W = L.p.width;
   int64_t part_rows = (T + W - 1) / W;
+  // Partial sums arrive as f32, hidden rows in the model's dtype (a bf16 row is half an f32 one).
   int64_t inbound = (W - 1) * part_rows * H;
-  if (t.stage > 0) inbound = std::max<int64_t>(inbound, T * H);
+  if (t.stage > 0) inbound = std::max<int64_t>(inbound, L.dt == models::dtype::bf16 ? (T * H + 1) / 2 : T * H);
   if (inbound > 0) act(f32(ids::exchange_buffer, "exchange_buffer", {inbound}), "exchange");
 }
 
@@ -422,7 +428,7 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
   std::string smallest_table;
   uint64_t smallest_need = UINT64_MAX;
   for (const plan& p : candidates) {
-    layout L{cfg, p, req.token_budget, max_seqs};
+    layout L{cfg, p, req.token_budget, max_seqs, req.dtype};
     layout_result lr = lay_out(L);
     const double secs = estimate_batch_seconds(cfg, p, req.token_budget, req.machine);
     const double rate = p.replicas * req.token_budget / secs;
@@ -457,7 +463,7 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
       bool fits = false;
       for (const plan& p : plans_for(cfg, n)) {
         if (p.replicas != 1) continue;
-        layout L{cfg, p, req.token_budget, max_seqs};
+        layout L{cfg, p, req.token_budget, max_seqs, req.dtype};
         if (lay_out(L).max_bytes <= req.tile_memory) {
           more_tiles = "--tiles " + std::to_string(n) + " (plan " + p.to_string() + ")";
           fits = true;
@@ -473,6 +479,7 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
                                  ", or a smaller --token-budget.\n" + smallest_table);
   }
   best.config = cfg;
+  best.dtype = req.dtype;
   best.token_budget = req.token_budget;
   best.max_sequences = max_seqs;
   return best;
@@ -480,7 +487,8 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
 
 std::string compiled_model::describe() const {
   std::ostringstream os;
-  os << "plan " << chosen.to_string() << " (replicas x stages x width = " << chosen.tiles() << " tiles), token budget "
+  os << "plan " << chosen.to_string() << " (replicas x stages x width = " << chosen.tiles() << " tiles), "
+     << models::dtype_name(dtype) << ", token budget "
      << token_budget << ", up to " << max_sequences << " sequences a batch, " << supersteps()
      << " supersteps a " << (decoder ? "step" : "batch") << "; cost model: " << estimated_batch_seconds * 1e3
      << " ms per full " << (decoder ? "step" : "batch") << " per replica\n";

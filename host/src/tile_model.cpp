@@ -26,18 +26,27 @@ result<std::unique_ptr<tile_model>> tile_model::deploy(tile_group& group, compil
 
 status stream_shards(tile_group& group, const compiled_model& compiled, uint32_t t, const shard_cutter& cut,
                      uint64_t& done, const std::function<void(uint64_t, uint64_t)>& progress, uint64_t total) {
-  // Materialise one tile's shards, send them, drop them: the host never holds a second model.
+  // Materialise one tile's shards, send them, drop them: the host never holds a second model. A
+  // bf16 shard is converted here, once, and sent at 2 bytes an element.
   std::vector<std::vector<float>> data;
+  std::vector<std::vector<models::bfloat16>> halves;
   std::vector<tile_group::alloc_request> reqs;
   for (const auto& s : compiled.shards) {
     if (s.tile != t) continue;
     auto d = cut(s);
     if (!d) return d.error().with_context("cutting " + s.desc.name + " for tile " + std::to_string(t));
-    data.push_back(std::move(*d));
+    if (d->size() != s.desc.elements())
+      return status::internal("shard " + s.desc.name + " cut to " + std::to_string(d->size()) + " values, its tensor holds " +
+                              std::to_string(s.desc.elements()));
+    if (s.desc.type == exchange::dtype::bf16) {
+      halves.emplace_back(d->size());
+      models::to_bf16(d->data(), static_cast<int64_t>(d->size()), halves.back().data());
+      reqs.push_back({t, s.desc, halves.back().data()});
+    } else {
+      data.push_back(std::move(*d));
+      reqs.push_back({t, s.desc, data.back().data()});
+    }
   }
-  size_t k = 0;
-  for (const auto& s : compiled.shards)
-    if (s.tile == t) reqs.push_back({t, s.desc, data[k++].data()});
   const uint64_t before = done;
   return group.alloc_many(reqs, [&](uint64_t sent, uint64_t) {
     done = before + sent;

@@ -49,15 +49,17 @@ struct matmul_key {
   int64_t in, out, ldx, ldy, rows;
   bool bias, f32_out;
   activation act;
+  bool packed;
   bool operator==(const matmul_key& o) const {
-    return std::tie(in, out, ldx, ldy, rows, bias, f32_out, act) ==
-           std::tie(o.in, o.out, o.ldx, o.ldy, o.rows, o.bias, o.f32_out, o.act);
+    return std::tie(in, out, ldx, ldy, rows, bias, f32_out, act, packed) ==
+           std::tie(o.in, o.out, o.ldx, o.ldy, o.rows, o.bias, o.f32_out, o.act, o.packed);
   }
 };
 struct matmul_key_hash {
   size_t operator()(const matmul_key& k) const {
     size_t h = 1469598103934665603ull;
-    for (int64_t v : {k.in, k.out, k.ldx, k.ldy, k.rows, int64_t{k.bias}, int64_t{k.f32_out}, int64_t(k.act)})
+    for (int64_t v : {k.in, k.out, k.ldx, k.ldy, k.rows, int64_t{k.bias}, int64_t{k.f32_out}, int64_t(k.act),
+                      int64_t{k.packed}})
       h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
     return h;
   }
@@ -88,7 +90,8 @@ std::shared_ptr<const matmul_entry> get_matmul(const matmul_key& k) {
   }
   auto e = std::make_shared<matmul_entry>();
   e->src = dnnl::memory::desc(dims{k.rows, k.in}, dt::bf16, dims{k.ldx, 1});
-  e->wei = packed_weight_desc(k.in, k.out);
+  // W [out, in] row-major is W^T [in, out] with strides (1, in).
+  e->wei = k.packed ? packed_weight_desc(k.in, k.out) : dnnl::memory::desc(dims{k.in, k.out}, dt::bf16, dims{1, k.in});
   e->dst = dnnl::memory::desc(dims{k.rows, k.out}, k.f32_out ? dt::f32 : dt::bf16, dims{k.ldy, 1});
   if (k.bias) e->bias = dnnl::memory::desc(dims{1, k.out}, dt::f32, dims{k.out, 1});
   dnnl::primitive_attr attr;
@@ -128,7 +131,7 @@ void linear_any(const bfloat16* x, int64_t T, const bf16_weight& W, const float*
   auto* out = static_cast<char*>(y);
   int64_t row = 0;
   auto run = [&](int64_t rows) {
-    run_matmul({W.in(), W.out(), ldx, ldy, rows, bias != nullptr, f32_out, act}, x + row * ldx, W, bias,
+    run_matmul({W.in(), W.out(), ldx, ldy, rows, bias != nullptr, f32_out, act, W.packed()}, x + row * ldx, W, bias,
                out + row * ldy * y_bytes);
     row += rows;
   };
@@ -163,6 +166,17 @@ bf16_weight bf16_weight::pack(const float* W, int64_t out, int64_t in, int64_t l
   return w;
 }
 
+bf16_weight bf16_weight::view(const bfloat16* W, int64_t out, int64_t in) {
+  TESSERA_CHECK(W != nullptr && out > 0 && in > 0) << "bf16_weight::view " << out << " x " << in;
+  bf16_weight w;
+  w.in_ = in;
+  w.out_ = out;
+  w.bytes_ = 2 * out * in;
+  w.packed_ = false;
+  w.data_ = std::shared_ptr<const void>(std::shared_ptr<const void>(), W);  // not owned
+  return w;
+}
+
 void linear(const bfloat16* x, int64_t T, const bf16_weight& W, const float* bias, bfloat16* y, activation act,
             int64_t ldx, int64_t ldy) {
   linear_any(x, T, W, bias, y, false, act, ldx, ldy);
@@ -174,7 +188,7 @@ void linear(const bfloat16* x, int64_t T, const bf16_weight& W, const float* bia
 }
 
 void gemm_bf16_abt(const bfloat16* A, const bf16_weight& B, bfloat16* C, int64_t M) {
-  run_matmul({B.in(), B.out(), B.in(), B.out(), M, false, false, activation::none}, A, B, nullptr, C);
+  run_matmul({B.in(), B.out(), B.in(), B.out(), M, false, false, activation::none, B.packed()}, A, B, nullptr, C);
 }
 
 namespace {
@@ -219,6 +233,21 @@ void add_layer_norm(const bfloat16* x, const bfloat16* residual, int64_t T, int6
       to_float(residual + t * n, n, b.data());
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+      normalize_row(a.data(), n, gamma, beta, eps, y + t * n);
+    }
+  }
+}
+
+void add_layer_norm(const float* x, const bfloat16* residual, int64_t T, int64_t n, const float* gamma,
+                    const float* beta, float eps, bfloat16* y) {
+#pragma omp parallel if (T * n > 32768)
+  {
+    std::vector<float> a(static_cast<size_t>(n));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      to_float(residual + t * n, n, a.data());
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) a[i] += x[t * n + i];
       normalize_row(a.data(), n, gamma, beta, eps, y + t * n);
     }
   }

@@ -43,7 +43,8 @@ std::vector<std::vector<float>> run_inproc(const host::demo_program& d, uint32_t
       for (size_t j = 0; j < d.batch.outputs.size(); ++j)
         if (d.batch.outputs[j].tile == t) {
           auto s = resolve_slice(d.batch.outputs[j].src, mem, 0);
-          outputs[j].assign(s->data, s->data + s->elements);
+          const auto* f = reinterpret_cast<const float*>(s->data);
+          outputs[j].assign(f, f + s->elements);
         }
     });
   }
@@ -143,7 +144,15 @@ TEST(SuperstepLoop, TokenSlicesFollowActiveTokens) {
   auto part = resolve_slice({1, exchange::slice_kind::token_part, 0, 4, 2, 3}, mem, 7);
   ASSERT_TRUE(part);
   EXPECT_EQ(part->elements, 8u);  // rows 5..6 of 7
-  EXPECT_EQ(part->data, mem.find(1)->f32() + 20);
+  EXPECT_EQ(part->data, reinterpret_cast<std::byte*>(mem.find(1)->f32() + 20));
+  // bf16 tensors: 2-byte elements.
+  ASSERT_TRUE(mem.allocate({2, "h16", exchange::dtype::bf16, {10, 4}}));
+  auto half = resolve_slice({2, exchange::slice_kind::token_part, 0, 4, 2, 3}, mem, 7);
+  ASSERT_TRUE(half);
+  EXPECT_EQ(half->elements, 8u);
+  EXPECT_EQ(half->bytes(), 16u);
+  EXPECT_EQ(half->data, mem.find(2)->data + 40);
+  EXPECT_EQ(mem.find(2)->bytes, 128u);  // 80 bytes rounded up to the arena's 64-byte lines
   EXPECT_FALSE(resolve_slice({1, exchange::slice_kind::token_rows, 0, 4, 0, 1}, mem, 11));  // over the budget
   EXPECT_FALSE(resolve_slice({1, exchange::slice_kind::fixed, 38, 4, 0, 1}, mem, 0));
 }

@@ -8,9 +8,15 @@
 //   attention         qkv [B, 3*h*d] -> ctx [B, h*d]                  params[2..3]: heads, head_dim
 //   bias_residual_ln  partial, bias, x, gamma, beta -> x              params[2..3]: part, parts; fparams: eps
 //   classifier        x, pooler_w, pooler_b, cls_w, cls_b -> logits [max_seqs, labels]
+//
+// A bf16 model's tiles hold its matrices (embedding tables, Linear weights) and activations
+// (hidden, qkv, context, ffn) as bf16 and everything else as f32: biases, LayerNorm gains, the
+// partial sums the exchange reduces (summing in bf16 would round at every tile) and the logits.
+// Each kernel follows its tensors' dtypes and refuses a mix it does not compute.
 #include <vector>
 
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/kernels_bf16.hpp"
 #include "kernel_util.hpp"
 #include "tessera/tile/kernel_registry.hpp"
 
@@ -19,6 +25,19 @@ namespace {
 
 using detail::micro_of;
 using detail::need_rows;
+using exchange::dtype;
+
+bool is_bf16(const tile_tensor& t) { return t.desc.type == dtype::bf16; }
+models::bfloat16* bf16_of(const tile_tensor& t) { return reinterpret_cast<models::bfloat16*>(t.data); }
+
+// Every tensor is f32, or all named ones are bf16: what a kernel's bf16 path needs.
+status same_dtype(std::initializer_list<const tile_tensor*> ts, dtype want) {
+  for (const auto* t : ts)
+    if (t->desc.type != want)
+      return status::invalid("tensor '" + t->desc.name + "' is " + (is_bf16(*t) ? "bf16" : "f32") + ", this call needs " +
+                             (want == dtype::bf16 ? "bf16" : "f32"));
+  return status::ok();
+}
 
 
 status embed_kernel(const kernel_args& a) {
@@ -30,10 +49,25 @@ status embed_kernel(const kernel_args& a) {
   const int64_t hidden = x.desc.shape.size() == 2 ? x.desc.shape[1] : 0;
   TESSERA_RETURN_IF_ERROR(need_rows(x, m->r1, hidden));
   if (a.inputs[0]->elements() < static_cast<uint64_t>(m->r1)) return status::invalid("token ids shorter than the batch");
+  const int64_t rows = m->r1 - m->r0;
+  const int32_t* ids = a.inputs[0]->i32() + m->r0;
+  const int32_t* types = a.inputs[1]->i32() + m->r0;
+  const int seqs = static_cast<int>(m->s1 - m->s0);
+  const dtype dt = x.desc.type;
+  TESSERA_RETURN_IF_ERROR(same_dtype({&x, a.inputs[2], a.inputs[3], a.inputs[4]}, dt));
+  TESSERA_RETURN_IF_ERROR(same_dtype({a.inputs[5], a.inputs[6]}, dtype::f32));
+  if (dt == dtype::bf16) {
+    std::vector<float> sum(static_cast<size_t>(rows * hidden));
+    models::embed(ids, types, m->offsets.data(), seqs, bf16_of(*a.inputs[2]), bf16_of(*a.inputs[3]),
+                  bf16_of(*a.inputs[4]), hidden, sum.data());
+    models::layer_norm(sum.data(), rows, hidden, a.inputs[5]->f32(), a.inputs[6]->f32(), a.fparams[0],
+                       bf16_of(x) + m->r0 * hidden);
+    return status::ok();
+  }
   float* out = x.f32() + m->r0 * hidden;
-  models::embed(a.inputs[0]->i32() + m->r0, a.inputs[1]->i32() + m->r0, m->offsets.data(),
-                static_cast<int>(m->s1 - m->s0), a.inputs[2]->f32(), a.inputs[3]->f32(), a.inputs[4]->f32(), hidden, out);
-  models::layer_norm(out, m->r1 - m->r0, hidden, a.inputs[5]->f32(), a.inputs[6]->f32(), a.fparams[0], out);
+  models::embed(ids, types, m->offsets.data(), seqs, a.inputs[2]->f32(), a.inputs[3]->f32(), a.inputs[4]->f32(),
+                hidden, out);
+  models::layer_norm(out, rows, hidden, a.inputs[5]->f32(), a.inputs[6]->f32(), a.fparams[0], out);
   return status::ok();
 }
 
@@ -47,12 +81,19 @@ status linear_kernel(const kernel_args& a) {
   TESSERA_RETURN_IF_ERROR(need_rows(*a.outputs[0], m->r1, out));
   const float* bias = a.inputs.size() > 2 ? a.inputs[2]->f32() : nullptr;
   if (bias && a.inputs[2]->elements() != static_cast<uint64_t>(out)) return status::invalid("bias length differs from out");
+  const auto& x = *a.inputs[0];
+  auto& y = *a.outputs[0];
+  if (is_bf16(x) || is_bf16(w)) TESSERA_RETURN_IF_ERROR(same_dtype({&x, &w}, dtype::bf16));
+  if (bias) TESSERA_RETURN_IF_ERROR(same_dtype({a.inputs[2]}, dtype::f32));
   if (m->r1 == m->r0 || out == 0) return status::ok();
+  const int64_t rows = m->r1 - m->r0;
   if (in == 0) {
     // A lane that holds no heads or columns contributes only the bias (or nothing) to the sum.
-    float* y = a.outputs[0]->f32() + m->r0 * out;
-    for (int64_t r = 0; r < m->r1 - m->r0; ++r)
-      for (int64_t j = 0; j < out; ++j) y[r * out + j] = bias ? bias[j] : 0.f;
+    std::vector<float> fill(static_cast<size_t>(rows * out));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < out; ++j) fill[static_cast<size_t>(r * out + j)] = bias ? bias[j] : 0.f;
+    if (is_bf16(y)) models::to_bf16(fill.data(), rows * out, bf16_of(y) + m->r0 * out);
+    else std::copy(fill.begin(), fill.end(), y.f32() + m->r0 * out);
     return status::ok();
   }
   models::activation act = models::activation::none;
@@ -64,8 +105,15 @@ status linear_kernel(const kernel_args& a) {
     case 4: act = models::activation::silu; break;
     default: return status::invalid("linear: unknown activation " + std::to_string(a.params[2]));
   }
-  models::linear(a.inputs[0]->f32() + m->r0 * in, m->r1 - m->r0, in, w.f32(), bias, out,
-                 a.outputs[0]->f32() + m->r0 * out, act);
+  if (is_bf16(x)) {
+    const auto W = models::bf16_weight::view(bf16_of(w), out, in);
+    const models::bfloat16* xs = bf16_of(x) + m->r0 * in;
+    if (is_bf16(y)) models::linear(xs, rows, W, bias, bf16_of(y) + m->r0 * out, act);
+    else models::linear(xs, rows, W, bias, y.f32() + m->r0 * out, act);  // partial sums stay f32
+    return status::ok();
+  }
+  TESSERA_RETURN_IF_ERROR(same_dtype({&y}, dtype::f32));
+  models::linear(x.f32() + m->r0 * in, rows, in, w.f32(), bias, out, y.f32() + m->r0 * out, act);
   return status::ok();
 }
 
@@ -78,6 +126,15 @@ status attention_kernel(const kernel_args& a) {
   TESSERA_RETURN_IF_ERROR(need_rows(*a.inputs[0], m->r1, 3 * width));
   TESSERA_RETURN_IF_ERROR(need_rows(*a.outputs[0], m->r1, width));
   if (m->r1 == m->r0 || heads == 0) return status::ok();
+  TESSERA_RETURN_IF_ERROR(same_dtype({a.inputs[0], a.outputs[0]}, a.inputs[0]->desc.type));
+  if (is_bf16(*a.inputs[0])) {
+    const models::bfloat16* qkv = bf16_of(*a.inputs[0]) + m->r0 * 3 * width;
+    models::attention_packed(models::bf16_strided{qkv, 3 * width}, models::bf16_strided{qkv + width, 3 * width},
+                             models::bf16_strided{qkv + 2 * width, 3 * width}, m->offsets.data(),
+                             static_cast<int>(m->s1 - m->s0), heads, head_dim,
+                             models::bf16_strided_out{bf16_of(*a.outputs[0]) + m->r0 * width, width});
+    return status::ok();
+  }
   const float* qkv = a.inputs[0]->f32() + m->r0 * 3 * width;
   models::attention_packed({qkv, 3 * width}, {qkv + width, 3 * width}, {qkv + 2 * width, 3 * width}, m->offsets.data(),
                            static_cast<int>(m->s1 - m->s0), heads, head_dim,
@@ -97,9 +154,15 @@ status bias_residual_ln_kernel(const kernel_args& a) {
   TESSERA_RETURN_IF_ERROR(need_rows(partial, m->r1, hidden));
   TESSERA_RETURN_IF_ERROR(need_rows(x, m->r1, hidden));
   if (rows == 0) return status::ok();
+  TESSERA_RETURN_IF_ERROR(same_dtype({&partial, a.inputs[1], a.inputs[3], a.inputs[4]}, dtype::f32));
   float* p = partial.f32() + r0 * hidden;
   const float* bias = a.inputs[1]->f32();
   for (int64_t r = 0; r < rows; ++r) models::add(p + r * hidden, bias, hidden, p + r * hidden);
+  if (is_bf16(x)) {
+    models::bfloat16* xr = bf16_of(x) + r0 * hidden;
+    models::add_layer_norm(p, xr, rows, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), a.fparams[0], xr);
+    return status::ok();
+  }
   float* xr = x.f32() + r0 * hidden;
   models::add_layer_norm(p, xr, rows, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), a.fparams[0], xr);
   return status::ok();
@@ -117,6 +180,15 @@ status classifier_kernel(const kernel_args& a) {
   if (m->s1 == m->s0) return status::ok();
   std::vector<int32_t> cls;
   for (int64_t s = m->s0; s < m->s1; ++s) cls.push_back(a.ctx.seq_offsets[static_cast<size_t>(s)]);
+  TESSERA_RETURN_IF_ERROR(same_dtype({a.inputs[2], a.inputs[4], &logits}, dtype::f32));
+  TESSERA_RETURN_IF_ERROR(same_dtype({a.inputs[1], a.inputs[3]}, x.desc.type));
+  if (is_bf16(x)) {
+    models::pooler_classifier(bf16_of(x), hidden, cls.data(), static_cast<int>(cls.size()),
+                              models::bf16_weight::view(bf16_of(*a.inputs[1]), hidden, hidden), a.inputs[2]->f32(),
+                              models::bf16_weight::view(bf16_of(*a.inputs[3]), labels, hidden), a.inputs[4]->f32(),
+                              logits.f32() + m->s0 * labels);
+    return status::ok();
+  }
   models::pooler_classifier(x.f32(), hidden, cls.data(), static_cast<int>(cls.size()), hidden, a.inputs[1]->f32(),
                             a.inputs[2]->f32(), a.inputs[3]->f32(), a.inputs[4]->f32(), labels,
                             logits.f32() + m->s0 * labels);
@@ -126,11 +198,11 @@ status classifier_kernel(const kernel_args& a) {
 }  // namespace
 
 void register_bert_kernels(kernel_registry& reg) {
-  reg.add("embed", {7, 7, 1, 1}, embed_kernel);
-  reg.add("linear", {2, 3, 1, 1}, linear_kernel);
-  reg.add("attention", {1, 1, 1, 1}, attention_kernel);
-  reg.add("bias_residual_ln", {5, 5, 1, 1}, bias_residual_ln_kernel);
-  reg.add("classifier", {5, 5, 1, 1}, classifier_kernel);
+  reg.add("embed", {7, 7, 1, 1, true}, embed_kernel);
+  reg.add("linear", {2, 3, 1, 1, true}, linear_kernel);
+  reg.add("attention", {1, 1, 1, 1, true}, attention_kernel);
+  reg.add("bias_residual_ln", {5, 5, 1, 1, true}, bias_residual_ln_kernel);
+  reg.add("classifier", {5, 5, 1, 1, true}, classifier_kernel);
 }
 
 }  // namespace tessera::tile

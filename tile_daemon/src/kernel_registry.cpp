@@ -51,6 +51,14 @@ status kernel_registry::run(const exchange::kernel_call& call, tile_memory& memo
       return status::not_found("kernel '" + call.kernel + "': output tensor id " + std::to_string(call.outputs[i]) +
                                " is not in tile " + std::to_string(memory.tile_id()) + "'s memory");
   }
+  if (!it->second.sig.bf16)
+    for (auto* t : std::span<tile_tensor* const>(ins, call.inputs.size()))
+      if (t->desc.type == exchange::dtype::bf16)
+        return status::unsupported("kernel '" + call.kernel + "' does not take bf16 tensors ('" + t->desc.name + "')");
+  if (!it->second.sig.bf16)
+    for (auto* t : std::span<tile_tensor* const>(outs, call.outputs.size()))
+      if (t->desc.type == exchange::dtype::bf16)
+        return status::unsupported("kernel '" + call.kernel + "' does not take bf16 tensors ('" + t->desc.name + "')");
   kernel_args args{ctx, {ins, call.inputs.size()}, {outs, call.outputs.size()}, call.params, call.fparams};
   status st = it->second.fn(args);
   if (!st) return st.with_context("kernel '" + call.kernel + "'");

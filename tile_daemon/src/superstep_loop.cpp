@@ -51,7 +51,7 @@ result<slice_span> resolve_slice(const slice_ref& s, tile_memory& memory, const 
   if (begin > n || count > n - begin)
     return status::invalid("slice [" + std::to_string(begin) + ", +" + std::to_string(count) + ") overruns tensor '" +
                            t->desc.name + "' of " + std::to_string(n) + " elements");
-  return slice_span{t->f32() + begin, count};
+  return slice_span{t->data + begin * dtype_size(t->desc.type), count, t->desc.type};
 }
 
 superstep_runner::superstep_runner(uint32_t self, transport& t, tile_memory& memory, const kernel_registry& registry,
@@ -222,20 +222,20 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
   std::vector<std::pair<uint32_t, envelope>> held;
   // Byte ranges this superstep's receives write: a slice sent from one of them is copied, since
   // ZeroMQ may not have read it yet when the receive lands (a swap, an in-place reduction).
-  std::vector<std::pair<const float*, const float*>> written;
+  std::vector<std::pair<const std::byte*, const std::byte*>> written;
   for (const recv_op& op : s.recvs)
     if (auto dst = resolve_slice(op.dst, memory_, rows_); dst && dst->elements)
-      written.emplace_back(dst->data, dst->data + dst->elements);
+      written.emplace_back(dst->data, dst->data + dst->bytes());
   for (const send_op& op : s.sends) {
     auto src = resolve_slice(op.src, memory_, rows_);
     if (!src) return src.error().with_context("send to tile " + std::to_string(op.peer));
-    const size_t bytes = src->elements * 4;
+    const size_t bytes = src->bytes();
     exchange_data d{prog.id, run.batch_id, step, self_, op.peer, op.tag, src->elements,
                     payload_checksum(src->data, bytes)};
     c.bytes_sent += bytes;
     if (!faults_) {
-      const float* begin = src->data;
-      const float* end = src->data + src->elements;
+      const std::byte* begin = src->data;
+      const std::byte* end = src->data + bytes;
       const bool overwritten = std::any_of(written.begin(), written.end(),
                                            [&](const auto& w) { return begin < w.second && w.first < end; });
       TESSERA_RETURN_IF_ERROR(transport_.send(
@@ -264,10 +264,13 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
     auto e = wait_for({run.batch_id, step, 0, op.peer, op.tag}, interrupted, "a slice");
     if (!e) return e.error();
     const zmq::message_t& payload = e->message.payloads[0];
-    if (payload.size() != dst->elements * 4)
-      return status::bad_message("tile " + std::to_string(op.peer) + " sent " + std::to_string(payload.size() / 4) +
-                                 " elements for tag " + std::to_string(op.tag) + ", tile " + std::to_string(self_) +
-                                 " expects " + std::to_string(dst->elements));
+    if (payload.size() != dst->bytes())
+      return status::bad_message("tile " + std::to_string(op.peer) + " sent " + std::to_string(payload.size()) +
+                                 " bytes for tag " + std::to_string(op.tag) + ", tile " + std::to_string(self_) +
+                                 " expects " + std::to_string(dst->elements) + " elements of " +
+                                 std::to_string(dtype_size(dst->type)) + " bytes");
+    if (op.accumulate && dst->type != dtype::f32)
+      return status::invalid("a receive accumulates only into f32 tensors (tag " + std::to_string(op.tag) + ")");
     // The header was decoded and checked in accept(); only the payload is checked here.
     if (payload_checksum(payload.data(), payload.size()) != e->checksum)
       return status::bad_message("corrupt slice from tile " + std::to_string(op.peer) + " (tag " +
@@ -276,10 +279,11 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
     // A small message's bytes live inside the message object, not 4-byte aligned: read by memcpy.
     const auto* in = static_cast<const unsigned char*>(payload.data());
     if (op.accumulate) {
+      auto* acc = reinterpret_cast<float*>(dst->data);
       for (uint64_t i = 0; i < dst->elements; ++i) {
         float v;
         std::memcpy(&v, in + i * sizeof v, sizeof v);
-        dst->data[i] += v;
+        acc[i] += v;
       }
     } else {
       std::memcpy(dst->data, in, payload.size());

@@ -154,7 +154,7 @@ struct tile_daemon::impl {
     auto s = resolve_slice(m.slice, memory, m.active_tokens);
     if (!s) return reply({m.request_id, cfg.tile_id, s.error().code(), s.error().message()});
     std::vector<zmq::message_t> p;
-    p.push_back(copy_frame(s->data, s->elements * 4));
+    p.push_back(copy_frame(s->data, s->bytes()));
     reply({m.request_id, cfg.tile_id, errc::ok, "", 1}, std::move(p));
   }
 
@@ -222,9 +222,9 @@ struct tile_daemon::impl {
     for (size_t i = 0; st && i < m.inputs.size(); ++i) {
       auto s = resolve_slice(m.inputs[i], memory, rows);
       if (!s) st = s.error().with_context("input " + std::to_string(i));
-      else if (s->elements * 4 != e.payloads[i].size())
+      else if (s->bytes() != e.payloads[i].size())
         st = status::invalid("input " + std::to_string(i) + " has " + std::to_string(e.payloads[i].size()) +
-                             " bytes, its slice holds " + std::to_string(s->elements * 4));
+                             " bytes, its slice holds " + std::to_string(s->bytes()));
       else std::memcpy(s->data, e.payloads[i].data(), e.payloads[i].size());
     }
     if (st) {
@@ -235,7 +235,7 @@ struct tile_daemon::impl {
     for (size_t i = 0; st && i < m.outputs.size(); ++i) {
       auto s = resolve_slice(m.outputs[i], memory, rows);
       if (!s) st = s.error().with_context("output " + std::to_string(i));
-      else outputs.push_back(copy_frame(s->data, s->elements * 4));
+      else outputs.push_back(copy_frame(s->data, s->bytes()));
     }
     if (!st) outputs.clear();
     done.code = st.code();

@@ -21,7 +21,7 @@
 namespace tessera::exchange {
 
 inline constexpr uint32_t protocol_magic = 0x54535241;  // "TSRA"
-inline constexpr uint16_t protocol_version = 3;  // 2: slice checksums are XXH3; 3: injected fault counts
+inline constexpr uint16_t protocol_version = 4;  // 2: slice checksums are XXH3; 3: injected fault counts; 4: bf16 tensors and slices
 
 /// Hard limits: no message can make a process allocate beyond these while decoding.
 inline constexpr uint32_t max_tiles = 4096;
@@ -57,8 +57,10 @@ enum class msg_type : uint8_t {
 
 std::string_view msg_type_name(msg_type t);
 
-enum class dtype : uint8_t { f32 = 0, i32 = 1 };
-inline constexpr uint64_t dtype_size(dtype) { return 4; }
+/// Element types in tile memory (append only: the value travels). bf16 is the upper half of an
+/// IEEE float (models/bf16.hpp): weights and activations of a bf16 model.
+enum class dtype : uint8_t { f32 = 0, i32 = 1, bf16 = 2 };
+inline constexpr uint64_t dtype_size(dtype d) { return d == dtype::bf16 ? 2 : 4; }
 
 /// A tensor as named in tile memory.
 struct tensor_desc {
@@ -216,7 +218,8 @@ struct exchange_data {
   uint32_t src_tile = 0;
   uint32_t dst_tile = 0;
   uint32_t tag = 0;
-  uint64_t elements = 0;  ///< the payload frame holds elements * 4 bytes
+  uint64_t elements = 0;  ///< the payload frame holds elements * 4 bytes, or * 2 for a bf16 slice
+                          ///< (the receiver checks the exact size against its slice's dtype)
   uint64_t checksum = 0;  ///< payload_checksum() of the frame, checked by the receiver
 };
 

@@ -27,6 +27,7 @@
 
 #include "tessera/common/status.hpp"
 #include "tessera/exchange/protocol.hpp"
+#include "tessera/models/bf16.hpp"
 #include "tessera/models/config.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kv_cache.hpp"
@@ -67,6 +68,10 @@ struct placement_request {
   int kv_block_tokens = 16;
   int kv_blocks = 0;
   machine_model machine = machine_model::this_machine();
+  /// BERT: bf16 holds the matrices (embedding tables, Linear weights) and the activations
+  /// (hidden, qkv, context, ffn) as bf16, 2 bytes an element in the memory plan, and sends hidden
+  /// rows over the exchange as bf16; partial sums, biases and gains stay f32. Decoders: fp32 only.
+  models::dtype dtype = models::dtype::fp32;
 };
 
 /// One row of a tile's memory plan.
@@ -105,7 +110,8 @@ struct weight_shard {
   int begin = 0, end = 0;      ///< head range (qkv) or row / column range
 };
 
-/// The shard's data, desc.elements() floats, cut from the model's weights.
+/// The shard's data, desc.elements() floats, cut from the model's weights (a bf16 shard is
+/// converted as it is streamed: stream_shards, tile_model.hpp).
 result<std::vector<float>> materialize(const models::bert_weights& w, const models::bert_config& cfg,
                                        const weight_shard& shard);
 
@@ -116,6 +122,7 @@ result<std::vector<float>> materialize(const models::decoder_model& m, const wei
 
 struct compiled_model {
   models::bert_config config;
+  models::dtype dtype = models::dtype::fp32;  ///< of the matrices and activations (placement_request)
   plan chosen;
   int token_budget = 0;
   int max_sequences = 0;

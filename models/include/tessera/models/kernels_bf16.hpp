@@ -22,13 +22,18 @@
 
 namespace tessera::models {
 
-/// A Linear weight W [out, in] in bf16, in oneDNN's blocked layout for its bf16 matmul.
-/// Immutable and cheap to copy (shared storage).
+/// A Linear weight W [out, in] in bf16: packed (owned, in oneDNN's blocked layout for its bf16
+/// matmul) or a view of plain [out, in] rows someone else keeps alive (a tile's memory, where a
+/// tensor is exactly 2 bytes an element). Immutable and cheap to copy.
 class bf16_weight {
  public:
   bf16_weight() = default;
   /// Converts W (fp32 rows of `in` values, row stride ldw, 0 = in) once.
   static bf16_weight pack(const float* W, int64_t out, int64_t in, int64_t ldw = 0);
+  /// Plain row-major [out, in] bf16, not copied. oneDNN's brgemm reads it as fast as the packed
+  /// layout on BERT shapes here (it copies blocks of W as it goes).
+  static bf16_weight view(const bfloat16* W, int64_t out, int64_t in);
+  bool packed() const { return packed_; }
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
   /// Bytes of the packed weight (2 per element plus the layout's padding, if any).
@@ -39,6 +44,7 @@ class bf16_weight {
  private:
   std::shared_ptr<const void> data_;
   int64_t in_ = 0, out_ = 0, bytes_ = 0;
+  bool packed_ = true;
 };
 
 /// y[T, W.out()] = act(x[T, W.in()] W^T + bias) with bf16 x and W, fp32 accumulation, bias [out]
@@ -54,6 +60,9 @@ void layer_norm(const float* x, int64_t T, int64_t n, const float* gamma, const 
                 bfloat16* y);
 /// y = LayerNorm(x + residual) in fp32 over bf16 rows, written as bf16. y may alias x or residual.
 void add_layer_norm(const bfloat16* x, const bfloat16* residual, int64_t T, int64_t n, const float* gamma,
+                    const float* beta, float eps, bfloat16* y);
+/// The same with fp32 x (a tile's reduced partial sums). y may alias residual.
+void add_layer_norm(const float* x, const bfloat16* residual, int64_t T, int64_t n, const float* gamma,
                     const float* beta, float eps, bfloat16* y);
 
 /// out[T, hidden] (fp32) = word[token] + position[p] + token_type[type] from bf16 tables; as the

@@ -45,6 +45,9 @@ struct kernel_signature {
   size_t max_inputs = 64;
   size_t min_outputs = 1;
   size_t max_outputs = 1;
+  /// The kernel reads and writes bf16 tensors too (it checks each tensor's dtype); a call of any
+  /// other kernel on a bf16 tensor is refused with a status before it runs.
+  bool bf16 = false;
 };
 
 class kernel_registry {

@@ -43,10 +43,12 @@ struct run_limits {
   uint32_t barrier_fan_in = 16;
 };
 
-/// A resolved slice: a pointer into tile memory and a length in elements.
+/// A resolved slice: a pointer into tile memory, a length in elements and their type.
 struct slice_span {
-  float* data = nullptr;
+  std::byte* data = nullptr;
   uint64_t elements = 0;
+  exchange::dtype type = exchange::dtype::f32;
+  uint64_t bytes() const { return elements * exchange::dtype_size(type); }
 };
 result<slice_span> resolve_slice(const exchange::slice_ref& s, tile_memory& memory, const exchange::batch_rows& rows);
 /// For slices that do not depend on sequences (demo programs, fetches).
