@@ -11,10 +11,43 @@
 
 #include "tessera/common/log.hpp"
 #include "tessera/exchange/security.hpp"
+#include "tessera/gpu/gpu_llm.hpp"
 #include "tessera/gpu/gpu_server.hpp"
+#include "tessera/backends/decoder_backend.hpp"
+#include "tessera/models/decoder.hpp"
+#include "tessera/serving/serve_llm.hpp"
+#include "tessera/serving/serve_options.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
+
+namespace {
+
+// tessera-gpu --serve: a decoder on the OpenAI API, from this one process.
+int serve_decoder(const std::string& model_name, uint64_t seed, const gpu::gpu_server_config& cfg,
+                  serving::llm_serve_options& lo, serving::serve_options& so) {
+  auto fail = [](const status& st) {
+    std::cerr << "tessera-gpu: " << st.message() << "\n";
+    return 2;
+  };
+  if (auto st = serving::finish_llm_options(lo); !st) return fail(st);
+  if (auto st = serving::finish_serve_options(so); !st) return fail(st);
+  auto loaded = models::load_decoder(model_name, seed);
+  if (!loaded) return fail(loaded.error());
+  auto model = std::make_shared<const models::decoder_model>(std::move(*loaded));
+  const int32_t blocks = lo.kv_blocks > 0 ? lo.kv_blocks
+                                          : backends::kv_blocks_for_bytes(model->shape(), lo.block_tokens,
+                                                                          static_cast<int64_t>(lo.kv_memory_mb * (1 << 20)));
+  auto backend = gpu::make_gpu_llm_backend(
+      model, {.name = cfg.name, .system = cfg.preset, .kv = {lo.block_tokens, blocks}, .omp_threads = cfg.omp_threads});
+  if (!backend) return fail(backend.error());
+  return serving::serve_llm({.backend = *backend, .model = model_name, .arch = model->shape().arch,
+                             .program = "tessera-gpu",
+                             .listening_suffix = " gpu " + cfg.preset + " batching " + lo.batching_name},
+                            lo, so);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   log::init_from_env();
@@ -23,6 +56,9 @@ int main(int argc, char** argv) {
   std::string model_name = "bert-tiny", dtype_name = "fp16";
   uint64_t seed = 0;
   std::string keys_dir;
+  serving::llm_serve_options lo;
+  serving::serve_options so;
+  so.port = 0;
   po::options_description opts(
       "tessera-gpu: the GPU baseline backend: one process, the whole model in one memory, a pool of\n"
       "worker threads; serves infer_batch / infer_result (exchange/protocol.hpp) on a ROUTER socket.\n"
@@ -31,7 +67,11 @@ int main(int argc, char** argv) {
       "  tessera-gpu --model bert-tiny --bind tcp://127.0.0.1:0 --threads 2\n"
       "  tessera-gpu --model path/to/hf-folder --bind tcp://0.0.0.0:7000 --keys /etc/tessera/keys --omp-threads 4\n"
       "  tessera-host --model bert-tiny --tiles 2 --serve --keys /etc/tessera/keys \\\n"
-      "      --gpu-endpoint tcp://gpuhost:7000 --routing hybrid\n\n"
+      "      --gpu-endpoint tcp://gpuhost:7000 --routing hybrid\n"
+      "With --serve it serves a decoder (gpt2-*, llama-*, or a folder) itself on the OpenAI API\n"
+      "(tessera-serve's routes), static or continuous batching, each step also costed on --preset\n"
+      "(TTFT, inter-token and end-to-end latency on the wall clock and the modelled clock):\n"
+      "  tessera-gpu --model llama-tiny --serve --port 8000 --llm-batching static\n\n"
       "Options");
   opts.add_options()
     ("help,h", "show this help")
@@ -48,7 +88,14 @@ int main(int argc, char** argv) {
      "gpu.key, host.pub): encrypt the socket and admit the host's key alone")
     ("insecure", "allow a plain socket off loopback (no --keys); only on a trusted network")
     ("name", po::value(&cfg.name)->default_value(cfg.name), "name in logs")
-    ("die-with-parent", "exit when the parent process exits (local launches by tessera-host)");
+    ("die-with-parent", "exit when the parent process exits (local launches by tessera-host)")
+    ("serve", "serve a decoder on the OpenAI API (HTTP) instead of the backend protocol");
+  po::options_description serve_opts("--serve (a decoder on the OpenAI API)");
+  serve_opts.add_options()
+    ("address", po::value(&so.server.address)->default_value(so.server.address), "address to listen on")
+    ("port", po::value(&so.port)->default_value(so.port), "HTTP port (0 = any free port)");
+  serving::add_llm_options(serve_opts, lo);
+  opts.add(serve_opts);
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -57,6 +104,21 @@ int main(int argc, char** argv) {
   } catch (const std::exception& ex) {
     std::cerr << "tessera-gpu: " << ex.what() << "\n(see tessera-gpu --help)\n";
     return 2;
+  }
+  if (vm.count("serve")) {
+    // The backend protocol's flags mean nothing to the HTTP server: refused, not ignored.
+    for (const char* f : {"bind", "threads", "parallel-forwards", "max-queued-batches", "keys", "die-with-parent"})
+      if (vm.count(f) && !vm[f].defaulted())
+        return std::cerr << "tessera-gpu: --" << f << " is a flag of the backend protocol, not of --serve\n", 2;
+    if (dtype_name != "fp16")
+      return std::cerr << "tessera-gpu: --serve costs steps with the LLM step model, which is fp16 only\n", 2;
+    so.insecure = vm.count("insecure") > 0;
+    serving::take_stop_signals();  // before any thread starts
+    return serve_decoder(model_name, seed, cfg, lo, so);
+  }
+  for (const auto& o : serve_opts.options()) {
+    const std::string& f = o->long_name();
+    if (vm.count(f) && !vm[f].defaulted()) return std::cerr << "tessera-gpu: --" << f << " goes with --serve\n", 2;
   }
   if (dtype_name == "fp16") cfg.dtype = timing::dtype::fp16;
   else if (dtype_name == "fp32") cfg.dtype = timing::dtype::fp32;

@@ -16,6 +16,7 @@
 #include "tessera/models/bpe_tokenizer.hpp"
 #include "tessera/serving/http_server.hpp"
 #include "tessera/serving/llm_engine.hpp"
+#include "tessera/serving/serve_llm.hpp"
 #include "tessera/serving/model_adapters.hpp"
 #include "tessera/serving/router.hpp"
 #include "tessera/serving/toy_model.hpp"
@@ -102,45 +103,15 @@ int run_decoder_model(tile_group_config group_cfg, model_options o) {
 
 int serve_decoder(std::unique_ptr<tile_decoder> deployed, const models::decoder_model& model, model_options& o,
                   uint32_t tiles) {
-  const bool folder = std::filesystem::is_directory(o.model);
-  auto bpe = folder ? models::bpe_tokenizer::from_dir(o.model)
-                    : models::bpe_tokenizer::preset(model.shape().arch == models::architecture::gpt2 ? "gpt2" : "llama");
-  if (!bpe) return fail(bpe.error());
   auto backend = tile_llm_backend::make(std::move(deployed), "tiles0");
   if (!backend) return fail(backend.error());
-  serving::serving_metrics metrics;
-  serving::llm_api llm;
-  llm.tokenizer = serving::make_bpe_llm_tokenizer(std::move(*bpe));
-  std::string id = o.model;
-  while (!id.empty() && id.back() == '/') id.pop_back();
-  if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
-  llm.model_id = id;
-  auto engine = std::make_unique<serving::llm_engine>(o.lo.engine, *backend, llm.tokenizer, &metrics);
-  llm.engine = engine.get();
-  llm.chat = o.lo.chat_template.empty() ? serving::detect_chat_format(llm.tokenizer->chat_template())
-                                        : *serving::chat_format_named(o.lo.chat_template);
-  llm.created_unix = std::chrono::duration_cast<std::chrono::seconds>(
-                         std::chrono::system_clock::now().time_since_epoch()).count();
-  engine->start();
-  serving::router r(o.so.routing, serving::default_clock(), &metrics);  // empty: the OpenAI routes use the engine
-  r.start();
-  serving::model_info info;
-  info.model_id = id;
-  serving::http_server server(o.so.server, r, serving::make_toy_tokenizer(), info, metrics);
-  server.api().set_llm(llm);
-  if (auto st = server.start(); !st) return fail(st);
-  serving::accept_graceful_stop();
-  std::cout << "listening on " << (o.so.server.tls_cert.empty() ? "http" : "https") << "://" << o.so.server.address
-            << ":" << server.port() << " model " << id << " tiles " << tiles << std::endl;
-  int sig = serving::wait_for_stop_signal();
-  TESSERA_LOG_INFO("signal " << sig << ": answering what was accepted, then stopping");
-  server.stop();
-  engine->stop();
-  r.stop();
+  const int rc = serving::serve_llm({.backend = *backend, .model = o.model, .arch = model.shape().arch,
+                                     .program = "tessera-host", .listening_suffix = " tiles " + std::to_string(tiles)},
+                                    o.lo, o.so);
   std::fprintf(stderr, "tessera-host: %lld decoder steps on the tiles, %lld tile recoveries\n",
                (long long)(*backend)->steps(), (long long)(*backend)->recoveries());
   (*backend)->stop();
-  return 0;
+  return rc;
 }
 
 int check_generation(tile_decoder& dec, const models::decoder_model& m, const model_options& o) {

@@ -1,6 +1,7 @@
 // OpenAI's own JS client (the `openai` npm package, unmodified) against a real tessera-serve
-// serving a decoder preset, given nothing but tessera's base URL: completions and chat, streamed
-// and not. Greedy answers must equal the reference generation of `tessera-models generate` (the
+// serving a decoder preset, and against the GPU baseline process (tessera-gpu --serve, static and
+// continuous batching), given nothing but tessera's base URL: completions and chat, streamed and
+// not. Greedy answers must equal the reference generation of `tessera-models generate` (the
 // models library's greedy_generate in another process, sharing no code with the server's
 // scheduler, sampling, detokenizer or HTTP path).
 import { after, before, describe, test } from "node:test";
@@ -21,11 +22,17 @@ function reference(model, prompt, maxTokens) {
   return { ids, text };
 }
 
-for (const model of ["llama-tiny", "gpt2-tiny"]) {
-  describe(`openai client against tessera-serve --model ${model}`, () => {
+const servers = [
+  { program: "tessera-serve", model: "llama-tiny", args: [] },
+  { program: "tessera-serve", model: "gpt2-tiny", args: [] },
+  { program: "tessera-gpu", model: "llama-tiny", args: ["--serve", "--llm-batching", "continuous"] },
+  { program: "tessera-gpu", model: "llama-tiny", args: ["--serve", "--llm-batching", "static", "--static-batch-size", "2"] },
+];
+for (const { program, model, args } of servers) {
+  describe(`openai client against ${program} --model ${model} ${args.join(" ")}`, () => {
     let server, client;
     before(async () => {
-      server = await startServer(["--model", model, "--kv-memory-mb", "32"]);
+      server = await startServer(["--model", model, "--kv-memory-mb", "32", ...args], program);
       client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
     });
     after(async () => {
@@ -115,5 +122,16 @@ for (const model of ["llama-tiny", "gpt2-tiny"]) {
         (e) => e instanceof OpenAI.BadRequestError && e.code === "context_length_exceeded",
       );
     });
+
+    if (program === "tessera-gpu") {
+      test("the GPU process reports its latencies on the modelled clock too", async () => {
+        const text = await (await fetch(`${server.url}/metrics`)).text();
+        const value = (name) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? NaN);
+        assert.ok(value("tessera_llm_modelled_time_to_first_token_seconds_count") >= 4, text);
+        assert.ok(value("tessera_llm_modelled_seconds_total") > 0, text);
+        // A modelled A100 runs llama-tiny's steps far faster than this CPU does.
+        assert.ok(value("tessera_llm_modelled_step_duration_seconds_sum") < value("tessera_llm_step_duration_seconds_sum"), text);
+      });
+    }
   });
 }

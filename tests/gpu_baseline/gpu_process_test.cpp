@@ -13,8 +13,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <zmq.hpp>
 
@@ -132,6 +134,31 @@ TEST(GpuProcess, HelpExitsZero) {
   REQUIRE_GPU_BINARY();
   EXPECT_EQ(std::system((bin("tessera-gpu") + " --help > /dev/null").c_str()), 0);
   EXPECT_NE(std::system((bin("tessera-gpu") + " --model no-such-model > /dev/null 2>&1").c_str()), 0);
+}
+
+TEST(GpuProcess, ServeFlagsAreRefusedWhereTheyMeanNothing) {
+  // --serve serves a decoder over HTTP; the backend protocol's flags mean nothing to it and the
+  // HTTP flags nothing to the backend protocol: each is an error (exit 2) naming the flag.
+  REQUIRE_GPU_BINARY();
+  auto rc = [](const std::string& args, const std::string& want) {
+    const std::string out = testing::TempDir() + "/gpu_flags_" + std::to_string(getpid()) + ".txt";
+    const int ws = std::system((bin("tessera-gpu") + " " + args + " > " + out + " 2>&1 < /dev/null").c_str());
+    std::ifstream f(out);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::filesystem::remove(out);
+    EXPECT_NE(ss.str().find(want), std::string::npos) << args << ": " << ss.str();
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+  };
+  EXPECT_EQ(rc("--model llama-tiny --serve --bind tcp://127.0.0.1:0", "--bind is a flag of the backend protocol"), 2);
+  EXPECT_EQ(rc("--model llama-tiny --serve --threads 3", "--threads is a flag of the backend protocol"), 2);
+  EXPECT_EQ(rc("--model llama-tiny --serve --dtype fp32", "fp16 only"), 2);
+  EXPECT_EQ(rc("--model llama-tiny --serve --preset ipu-mk2:chips=64", "tessera-gpu models a GPU"), 2);
+  EXPECT_EQ(rc("--model llama-tiny --serve --preset no-such-gpu", "no-such-gpu"), 2);
+  EXPECT_EQ(rc("--model bert-tiny --serve", "bert"), 2);
+  EXPECT_EQ(rc("--model llama-tiny --serve --address 0.0.0.0", "--insecure"), 2);
+  EXPECT_EQ(rc("--model bert-tiny --port 8000", "--port goes with --serve"), 2);
+  EXPECT_EQ(rc("--model bert-tiny --llm-batching static", "--llm-batching goes with --serve"), 2);
 }
 
 TEST(GpuProcess, PackedAndPaddedLogitsMatchTheReference) {

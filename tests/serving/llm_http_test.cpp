@@ -237,7 +237,9 @@ TEST(LlmHttp, ATinyKvPoolPreemptsAndEveryAnswerIsRight) {
   // 12 blocks of 8 positions: 12 concurrent requests of up to 73 positions must take turns. The
   // step log (--llm-step-log) records every step: it must agree with the metrics and the limits.
   const std::string step_log = testing::TempDir() + "/llm_http_steps_" + std::to_string(getpid()) + ".csv";
-  llm_server s({"--kv-blocks", "12", "--kv-block-tokens", "8", "--step-token-budget", "32", "--llm-step-log", step_log});
+  const std::string request_log = testing::TempDir() + "/llm_http_requests_" + std::to_string(getpid()) + ".csv";
+  llm_server s({"--kv-blocks", "12", "--kv-block-tokens", "8", "--step-token-budget", "32", "--llm-step-log", step_log,
+                "--llm-request-log", request_log});
   ASSERT_NE(s.port(), 0);
   std::vector<std::future<std::pair<std::string, std::string>>> answers;
   for (int i = 0; i < 12; ++i) {
@@ -292,6 +294,29 @@ TEST(LlmHttp, ATinyKvPoolPreemptsAndEveryAnswerIsRight) {
   EXPECT_LE(decode + 12, generated);
   EXPECT_GE(decode + 12 + preempted, generated);
   std::filesystem::remove(step_log);
+
+  // The request log: one line per request, its tokens, TTFT <= e2e; no timing model here, so the
+  // modelled clock never moved.
+  std::ifstream rf(request_log);
+  ASSERT_TRUE(std::getline(rf, line));
+  EXPECT_EQ(line, "id,prompt_tokens,completion_tokens,finish_reason,ttft_s,e2e_s,modelled_ttft_s,modelled_e2e_s");
+  double completions = 0;
+  int requests = 0;
+  while (std::getline(rf, line)) {
+    std::vector<std::string> f;
+    for (std::stringstream ss(line); std::getline(ss, line, ',');) f.push_back(line);
+    ASSERT_EQ(f.size(), 8u);
+    ++requests;
+    completions += std::stod(f[2]);
+    EXPECT_EQ(f[3], "length");
+    EXPECT_GT(std::stod(f[4]), 0);
+    EXPECT_LE(std::stod(f[4]), std::stod(f[5]));
+    EXPECT_EQ(std::stod(f[6]), 0);
+    EXPECT_EQ(std::stod(f[7]), 0);
+  }
+  EXPECT_EQ(requests, 12);
+  EXPECT_EQ(completions, generated);
+  std::filesystem::remove(request_log);
 }
 
 TEST(LlmHttp, AStepLogThatCannotBeWrittenIsRefused) {

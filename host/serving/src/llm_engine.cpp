@@ -19,14 +19,14 @@ double seconds_between(clock_type::time_point a, clock_type::time_point b) {
 }  // namespace
 
 const char* llm_step_record::csv_header() {
-  return "step,start_s,schedule_ms,backend_ms,compute_ms,post_ms,stream_ms,seqs,prefill_seqs,prefill_tokens,decode_tokens,logits,"
+  return "step,start_s,schedule_ms,backend_ms,compute_ms,modelled_ms,post_ms,stream_ms,seqs,prefill_seqs,prefill_tokens,decode_tokens,logits,"
          "running,waiting,preempted,kv_used,kv_free,kv_cached";
 }
 
 std::string llm_step_record::csv() const {
   char buf[320];
-  std::snprintf(buf, sizeof buf, "%lld,%.6f,%.3f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d",
-                static_cast<long long>(step), start_s, schedule_ms, backend_ms, compute_ms, post_ms, stream_ms, seqs, prefill_seqs,
+  std::snprintf(buf, sizeof buf, "%lld,%.6f,%.3f,%.3f,%.3f,%.4f,%.3f,%.3f,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d",
+                static_cast<long long>(step), start_s, schedule_ms, backend_ms, compute_ms, modelled_ms, post_ms, stream_ms, seqs, prefill_seqs,
                 prefill_tokens, decode_tokens, logits, running, waiting, preempted, kv_used, kv_free, kv_cached);
   return buf;
 }
@@ -40,6 +40,8 @@ struct llm_engine::live {
   int32_t prompt_tokens = 0;
   int32_t generated = 0;
   clock_type::time_point arrival, last_token;
+  clock_type::time_point first_token_at;
+  double modelled_arrival = 0, modelled_last = 0, modelled_first = 0;  // on the modelled clock
   bool scheduled = false;
   bool first_token = true;
   bool done = false;
@@ -54,6 +56,13 @@ llm_engine::llm_engine(llm_engine_config cfg, std::shared_ptr<backends::llm_back
     : cfg_(cfg), backend_(std::move(backend)), tokenizer_(std::move(tokenizer)),
       metrics_(metrics ? metrics : &own_metrics_), info_(backend_->info()) {
   scheduler_ = std::make_unique<llm_scheduler>(cfg_.scheduler, info_.num_blocks, info_.block_tokens);
+  if (!cfg_.request_log.empty()) {
+    request_log_ = std::make_unique<std::ofstream>(cfg_.request_log, std::ios::trunc);
+    if (*request_log_)
+      *request_log_ << "id,prompt_tokens,completion_tokens,finish_reason,ttft_s,e2e_s,modelled_ttft_s,modelled_e2e_s\n";
+    else
+      TESSERA_LOG_ERROR("cannot write the LLM request log " << cfg_.request_log);
+  }
   if (!cfg_.step_log.empty()) {
     step_log_ = std::make_unique<std::ofstream>(cfg_.step_log, std::ios::trunc);
     if (*step_log_)
@@ -150,7 +159,21 @@ void llm_engine::finish(live& l, std::string reason, status error) {
   l.done = true;
   auto& m = metrics_->llm;
   m.finished.add(reason);
-  if (reason == "stop" || reason == "length") m.e2e_latency.observe(seconds_between(l.arrival, clock_type::now()));
+  const auto now = clock_type::now();
+  if (reason == "stop" || reason == "length") {
+    m.e2e_latency.observe(seconds_between(l.arrival, now));
+    if (modelled_now_ > 0) m.modelled_e2e_latency.observe(modelled_now_ - l.modelled_arrival);
+  }
+  if (request_log_) {
+    // id, tokens, how it ended, then wall-clock and modelled seconds (TTFT, e2e; -1: no first token).
+    const bool first = !l.first_token;
+    char buf[320];
+    std::snprintf(buf, sizeof buf, "%llu,%d,%d,%s,%.6f,%.6f,%.6f,%.6f\n", static_cast<unsigned long long>(l.id),
+                  l.prompt_tokens, l.generated, reason.c_str(), first ? seconds_between(l.arrival, l.first_token_at) : -1.0,
+                  seconds_between(l.arrival, now), first ? l.modelled_first - l.modelled_arrival : -1.0,
+                  modelled_now_ - l.modelled_arrival);
+    *request_log_ << buf;
+  }
   llm_event ev;
   ev.finish_reason = std::move(reason);
   ev.error = std::move(error);
@@ -230,6 +253,7 @@ void llm_engine::run() {
           lock.lock();
         } else {
           m.prompt_tokens.fetch_add(static_cast<uint64_t>(raw->prompt_tokens));
+          raw->modelled_arrival = modelled_now_;
         }
       }
       inbox_.clear();
@@ -279,6 +303,12 @@ void llm_engine::run() {
     const auto t_answered = clock_type::now();
     m.steps.fetch_add(1);
     m.step_duration.observe(r.wall_seconds);
+    if (r.modelled_seconds > 0) {
+      // The emulated device's clock: it runs the steps one after another.
+      modelled_now_ += r.modelled_seconds;
+      m.modelled_step_duration.observe(r.modelled_seconds);
+      m.modelled_seconds_total.store(modelled_now_);
+    }
     m.step_tokens.observe(static_cast<double>(plan.batch.num_tokens()));
     if (!r.st && r.kv_lost) {
       // A tile came back empty: recompute what was running; no request fails.
@@ -333,10 +363,15 @@ void llm_engine::run() {
       if (l.first_token) {
         l.first_token = false;
         m.time_to_first_token.observe(seconds_between(l.arrival, after));
+        l.first_token_at = after;
+        l.modelled_first = modelled_now_;
+        if (r.modelled_seconds > 0) m.modelled_time_to_first_token.observe(modelled_now_ - l.modelled_arrival);
       } else {
         m.inter_token_latency.observe(seconds_between(l.last_token, after));
+        if (r.modelled_seconds > 0) m.modelled_inter_token_latency.observe(modelled_now_ - l.modelled_last);
       }
       l.last_token = after;
+      l.modelled_last = modelled_now_;
       const bool stop_token = (!l.req.ignore_eos && token == tokenizer_->eos_id()) ||
                               std::find(l.req.stop_token_ids.begin(), l.req.stop_token_ids.end(),
                                         token) != l.req.stop_token_ids.end();
@@ -363,6 +398,7 @@ void llm_engine::run() {
       rec.backend_ms = 1e3 * seconds_between(t_planned, t_answered);
       rec.post_ms = 1e3 * seconds_between(t_answered, clock_type::now());
       rec.compute_ms = 1e3 * r.compute_seconds;
+      rec.modelled_ms = 1e3 * r.modelled_seconds;
       rec.stream_ms = 1e3 * seconds_between(t_submitted, t_streamed);
       rec.seqs = static_cast<int32_t>(plan.batch.seqs.size());
       for (const auto& s : plan.batch.seqs) {

@@ -161,7 +161,11 @@ llm_metrics::llm_metrics()
       e2e_latency(histogram::seconds_buckets()),
       queue_time(histogram::seconds_buckets()),
       step_duration(histogram::seconds_buckets()),
-      step_tokens(histogram::powers_of_two(1 << 16)) {}
+      step_tokens(histogram::powers_of_two(1 << 16)),
+      modelled_time_to_first_token(histogram::seconds_buckets()),
+      modelled_inter_token_latency(histogram::seconds_buckets()),
+      modelled_e2e_latency(histogram::seconds_buckets()),
+      modelled_step_duration(histogram::seconds_buckets()) {}
 
 void llm_metrics::write(std::string& out) const {
   if (!enabled.load()) return;
@@ -175,6 +179,18 @@ void llm_metrics::write(std::string& out) const {
                    "Arrival to the first step that ran the request (seconds)");
   step_duration.write(out, "tessera_llm_step_duration_seconds", "Backend time per decoder step (seconds)");
   step_tokens.write(out, "tessera_llm_step_tokens", "Tokens per decoder step (prefill chunks and decodes)");
+  if (modelled_seconds_total.load() > 0) {
+    modelled_time_to_first_token.write(out, "tessera_llm_modelled_time_to_first_token_seconds",
+                                       "Arrival to the first generated token on the modelled device's clock (seconds)");
+    modelled_inter_token_latency.write(out, "tessera_llm_modelled_inter_token_latency_seconds",
+                                       "Time between consecutive tokens on the modelled device's clock (seconds)");
+    modelled_e2e_latency.write(out, "tessera_llm_modelled_e2e_request_latency_seconds",
+                               "Arrival to the last token on the modelled device's clock (seconds)");
+    modelled_step_duration.write(out, "tessera_llm_modelled_step_duration_seconds",
+                                 "Modelled device time per decoder step (seconds)");
+    write_header(out, "tessera_llm_modelled_seconds_total", "The modelled device's time spent on steps", "counter");
+    out += "tessera_llm_modelled_seconds_total " + format_number(modelled_seconds_total.load()) + "\n";
+  }
   write_counter(out, "tessera_llm_prompt_tokens_total", "Prompt tokens of admitted requests", prompt_tokens.load());
   write_counter(out, "tessera_llm_generation_tokens_total", "Tokens generated", generation_tokens.load());
   write_counter(out, "tessera_llm_prefill_tokens_total",

@@ -131,6 +131,9 @@ void add_llm_options(po::options_description& opts, llm_serve_options& lo) {
        "checkpoint's tokenizer_config.json, else plain")
       ("max-llm-queue", po::value(&lo.max_queued)->default_value(lo.max_queued),
        "decoder: requests waiting or running; more are answered 429")
+      ("llm-request-log", po::value(&lo.request_log),
+       "decoder: write one CSV line per finished request to FILE (tokens, finish reason, TTFT and "
+       "end-to-end seconds on the wall clock and on a modelled device's clock)")
       ("llm-step-log", po::value(&lo.step_log),
        "decoder: write one CSV line per engine step to FILE (tokens of prefill and decode, sequences, "
        "time scheduling, in the backend and after it, running/waiting, KV blocks)");
@@ -159,11 +162,13 @@ status finish_llm_options(llm_serve_options& lo) {
   sc.static_batch_size = lo.static_batch_size;
   sc.prefix_caching = !lo.no_prefix_caching;
   lo.engine.max_queued = lo.max_queued;
-  if (!lo.step_log.empty()) {
-    std::ofstream probe(lo.step_log, std::ios::app);
-    if (!probe) return status::invalid("--llm-step-log: cannot write " + lo.step_log);
+  for (const auto& [flag, path] : {std::pair{"--llm-step-log", lo.step_log}, std::pair{"--llm-request-log", lo.request_log}}) {
+    if (path.empty()) continue;
+    std::ofstream probe(path, std::ios::app);
+    if (!probe) return status::invalid(std::string(flag) + ": cannot write " + path);
   }
   lo.engine.step_log = lo.step_log;
+  lo.engine.request_log = lo.request_log;
   return status::ok();
 }
 

@@ -17,16 +17,17 @@ export function bin(name) {
   return path.join(binDir, name);
 }
 
-/// Starts tessera-serve on a free loopback port; resolves once it prints its listening line.
-export function startServer(args = []) {
-  const child = spawn(bin("tessera-serve"), ["--port", "0", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+/// Starts tessera-serve (or `program`, e.g. "tessera-gpu" with --serve) on a free loopback port;
+/// resolves once it prints its listening line.
+export function startServer(args = [], program = "tessera-serve") {
+  const child = spawn(bin(program), ["--port", "0", ...args], { stdio: ["ignore", "pipe", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (d) => (stderr += d));
   const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
-      reject(new Error(`tessera-serve printed no listening line in 30 s: ${stderr}`));
+      reject(new Error(`${program} printed no listening line in 30 s: ${stderr}`));
     }, 30000);
     child.on("error", (e) => {
       clearTimeout(timer);
@@ -34,7 +35,7 @@ export function startServer(args = []) {
     });
     exited.then(({ code, signal }) => {
       clearTimeout(timer);
-      reject(new Error(`tessera-serve exited (${code ?? signal}) before listening: ${stderr}`));
+      reject(new Error(`${program} exited (${code ?? signal}) before listening: ${stderr}`));
     });
     const lines = createInterface({ input: child.stdout });
     lines.on("line", (line) => {
@@ -47,7 +48,7 @@ export function startServer(args = []) {
         stop: async () => {
           child.kill("SIGTERM");
           const { code, signal } = await exited;
-          if (code !== 0) throw new Error(`tessera-serve exited with ${code ?? signal}: ${stderr}`);
+          if (code !== 0) throw new Error(`${program} exited with ${code ?? signal}: ${stderr}`);
         },
       });
     });

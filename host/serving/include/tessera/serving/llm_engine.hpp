@@ -6,7 +6,8 @@
 // not end its sequence has its text decoded, matched and sent while the next step runs (a stop
 // string found then drops the sequence from that step's answer). It records the
 // LLM metrics (TTFT, inter-token latency, e2e, queue time, tokens, KV blocks, preemptions,
-// prefix-cache hits) in serving_metrics::llm.
+// prefix-cache hits) in serving_metrics::llm, and, when the backend models a device's time
+// (step_result::modelled_seconds), TTFT, inter-token and end-to-end latency on that clock too.
 //
 //   llm_engine e({}, backend, tokenizer, &metrics);
 //   e.start();
@@ -63,6 +64,9 @@ struct llm_engine_config {
   size_t max_queued = 4096;  ///< requests waiting or running; more are refused (overloaded)
   /// When set, one CSV line per step goes to this file (llm_step_record's fields; --llm-step-log).
   std::string step_log;
+  /// When set, one CSV line per finished request (tokens, finish reason, TTFT and end-to-end on
+  /// the wall clock and on the modelled clock; --llm-request-log).
+  std::string request_log;
 };
 
 /// What one step was made of and where its time went (the engine's step log).
@@ -72,6 +76,7 @@ struct llm_step_record {
   double schedule_ms = 0;    ///< forming the batch
   double backend_ms = 0;     ///< submit to answer (the engine streams the last step's text meanwhile)
   double compute_ms = 0;     ///< the backend's busiest place computing (0: not reported)
+  double modelled_ms = 0;    ///< the step on the emulated device's clock (0: no timing model)
   double post_ms = 0;        ///< sampling, and the text of sequences that end at this step
   double stream_ms = 0;      ///< the last step's text and events, sent while this step ran
   int32_t seqs = 0, prefill_seqs = 0, prefill_tokens = 0, decode_tokens = 0, logits = 0;
@@ -137,7 +142,10 @@ class llm_engine {
   std::unique_ptr<llm_scheduler> scheduler_;
   std::unordered_map<uint64_t, std::unique_ptr<live>> live_;
   std::deque<std::pair<double, uint64_t>> rate_window_;  // (seconds, generated tokens so far)
-  std::unique_ptr<std::ofstream> step_log_;
+  std::unique_ptr<std::ofstream> step_log_, request_log_;
+  // The backend's modelled clock (step_result::modelled_seconds summed; 0 without a timing
+  // model): a request's arrival is stamped with it when the engine takes the request in.
+  double modelled_now_ = 0;
   std::vector<std::pair<uint64_t, int32_t>> deferred_;  // sampled tokens whose text is not out yet
 };
 

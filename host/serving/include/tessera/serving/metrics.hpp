@@ -98,6 +98,10 @@ struct llm_metrics {
   histogram queue_time;           ///< arrival to the first step that ran the request
   histogram step_duration;        ///< backend time per step
   histogram step_tokens;          ///< tokens per step (prefill chunks + decodes)
+  // On the backend's modelled clock (a timing model's step times, summed), when it has one.
+  histogram modelled_time_to_first_token, modelled_inter_token_latency, modelled_e2e_latency,
+      modelled_step_duration;
+  std::atomic<double> modelled_seconds_total{0};  ///< the modelled clock: every step's modelled time
   std::atomic<uint64_t> prompt_tokens{0}, generation_tokens{0}, prefill_tokens{0}, steps{0},
       preemptions{0}, prefix_hit_tokens{0}, prefix_query_tokens{0};
   failure_counts finished;  ///< requests by finish_reason (stop, length, cancelled, error)

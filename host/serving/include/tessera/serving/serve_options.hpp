@@ -79,6 +79,7 @@ struct llm_serve_options {
   std::string chat_template;         ///< --chat-template ("" = from the checkpoint, else plain)
   size_t max_queued = 4096;          ///< --max-llm-queue
   std::string step_log;              ///< --llm-step-log
+  std::string request_log;           ///< --llm-request-log
   llm_engine_config engine;          ///< filled by finish_llm_options()
 };
 

@@ -1,0 +1,35 @@
+// tessera/serving/serve_llm.hpp: serves a decoder on the OpenAI API until a stop signal: the
+// continuous-batching engine over an llm_backend, the decoder's tokenizer (a Hugging Face
+// folder's, else the preset of its architecture), an HTTP server. tessera-gpu --serve and
+// tessera-host --serve (decoders) run it.
+//
+//   serving::take_stop_signals();                   // first in main(), before any thread starts
+//   auto backend = ...;                              // any llm_backend
+//   return serving::serve_llm({.backend = backend, .model = "llama-tiny", .arch = architecture::llama,
+//                              .program = "tessera-gpu", .listening_suffix = " gpu a100-40gb"}, lo, so);
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tessera/backends/llm_backend.hpp"
+#include "tessera/models/shape.hpp"
+#include "tessera/serving/serve_options.hpp"
+
+namespace tessera::serving {
+
+struct llm_serve_target {
+  std::shared_ptr<backends::llm_backend> backend;
+  std::string model;                  ///< a preset name or a Hugging Face folder (its tokenizer)
+  models::architecture arch = models::architecture::llama;  ///< the preset tokenizer otherwise
+  std::string program = "tessera";    ///< names the process in errors
+  std::string listening_suffix;       ///< appended to "listening on URL model ID"
+};
+
+/// Prints "listening on http(s)://ADDR:PORT model ID<suffix>" once the port is open, serves until
+/// SIGINT/SIGTERM (streams in flight finish), then stops the engine. Returns the process's exit
+/// code (2 with a message on stderr when the tokenizer or the port cannot be had). `lo` and `so`
+/// must have been through finish_llm_options / finish_serve_options.
+int serve_llm(const llm_serve_target& t, const llm_serve_options& lo, const serve_options& so);
+
+}  // namespace tessera::serving

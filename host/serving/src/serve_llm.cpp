@@ -1,0 +1,63 @@
+// Serving a decoder on the OpenAI API. See serve_llm.hpp.
+#include "tessera/serving/serve_llm.hpp"
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+
+#include "tessera/common/log.hpp"
+#include "tessera/models/bpe_tokenizer.hpp"
+#include "tessera/serving/http_server.hpp"
+#include "tessera/serving/llm_engine.hpp"
+#include "tessera/serving/model_adapters.hpp"
+#include "tessera/serving/router.hpp"
+#include "tessera/serving/toy_model.hpp"
+
+namespace tessera::serving {
+
+int serve_llm(const llm_serve_target& t, const llm_serve_options& lo, const serve_options& so) {
+  auto fail = [&](const status& st) {
+    std::cerr << t.program << ": " << st.to_string() << "\n";
+    return 2;
+  };
+  const bool folder = std::filesystem::is_directory(t.model);
+  auto bpe = folder ? models::bpe_tokenizer::from_dir(t.model)
+                    : models::bpe_tokenizer::preset(t.arch == models::architecture::gpt2 ? "gpt2" : "llama");
+  if (!bpe) return fail(bpe.error());
+  serving_metrics metrics;
+  llm_api llm;
+  llm.tokenizer = make_bpe_llm_tokenizer(std::move(*bpe));
+  std::string id = t.model;
+  while (!id.empty() && id.back() == '/') id.pop_back();
+  if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
+  llm.model_id = id;
+  auto engine = std::make_unique<llm_engine>(lo.engine, t.backend, llm.tokenizer, &metrics);
+  llm.engine = engine.get();
+  llm.chat = lo.chat_template.empty() ? detect_chat_format(llm.tokenizer->chat_template())
+                                      : *chat_format_named(lo.chat_template);
+  llm.created_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  engine->start();
+  router r(so.routing, default_clock(), &metrics);  // empty: the OpenAI routes use the engine
+  r.start();
+  model_info info;
+  info.model_id = id;
+  http_server server(so.server, r, make_toy_tokenizer(), info, metrics);
+  server.api().set_llm(llm);
+  if (auto st = server.start(); !st) {
+    engine->stop();
+    r.stop();
+    return fail(st);
+  }
+  accept_graceful_stop();  // a stop signal from now on is graceful (the listening line invites one)
+  std::cout << "listening on " << (so.server.tls_cert.empty() ? "http" : "https") << "://" << so.server.address
+            << ":" << server.port() << " model " << id << t.listening_suffix << std::endl;
+  int sig = wait_for_stop_signal();
+  TESSERA_LOG_INFO("signal " << sig << ": answering what was accepted, then stopping");
+  server.stop();
+  engine->stop();
+  r.stop();
+  return 0;
+}
+
+}  // namespace tessera::serving
