@@ -189,7 +189,9 @@ void llm_metrics::write(std::string& out) const {
     modelled_step_duration.write(out, "tessera_llm_modelled_step_duration_seconds",
                                  "Modelled device time per decoder step (seconds)");
     write_header(out, "tessera_llm_modelled_seconds_total", "The modelled device's time spent on steps", "counter");
-    out += "tessera_llm_modelled_seconds_total " + format_number(modelled_seconds_total.load()) + "\n";
+    out += "tessera_llm_modelled_seconds_total ";
+    out += format_number(modelled_seconds_total.load());
+    out += '\n';
   }
   write_counter(out, "tessera_llm_prompt_tokens_total", "Prompt tokens of admitted requests", prompt_tokens.load());
   write_counter(out, "tessera_llm_generation_tokens_total", "Tokens generated", generation_tokens.load());
