@@ -257,6 +257,13 @@ INSTANTIATE_TEST_SUITE_P(Plans, HostCheck,
                            return m + "_N" + std::to_string(info.param.tiles) + "_" + p;
                          });
 
+TEST(HostCheck, TraceOfADecoderIsRefusedNotIgnored) {
+  auto r = run("--model llama-tiny --tiles 1 --check 1 --trace /tmp/tessera-dectiles-trace.json");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--trace is not implemented for decoders"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists("/tmp/tessera-dectiles-trace.json"));
+}
+
 TEST(HostCheck, ADecoderThatDoesNotFitIsRefusedWithTheTable) {
   auto r = run("--model llama-tiny --tiles 2 --tile-memory 8MiB --check 1");
   EXPECT_EQ(r.rc, 2) << r.out;
