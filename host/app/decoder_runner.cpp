@@ -11,6 +11,7 @@
 
 #include "host_app.hpp"
 #include "tessera/common/log.hpp"
+#include "tessera/host/profiler.hpp"
 #include "tessera/host/tile_decoder.hpp"
 #include "tessera/host/tile_llm_backend.hpp"
 #include "tessera/models/bpe_tokenizer.hpp"
@@ -69,11 +70,9 @@ int check_generation(tile_decoder& dec, const models::decoder_model& m, const mo
 int run_decoder_model(tile_group_config group_cfg, model_options o) {
   const auto t0 = std::chrono::steady_clock::now();
   auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  // The trace and profile of --trace read BERT programs' batches; decoder steps are not traced yet
-  // (their step log is --llm-step-log): refused, not ignored.
-  if (!o.trace_path.empty())
-    return fail(status::invalid("--trace is not implemented for decoders yet; with --serve, --llm-step-log FILE "
-                                "records every step (prefill and decode tokens, KV blocks, time)"));
+  if (!o.trace_path.empty() && o.check_batches <= 0)
+    return fail(status::invalid("--trace traces the steps of --check; with --serve, --llm-step-log FILE records every "
+                                "step (prefill and decode tokens, KV blocks, time)"));
   auto loaded = models::load_decoder(o.model, o.seed);
   if (!loaded) return fail(loaded.error());
   auto model = std::make_shared<const models::decoder_model>(std::move(*loaded));
@@ -149,6 +148,14 @@ int check_generation(tile_decoder& dec, const models::decoder_model& m, const mo
     s.history = s.prompt;
   }
   std::fprintf(stderr, "tessera-host: reference generations done, %.1f s after start\n", since());
+  // --trace: every step as a batch of the host's trace (tiles' supersteps on the wall clock and on
+  // the IPU preset's; the decoder track's slices carry the step's mix and KV blocks per tile).
+  std::unique_ptr<profiler> prof;
+  if (!o.trace_path.empty()) {
+    auto p = profiler::create(c, {.preset = o.timing_preset});
+    if (!p) return fail(p.error());
+    prof = std::move(*p);
+  }
   std::vector<models::block_pool> pools;
   for (int r = 0; r < c.chosen.replicas; ++r) pools.emplace_back(c.kv.num_blocks);
   int64_t steps = 0, supersteps = 0, generated = 0, decode_steps = 0;
@@ -192,6 +199,7 @@ int check_generation(tile_decoder& dec, const models::decoder_model& m, const mo
       members[static_cast<size_t>(s.replica)].push_back(&s);
     }
     std::vector<std::future<result<tile_step_result>>> runs(batches.size());
+    const double t_step = prof ? prof->now() : 0;
     for (size_t r = 0; r < batches.size(); ++r)
       if (!batches[r].seqs.empty())
         runs[r] = std::async(std::launch::async, [&, r] { return dec.step(static_cast<int>(r), batches[r]); });
@@ -199,6 +207,30 @@ int check_generation(tile_decoder& dec, const models::decoder_model& m, const mo
       if (batches[r].seqs.empty()) continue;
       auto out = runs[r].get();
       if (!out) return fail(out.error().with_context("step " + std::to_string(n) + " on replica " + std::to_string(r)));
+      if (prof) {
+        // The step's mix and the KV blocks its sequences hold, on every tile of the replica.
+        batch_record rec{"decoder", static_cast<int>(r), out->batch_id, {}, t_step, out->wall_seconds, out->counters,
+                         out->memory_high_water};
+        int64_t prefill_chunks = 0, prefill_tokens = 0, decodes = 0, blocks = 0;
+        for (size_t k = 0; k < batches[r].seqs.size(); ++k) {
+          const auto& st = batches[r].seqs[k];
+          rec.seq_lengths.push_back(static_cast<int32_t>(st.tokens.size()));
+          const bool decode = st.tokens.size() == 1 && st.start_pos >= static_cast<int>(members[r][k]->prompt.size());
+          decodes += decode ? 1 : 0;
+          prefill_chunks += decode ? 0 : 1;
+          prefill_tokens += decode ? 0 : static_cast<int64_t>(st.tokens.size());
+          blocks += c.kv.blocks_for(st.start_pos + static_cast<int>(st.tokens.size()));
+        }
+        nlohmann::json per_tile = nlohmann::json::object();
+        for (uint32_t t : dec.replica_tiles(static_cast<int>(r))) {
+          const uint64_t kv = c.tiles[t].bytes_of("kv");
+          per_tile[std::to_string(t)] = {{"kv_blocks", blocks},
+                                         {"kv_bytes", kv / static_cast<uint64_t>(c.kv.num_blocks) * static_cast<uint64_t>(blocks)}};
+        }
+        rec.args = {{"step", n}, {"prefill_chunks", prefill_chunks}, {"prefill_tokens", prefill_tokens}, {"decodes", decodes},
+                    {"kv_blocks_used", blocks}, {"kv_blocks_total", c.kv.num_blocks}, {"tiles", per_tile}};
+        if (auto st = prof->record(std::move(rec)); !st) return fail(st);
+      }
       ++steps;
       supersteps += out->supersteps;
       bytes += out->bytes_exchanged;
@@ -254,6 +286,11 @@ int check_generation(tile_decoder& dec, const models::decoder_model& m, const mo
               (long long)steps, (long long)decode_steps, (long long)generated, double(supersteps) / std::max<int64_t>(1, generated),
               bytes / 1024.0 / std::max<int64_t>(1, generated), input_bytes / 1024.0 / std::max<int64_t>(1, generated),
               wall * 1e3 / std::max<int64_t>(1, steps), worst);
+  if (prof) {
+    if (auto st = prof->write_trace(o.trace_path); !st) return fail(st);
+    std::printf("trace: %s, %zu decoder steps (open in https://ui.perfetto.dev or chrome://tracing)\n",
+                o.trace_path.c_str(), prof->batches());
+  }
   if (worst > 1e-4) {
     std::cerr << "tessera-host: logits differ from the single-process reference by " << worst << " (> 1e-4)\n";
     return 1;

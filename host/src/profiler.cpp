@@ -149,8 +149,9 @@ json profiler::trace() const {
     int64_t tokens = 0;
     for (int32_t l : r.seq_lengths) tokens += l;
     const std::string bname = "batch " + std::to_string(r.batch_id);
-    const json bargs = {{"batch", r.batch_id}, {"replica", r.replica}, {"sequences", r.seq_lengths.size()},
-                        {"tokens", tokens}, {"wall_ms", r.wall_seconds * 1e3}, {"modelled_ms", e.model.total_seconds * 1e3}};
+    json bargs = {{"batch", r.batch_id}, {"replica", r.replica}, {"sequences", r.seq_lengths.size()},
+                  {"tokens", tokens}, {"wall_ms", r.wall_seconds * 1e3}, {"modelled_ms", e.model.total_seconds * 1e3}};
+    bargs.update(r.args);
     const int btid = backend_tid[{r.backend, r.replica}];
     tracks[{backend_pid, btid}].push_back(slice(bname, "batch", backend_pid, btid, start_ns / 1e3, r.wall_seconds * 1e6, bargs));
     tracks[{backend_pid, btid + 1}].push_back(

@@ -133,6 +133,8 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
     }
   }
   out.memory_high_water = r->memory_high_water;
+  out.batch_id = r->batch_id;
+  out.counters = r->counters;
   out.input_bytes = tbytes * c.chosen.width + mbytes * spec.tiles.size();
   return out;
 }

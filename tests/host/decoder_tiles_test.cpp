@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "tessera/host/tile_decoder.hpp"
@@ -257,11 +258,46 @@ INSTANTIATE_TEST_SUITE_P(Plans, HostCheck,
                            return m + "_N" + std::to_string(info.param.tiles) + "_" + p;
                          });
 
-TEST(HostCheck, TraceOfADecoderIsRefusedNotIgnored) {
-  auto r = run("--model llama-tiny --tiles 1 --check 1 --trace /tmp/tessera-dectiles-trace.json");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("--trace is not implemented for decoders"), std::string::npos) << r.out;
-  EXPECT_FALSE(fs::exists("/tmp/tessera-dectiles-trace.json"));
+TEST(HostCheck, TraceShowsEveryDecoderStepsMixAndKvBlocksPerTile) {
+  const fs::path trace = fs::temp_directory_path() / ("tessera-dectiles-trace-" + std::to_string(getpid()) + ".json");
+  auto r = run("--model llama-tiny --tiles 2 --plan 1,1,2 --check 2 --step-token-budget 64 --max-running 4 --kv-blocks 64 "
+               "--trace " + trace.string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::ifstream f(trace);
+  auto j = nlohmann::json::parse(f, nullptr, false);
+  fs::remove(trace);
+  ASSERT_TRUE(j.is_object() && j.contains("traceEvents")) << r.out;
+  // One wall-clock "batch" slice per step on the decoder track (and one modelled), in step order;
+  // prompts of 37 and 30 tokens go in chunks of 16, then 32 and 26 decodes.
+  int steps = 0, prefill_tokens = 0, decodes = 0, last_step = -1, superstep_slices = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e.value("cat", "") == "superstep") ++superstep_slices;
+    if (e.value("cat", "") != "batch" || e["tid"].get<int>() % 2 == 1) continue;
+    const auto& a = e["args"];
+    ++steps;
+    EXPECT_GT(a["step"].get<int>(), last_step);
+    last_step = a["step"].get<int>();
+    prefill_tokens += a["prefill_tokens"].get<int>();
+    decodes += a["decodes"].get<int>();
+    EXPECT_EQ(a["prefill_chunks"].get<int>() + a["decodes"].get<int>(), a["sequences"].get<int>());
+    EXPECT_EQ(a["kv_blocks_total"].get<int>(), 64);
+    ASSERT_EQ(a["tiles"].size(), 2u) << a.dump();
+    for (const auto& [tile, kv] : a["tiles"].items()) {
+      EXPECT_EQ(kv["kv_blocks"], a["kv_blocks_used"]);
+      EXPECT_GT(kv["kv_bytes"].get<int64_t>(), 0);
+    }
+  }
+  EXPECT_EQ(prefill_tokens, 37 + 30);
+  // Every generated token but each sequence's first (from its last prefill chunk) came from a decode.
+  EXPECT_NE(r.out.find(" " + std::to_string(decodes + 2) + " tokens generated"), std::string::npos) << decodes << r.out;
+  EXPECT_NE(r.out.find("check: " + std::to_string(steps) + " steps"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(std::to_string(steps) + " decoder steps"), std::string::npos) << r.out;
+  EXPECT_GT(superstep_slices, steps);
+  // Without --check there are no steps to trace (--serve has --llm-step-log): refused, not ignored.
+  auto s = run("--model llama-tiny --tiles 1 --serve --port 0 --trace " + trace.string());
+  EXPECT_EQ(s.rc, 2) << s.out;
+  EXPECT_NE(s.out.find("--llm-step-log"), std::string::npos) << s.out;
+  EXPECT_FALSE(fs::exists(trace));
 }
 
 TEST(HostCheck, ADecoderThatDoesNotFitIsRefusedWithTheTable) {

@@ -62,6 +62,7 @@ struct batch_record {
   double wall_seconds = 0;
   std::map<uint32_t, std::vector<exchange::superstep_counters>> counters;  ///< tile -> per superstep
   std::map<uint32_t, uint64_t> memory_high_water;
+  nlohmann::json args = nlohmann::json::object();  ///< more of the batch slice's args (a decoder step's mix, KV)
 };
 
 /// One row of the memory report.

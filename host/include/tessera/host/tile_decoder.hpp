@@ -30,6 +30,8 @@ struct tile_step_result {
   double busiest_compute_seconds = 0;  ///< compute time of the replica's busiest tile (all supersteps)
   double busiest_exchange_seconds = 0; ///< that tile's exchange and barrier time
   std::map<uint32_t, uint64_t> memory_high_water;  ///< per tile, reported after the step
+  uint64_t batch_id = 0;
+  std::map<uint32_t, std::vector<exchange::superstep_counters>> counters;  ///< tile -> per superstep (a profiler's input)
 };
 
 class tile_decoder {
