@@ -30,8 +30,8 @@ int serve_decoder(const std::string& model_name, uint64_t seed, const gpu::gpu_s
     std::cerr << "tessera-gpu: " << st.message() << "\n";
     return 2;
   };
-  if (auto st = serving::finish_llm_options(lo); !st) return fail(st);
-  if (auto st = serving::finish_serve_options(so); !st) return fail(st);
+  if (auto st = serving::finish_llm_options(lo); st.code() != errc::ok) return fail(st);
+  if (auto st = serving::finish_serve_options(so); st.code() != errc::ok) return fail(st);
   auto loaded = models::load_decoder(model_name, seed);
   if (!loaded) return fail(loaded.error());
   auto model = std::make_shared<const models::decoder_model>(std::move(*loaded));

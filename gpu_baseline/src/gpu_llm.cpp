@@ -35,7 +35,7 @@ class gpu_llm_backend : public backends::llm_backend {
     auto t = timing::model_llm_step(sys_, dims_, step_shape(batch));
     const double modelled = t ? t->seconds : 0;
     inner_->submit(std::move(batch), [done = std::move(done), modelled](backends::step_result r) {
-      if (r.st.is_ok()) r.modelled_seconds = modelled;
+      if (r.st.code() == errc::ok) r.modelled_seconds = modelled;
       done(std::move(r));
     });
   }

@@ -229,7 +229,7 @@ int check_generation(tile_decoder& dec, const models::decoder_model& m, const mo
         }
         rec.args = {{"step", n}, {"prefill_chunks", prefill_chunks}, {"prefill_tokens", prefill_tokens}, {"decodes", decodes},
                     {"kv_blocks_used", blocks}, {"kv_blocks_total", c.kv.num_blocks}, {"tiles", per_tile}};
-        if (auto st = prof->record(std::move(rec)); !st) return fail(st);
+        if (auto st = prof->record(std::move(rec)); st.code() != errc::ok) return fail(st);
       }
       ++steps;
       supersteps += out->supersteps;
@@ -287,7 +287,7 @@ int check_generation(tile_decoder& dec, const models::decoder_model& m, const mo
               bytes / 1024.0 / std::max<int64_t>(1, generated), input_bytes / 1024.0 / std::max<int64_t>(1, generated),
               wall * 1e3 / std::max<int64_t>(1, steps), worst);
   if (prof) {
-    if (auto st = prof->write_trace(o.trace_path); !st) return fail(st);
+    if (auto st = prof->write_trace(o.trace_path); st.code() != errc::ok) return fail(st);
     std::printf("trace: %s, %zu decoder steps (open in https://ui.perfetto.dev or chrome://tracing)\n",
                 o.trace_path.c_str(), prof->batches());
   }

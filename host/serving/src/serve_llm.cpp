@@ -44,7 +44,7 @@ int serve_llm(const llm_serve_target& t, const llm_serve_options& lo, const serv
   info.model_id = id;
   http_server server(so.server, r, make_toy_tokenizer(), info, metrics);
   server.api().set_llm(llm);
-  if (auto st = server.start(); !st) {
+  if (auto st = server.start(); st.code() != errc::ok) {
     engine->stop();
     r.stop();
     return fail(st);
