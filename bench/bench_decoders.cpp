@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <iostream>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -130,6 +131,86 @@ sgemm_time sgemm_layers(const model_shape& c, int64_t T) {
   return r;
 }
 
+// --attention: tessera's paged attention against oneDNN batched matmul + softmax on the same
+// shapes, one thread's CPU time (best of a few runs). B sequences, each `rows` query rows at the end
+// of `ctx` positions; heads/kv heads/head_dim of the model. oneDNN's side is what a framework does:
+// K and V contiguous per (sequence, kv head), the group's query heads stacked as rows, S = Q K^T
+// scaled, an additive causal mask (the binary primitive; as a matmul post-op oneDNN 2.6 falls back
+// to its reference matmul), the softmax primitive, O = S V, all as
+// batched matmuls over B x kv heads; it computes the full rows x ctx square where tessera skips
+// the masked keys.
+struct attn_time {
+  double tessera = 0, onednn = 0, flops = 0;
+};
+attn_time time_attention(const model_shape& c, int B, int rows, int ctx, int reps) {
+  const int H = c.num_heads, KV = c.num_kv_heads, d = c.head_dim(), g = H / KV, bt = 16;
+  const int64_t qw = int64_t{H} * d;
+  splitmix64 r(7);
+  auto fill = [&](std::vector<float>& v) {
+    for (auto& x : v) x = 2.0f * r.next_unit_float() - 1.0f;
+  };
+  // tessera: q rows [B * rows, H * d]; a paged cache with blocks in order.
+  const int per = (ctx + bt - 1) / bt;
+  std::vector<float> q(static_cast<size_t>(int64_t{B} * rows * qw)), out(q.size());
+  std::vector<float> kc(static_cast<size_t>(int64_t{B} * per * KV * bt * d)), vc(kc.size());
+  fill(q);
+  fill(kc);
+  fill(vc);
+  std::vector<int32_t> table(static_cast<size_t>(B * per));
+  for (int i = 0; i < B * per; ++i) table[static_cast<size_t>(i)] = i;
+  std::vector<paged_seq> seqs;
+  for (int s = 0; s < B; ++s) seqs.push_back({s * rows, rows, ctx - rows, table.data() + s * per});
+  const int64_t head_stride = int64_t{bt} * d, block_stride = KV * head_stride;
+  auto best = [&](auto&& f) {
+    double b = 1e30;
+    for (int i = 0; i < reps; ++i) {
+      const double t0 = cpu_now();
+      f();
+      b = std::min(b, cpu_now() - t0);
+    }
+    return b;
+  };
+  attn_time t;
+  t.tessera = best([&] {
+    attention_paged({q.data(), qw}, {kc.data(), vc.data(), bt, block_stride, head_stride}, seqs.data(), B, H, KV, d,
+                    {out.data(), qw});
+  });
+  // oneDNN: [B * KV] batches of Q [g * rows, d], K and V [ctx, d].
+  using namespace dnnl;
+  using dt = memory::data_type;
+  engine eng(engine::kind::cpu, 0);
+  stream st(eng);
+  const int64_t nb = int64_t{B} * KV, M = int64_t{g} * rows;
+  const memory::desc qd({nb, M, d}, dt::f32, {M * d, d, 1}), kd({nb, d, ctx}, dt::f32, {int64_t{ctx} * d, 1, d}),
+      sd({nb, M, ctx}, dt::f32, {M * ctx, ctx, 1}), vd({nb, ctx, d}, dt::f32, {int64_t{ctx} * d, d, 1}),
+      od({nb, M, d}, dt::f32, {M * d, d, 1}), maskd({1, M, ctx}, dt::f32, {M * ctx, ctx, 1});
+  std::vector<float> Q(static_cast<size_t>(nb * M * d)), K(static_cast<size_t>(nb * ctx * d)), V(K.size()),
+      S(static_cast<size_t>(nb * M * ctx)), O(Q.size()), mask(static_cast<size_t>(M * ctx), 0.0f);
+  fill(Q);
+  fill(K);
+  fill(V);
+  for (int64_t m = 0; m < M; ++m)  // row m is query row m % rows at position ctx - rows + m % rows
+    for (int j = ctx - rows + static_cast<int>(m % rows) + 1; j < ctx; ++j) mask[static_cast<size_t>(m * ctx + j)] = -INFINITY;
+  primitive_attr qk_attr;
+  qk_attr.set_output_scales(0, {1.0f / std::sqrt(static_cast<float>(d))});
+  matmul qk(matmul::primitive_desc(matmul::desc(qd, kd, sd), qk_attr, eng));
+  binary add_mask(binary::primitive_desc(binary::desc(algorithm::binary_add, sd, maskd, sd), eng));
+  softmax_forward sm(softmax_forward::primitive_desc(softmax_forward::desc(prop_kind::forward_inference, sd, 2), eng));
+  matmul pv(matmul::primitive_desc(matmul::desc(sd, vd, od), eng));
+  memory qm(qd, eng, Q.data()), km(kd, eng, K.data()), sm_(sd, eng, S.data()), vm(vd, eng, V.data()),
+      om(od, eng, O.data()), mm(maskd, eng, mask.data());
+  t.onednn = best([&] {
+    qk.execute(st, {{DNNL_ARG_SRC, qm}, {DNNL_ARG_WEIGHTS, km}, {DNNL_ARG_DST, sm_}});
+    if (rows > 1) add_mask.execute(st, {{DNNL_ARG_SRC_0, sm_}, {DNNL_ARG_SRC_1, mm}, {DNNL_ARG_DST, sm_}});
+    sm.execute(st, {{DNNL_ARG_SRC, sm_}, {DNNL_ARG_DST, sm_}});
+    pv.execute(st, {{DNNL_ARG_SRC, sm_}, {DNNL_ARG_WEIGHTS, vm}, {DNNL_ARG_DST, om}});
+    st.wait();
+  });
+  // Useful FLOPs (causal): QK^T and PV over the keys each row sees.
+  for (int i = 0; i < rows; ++i) t.flops += 4.0 * B * H * d * (ctx - rows + i + 1);
+  return t;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,6 +225,8 @@ int main(int argc, char** argv) {
       "decode", po::value(&decode)->default_value(32), "decode steps per sequence")(
       "batches", po::value(&batches)->default_value("1,32"), "decode batch sizes (sequences), comma-separated")(
       "seed", po::value(&seed)->default_value(0), "weights and prompt seed")(
+      "attention", "also time the attention kernel alone against oneDNN batched matmul + softmax: a prefill "
+                   "chunk (1 x --prompt rows) and a decode step (each --batches count of one row after --prompt)")(
       "sgemm", "after each prefill, oneDNN's sgemm alone on its GEMM shapes: prefill GFLOP/s (GEMMs, attention, "
                "LM head) against sgemm's");
   po::variables_map vm;
@@ -189,6 +272,19 @@ int main(int argc, char** argv) {
     }
     // Warm-up: oneDNN primitives and sgemm kernels, workspaces for a prompt (a server runs warm).
     (void)run(*m, 1, prompt, 2, seed);
+    if (vm.count("attention")) {
+      std::vector<std::pair<int, int>> shapes{{1, prompt}};  // (sequences, rows each)
+      for (int B : bs) shapes.push_back({B, 1});
+      for (const auto& [B, rows] : shapes) {
+        const attn_time t = time_attention(m->shape(), B, rows, prompt, 5);
+        std::printf("%-12s attention %d x %d rows over %d keys: tessera %.3f ms (%.1f GFLOP/s), oneDNN batched matmul "
+                    "+ softmax %.3f ms (%.1f): %.2fx\n", name.c_str(), B, rows, prompt, 1e3 * t.tessera,
+                    t.flops / t.tessera / 1e9, 1e3 * t.onednn, t.flops / t.onednn / 1e9, t.onednn / t.tessera);
+        std::printf("RESULT bench=decoders model=%s phase=attention seqs=%d rows=%d keys=%d threads=%d tessera_ms=%.4f "
+                    "onednn_ms=%.4f speedup=%.3f\n", name.c_str(), B, rows, prompt, threads, 1e3 * t.tessera,
+                    1e3 * t.onednn, t.onednn / t.tessera);
+      }
+    }
     for (int B : bs) {
       auto r = run(*m, B, prompt, decode, seed);
       if (!r) {
