@@ -48,10 +48,11 @@ float* grow(buffer& b, int64_t n) {
   return b.p.get();
 }
 
-// Embeddings, every layer, and the final norm + LM head on `logit_rows`; returns [rows][vocab].
-std::vector<std::vector<float>> run_decoder(const model_shape& c, const decoder_weights& w,
-                                            const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
-                                            const std::vector<int32_t>& logit_rows, const attention_fn& attend) {
+// Embeddings, every layer, and the final norm + LM head on `logit_rows` into out [rows][vocab]
+// (vectors reused: resized, not reallocated when they already have the room).
+void run_decoder(const model_shape& c, const decoder_weights& w, const std::vector<int32_t>& tokens,
+                 const std::vector<int32_t>& positions, const std::vector<int32_t>& logit_rows,
+                 const attention_fn& attend, std::vector<std::vector<float>>& out) {
   const int64_t T = static_cast<int64_t>(tokens.size()), h = c.hidden_size, f = c.intermediate_size;
   const int64_t qw = c.q_width(), kvw = c.kv_width(), ld = qw + 2 * kvw;
   const int d = c.head_dim();
@@ -118,10 +119,8 @@ std::vector<std::vector<float>> run_decoder(const model_shape& c, const decoder_
   for (int64_t r = 0; r < R; ++r) std::copy_n(x + int64_t{logit_rows[r]} * h, h, last + r * h);
   norm(c, last, R, w.final_norm_w, w.final_norm_b, last);
   linear(last, R, h, w.lm_head, nullptr, V, logits);
-  std::vector<std::vector<float>> out;
-  out.reserve(static_cast<size_t>(R));
-  for (int64_t r = 0; r < R; ++r) out.emplace_back(logits + r * V, logits + (r + 1) * V);
-  return out;
+  out.resize(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) out[static_cast<size_t>(r)].assign(logits + r * V, logits + (r + 1) * V);
 }
 
 status check_token(const model_shape& c, int32_t id, const std::string& where) {
@@ -134,6 +133,13 @@ status check_token(const model_shape& c, int32_t id, const std::string& where) {
 }  // namespace
 
 result<std::vector<std::vector<float>>> decoder_model::step(const step_batch& batch, paged_kv_cache& cache) const {
+  std::vector<std::vector<float>> logits;
+  TESSERA_RETURN_IF_ERROR(step(batch, cache, logits));
+  return logits;
+}
+
+status decoder_model::step(const step_batch& batch, paged_kv_cache& cache,
+                           std::vector<std::vector<float>>& logits) const {
   const model_shape& c = shape_;
   if (cache.num_layers() != c.num_layers || cache.num_kv_heads() != c.num_kv_heads || cache.head_dim() != c.head_dim())
     return status::invalid("the KV cache holds " + std::to_string(cache.num_layers()) + " layers x " +
@@ -172,7 +178,10 @@ result<std::vector<std::vector<float>>> decoder_model::step(const step_batch& ba
     }
     if (s.want_logits) logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
   }
-  if (tokens.empty()) return std::vector<std::vector<float>>{};
+  if (tokens.empty()) {
+    logits.clear();
+    return {};
+  }
   const int d = c.head_dim(), kvh = c.num_kv_heads;
   const int64_t qw = c.q_width(), kvw = c.kv_width();
   const int64_t block_stride = int64_t{kvh} * bt * d, head_stride = int64_t{bt} * d;
@@ -194,7 +203,8 @@ result<std::vector<std::vector<float>>> decoder_model::step(const step_batch& ba
     attention_paged({qkv, ld}, {kbase, vbase, bt, block_stride, head_stride}, seqs.data(),
                     static_cast<int>(seqs.size()), c.num_heads, kvh, d, {ctx, qw});
   };
-  return run_decoder(c, w_, tokens, positions, logit_rows, attend);
+  run_decoder(c, w_, tokens, positions, logit_rows, attend, logits);
+  return {};
 }
 
 result<std::vector<std::vector<float>>> decoder_model::full_logits(const std::vector<int32_t>& tokens) const {
@@ -232,7 +242,9 @@ result<std::vector<std::vector<float>>> decoder_model::full_logits(const std::ve
       }
     }
   };
-  return run_decoder(c, w_, tokens, positions, rows, attend);
+  std::vector<std::vector<float>> logits;
+  run_decoder(c, w_, tokens, positions, rows, attend, logits);
+  return logits;
 }
 
 result<generation> greedy_generate(const decoder_model& model, const std::vector<int32_t>& prompt,

@@ -97,6 +97,11 @@ class decoder_model {
   /// start_pos, a position at or beyond max_position_embeddings, a block table too short for the
   /// positions or naming a block outside the cache, or a cache of another shape.
   result<std::vector<std::vector<float>>> step(const step_batch& batch, paged_kv_cache& cache) const;
+  /// The same, into `logits` (resized to the rows that want logits, each to vocab_size): a loop
+  /// that passes the same vectors every step allocates nothing for them (a fresh 4 MB of logits a
+  /// step at batch 32, 32000 vocab, cost llama-tiny's decode more than its layers: page faults as
+  /// malloc handed the heap's top back to the kernel and took it again).
+  status step(const step_batch& batch, paged_kv_cache& cache, std::vector<std::vector<float>>& logits) const;
 
   /// Logits [tokens.size()][vocab] of every position of one sequence from scratch, without a
   /// cache (plain causal attention over the whole sequence): the reference the cached paths are
