@@ -4,6 +4,7 @@
 // and is what the arenas reach, a tile memory that holds the bf16 model but not the fp32 one is
 // refused only for fp32, and hidden rows cross the exchange at half the bytes.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -180,3 +181,38 @@ TEST(Bf16Tiles, DecodersRefuseBf16) {
 }
 
 }  // namespace
+
+// ---- tessera-host --dtype as a user runs it ----
+
+namespace {
+
+std::string host_tool() {
+  const char* dir = std::getenv("TESSERA_BIN_DIR");
+  return dir ? std::string(dir) + "/tessera-host" : std::string("build/bin/tessera-host");
+}
+
+int run_host(const std::string& args, std::string& out) {
+  out.clear();
+  FILE* f = ::popen((host_tool() + " " + args + " 2>&1").c_str(), "r");
+  if (!f) return -1;
+  char buf[4096];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, k);
+  const int st = ::pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace
+
+TEST(Bf16Tiles, HostDtypeFlagChecksBf16AndRefusesWhatStaysFp32) {
+  std::string out;
+  ASSERT_EQ(run_host("--model bert-tiny --tiles 2 --plan 1,1,2 --dtype bf16 --check 1 --tile-memory 64MiB", out), 0) << out;
+  EXPECT_NE(out.find("tiles), bf16, token budget"), std::string::npos) << out;
+  EXPECT_NE(out.find("max |logit - bf16 single-process|"), std::string::npos) << out;
+  EXPECT_EQ(run_host("--model bert-tiny --tiles 1 --dtype fp16", out), 2) << out;
+  EXPECT_NE(out.find("--dtype: unknown dtype \"fp16\": use fp32 or bf16"), std::string::npos) << out;
+  EXPECT_EQ(run_host("--model llama-tiny --tiles 1 --dtype bf16", out), 2) << out;
+  EXPECT_NE(out.find("is for BERT models; decoders run in fp32"), std::string::npos) << out;
+  EXPECT_EQ(run_host("--model bert-tiny --tiles 1 --dtype bf16 --gpu-replicas 1 --serve", out), 2) << out;
+  EXPECT_NE(out.find("runs on the tiles only"), std::string::npos) << out;
+}
