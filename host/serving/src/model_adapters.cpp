@@ -45,6 +45,7 @@ model_info model_info_of(const models::bert_model& model, std::string model_id) 
   info.labels = model.config.id2label;
   info.max_input_length = model.config.max_position_embeddings;
   info.vocab_size = model.config.vocab_size;
+  info.dtype = model.compute == models::dtype::bf16 ? "bfloat16" : "float32";
   return info;
 }
 

@@ -382,7 +382,7 @@ http_reply service::info_reply() const {
   // "reranker" in TEI's terms.
   json out{{"model_id", info_.model_id},
            {"model_sha", nullptr},
-           {"model_dtype", "float32"},
+           {"model_dtype", info_.dtype},
            {"model_type", {{labels == 1 ? "reranker" : "classifier",
                             {{"id2label", id2label}, {"label2id", label2id}}}}},
            {"max_concurrent_requests", max_queued},

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   so.batching.max_batch_size = 64;
   so.batching.token_budget = 8192;
   so.batching.max_inflight_batches = 1;
-  std::string model_name, kinds;
+  std::string model_name, kinds, dtype_text = "fp32";
   int replicas = 1, threads = 1, omp_threads = 1;
   double toy_ns = 0, toy_llm_step_us = 0, toy_llm_token_us = 0;
   llm_serve_options lo;
@@ -67,6 +67,8 @@ int main(int argc, char** argv) {
        "comma-separated kind per replica, cycled (gpu, tiles, reference); see --routing hybrid")
       ("threads", po::value(&threads)->default_value(1), "worker threads per backend")
       ("omp-threads", po::value(&omp_threads)->default_value(1), "OpenMP threads inside one forward")
+      ("dtype", po::value(&dtype_text)->default_value(dtype_text),
+       "fp32 or bf16: a BERT model's forward (bf16 needs --batching token-budget: the padded forward is fp32 only)")
       ("serialize-forwards", po::bool_switch(&serialize_forwards),
        "reference forwards take turns process-wide (a safety switch)")
       ("toy-ns-per-token", po::value(&toy_ns)->default_value(0.0), "toy model: busy work per token (ns)")
@@ -93,6 +95,11 @@ int main(int argc, char** argv) {
   }
   if (auto st = finish_serve_options(so); !st) {
     std::cerr << "tessera-serve: " << st.message() << "\n";
+    return 2;
+  }
+  auto dt = models::parse_dtype(dtype_text);
+  if (!dt) {
+    std::cerr << "tessera-serve: --dtype: " << dt.error().message() << "\n";
     return 2;
   }
   if (replicas < 1 || replicas > 64 || threads < 1 || omp_threads < 1) {
@@ -155,6 +162,10 @@ int main(int argc, char** argv) {
     llm.model_id = id;
     engine = std::make_unique<llm_engine>(lo.engine, *backend, llm.tokenizer, &metrics);
   }
+  if (*dt != models::dtype::fp32 && (engine || model_name == "toy")) {
+    std::cerr << "tessera-serve: --dtype " << dtype_text << " is for BERT models\n";
+    return 2;
+  }
   if (engine) {
     tok = make_toy_tokenizer();
     info.model_id = llm.model_id;
@@ -177,6 +188,10 @@ int main(int argc, char** argv) {
       std::cerr << "tessera-serve: " << loaded.error().to_string() << "\n";
       return 2;
     }
+    if (auto st = models::set_dtype(*loaded, *dt); !st.is_ok()) {
+      std::cerr << "tessera-serve: " << st.message() << "\n";
+      return 2;
+    }
     auto model = std::make_shared<const models::bert_model>(std::move(*loaded));
     auto t = make_model_tokenizer(*model);
     if (!t) {
@@ -196,6 +211,11 @@ int main(int argc, char** argv) {
   for (auto& b : backends) {
     batching_config bc = so.batching_for(b->info().kind);
     bc.max_sequence_length = info.max_input_length;
+    if (*dt != models::dtype::fp32 && bc.kind != policy_kind::token_budget) {
+      std::cerr << "tessera-serve: --dtype " << dtype_text << " runs packed batches only (the padded forward is fp32): "
+                << "pass --batching token-budget\n";
+      return 2;
+    }
     if (auto st = r.add_backend(b, bc); !st) {
       std::cerr << "tessera-serve: " << st.message() << "\n";
       return 2;
