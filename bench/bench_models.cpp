@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   }
   set_num_threads(threads);
   const bert_model fp32_model = *model;
-  if (const tessera::status st = set_dtype(*model, *dt); !st.is_ok()) {
+  if (const tessera::status st = set_dtype(*model, *dt); st.code() != tessera::errc::ok) {
     std::cerr << st.message() << "\n";
     return 2;
   }

@@ -75,7 +75,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   std::shared_ptr<const models::bert_model> bf16_model;
   if (o.dtype == models::dtype::bf16) {
     auto m = *loaded;
-    if (auto st = models::set_dtype(m, models::dtype::bf16); !st.is_ok()) return fail(st);
+    if (auto st = models::set_dtype(m, models::dtype::bf16); st.code() != tessera::errc::ok) return fail(st);
     bf16_model = std::make_shared<const models::bert_model>(std::move(m));
   }
   auto model = std::make_shared<const models::bert_model>(std::move(*loaded));

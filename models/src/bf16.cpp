@@ -73,13 +73,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void to_float_avx512(const 
 std::string bf16_isa_name() { return isa_name(dnnl::get_effective_cpu_isa()); }
 
 status check_dtype_supported(dtype d) {
-  if (d == dtype::fp32) return status::ok();
+  if (d == dtype::fp32) return status{};
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   if (!cpu_has_avx512_bf16 || !isa_has_bf16(isa))
     return status::unsupported(std::string("--dtype bf16 needs a CPU with avx512_bf16 or AMX (oneDNN's ISA here is ") +
                                isa_name(isa) + (cpu_has_avx512_bf16 ? ", lowered by ONEDNN_MAX_CPU_ISA" : "") +
                                "); use --dtype fp32");
-  return status::ok();
+  return status{};
 }
 
 void to_bf16(const float* x, int64_t n, bfloat16* y) {

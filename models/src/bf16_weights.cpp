@@ -56,11 +56,11 @@ int64_t bf16_bert_weights::bytes() const {
 status set_dtype(bert_model& m, dtype d) {
   if (d == dtype::bf16) {
     const status st = check_dtype_supported(d);
-    if (!st.is_ok()) return st;
+    if (st.code() != tessera::errc::ok) return st;
     if (!m.bf16) m.bf16 = std::make_shared<const bf16_bert_weights>(bf16_bert_weights::convert(m.config, m.weights));
   }
   m.compute = d;
-  return status::ok();
+  return status{};
 }
 
 }  // namespace tessera::models

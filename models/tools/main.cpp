@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
     std::cerr << model.error().to_string() << "\n";
     return 2;
   }
-  if (const tessera::status st = set_dtype(*model, *dt); !st.is_ok()) {
+  if (const tessera::status st = set_dtype(*model, *dt); st.code() != tessera::errc::ok) {
     std::cerr << st.message() << "\n";
     return 2;
   }

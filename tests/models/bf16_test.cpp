@@ -99,7 +99,7 @@ TEST(bf16, parse_dtype_names_both_choices) {
 // refusal on one that does not).
 void require_bf16() {
   const status st = check_dtype_supported(dtype::bf16);
-  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  ASSERT_TRUE(st.code() == tessera::errc::ok) << st.to_string();
 }
 
 std::vector<float> random_floats(int64_t n, uint64_t seed, float amp) {
@@ -252,7 +252,7 @@ void check_model(const std::string& preset, const std::vector<int>& lengths) {
   auto fp32 = load_model(preset);
   ASSERT_TRUE(fp32) << fp32.error().to_string();
   bert_model bf16 = *fp32;
-  ASSERT_TRUE(set_dtype(bf16, dtype::bf16).is_ok());
+  ASSERT_TRUE(set_dtype(bf16, dtype::bf16).code() == tessera::errc::ok);
   ASSERT_TRUE(bf16.bf16);
   const bert_config& c = fp32->config;
   // bf16 matrices take half the bytes of the fp32 ones (the packed layout pads nothing here).
@@ -269,7 +269,7 @@ void check_model(const std::string& preset, const std::vector<int>& lengths) {
   EXPECT_GT(a.mean_abs, 0.0) << preset << ": bf16 logits equal fp32 exactly: the bf16 path did not run";
   // Switching back gives fp32 again (bit for bit, same code on the same batch).
   bert_model back = bf16;
-  ASSERT_TRUE(set_dtype(back, dtype::fp32).is_ok());
+  ASSERT_TRUE(set_dtype(back, dtype::fp32).code() == tessera::errc::ok);
   const packed_batch two = b.slice(0, 2);
   EXPECT_EQ(reference_forward(back, two), reference_forward(*fp32, two));
 }

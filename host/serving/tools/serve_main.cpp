@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
       std::cerr << "tessera-serve: " << loaded.error().to_string() << "\n";
       return 2;
     }
-    if (auto st = models::set_dtype(*loaded, *dt); !st.is_ok()) {
+    if (auto st = models::set_dtype(*loaded, *dt); st.code() != tessera::errc::ok) {
       std::cerr << "tessera-serve: " << st.message() << "\n";
       return 2;
     }

@@ -5,7 +5,7 @@
 // activations and weights this way and accumulates in fp32. Conversion rounds to nearest even.
 //
 //   auto d = parse_dtype("bf16");                  // result<dtype>; anything else: invalid
-//   if (auto st = check_dtype_supported(*d); !st.is_ok()) { print st; exit 2; }
+//   if (auto st = check_dtype_supported(*d); st.code() != tessera::errc::ok) { print st; exit 2; }
 //   std::vector<bfloat16> h(n);
 //   to_bf16(x, n, h.data());                        // vectorised when the CPU has avx512_bf16
 #pragma once

@@ -6,7 +6,7 @@
 // fp32 weights, which the model keeps.
 //
 //   auto m = load_model("bert-base");
-//   if (auto st = set_dtype(*m, dtype::bf16); !st.is_ok()) ...   // converts once, checks the CPU
+//   if (auto st = set_dtype(*m, dtype::bf16); st.code() != tessera::errc::ok) ...   // converts once, checks the CPU
 //   auto logits = reference_forward(*m, batch);                   // now the bf16 forward
 #pragma once
 
