@@ -200,7 +200,7 @@ int tessera_receiver(const std::string& dir, size_t size) {
   zmq::context_t ctx(1);
   auto t = exchange::zmq_transport::bind(ctx, 1, "ipc://" + dir + "/tile-1.sock");
   if (!t) return 5;
-  if (!(*t)->connect_peers({"ipc://" + dir + "/tile-0.sock", "ipc://" + dir + "/tile-1.sock"})) return 5;
+  if (!(*t)->connect_peers({"ipc://" + dir + "/tile-0.sock", "ipc://" + dir + "/tile-1.sock"}).ok()) return 5;
   const credit c = credit_for(size);
   std::vector<float> dst(size / 4 + 16);
   float* out = dst.data();
@@ -222,7 +222,7 @@ int tessera_receiver(const std::string& dir, size_t size) {
     if (!type) return 7;
     if (*type == exchange::msg_type::sync_token) return meter.finish(count), 0;  // stop
     exchange::exchange_data d;
-    if (!exchange::decode(e, d) || d.dst_tile != 1) return 7;
+    if (!exchange::decode(e, d).ok() || d.dst_tile != 1) return 7;
     key k{d.batch_id, d.superstep, 0, d.src_tile, d.tag};
     inbox.emplace(k, std::move(e));
     auto it = inbox.find(k);
@@ -235,7 +235,7 @@ int tessera_receiver(const std::string& dir, size_t size) {
     meter.on_message(++count);
     if (count % c.ack_every == 0) {
       exchange::sync_token s{1, 1, static_cast<uint32_t>(count), 0, 1};
-      if (!(*t)->send(0, exchange::encode(s))) return 6;
+      if (!(*t)->send(0, exchange::encode(s)).ok()) return 6;
     }
   }
 }
@@ -277,7 +277,7 @@ throughput measure_throughput(const options& o, int mode, size_t size) {
       if (!b) throw std::runtime_error(b.error().to_string());
       t = std::move(*b);
       auto st = t->connect_peers({"ipc://" + o.dir + "/tile-0.sock", "ipc://" + o.dir + "/tile-1.sock"});
-      if (!st) throw std::runtime_error(st.to_string());
+      if (!st.ok()) throw std::runtime_error(st.to_string());
     } else {
       ack.bind("ipc://" + o.dir + "/raw-ack.sock");
       data.connect("ipc://" + o.dir + "/raw-data.sock");
@@ -289,7 +289,7 @@ throughput measure_throughput(const options& o, int mode, size_t size) {
         zmq::message_t frame = mode == 1 ? exchange::borrow_frame(src.data(), size, &in_flight)
                                          : exchange::copy_frame(src.data(), size);
         auto st = t->send(1, exchange::encode(d, std::move(frame)));
-        if (!st) throw std::runtime_error(st.to_string());
+        if (!st.ok()) throw std::runtime_error(st.to_string());
       } else {
         zmq::message_t m(size);
         data.send(m, zmq::send_flags::none);
@@ -304,7 +304,7 @@ throughput measure_throughput(const options& o, int mode, size_t size) {
           auto got = t->recv(e, 50ms);
           if (!got) throw std::runtime_error(got.error().to_string());
           exchange::sync_token s;
-          if (*got && exchange::decode(e, s)) {
+          if (*got && exchange::decode(e, s).ok()) {
             acked = s.superstep;
             return;
           }
@@ -386,7 +386,7 @@ sync_figures measure_tessera_sync(const options& o, uint32_t n) {
   for (uint32_t t = 0; t < n; ++t) p.tiles.push_back(t);
   p.steps.resize(o.supersteps);  // empty compute sets, no sends, sync = true
   for (uint32_t t = 0; t < n; ++t) progs[t] = p;
-  if (auto st = (*g)->load(progs); !st) {
+  if (auto st = (*g)->load(progs); !st.ok()) {
     std::fprintf(stderr, "tessera-bench-exchange: load failed: %s\n", st.to_string().c_str());
     return f;
   }
@@ -517,7 +517,7 @@ int transport_barrier_worker(const std::string& dir, uint32_t rank, uint32_t n, 
   auto& t = **bound;
   std::vector<std::string> eps;
   for (uint32_t i = 0; i < n; ++i) eps.push_back("ipc://" + dir + "/bar-" + std::to_string(i) + ".sock");
-  if (!t.connect_peers(eps)) return 5;
+  if (!t.connect_peers(eps).ok()) return 5;
   using key = std::tuple<uint32_t, uint32_t, uint32_t>;  // (step, round, src)
   std::map<key, exchange::envelope> inbox;
   auto wait_for = [&](const key& k) {
@@ -532,12 +532,12 @@ int transport_barrier_worker(const std::string& dir, uint32_t rank, uint32_t n, 
         continue;
       }
       exchange::sync_token s;
-      if (!exchange::decode(e, s)) return false;
+      if (!exchange::decode(e, s).ok()) return false;
       inbox.emplace(key{s.superstep, s.round, s.src_tile}, std::move(e));
     }
   };
   auto send = [&](uint32_t to, uint32_t step, uint32_t round) {
-    return static_cast<bool>(t.send(to, exchange::encode(exchange::sync_token{1, 1, step, round, rank})));
+    return t.send(to, exchange::encode(exchange::sync_token{1, 1, step, round, rank})).ok();
   };
   steady::time_point chunk0;
   double cpu0 = 0;

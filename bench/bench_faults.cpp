@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   matrix[11].heartbeat_timeout = 800ms;
   matrix[12].heartbeat_timeout = 3000ms;
   matrix[2].heartbeat_timeout = 800ms;
+  // A signal that cannot be sent (the tile already gone) shows in the row: no fault, no recovery.
   matrix[2].during = [](tile_group& g) { (void)g.signal_tile(1, SIGSTOP); };
   matrix[3].heartbeat_timeout = 3000ms;
   matrix[3].during = [](tile_group& g) {

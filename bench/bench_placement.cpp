@@ -162,12 +162,14 @@ int main(int argc, char** argv) {
             size_t i;
             {
               std::lock_guard lk(mu);
-              if (next >= batches.size() || !failure) return;
+              if (next >= batches.size() || !failure.ok()) return;
               i = next++;
             }
             const double t0 = prof ? prof->now() : 0;
             auto out = (*deployed)->run(r, batches[i]);
-            if (prof && out) (void)prof->record(r, batches[i], *out, t0);
+            if (prof && out)
+              if (auto st = prof->record(r, batches[i], *out, t0); !st.ok())
+                std::fprintf(stderr, "trace: batch %zu left out: %s\n", i, st.to_string().c_str());
             std::lock_guard lk(mu);
             if (!out) {
               failure = out.error();
@@ -181,14 +183,14 @@ int main(int argc, char** argv) {
         });
       for (auto& w : workers) w.join();
       const double secs = std::chrono::duration<double>(clk::now() - t1).count();
-      if (!failure) return std::cerr << failure.to_string() << "\n", 1;
+      if (!failure.ok()) return std::cerr << failure.to_string() << "\n", 1;
       rows.push_back({forced ? "tiles, tensor parallel" : "tiles, automatic plan", n, plan_text, secs, requests / secs,
                       base / secs, double(bytes) / requests, supersteps, worst});
       std::fprintf(stderr, "%d tiles %s: %.1f s, %.2f req/s (%.2fx), max |diff| %.1e\n", n, plan_text.c_str(), secs,
                    requests / secs, base / secs, worst);
       if (prof) {
         const std::string file = trace + "." + std::to_string(n) + (forced ? "-tp" : "-auto") + ".json";
-        if (auto st = prof->write_trace(file); !st) return std::cerr << st.to_string() << "\n", 1;
+        if (auto st = prof->write_trace(file); !st.ok()) return std::cerr << st.to_string() << "\n", 1;
         std::fprintf(stderr, "%strace: %s\n", prof->summary().c_str(), file.c_str());
       }
       (*group)->shutdown();

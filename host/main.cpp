@@ -131,8 +131,8 @@ int main(int argc, char** argv) {
       if (!p) return std::cerr << "tessera-host: " << p.error().message() << "\n", 2;
       mo.forced = *p;
     }
-    if (auto st = serving::finish_serve_options(mo.so); !st) return std::cerr << "tessera-host: " << st.message() << "\n", 2;
-    if (auto st = serving::finish_llm_options(mo.lo); !st) return std::cerr << "tessera-host: " << st.message() << "\n", 2;
+    if (auto st = serving::finish_serve_options(mo.so); !st.ok()) return std::cerr << "tessera-host: " << st.message() << "\n", 2;
+    if (auto st = serving::finish_llm_options(mo.lo); !st.ok()) return std::cerr << "tessera-host: " << st.message() << "\n", 2;
     if (!vm["kv-memory-mb"].defaulted() && host::app::is_decoder_model(mo.model))
       return std::cerr << "tessera-host: --kv-memory-mb does not apply on tiles (the KV cache lives in tile memory): use "
                           "--kv-blocks or --tile-memory\n", 2;

@@ -43,7 +43,7 @@ std::shared_ptr<thread_pool_backend> make_reference_backend(
     models::packed_batch b = to_packed(req);
     const int n = b.num_seqs();
     if (n == 0) return std::vector<float>{};
-    if (auto st = models::validate_batch(model->config, b); !st) return st;
+    if (auto st = models::validate_batch(model->config, b); !st.ok()) return st;
     std::unique_lock lock(forward_mutex(), std::defer_lock);
     if (serialize) lock.lock();
     if (req.layout == batch_layout::padded) {

@@ -77,7 +77,7 @@ void thread_pool_backend::work() {
     auto t0 = std::chrono::steady_clock::now();
     batch_result r;
     r.batch_id = j.request.batch_id;
-    if (!injected) {
+    if (!injected.ok()) {
       r.st = injected;
     } else {
       auto logits = forward_(j.request);

@@ -27,7 +27,7 @@ std::string_view errc_name(errc code) {
 }
 
 std::string status::to_string() const {
-  if (is_ok()) return "ok";
+  if (ok()) return "ok";
   std::string s(errc_name(code_));
   s += ": ";
   s += message_;
@@ -35,7 +35,7 @@ std::string status::to_string() const {
 }
 
 status status::with_context(std::string_view context) const {
-  if (is_ok()) return *this;
+  if (ok()) return *this;
   std::string m(context);
   m += ": ";
   m += message_;

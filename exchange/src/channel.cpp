@@ -73,11 +73,11 @@ struct channel::impl {
         if (!socket.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait))
           return status{errc::overloaded, opts.name + ": send queue to " + to + " is full"};
         send_envelope(socket, std::move(e));
-        return status::ok();
+        return ok_status();
       }
       if (!send_envelope(socket, std::move(e), zmq::send_flags::dontwait))
         return status{errc::overloaded, opts.name + ": send queue is full"};
-      return status::ok();
+      return ok_status();
     } catch (const zmq::error_t& ex) {
       if (ex.num() == EHOSTUNREACH)
         return status::peer_failed(opts.name + ": " + (to.empty() ? std::string("peer") : to) + " is not connected");
@@ -233,7 +233,7 @@ void channel::send(peer to, envelope e) {
   auto box = std::make_shared<envelope>(std::move(e));
   impl* s = impl_.get();
   s->enqueue([s, to = std::move(to), box] {
-    if (auto st = s->send_now(to, std::move(*box)); !st) TESSERA_LOG_DEBUG(s->opts.name << ": " << st.message());
+    if (auto st = s->send_now(to, std::move(*box)); !st.ok()) TESSERA_LOG_DEBUG(s->opts.name << ": " << st.message());
   });
 }
 
@@ -255,7 +255,7 @@ void channel::request(peer to, uint64_t id, envelope e, clock::time_point deadli
       (*cb)(gone->second);
       return;
     }
-    if (auto st = s->send_now(to, std::move(*box)); !st) {
+    if (auto st = s->send_now(to, std::move(*box)); !st.ok()) {
       (*cb)(st);
       return;
     }

@@ -433,7 +433,7 @@ status expect_payloads(const envelope& e, size_t n, std::string_view what) {
     return status::bad_message(std::string(what) + ": expected " + std::to_string(n) + " payload frame(s), got " +
                                std::to_string(e.payloads.size()));
   }
-  return status::ok();
+  return ok_status();
 }
 
 // Decodes M and checks that no payload frame came with it.
@@ -555,7 +555,7 @@ status check_tile_id(uint32_t tile_id, uint32_t group_size, const char* field) {
     return status::bad_message(std::string(field) + " " + std::to_string(tile_id) + " is outside the group of " +
                                std::to_string(group_size) + " tiles");
   }
-  return status::ok();
+  return ok_status();
 }
 
 result<msg_type> peek_type(const envelope& e) {
@@ -566,7 +566,7 @@ result<msg_type> peek_type(const envelope& e) {
 
 std::optional<uint64_t> peek_request_id(const envelope& e) {
   parsed_header h;
-  if (!parse_header(e.header.data<char>(), e.header.size(), h)) return std::nullopt;
+  if (!parse_header(e.header.data<char>(), e.header.size(), h).ok()) return std::nullopt;
   uint32_t field = 0;  // where the id sits in the body
   switch (h.type) {
     case msg_type::ack:
@@ -596,7 +596,7 @@ status decode(const envelope& e, peer_directory& m) {
   TESSERA_RETURN_IF_ERROR(decode_plain(e, m));
   if (m.endpoints.size() != m.incarnations.size() || m.endpoints.empty())
     return status::bad_message("peer_directory: endpoints and incarnations differ in count or are empty");
-  return status::ok();
+  return ok_status();
 }
 
 envelope encode(const free_tensors& m) { return encode_message(m); }
@@ -606,7 +606,7 @@ envelope encode(const load_program& m) { return encode_message(m); }
 status decode(const envelope& e, load_program& m) {
   TESSERA_RETURN_IF_ERROR(decode_plain(e, m));
   for (uint32_t tile : m.prog.tiles) TESSERA_RETURN_IF_ERROR(check_tile_id(tile, max_tiles, "program tile"));
-  return status::ok();
+  return ok_status();
 }
 
 envelope encode(const sync_token& m) { return encode_message(m); }
@@ -637,7 +637,7 @@ status decode(const envelope& e, alloc_tensor& m) {
                                std::to_string(e.payloads[0].size()) + " bytes, shape needs " +
                                std::to_string(m.desc.bytes()));
   }
-  return status::ok();
+  return ok_status();
 }
 
 envelope encode(const run_program& m, std::vector<zmq::message_t> inputs) {
@@ -665,7 +665,7 @@ status decode(const envelope& e, exchange_data& m) {
     return status::bad_message("exchange_data: payload has " + std::to_string(e.payloads[0].size()) +
                                " bytes, header says " + std::to_string(m.elements) + " elements (of 4 or 2 bytes)");
   }
-  return status::ok();
+  return ok_status();
 }
 
 // The header states how many payload frames follow: the frames given here, whatever m says.
@@ -708,7 +708,7 @@ status decode(const envelope& e, infer_batch& m) {
       return status::bad_message("infer_batch: a token frame has " + std::to_string(p.size()) +
                                  " bytes, the lengths need " + std::to_string(tokens * 4));
   }
-  return status::ok();
+  return ok_status();
 }
 
 envelope encode(const infer_result& m, zmq::message_t logits) {
@@ -720,7 +720,7 @@ status decode(const envelope& e, infer_result& m) {
   TESSERA_RETURN_IF_ERROR(expect_payloads(e, m.code == errc::ok ? 1 : 0, "infer_result"));
   if (m.code == errc::ok && m.num_labels > 0 && e.payloads[0].size() % (4 * m.num_labels) != 0)
     return status::bad_message("infer_result: logits frame is not a whole number of rows");
-  return status::ok();
+  return ok_status();
 }
 
 }  // namespace tessera::exchange

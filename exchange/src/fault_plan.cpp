@@ -69,7 +69,7 @@ status fault_plan::check_tiles(int tiles) const {
                                ") names tile " + std::to_string(t) + ", but the group has " + std::to_string(tiles) +
                                " tiles (0.." + std::to_string(tiles - 1) + ")");
   }
-  return status::ok();
+  return ok_status();
 }
 
 std::string fault_plan::to_json() const {
@@ -114,10 +114,10 @@ result<fault_plan> parse_fault_plan(const std::string& text) {
         return status::invalid(where + ": unknown kind '" + kind + "'; use one of " + names);
       }
       auto num = [&](const char* field, auto& out) -> status {
-        if (!x.contains(field)) return status::ok();
+        if (!x.contains(field)) return ok_status();
         if (!x[field].is_number()) return status::invalid(where + " (" + kind + "): \"" + field + "\" must be a number");
         out = x[field].get<std::decay_t<decltype(out)>>();
-        return status::ok();
+        return ok_status();
       };
       TESSERA_RETURN_IF_ERROR(num("tile", f.tile));
       TESSERA_RETURN_IF_ERROR(num("from", f.tile));

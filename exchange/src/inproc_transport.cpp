@@ -17,7 +17,7 @@ class inproc_transport final : public transport {
       box.queue.push_back(std::move(e));
     }
     box.cv.notify_one();
-    return status::ok();
+    return ok_status();
   }
 
   result<bool> recv(envelope& out, std::chrono::milliseconds timeout) override {

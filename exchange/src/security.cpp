@@ -36,7 +36,7 @@ status write_file(const fs::path& p, const std::string& text, mode_t mode) {
   out.close();
   if (!out) return status::io_error("cannot write " + p.string());
   chmod(p.c_str(), mode);
-  return status::ok();
+  return ok_status();
 }
 
 // ZAP (RFC 27) handler for one context: admits CURVE clients whose public key is authorized.

@@ -38,7 +38,7 @@ status parse_header(const char* data, size_t size, parsed_header& out) {
   if (f[3].type != msgpack::type::ARRAY) return status::bad_message("message body is not an array");
   out.type = static_cast<msg_type>(f[2].via.u64);
   out.body_obj = &f[3];
-  return status::ok();
+  return ok_status();
 }
 
 }  // namespace tessera::exchange

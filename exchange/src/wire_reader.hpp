@@ -147,7 +147,7 @@ class wire_reader {
     if (pos_ != n_)
       return status::bad_message(std::string(what) + ": " + std::to_string(n_) + " fields, expected " +
                                  std::to_string(pos_));
-    return status::ok();
+    return ok_status();
   }
 
  private:

@@ -107,14 +107,14 @@ status zmq_transport::connect_peers(const std::vector<std::string>& endpoints) {
       return status::io_error("cannot connect to tile " + std::to_string(i) + " at " + endpoints[i] + ": " + ex.what());
     }
   }
-  return status::ok();
+  return ok_status();
 }
 
 status zmq_transport::send(uint32_t peer, envelope&& e) {
   if (peer == self_) {  // a program may send to its own tile: no socket round trip
     bytes_sent_ += e.payload_bytes();
     loopback_.push_back(std::move(e));
-    return status::ok();
+    return ok_status();
   }
   if (peer >= outbound_.size() || !outbound_[peer])
     return status::invalid("tile " + std::to_string(self_) + " has no link to tile " + std::to_string(peer));
@@ -124,7 +124,7 @@ status zmq_transport::send(uint32_t peer, envelope&& e) {
   } catch (const zmq::error_t& ex) {
     return status::io_error(std::string("send failed: ") + ex.what());
   }
-  return status::ok();
+  return ok_status();
 }
 
 result<bool> zmq_transport::recv(envelope& out, std::chrono::milliseconds timeout) {

@@ -50,7 +50,7 @@ result<std::unique_ptr<compute_pool>> compute_pool::start(const compute_options&
   auto gpu_ready = [&]() -> status {
     if (p->gpu_->wait_ready(o.gpu_ready_timeout)) {
       if (log) log("gpu0: tessera-gpu process " + std::to_string(p->gpu_->child_pid()) + " at " + rc.endpoint);
-      return status::ok();
+      return ok_status();
     }
     auto reps = p->gpu_->replicas();
     return status::peer_failed("the tessera-gpu process (" + rc.spawn_binary + ", --model " + o.model + ") at " +
@@ -61,7 +61,7 @@ result<std::unique_ptr<compute_pool>> compute_pool::start(const compute_options&
   if (!o.tile_processes) {
     p->tiles_ = backends::make_reference_backend(
         p->model_, {.name = "tiles0", .kind = "tiles", .threads = 1, .omp_threads = o.omp_threads});
-    if (auto st = gpu_ready(); !st) return st;
+    if (auto st = gpu_ready(); !st.ok()) return st;
     return p;
   }
   host::placement_request req;
@@ -81,7 +81,7 @@ result<std::unique_ptr<compute_pool>> compute_pool::start(const compute_options&
   auto deployed = host::tile_model::deploy(*p->group_, std::move(*compiled), *p->model_);
   if (!deployed) return deployed.error().with_context("deploying " + o.model + " on the tile group");
   p->tiles_ = std::make_shared<host::tile_backend>(std::move(*deployed), "tiles0");
-  if (auto st = gpu_ready(); !st) return st;
+  if (auto st = gpu_ready(); !st.ok()) return st;
   return p;
 }
 

@@ -372,7 +372,7 @@ status write_rows_csv(const std::vector<experiment_row>& rows, const std::string
     for (size_t i = 0; i < o.slo_p99_ms.size(); ++i) f << "," << fmt("%.6g", i < r.slo_rps.size() ? r.slo_rps[i] : 0.0);
     f << ",\"" << r.check << "\"\n";  // the text has commas, never quotes
   }
-  return f ? status::ok() : status::internal(path + ": write failed");
+  return f ? ok_status() : status::internal(path + ": write failed");
 }
 
 status write_curves_csv(const std::vector<experiment_row>& rows, const std::string& path,
@@ -387,7 +387,7 @@ status write_curves_csv(const std::vector<experiment_row>& rows, const std::stri
                     pt.throughput_rps, pt.p50_s, pt.p99_s);
       f << buf;
     }
-  return f ? status::ok() : status::internal(path + ": write failed");
+  return f ? ok_status() : status::internal(path + ": write failed");
 }
 
 status write_requests_csv(const run_result& r, const std::string& path, const std::string& header_comments) {
@@ -400,7 +400,7 @@ status write_requests_csv(const run_result& r, const std::string& path, const st
                   q.arrival_s, q.dispatch_s, q.done_s, q.latency_s(), q.backend.c_str(), q.ok ? 1 : 0);
     f << buf;
   }
-  return f ? status::ok() : status::internal(path + ": write failed");
+  return f ? ok_status() : status::internal(path + ": write failed");
 }
 
 }  // namespace tessera::experiment

@@ -113,7 +113,7 @@ status write_trace_csv(const trace& t, const std::string& path) {
     std::snprintf(buf, sizeof buf, "%.17g,%d\n", e.arrival_s, e.length);
     out << buf;
   }
-  return out ? status::ok() : status::internal(path + ": write failed");
+  return out ? ok_status() : status::internal(path + ": write failed");
 }
 
 double mean_length(const trace& t) {

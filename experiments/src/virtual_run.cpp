@@ -57,7 +57,7 @@ class virtual_backend final : public backends::backend {
     r.num_labels = info_.num_labels;
     auto svc = service_(lens, req.layout, req.padded_length);
     if (!svc) {
-      if (error_.is_ok()) error_ = svc.error().with_context("modelled time of a batch on " + spec_.name);
+      if (error_.ok()) error_ = svc.error().with_context("modelled time of a batch on " + spec_.name);
       r.st = error_;
       pending_.push_back({now, std::move(done), std::move(r), 0});
       return;
@@ -84,7 +84,7 @@ class virtual_backend final : public backends::backend {
       rec.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
       r.timing.wall_seconds = rec.wall_s;
     } else {
-      r.st = status::ok();
+      r.st = ok_status();
       r.logits.assign(static_cast<size_t>(rows) * static_cast<size_t>(r.num_labels), 0.0f);
     }
     r.timing.modelled_seconds = *svc;
@@ -173,8 +173,8 @@ result<run_result> run_virtual(const trace& t, const virtual_run_config& cfg) {
     auto vb = std::make_shared<virtual_backend>(spec, kind, svc, clk, t0, &out.batches);
     serving::batching_config bc = spec.batching;
     bc.max_queue_requests = std::max<size_t>(bc.max_queue_requests, n + 1);  // the trace decides load, not refusals
-    if (auto st = bc.validate(); !st) return st.with_context("backend " + spec.name);
-    if (auto st = router.add_backend(vb, bc); !st) return st.with_context("backend " + spec.name);
+    if (auto st = bc.validate(); !st.ok()) return st.with_context("backend " + spec.name);
+    if (auto st = router.add_backend(vb, bc); !st.ok()) return st.with_context("backend " + spec.name);
     vbs.push_back(std::move(vb));
   }
 
@@ -201,7 +201,7 @@ result<run_result> run_virtual(const trace& t, const virtual_run_config& cfg) {
       r.done_s = since(clk.now());
       r.dispatch_s = r.done_s - o.inference_seconds;
       r.backend = o.backend;
-      r.ok = o.st.is_ok();
+      r.ok = o.st.ok();
       if (!r.ok) r.error = o.st.to_string();
       if (r.ok && cfg.check_model && !vbs.empty() && computed) {
         models::packed_batch one = models::synthetic_batch({r.length}, cfg.vocab_size, cfg.input_seed + i);
@@ -216,7 +216,7 @@ result<run_result> run_virtual(const trace& t, const virtual_run_config& cfg) {
         ++bc.checked;
       }
     };
-    if (auto st = router.submit(req); !st) {
+    if (auto st = router.submit(req); !st.ok()) {
       rec.done_s = rec.arrival_s;
       rec.error = st.to_string();
       req->done = nullptr;
@@ -234,7 +234,7 @@ result<run_result> run_virtual(const trace& t, const virtual_run_config& cfg) {
       if (w) wake = wake ? std::min(*wake, *w) : *w;
     }
     for (auto& vb : vbs)
-      if (!vb->error().is_ok()) {
+      if (!vb->error().ok()) {
         // Answer everything still in flight so the batchers drain before the router goes.
         status err = vb->error();
         for (int round = 0; round < 64; ++round) {

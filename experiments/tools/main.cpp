@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
       t = poisson_trace({.requests = requests > 0 ? requests : 256, .rate = rate, .long_share = share, .seed = o.seed});
     }
     if (!save_trace.empty())
-      if (auto st = write_trace_csv(t, save_trace); !st) return fail(st);
+      if (auto st = write_trace_csv(t, save_trace); !st.ok()) return fail(st);
     if (o.configs.size() != 1) return fail(status::invalid("--mode run needs exactly one --config (e.g. tiles-packed)"));
     auto cs = seed_configurations(o);
     if (cs.empty()) return fail(status::invalid("unknown configuration " + o.configs[0]));
@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
     else
       std::printf("timing-only: %.3f s wall\n", s.wall_s);
     if (!requests_csv.empty())
-      if (auto st = write_requests_csv(*r, requests_csv, prov.comment_lines("# ")); !st) return fail(st);
+      if (auto st = write_requests_csv(*r, requests_csv, prov.comment_lines("# ")); !st.ok()) return fail(st);
     if (s.computed && !(s.max_abs_logit_error <= logit_tolerance))
       return fail(status::internal("logits differ from the reference forward by more than the tolerance"));
     return s.failed > 0 ? 1 : 0;
@@ -210,8 +210,8 @@ int main(int argc, char** argv) {
   std::cout << md;
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
-  if (auto st = write_rows_csv(*rows, out_dir + "/seed-experiment.csv", o, prov.comment_lines("# ")); !st) return fail(st);
-  if (auto st = write_curves_csv(*rows, out_dir + "/seed-experiment-curves.csv", prov.comment_lines("# ")); !st)
+  if (auto st = write_rows_csv(*rows, out_dir + "/seed-experiment.csv", o, prov.comment_lines("# ")); !st.ok()) return fail(st);
+  if (auto st = write_curves_csv(*rows, out_dir + "/seed-experiment-curves.csv", prov.comment_lines("# ")); !st.ok())
     return fail(st);
   std::ofstream(out_dir + "/seed-experiment.md") << md;
   std::cerr << "tessera-experiment: wrote " << out_dir << "/seed-experiment.csv, -curves.csv and .md\n";

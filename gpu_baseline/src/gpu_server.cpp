@@ -94,13 +94,14 @@ struct gpu_server::impl {
     }
     if (*type == ex::msg_type::heartbeat) {
       ex::heartbeat ping;
-      if (auto st = ex::decode(env, ping); !st) {
+      if (auto st = ex::decode(env, ping); !st.ok()) {
         bad.fetch_add(1);
         return;
       }
       ex::heartbeat pong;
       pong.memory_used = static_cast<uint64_t>(std::max<int64_t>(0, in_flight.load()));
       pong.bad_messages = bad.load();
+      // A pong that cannot leave: the host hears silence and fails this process itself.
       (void)ch->send_now(peer, ex::encode(pong));
       return;
     }
@@ -110,7 +111,7 @@ struct gpu_server::impl {
       return;
     }
     ex::infer_batch m;
-    if (auto st = ex::decode(env, m); !st) {
+    if (auto st = ex::decode(env, m); !st.ok()) {
       bad.fetch_add(1);
       if (auto id = ex::peek_request_id(env)) reply_error(peer, *id, st);
       return;
@@ -149,11 +150,11 @@ struct gpu_server::impl {
       out.wall_seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
       out.modelled_seconds = modelled_gpu_seconds(preset, model->config, cfg.dtype, lengths, pad_to);
       const size_t want = lengths.size() * static_cast<size_t>(out.num_labels);
-      if (r.st && r.logits.size() == want) {
+      if (r.st.ok() && r.logits.size() == want) {
         reply(peer, ex::encode(out, ex::copy_frame(r.logits.data(), r.logits.size() * 4)));
       } else {
-        out.code = !r.st ? r.st.code() : errc::internal;
-        out.message = !r.st ? r.st.message()
+        out.code = !r.st.ok() ? r.st.code() : errc::internal;
+        out.message = !r.st.ok() ? r.st.message()
                             : "forward returned " + std::to_string(r.logits.size()) + " logits, expected " +
                                   std::to_string(want);
         reply(peer, ex::encode(out));

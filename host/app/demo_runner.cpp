@@ -13,8 +13,8 @@ int run_demo(tile_group& g, const demo_options& o) {
                    : o.demo == "matmul-columns" ? make_matmul_demo(matmul_split::columns, tiles, o.m, o.k, o.n, 7)
                    : o.demo == "matmul-inner"   ? make_matmul_demo(matmul_split::inner, tiles, o.m, o.k, o.n, 7)
                                                 : make_matmul_demo(matmul_split::rows, tiles, o.m, o.k, o.n, 7);
-  if (auto st = g.alloc_many(d.allocations); !st) return std::cerr << "tessera-host: " << st.to_string() << "\n", 1;
-  if (auto st = g.load(d.programs); !st) return std::cerr << "tessera-host: " << st.to_string() << "\n", 1;
+  if (auto st = g.alloc_many(d.allocations); !st.ok()) return std::cerr << "tessera-host: " << st.to_string() << "\n", 1;
+  if (auto st = g.load(d.programs); !st.ok()) return std::cerr << "tessera-host: " << st.to_string() << "\n", 1;
   result<run_result> r = status::internal("no run");
   for (int i = 0; i < o.reps; ++i) {
     r = g.run(d.batch);

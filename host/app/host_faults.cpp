@@ -51,7 +51,7 @@ class gpu_fault_backend final : public backends::backend {
   std::vector<backends::replica_status> replicas() const override { return state_->gpu->replicas(); }
   void submit(backends::batch_request request, std::function<void(backends::batch_result)> done) override {
     state_->gpu->submit(std::move(request), [s = state_, done = std::move(done)](backends::batch_result r) {
-      const bool answered = r.st.is_ok();
+      const bool answered = r.st.ok();
       done(std::move(r));
       if (answered) s->on_answered();
     });

@@ -156,7 +156,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
     }
     if (prof) {
       std::printf("%s", prof->summary().c_str());
-      if (auto st = prof->write_trace(o.trace_path); !st) return fail(st);
+      if (auto st = prof->write_trace(o.trace_path); !st.ok()) return fail(st);
       std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o.trace_path.c_str());
     }
     if (worst > tolerance) {
@@ -173,11 +173,11 @@ int run_model(tile_group_config group_cfg, model_options o) {
   serving::router r(o.so.routing, serving::default_clock(), &metrics);
   auto tiles = std::make_shared<tile_backend>(std::move(*deployed), "tiles0");
   o.so.batching.max_sequence_length = model->config.max_position_embeddings;
-  if (auto st = r.add_backend(tiles, o.so.batching); !st) return fail(st);
+  if (auto st = r.add_backend(tiles, o.so.batching); !st.ok()) return fail(st);
   for (int i = 0; i < o.gpu_replicas; ++i) {
     auto gpu = backends::make_reference_backend(model, {.name = "gpu" + std::to_string(i), .kind = "gpu", .threads = 1,
                                                        .omp_threads = 1});
-    if (auto st = r.add_backend(gpu, o.so.batching); !st) return fail(st);
+    if (auto st = r.add_backend(gpu, o.so.batching); !st.ok()) return fail(st);
   }
   auto remotes = gpu_processes(*model, o);
   if (!remotes) return fail(remotes.error());
@@ -187,7 +187,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
     // --faults' kill_gpu numbers the spawned processes, which follow the --gpu-endpoint ones.
     const int spawned = static_cast<int>(i) - static_cast<int>(o.gpu_endpoints.size());
     auto gpu = spawned >= 0 ? with_gpu_faults((*remotes)[i], spawned, o.gpu_faults) : (*remotes)[i];
-    if (auto st = r.add_backend(gpu, gpu_batching); !st) return fail(st);
+    if (auto st = r.add_backend(gpu, gpu_batching); !st.ok()) return fail(st);
   }
   r.start();
   auto tok = serving::make_model_tokenizer(*model);
@@ -196,7 +196,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   while (!id.empty() && id.back() == '/') id.pop_back();
   if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
   serving::http_server server(o.so.server, r, *tok, serving::model_info_of(*model, id), metrics);
-  if (auto st = server.start(); !st) return fail(st);
+  if (auto st = server.start(); !st.ok()) return fail(st);
   serving::accept_graceful_stop();  // a stop signal from now on is graceful (the listening line invites one)
   std::cout << "listening on " << (o.so.server.tls_cert.empty() ? "http" : "https") << "://" << o.so.server.address << ":" << server.port() << " model " << id << " tiles "
             << group_cfg.tiles << std::endl;

@@ -128,7 +128,7 @@ result<fault_outcome> run_fault_scenario(const fault_scenario& s) {
       for (int i = first; i < first + count; ++i) {
         latency.push_back(lat);
         if (++answers[static_cast<size_t>(i)] > 1) ++out.duplicates;
-        if (!r.st) {
+        if (!r.st.ok()) {
           ++out.errors;
           continue;
         }

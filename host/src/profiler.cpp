@@ -69,7 +69,7 @@ status profiler::record(batch_record b) {
   e.modelled_start_us = std::max(end, e.rec.start_seconds * 1e6);
   end = e.modelled_start_us + e.model.total_seconds * 1e6;
   entries_.push_back(std::move(e));
-  return status::ok();
+  return ok_status();
 }
 
 status profiler::record(int replica, const models::packed_batch& batch, const tile_batch_result& r, double start_seconds,
@@ -223,7 +223,7 @@ status profiler::write_trace(const std::string& path) const {
   if (!f) return status::invalid("cannot write the trace to '" + path + "'; check the folder exists and is writable");
   f << trace().dump() << "\n";
   if (!f) return status::internal("writing the trace to '" + path + "' failed");
-  return status::ok();
+  return ok_status();
 }
 
 std::vector<tile_memory_row> profiler::memory_report() const {

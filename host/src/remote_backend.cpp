@@ -186,6 +186,7 @@ struct remote_backend::impl {
     }
     if (now >= next_ping) {
       next_ping = now + cfg.ping_interval;
+      // A ping that cannot leave shows as the peer's silence, which the check above acts on.
       (void)ch->send_now("", ex::encode(ex::heartbeat{}));
     }
   }
@@ -201,7 +202,7 @@ struct remote_backend::impl {
       return out;
     }
     ex::infer_result m;
-    if (auto st = ex::decode(*r, m); !st) {
+    if (auto st = ex::decode(*r, m); !st.ok()) {
       out.st = st.with_context(who() + ": bad infer_result");
       return out;
     }

@@ -212,8 +212,8 @@ void tile_backend::work(int r) {
     const errc code = res.st.code();
     const bool retryable = code == errc::peer_failed || code == errc::timeout || code == errc::bad_message ||
                            code == errc::cancelled;
-    if (res.st || !retryable) {
-      if (!res.st) TESSERA_LOG_WARN("batch " << j.request.batch_id << " failed on replica " << r << ": " << res.st.to_string());
+    if (res.st.ok() || !retryable) {
+      if (!res.st.ok()) TESSERA_LOG_WARN("batch " << j.request.batch_id << " failed on replica " << r << ": " << res.st.to_string());
       answer(j, std::move(res));
       continue;
     }
@@ -250,10 +250,10 @@ status bring_back_tile(tile_group& group, uint32_t t, const std::function<status
     st = group.await_return(t, 0ms);  // back already: hand out the directory with its endpoint
   const auto t1 = steady::now();
   const uint32_t incarnation = group.tiles()[t].incarnation;
-  if (st) st = restore(t);
+  if (st.ok()) st = restore(t);
   if (st && group.tiles()[t].incarnation != incarnation)
     st = status::peer_failed("tile " + std::to_string(t) + " was replaced while its shards were restored");
-  if (st)
+  if (st.ok())
     TESSERA_LOG_INFO(name << " tile " << t << ": restarted in "
                           << std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count()
                           << " ms, shards and program restored in "
@@ -275,12 +275,12 @@ bool tile_backend::recover(int r) {
       failed.push_back(t.id);
   for (uint32_t t : failed) {
     status st = bring_back_tile(group, t, [this](uint32_t tile) { return model_->restore_tile(tile); }, info_.name);
-    if (st) {
+    if (st.ok()) {
       std::lock_guard lk(mu_);
       auto& lost = replicas_[static_cast<size_t>(r)].lost;
       lost.erase(std::remove(lost.begin(), lost.end(), t), lost.end());
     }
-    if (!st) {
+    if (!st.ok()) {
       std::lock_guard lk(mu_);
       replicas_[static_cast<size_t>(r)].why = "tile " + std::to_string(t) + ": " + st.message() +
                                               (group.can_restart() ? "" : " (waiting for its launcher to start it again)");

@@ -78,7 +78,7 @@ status tile_decoder::validate(int replica, const models::step_batch& batch) cons
       }
     }
   }
-  return status::ok();
+  return ok_status();
 }
 
 result<tile_step_result> tile_decoder::step(int replica, const models::step_batch& batch) {

@@ -46,7 +46,7 @@ result<std::unique_ptr<tile_group>> tile_group::start(tile_group_config cfg) {
                            std::to_string(cfg.tiles));
   std::unique_ptr<tile_group> g(new tile_group(std::move(cfg)));
   TESSERA_RETURN_IF_ERROR(g->bind_and_launch());
-  if (auto st = g->await_registration(); !st) {
+  if (auto st = g->await_registration(); !st.ok()) {
     g->shutdown();
     return st;
   }
@@ -76,7 +76,7 @@ status tile_group::bind_and_launch() {
   control_endpoint_ = channel_->endpoint();
   if (!cfg_.advertise_host.empty() && control_endpoint_.rfind("tcp://", 0) == 0)
     control_endpoint_ = "tcp://" + cfg_.advertise_host + control_endpoint_.substr(control_endpoint_.rfind(':'));
-  if (!cfg_.launch_local) return status::ok();
+  if (!cfg_.launch_local) return ok_status();
 
   char tmpl[] = "/tmp/tessera-XXXXXX";
   if (!mkdtemp(tmpl)) return status::io_error("cannot create a run directory under /tmp");
@@ -84,7 +84,7 @@ status tile_group::bind_and_launch() {
   launcher_ = std::make_unique<local_launcher>(cfg_.launcher);
   std::lock_guard lk(mu_);
   for (uint32_t i = 0; i < cfg_.tiles; ++i) TESSERA_RETURN_IF_ERROR(spawn_tile(i));
-  return status::ok();
+  return ok_status();
 }
 
 status tile_group::spawn_tile(uint32_t i) {
@@ -100,7 +100,7 @@ status tile_group::spawn_tile(uint32_t i) {
   if (!pid) return pid.error();
   tiles_[i].pid = *pid;
   tiles_[i].local = true;
-  return status::ok();
+  return ok_status();
 }
 
 status tile_group::await_registration() {
@@ -126,7 +126,7 @@ status tile_group::await_registration() {
     return status::timeout("tiles " + join_ids(missing) + " did not register within " +
                            std::to_string(cfg_.register_timeout.count()) + " ms at " + control_endpoint_ +
                            "; start them with --host " + control_endpoint_ + " and check that this address is reachable");
-  return status::ok();
+  return ok_status();
 }
 
 status tile_group::send_directory() {
@@ -143,7 +143,7 @@ status tile_group::send_directory() {
   }
   // The channel keeps per-peer order: a tile reads the directory before any later request.
   for (const auto& r : to) channel_->send(r, encode(dir));
-  return status::ok();
+  return ok_status();
 }
 
 // ---- I/O thread ----
@@ -158,7 +158,7 @@ void tile_group::on_message(const std::string& identity, envelope&& e) {
   switch (*type) {
     case msg_type::register_tile: {
       register_tile m;
-      if (auto st = decode(e, m); !st) return bad(st.message());
+      if (auto st = decode(e, m); !st.ok()) return bad(st.message());
       if (m.tile_id >= cfg_.tiles) return bad("register from tile " + std::to_string(m.tile_id) + ", group has " +
                                               std::to_string(cfg_.tiles));
       if (identity != route_of(m.tile_id, m.incarnation))
@@ -205,7 +205,7 @@ void tile_group::on_message(const std::string& identity, envelope&& e) {
     }
     case msg_type::heartbeat: {
       heartbeat m;
-      if (auto st = decode(e, m); !st) return bad(st.message());
+      if (auto st = decode(e, m); !st.ok()) return bad(st.message());
       if (m.tile_id >= cfg_.tiles) return bad("heartbeat from unknown tile " + std::to_string(m.tile_id));
       std::lock_guard lk(mu_);
       auto& t = tiles_[m.tile_id];
@@ -259,6 +259,7 @@ void tile_group::on_tick(steady::time_point now) {
                        " ms (limit " + std::to_string(cfg_.heartbeat_timeout.count()) + " ms)"});
     }
   }
+  // A keepalive that cannot leave: that tile is unreachable, which its silence reports next.
   for (auto& [route, h] : alive) (void)channel_->send_now(route, encode(h));
   for (auto& [tile, why] : failures) mark_failed(tile, why);
 }
@@ -318,7 +319,7 @@ namespace {
 result<std::pair<ack, envelope>> read_ack(result<envelope> r, uint32_t tile) {
   if (!r) return r.error();
   ack a;
-  if (auto st = decode(*r, a); !st) return st.with_context("ack from tile " + std::to_string(tile));
+  if (auto st = decode(*r, a); !st.ok()) return st.with_context("ack from tile " + std::to_string(tile));
   if (a.code != errc::ok) return status{a.code, a.message};
   return std::make_pair(std::move(a), std::move(*r));
 }
@@ -341,7 +342,7 @@ status tile_group::alloc_many(const std::vector<alloc_request>& reqs,
       auto [f, tile] = std::move(pending.front());
       pending.pop_front();
       auto a = read_ack(f.get(), tile);
-      if (!a && first_error) first_error = a.error().with_context("allocating on tile " + std::to_string(tile));
+      if (!a) first_error.update(a.error().with_context("allocating on tile " + std::to_string(tile)));
     }
   };
   for (const auto& r : reqs) {
@@ -365,7 +366,7 @@ status tile_group::alloc_many(const std::vector<alloc_request>& reqs,
     channel_->request(route, m.request_id, encode(m, std::move(frame)), steady::now() + cfg_.request_timeout,
                       [promise](result<envelope> x) { promise->set_value(std::move(x)); });
     drain(window);
-    if (!first_error) break;
+    if (!first_error.ok()) break;
     sent += r.data ? r.desc.bytes() : 0;
     if (progress) progress(sent, total);
   }
@@ -376,7 +377,7 @@ status tile_group::alloc_many(const std::vector<alloc_request>& reqs,
 status tile_group::free(uint32_t tile, const std::vector<uint32_t>& ids) {
   free_tensors m{next_id(), ids};
   auto a = read_ack(call(tile, m.request_id, encode(m), cfg_.request_timeout), tile);
-  return a ? status::ok() : a.error();
+  return a ? ok_status() : a.error();
 }
 
 status tile_group::load(const std::map<uint32_t, program>& per_tile) {
@@ -399,7 +400,7 @@ status tile_group::load(const std::map<uint32_t, program>& per_tile) {
   status first;
   for (auto& [f, tile] : pending) {
     auto a = read_ack(f.get(), tile);
-    if (!a && first) first = a.error().with_context("loading the program on tile " + std::to_string(tile));
+    if (!a) first.update(a.error().with_context("loading the program on tile " + std::to_string(tile)));
   }
   return first;
 }
@@ -518,7 +519,7 @@ void tile_group::finish_part(const std::shared_ptr<run_op>& op, uint32_t p, resu
     }
   } else {
     run_done d;
-    if (auto dst = decode(*r, d); !dst) {
+    if (auto dst = decode(*r, d); !dst.ok()) {
       st = dst.with_context("run_done from tile " + std::to_string(p));
     } else if (d.code != errc::ok) {
       st = status{d.code, "tile " + std::to_string(p) + ": " + d.message};
@@ -546,8 +547,8 @@ void tile_group::finish_part(const std::shared_ptr<run_op>& op, uint32_t p, resu
       }
     }
   }
-  if (!st) {
-    if (op->first_error) op->first_error = st;  // the first failure is the cause; later ones follow from it
+  if (!st.ok()) {
+    op->first_error.update(st);  // the first failure is the cause; later ones follow from it
     if (!op->aborted) {
       // End the batch for everyone: the survivors would otherwise wait for the failed tile until
       // the exchange timeout. Their answers (or their failure) complete their requests.
@@ -555,6 +556,7 @@ void tile_group::finish_part(const std::shared_ptr<run_op>& op, uint32_t p, resu
       const auto grace = steady::now() + abort_grace;
       for (uint32_t q : op->parts) {
         if (op->answered.count(q)) continue;
+        // Best effort: a part that cannot be told to stop still ends at the deadline set below.
         (void)channel_->send_now(op->routes[q], encode(abort_run{op->program_id, op->batch, "a peer failed: " + st.message()}));
         channel_->set_deadline(op->routes[q], op->batch, grace);
       }
@@ -562,7 +564,7 @@ void tile_group::finish_part(const std::shared_ptr<run_op>& op, uint32_t p, resu
   }
   if (--op->remaining > 0) return;
   auto done = std::move(op->done);
-  if (!op->first_error) {
+  if (!op->first_error.ok()) {
     std::string prefix = "batch " + std::to_string(op->batch) + " failed: ";
     return done(status{op->first_error.code(), prefix + op->first_error.message()});
   }
@@ -594,7 +596,7 @@ status tile_group::restart_tile(uint32_t tile) {
   t.failure.clear();
   t.memory_used = t.memory_high_water = 0;
   t.injected = {};
-  if (auto st = spawn_tile(tile); !st) {
+  if (auto st = spawn_tile(tile); !st.ok()) {
     t.failed = true;
     t.failure = "restart failed: " + st.message();
     return st;
@@ -616,7 +618,7 @@ status tile_group::restart_tile(uint32_t tile) {
   TESSERA_RETURN_IF_ERROR(send_directory());
   ++restarts_;
   TESSERA_LOG_WARN("tile " << tile << " restarted as incarnation " << next);
-  return status::ok();
+  return ok_status();
 }
 
 status tile_group::await_return(uint32_t tile, std::chrono::milliseconds timeout) {
@@ -647,7 +649,7 @@ status tile_group::health() const {
       failed.push_back(t.id);
       why += "; tile " + std::to_string(t.id) + " " + t.failure;
     }
-  if (failed.empty()) return status::ok();
+  if (failed.empty()) return ok_status();
   return status::peer_failed("tiles " + join_ids(failed) + " failed" + why);
 }
 
@@ -656,7 +658,7 @@ status tile_group::signal_tile(uint32_t tile, int sig) {
   if (tile >= cfg_.tiles || !snapshot[tile].local || snapshot[tile].pid <= 0)
     return status::invalid("tile " + std::to_string(tile) + " is not a running local tile");
   if (kill(snapshot[tile].pid, sig) != 0) return status::io_error("kill failed");
-  return status::ok();
+  return ok_status();
 }
 
 void tile_group::shutdown() {

@@ -92,7 +92,7 @@ status tile_llm_backend::recover() {
       if (t.failed && std::find(tiles_.begin(), tiles_.end(), t.id) != tiles_.end() &&
           std::find(failed.begin(), failed.end(), t.id) == failed.end())
         failed.push_back(t.id);
-    if (failed.empty()) return status::ok();
+    if (failed.empty()) return ok_status();
     status last;
     for (uint32_t t : failed) {
       last = bring_back_tile(group, t, [this](uint32_t tile) { return dec_->restore_tile(tile); }, info_.name);
@@ -134,7 +134,7 @@ void tile_llm_backend::work() {
     for (int attempt = 0; !lost && attempt < 3; ++attempt) {
       auto r = dec_->step(0, j.batch);
       if (r) {
-        res.st = status::ok();
+        res.st = ok_status();
         res.logits = std::move(r->logits);
         ++steps_;
         supersteps_ += r->supersteps;

@@ -69,7 +69,7 @@ status restore_shards_and_programs(tile_group& group, const compiled_model& comp
     auto it = programs.find(tile);
     if (it != programs.end()) TESSERA_RETURN_IF_ERROR(group.load({{tile, it->second}}));
   }
-  return status::ok();
+  return ok_status();
 }
 
 status tile_model::restore_tile(uint32_t tile) {

@@ -306,7 +306,7 @@ struct merge_candidate {
 // ---- the model: merges over a word's symbols ----
 
 status bpe_tokenizer_impl::model(std::string_view word, std::vector<int32_t>& out) const {
-  if (word.empty()) return status::ok();
+  if (word.empty()) return ok_status();
   struct symbol { int32_t id, prev, next; bool alive; };
   // Scratch reused across words (encode() is const and may run on several threads at once).
   thread_local std::vector<symbol> sym;
@@ -324,7 +324,7 @@ status bpe_tokenizer_impl::model(std::string_view word, std::vector<int32_t>& ou
       for (unsigned char b : word) unicode::append_utf8(byte_char[b], mapped);
       if (auto it = ids.find(mapped); it != ids.end()) {
         out.push_back(it->second);
-        return status::ok();
+        return ok_status();
       }
     }
     for (unsigned char b : word) {
@@ -343,7 +343,7 @@ status bpe_tokenizer_impl::model(std::string_view word, std::vector<int32_t>& ou
     if (ignore_merges)
       if (auto it = ids.find(std::string(word)); it != ids.end()) {
         out.push_back(it->second);
-        return status::ok();
+        return ok_status();
       }
     bool last_unk = false;
     for (size_t i = 0; i < word.size();) {
@@ -379,7 +379,7 @@ status bpe_tokenizer_impl::model(std::string_view word, std::vector<int32_t>& ou
   for (int32_t k = 0; k + 1 < static_cast<int32_t>(sym.size()); ++k) consider(k);
   if (sym.size() == 1) {
     out.push_back(sym[0].id);
-    return status::ok();
+    return ok_status();
   }
   while (!queue.empty()) {
     std::pop_heap(queue.begin(), queue.end());
@@ -402,7 +402,7 @@ status bpe_tokenizer_impl::model(std::string_view word, std::vector<int32_t>& ou
   constexpr size_t keep = 1 << 16;
   if (sym.capacity() > keep) std::vector<symbol>().swap(sym);
   if (queue.capacity() > keep) std::vector<merge_candidate>().swap(queue);
-  return status::ok();
+  return ok_status();
 }
 
 // ---- added tokens, normalizer, pre-tokenizer ----
@@ -480,13 +480,13 @@ status bpe_tokenizer_impl::pre_tokenize(std::string_view s, bool first, std::vec
       if (!use_regex) return model(s, out);
       status st;
       gpt2_split(s, [&](std::string_view w) {
-        if (!st) return;
+        if (!st.ok()) return;
         if (w.size() > word_cache::max_word_bytes) {
           st = model(w, out);
         } else if (!cache.get(w, out)) {
           const size_t before = out.size();
           st = model(w, out);
-          if (st) cache.put(w, out.data() + before, out.size() - before);
+          if (st.ok()) cache.put(w, out.data() + before, out.size() - before);
         }
       });
       return st;
@@ -552,7 +552,7 @@ status bpe_tokenizer_impl::finish(std::string_view source) {
       }
     }
   }
-  return status::ok();
+  return ok_status();
 }
 
 void bpe_tokenizer_impl::mark_specials() {
@@ -579,7 +579,7 @@ status add_merge(bpe_tokenizer_impl& t, std::string_view a, std::string_view b, 
     return status::invalid(where + ": merge \"" + std::string(a) + " " + std::string(b) + "\" uses a token not in the vocab");
   t.merges.set(ia->second, ib->second, static_cast<int32_t>(t.num_merges), im->second);
   ++t.num_merges;
-  return status::ok();
+  return ok_status();
 }
 
 status load_vocab(bpe_tokenizer_impl& t, const json& vocab, const std::string& where) {
@@ -599,7 +599,7 @@ status load_vocab(bpe_tokenizer_impl& t, const json& vocab, const std::string& w
     t.tokens[static_cast<size_t>(id)] = it.key();
     t.ids[it.key()] = id;
   }
-  return status::ok();
+  return ok_status();
 }
 
 void byte_level_decoder(bpe_tokenizer_impl& t) {
@@ -666,17 +666,17 @@ status load_decoder(bpe_tokenizer_impl& t, const json& d, const std::string& whe
       return status::unsupported(where + ": decoder \"" + type + "\" is not supported (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace are)");
     }
   }
-  return status::ok();
+  return ok_status();
 }
 
 status load_pre_tokenizer(bpe_tokenizer_impl& t, const json& p, const std::string& where) {
-  if (p.is_null()) return status::ok();
+  if (p.is_null()) return ok_status();
   const std::string type = p.value("type", "");
   if (type == "ByteLevel") {
     t.pre = pre_kind::byte_level;
     t.prefix_space = p.value("add_prefix_space", false);
     t.use_regex = p.value("use_regex", true);
-    return status::ok();
+    return ok_status();
   }
   if (type == "Metaspace") {
     t.pre = pre_kind::metaspace;
@@ -687,7 +687,7 @@ status load_pre_tokenizer(bpe_tokenizer_impl& t, const json& p, const std::strin
     else if (scheme == "never") t.meta_prepend = prepend_scheme::never;
     else return status::invalid(where + ": Metaspace prepend_scheme \"" + scheme + "\" is none of always, first, never");
     t.meta_split = p.value("split", true);
-    return status::ok();
+    return ok_status();
   }
   if (type == "Sequence" && p.contains("pretokenizers") && p["pretokenizers"].size() == 1)
     return load_pre_tokenizer(t, p["pretokenizers"][0], where);
@@ -696,32 +696,32 @@ status load_pre_tokenizer(bpe_tokenizer_impl& t, const json& p, const std::strin
 }
 
 status load_normalizer(bpe_tokenizer_impl& t, const json& n, const std::string& where) {
-  if (n.is_null()) return status::ok();
+  if (n.is_null()) return ok_status();
   const std::string type = n.value("type", "");
   if (type == "Sequence") {
     for (const auto& s : n.value("normalizers", json::array())) TESSERA_RETURN_IF_ERROR(load_normalizer(t, s, where));
-    return status::ok();
+    return ok_status();
   }
   if (type == "Prepend") {
     t.normalizer.push_back({true, {}, n.value("prepend", "")});
-    return status::ok();
+    return ok_status();
   }
   if (type == "Replace") {
     if (!n.contains("pattern") || !n["pattern"].contains("String"))
       return status::unsupported(where + ": normalizer Replace with a regex pattern is not supported (only a string)");
     t.normalizer.push_back({false, n["pattern"]["String"].get<std::string>(), n.value("content", "")});
-    return status::ok();
+    return ok_status();
   }
   return status::unsupported(where + ": normalizer \"" + type + "\" is not supported (Prepend, Replace, Sequence are)");
 }
 
 status load_post_processor(bpe_tokenizer_impl& t, const json& p, const std::string& where) {
-  if (p.is_null()) return status::ok();
+  if (p.is_null()) return ok_status();
   const std::string type = p.value("type", "");
-  if (type == "ByteLevel") return status::ok();  // offsets only
+  if (type == "ByteLevel") return ok_status();  // offsets only
   if (type == "Sequence") {
     for (const auto& s : p.value("processors", json::array())) TESSERA_RETURN_IF_ERROR(load_post_processor(t, s, where));
-    return status::ok();
+    return ok_status();
   }
   if (type != "TemplateProcessing")
     return status::unsupported(where + ": post-processor \"" + type + "\" is not supported (TemplateProcessing, ByteLevel are)");
@@ -738,7 +738,7 @@ status load_post_processor(bpe_tokenizer_impl& t, const json& p, const std::stri
       return status::invalid(where + ": TemplateProcessing names special token \"" + name + "\" without ids");
     for (const auto& id : specials[name]["ids"]) (seen_sequence ? t.suffix : t.prefix).push_back(id.get<int32_t>());
   }
-  return status::ok();
+  return ok_status();
 }
 
 status load_model(bpe_tokenizer_impl& t, const json& m, const std::string& where) {
@@ -774,7 +774,7 @@ status load_model(bpe_tokenizer_impl& t, const json& m, const std::string& where
       return status::invalid(at + ": neither \"a b\" nor [\"a\", \"b\"]");
     }
   }
-  return status::ok();
+  return ok_status();
 }
 
 void pick_bos_eos(bpe_tokenizer_impl& t, const json& config) {
@@ -972,19 +972,19 @@ result<std::vector<int32_t>> bpe_tokenizer::encode(std::string_view text, bool a
   if (add_special) out = t.prefix;
   status st;
   t.split_added(text, false, parse_special, [&](std::string_view seg, int32_t id, size_t offset) {
-    if (!st) return;
+    if (!st.ok()) return;
     if (id >= 0) {
       out.push_back(id);
       return;
     }
     const std::string norm = t.normalize(seg);
     t.split_added(norm, true, parse_special, [&](std::string_view part, int32_t pid, size_t poff) {
-      if (!st) return;
+      if (!st.ok()) return;
       if (pid >= 0) out.push_back(pid);
       else st = t.pre_tokenize(part, offset == 0 && poff == 0, out);
     });
   });
-  if (!st) return st;
+  if (!st.ok()) return st;
   if (add_special) out.insert(out.end(), t.suffix.begin(), t.suffix.end());
   return out;
 }

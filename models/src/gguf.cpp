@@ -183,7 +183,7 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
   } else {
     hw.kv_f32(arch + ".attention.layer_norm_epsilon", c.norm_eps);
   }
-  if (status st = write_tokenizer(hw, c, tokenizer); !st) return st.with_context(path);
+  if (status st = write_tokenizer(hw, c, tokenizer); !st.ok()) return st.with_context(path);
 
   const int64_t h = c.hidden_size, f = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
   std::vector<gguf_tensor> ts;

@@ -75,7 +75,7 @@ result<bert_model> load_model(std::string_view path_or_preset, uint64_t preset_s
     return status::not_found(st_path.string() + ": missing" + hint);
   }
   auto st = map_safetensors(st_path.string());
-  if (!st) return st.error();
+  if (!st.ok()) return st.error();
   auto w = bert_weights::bind(m.config, std::move(st->tensors), st->storage, st_path.string());
   if (!w) return w.error();
   m.weights = std::move(*w);

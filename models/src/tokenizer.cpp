@@ -130,7 +130,7 @@ result<std::vector<word_piece>> wordpiece_tokenizer::tokenize_with_offsets(std::
       }
     }
     const size_t end = best == std::string_view::npos ? text.size() : best;
-    if (auto st = tokenize_segment(text, pos, end, pieces); !st) return st;
+    if (auto st = tokenize_segment(text, pos, end, pieces); !st.ok()) return st;
     if (best == std::string_view::npos) break;
     pieces.push_back({std::string(which), vocab_->id(which), best, best + which.size()});
     pos = best + which.size();
@@ -280,7 +280,7 @@ status wordpiece_tokenizer::tokenize_segment(std::string_view text, size_t begin
     }
   }
   flush();
-  return status::ok();
+  return ok_status();
 }
 
 result<std::vector<int32_t>> wordpiece_tokenizer::token_ids(std::string_view text) const {

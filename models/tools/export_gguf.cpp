@@ -59,7 +59,7 @@ int export_gguf_main(int argc, char** argv) {
     std::cerr << tok.error().to_string() << "\n";
     return 2;
   }
-  if (auto st = write_gguf(*model, *tok, out); !st) {
+  if (auto st = write_gguf(*model, *tok, out); !st.ok()) {
     std::cerr << st.to_string() << "\n";
     return 2;
   }

@@ -93,7 +93,7 @@ int generate_main(int argc, char** argv) {
   }
   if (!save_dir.empty()) {
     auto st = save_decoder(*model, save_dir);
-    if (!st) {
+    if (!st.ok()) {
       std::cerr << st.to_string() << "\n";
       return 2;
     }

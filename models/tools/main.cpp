@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   }
   if (!save_dir.empty()) {
     auto st = save_model(*model, save_dir);
-    if (!st) {
+    if (!st.ok()) {
       std::cerr << st.to_string() << "\n";
       return 2;
     }

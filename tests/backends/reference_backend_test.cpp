@@ -51,7 +51,7 @@ TEST(ReferenceBackend, BatchedLogitsEqualEachSequenceAlone) {
     req.padded_length = trial % 4 == 1 ? 256 : longest;
     auto seqs = req.sequences;
     auto r = run(*backend, std::move(req));
-    ASSERT_TRUE(r.st) << r.st.to_string();
+    ASSERT_TRUE(r.st.ok()) << r.st.to_string();
     ASSERT_EQ(r.num_labels, 2);
     ASSERT_EQ(r.logits.size(), seqs.size() * 2);
     for (size_t i = 0; i < seqs.size(); ++i) {
@@ -88,7 +88,7 @@ TEST(ReferenceBackend, BackendWithSeveralWorkersAgreesWithOracleUnderConcurrency
         }
         req.sequences = seqs;
         auto r = run(*backend, std::move(req));
-        if (!r.st) { mismatches++; continue; }
+        if (!r.st.ok()) { mismatches++; continue; }
         for (size_t i = 0; i < seqs.size(); ++i) {
           auto want = reference_logits(*model, seqs[i]);
           if (std::fabs(r.logits[2 * i] - want[0]) > tolerance ||
@@ -107,7 +107,7 @@ TEST(ReferenceBackend, InvalidTokenIdFailsTheBatchWithAStatus) {
   batch_request req;
   req.sequences.push_back({{101, 99999999, 102}, {}});
   auto r = run(*backend, std::move(req));
-  EXPECT_FALSE(r.st);
+  EXPECT_FALSE(r.st.ok());
 }
 
 // Raw models::reference_forward from several threads at once gives the same logits as one at a

@@ -388,12 +388,12 @@ TEST(Security, KeyedTilesJoinButStrangersCannotRegisterOrSendTensors) {
     EXPECT_FALSE(after[i].failed) << after[i].failure;
     EXPECT_EQ(after[i].bad_messages, 0u) << "tile " << i << " received a stranger's message";
   }
-  EXPECT_TRUE((*g)->health());
+  EXPECT_TRUE((*g)->health().ok());
   // The group still works: a tensor goes to a tile and comes back.
   std::vector<float> data(64);
   for (size_t i = 0; i < data.size(); ++i) data[i] = float(i);
   exchange::tensor_desc desc{1, "x", exchange::dtype::f32, {64}};
-  ASSERT_TRUE((*g)->alloc(1, desc, data.data()));
+  ASSERT_TRUE((*g)->alloc(1, desc, data.data()).ok());
   exchange::slice_ref ref{};
   ref.tensor_id = 1;
   ref.count = 64;
@@ -449,7 +449,7 @@ TEST(Security, AWireTapSeesOnlyCiphertext) {
   const char pattern[] = "TESSERA-SECRET!";  // 16 bytes incl. NUL = 4 floats, repeated
   for (size_t i = 0; i < data.size(); i += 4) std::memcpy(&data[i], pattern, 16);
   exchange::tensor_desc desc{7, "secret", exchange::dtype::f32, {256}};
-  ASSERT_TRUE((*g)->alloc(0, desc, data.data()));
+  ASSERT_TRUE((*g)->alloc(0, desc, data.data()).ok());
   exchange::slice_ref ref{};
   ref.tensor_id = 7;
   ref.count = 256;
@@ -513,7 +513,7 @@ TEST(Security, KeyedGpuProcessServesTheHostAloneAndRefusesTheRestCleanly) {
   {
     auto [req, want] = tiny_batch(1);
     auto [r, took] = submit_and_wait(*good, std::move(req));
-    ASSERT_TRUE(r.st) << r.st.to_string();
+    ASSERT_TRUE(r.st.ok()) << r.st.to_string();
     EXPECT_LT(max_diff(r.logits, want), 1e-4);
   }
 
@@ -547,7 +547,7 @@ TEST(Security, KeyedGpuProcessServesTheHostAloneAndRefusesTheRestCleanly) {
   {  // the host is still served, on the connection it had all along
     auto [req, want] = tiny_batch(3);
     auto [r, took] = submit_and_wait(*good, std::move(req));
-    ASSERT_TRUE(r.st) << r.st.to_string();
+    ASSERT_TRUE(r.st.ok()) << r.st.to_string();
     EXPECT_LT(max_diff(r.logits, want), 1e-4);
   }
   good->stop();
@@ -576,7 +576,7 @@ TEST(Security, AWireTapBetweenHostAndGpuProcessSeesOnlyCiphertext) {
   q.token_type_ids.assign(64, 0);
   req.sequences.push_back(q);
   auto [r, took] = submit_and_wait(*b, std::move(req));
-  ASSERT_TRUE(r.st) << r.st.to_string();
+  ASSERT_TRUE(r.st.ok()) << r.st.to_string();
   b->stop();
   gpu.stop();
   std::lock_guard lk(t.mu);

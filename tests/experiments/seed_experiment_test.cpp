@@ -31,7 +31,7 @@ TEST(seed_experiment, csv_has_every_configuration_for_every_mix) {
   auto rows = run_seed_experiment(o, {}, nullptr);
   ASSERT_TRUE(rows) << rows.error().to_string();
   auto path = (std::filesystem::temp_directory_path() / "tessera-seed-experiment-test.csv").string();
-  ASSERT_TRUE(write_rows_csv(*rows, path));
+  ASSERT_TRUE(write_rows_csv(*rows, path).ok());
   std::ifstream f(path);
   std::string line;
   std::getline(f, line);
@@ -128,8 +128,8 @@ TEST(seed_experiment, service_view_has_slo_curves_and_cost_columns) {
 
   auto dir = std::filesystem::temp_directory_path() / "tessera-seed-service-test";
   std::filesystem::create_directories(dir);
-  ASSERT_TRUE(write_rows_csv(*rows, (dir / "rows.csv").string(), o, "# commit: x\n"));
-  ASSERT_TRUE(write_curves_csv(*rows, (dir / "curves.csv").string(), "# commit: x\n"));
+  ASSERT_TRUE(write_rows_csv(*rows, (dir / "rows.csv").string(), o, "# commit: x\n").ok());
+  ASSERT_TRUE(write_curves_csv(*rows, (dir / "curves.csv").string(), "# commit: x\n").ok());
   std::ifstream f(dir / "rows.csv");
   std::string line;
   std::getline(f, line);

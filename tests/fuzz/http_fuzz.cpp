@@ -70,7 +70,7 @@ struct front_door {
     batching_config bc{.kind = policy_kind::dynamic_padded, .max_batch_size = 32,
                        .max_queue_delay = duration::zero()};
     bc.max_sequence_length = info.max_input_length;
-    if (auto st = r.add_backend(b, bc); !st) fail(st.to_string());
+    if (auto st = r.add_backend(b, bc); !st.ok()) fail(st.to_string());
     r.start();
     cfg.max_client_batch_size = 8;
     cfg.max_body_bytes = 64 << 10;

@@ -59,7 +59,7 @@ template <class T>
 int try_decode(const envelope& e, msg_type type, const result<msg_type>& peeked) {
   T m;
   status st = decode(e, m);
-  if (!st) {
+  if (!st.ok()) {
     if (st.code() != errc::bad_message)
       fail(std::string(msg_type_name(type)) + ": rejected with a code other than bad_message: " + st.to_string());
     return 0;
@@ -68,7 +68,7 @@ int try_decode(const envelope& e, msg_type type, const result<msg_type>& peeked)
     fail(std::string(msg_type_name(type)) + " decoded a message that peek_type() does not call one");
   envelope once = reencode(m, e);
   T again;
-  if (status st2 = decode(once, again); !st2)
+  if (status st2 = decode(once, again); !st2.ok())
     fail(std::string(msg_type_name(type)) + ": its own encoding does not decode: " + st2.to_string());
   envelope twice = reencode(again, once);
   if (!same_envelope(once, twice)) fail(std::string(msg_type_name(type)) + ": encoding is not a fixpoint");

@@ -173,7 +173,7 @@ TEST(GpuProcess, PackedAndPaddedLogitsMatchTheReference) {
   auto want = models::reference_forward(tiny(), batch);
 
   auto packed = run(**b, request_of(batch, 11));
-  ASSERT_TRUE(packed.st) << packed.st.to_string();
+  ASSERT_TRUE(packed.st.ok()) << packed.st.to_string();
   EXPECT_EQ(packed.batch_id, 11u);
   EXPECT_EQ(packed.num_labels, tiny().config.num_labels);
   EXPECT_LE(max_diff(packed.logits, want), 1e-4);
@@ -184,7 +184,7 @@ TEST(GpuProcess, PackedAndPaddedLogitsMatchTheReference) {
   req.layout = backends::batch_layout::padded;
   req.padded_length = 96;
   auto padded = run(**b, std::move(req));
-  ASSERT_TRUE(padded.st) << padded.st.to_string();
+  ASSERT_TRUE(padded.st.ok()) << padded.st.to_string();
   EXPECT_LE(max_diff(padded.logits, want), 1e-4);
   // Padded to 96 costs more modelled time than padded to the longest (64).
   EXPECT_GT(padded.timing.modelled_seconds, packed.timing.modelled_seconds);
@@ -195,7 +195,7 @@ TEST(GpuProcess, PackedAndPaddedLogitsMatchTheReference) {
     futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, 100 + i)); }));
   for (auto& f : futs) {
     auto r = f.get();
-    ASSERT_TRUE(r.st) << r.st.to_string();
+    ASSERT_TRUE(r.st.ok()) << r.st.to_string();
     EXPECT_LE(max_diff(r.logits, want), 1e-4);
   }
   EXPECT_EQ((*b)->outstanding_tokens(), 0);
@@ -223,7 +223,7 @@ TEST(GpuProcess, MalformedMessagesAreAnsweredOrDroppedNeverFatal) {
   exchange::envelope e;
   ASSERT_TRUE(recv(e));
   exchange::infer_result r;
-  ASSERT_TRUE(exchange::decode(e, r));
+  ASSERT_TRUE(exchange::decode(e, r).ok());
   EXPECT_EQ(r.batch_id, 77u);
   EXPECT_EQ(r.code, errc::bad_message);
   // Token ids beyond the vocab: well-formed, refused with invalid_argument.
@@ -232,7 +232,7 @@ TEST(GpuProcess, MalformedMessagesAreAnsweredOrDroppedNeverFatal) {
   ASSERT_TRUE(exchange::send_envelope(
       s, exchange::encode(m, exchange::copy_frame(ids.data(), 12), exchange::copy_frame(types.data(), 12))));
   ASSERT_TRUE(recv(e));
-  ASSERT_TRUE(exchange::decode(e, r));
+  ASSERT_TRUE(exchange::decode(e, r).ok());
   EXPECT_EQ(r.batch_id, 78u);
   EXPECT_EQ(r.code, errc::invalid_argument);
   // A padded length shorter than the longest sequence.
@@ -243,7 +243,7 @@ TEST(GpuProcess, MalformedMessagesAreAnsweredOrDroppedNeverFatal) {
   ASSERT_TRUE(exchange::send_envelope(
       s, exchange::encode(m, exchange::copy_frame(ids.data(), 12), exchange::copy_frame(types.data(), 12))));
   ASSERT_TRUE(recv(e));
-  ASSERT_TRUE(exchange::decode(e, r));
+  ASSERT_TRUE(exchange::decode(e, r).ok());
   EXPECT_EQ(r.batch_id, 79u);
   EXPECT_EQ(r.code, errc::invalid_argument);
   // A message of another type: dropped. Then a ping: the pong counts what was dropped.
@@ -251,13 +251,13 @@ TEST(GpuProcess, MalformedMessagesAreAnsweredOrDroppedNeverFatal) {
   ASSERT_TRUE(exchange::send_envelope(s, exchange::encode(exchange::heartbeat{})));
   ASSERT_TRUE(recv(e));
   exchange::heartbeat pong;
-  ASSERT_TRUE(exchange::decode(e, pong));
+  ASSERT_TRUE(exchange::decode(e, pong).ok());
   EXPECT_GE(pong.bad_messages, 3u);
   // A zero-sequence infer_batch is a ping too.
   exchange::infer_batch ping{.batch_id = 5};
   ASSERT_TRUE(exchange::send_envelope(s, exchange::encode(ping, zmq::message_t(), zmq::message_t())));
   ASSERT_TRUE(recv(e));
-  ASSERT_TRUE(exchange::decode(e, r));
+  ASSERT_TRUE(exchange::decode(e, r).ok());
   EXPECT_EQ(r.batch_id, 5u);
   EXPECT_EQ(r.code, errc::ok);
   // Still serving correctly.
@@ -266,7 +266,7 @@ TEST(GpuProcess, MalformedMessagesAreAnsweredOrDroppedNeverFatal) {
   ASSERT_TRUE((*b)->wait_ready(10s));
   auto batch = models::synthetic_batch({12, 30}, tiny().config.vocab_size, 3);
   auto got = run(**b, request_of(batch, 1));
-  ASSERT_TRUE(got.st) << got.st.to_string();
+  ASSERT_TRUE(got.st.ok()) << got.st.to_string();
   EXPECT_LE(max_diff(got.logits, models::reference_forward(tiny(), batch)), 1e-4);
   EXPECT_GT(p.pid, 0);
   EXPECT_EQ(waitpid(p.pid, nullptr, WNOHANG), 0) << "tessera-gpu died";
@@ -318,7 +318,7 @@ TEST(GpuProcess, KilledChildFailsPendingAndNewBatchesWithPeerFailed) {
   pid_t child = (*b)->child_pid();
   ASSERT_GT(child, 0);
   auto batch = models::synthetic_batch({20, 3}, tiny().config.vocab_size, 9);
-  ASSERT_TRUE(run(**b, request_of(batch, 1)).st);
+  ASSERT_TRUE(run(**b, request_of(batch, 1)).st.ok());
   kill(child, SIGSTOP);
   std::vector<std::future<backends::batch_result>> futs;
   auto t0 = std::chrono::steady_clock::now();
@@ -355,9 +355,9 @@ TEST(GpuProcess, BatchDeadlineAnswersTimeoutAndLateRepliesAreIgnored) {
   // need more than 300 ms for it: then it times out too, and a later one must get through.
   uint64_t id = 2;
   auto ok = run(**b, request_of(batch, id), 10s);
-  for (; !ok.st && id < 8; ok = run(**b, request_of(batch, ++id), 10s))
+  for (; !ok.st.ok() && id < 8; ok = run(**b, request_of(batch, ++id), 10s))
     ASSERT_EQ(ok.st.code(), errc::timeout) << ok.st.to_string();
-  ASSERT_TRUE(ok.st) << ok.st.to_string();
+  ASSERT_TRUE(ok.st.ok()) << ok.st.to_string();
   EXPECT_EQ(ok.batch_id, id);
 }
 
@@ -370,7 +370,7 @@ TEST(GpuProcess, RouterAnswersEveryRequestExactlyOnce) {
   ASSERT_TRUE((*b)->wait_ready(10s));
   serving::router r({});
   ASSERT_TRUE(r.add_backend(*b, {.kind = serving::policy_kind::dynamic_padded, .max_batch_size = 8,
-                                 .max_sequence_length = 128, .max_queue_delay = 1ms}));
+                                 .max_sequence_length = 128, .max_queue_delay = 1ms}).ok());
   r.start();
   constexpr int n = 200;
   std::vector<models::packed_batch> inputs;
@@ -397,7 +397,7 @@ TEST(GpuProcess, RouterAnswersEveryRequestExactlyOnce) {
       total.fetch_add(1);
     };
     auto st = r.submit(req);
-    ASSERT_TRUE(st) << st.to_string();
+    ASSERT_TRUE(st.ok()) << st.to_string();
   }
   auto until = std::chrono::steady_clock::now() + 60s;
   while (total.load() < n && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
@@ -405,7 +405,7 @@ TEST(GpuProcess, RouterAnswersEveryRequestExactlyOnce) {
   std::this_thread::sleep_for(50ms);  // a duplicate answer would show up here
   for (int i = 0; i < n; ++i) {
     ASSERT_EQ(answers[i].load(), 1) << "request " << i;
-    ASSERT_TRUE(outcomes[i].st) << outcomes[i].st.to_string();
+    ASSERT_TRUE(outcomes[i].st.ok()) << outcomes[i].st.to_string();
     EXPECT_EQ(outcomes[i].backend, "gpu0");
     EXPECT_LE(max_diff(outcomes[i].logits, models::reference_forward(tiny(), inputs[i])), 1e-4) << "request " << i;
   }
@@ -429,7 +429,7 @@ TEST(GpuProcess, SigtermAnswersAcceptedBatchesAndExitsZero) {
   int ok = 0;
   for (auto& f : futs) {
     auto r = f.get();  // answered, or failed by the exit: never a hang
-    if (r.st) ++ok;
+    if (r.st.ok()) ++ok;
     else EXPECT_EQ(r.st.code(), errc::peer_failed) << r.st.to_string();
   }
   EXPECT_GE(ok, 1);

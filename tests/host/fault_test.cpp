@@ -88,9 +88,9 @@ TEST(Faults, PlanParsingErrorsAreClear) {
   EXPECT_EQ(mixed->tile_side().faults.size(), 1u);
   ASSERT_EQ(mixed->host_side().faults.size(), 1u);
   EXPECT_EQ(mixed->host_side().faults[0].gpu, 1);
-  EXPECT_TRUE(mixed->check_tiles(2));
+  EXPECT_TRUE(mixed->check_tiles(2).ok());
   auto outside = mixed->check_tiles(1);  // the stall names tile 1 of a one-tile group: it would never fire
-  ASSERT_FALSE(outside);
+  ASSERT_FALSE(outside.ok());
   EXPECT_NE(outside.message().find("fault 0 (stall) names tile 1"), std::string::npos) << outside.message();
   auto round = exchange::parse_fault_plan(mixed->to_json());
   ASSERT_TRUE(round) << round.error().message();
@@ -124,9 +124,9 @@ TEST(Faults, StallATileLongerThanTheHeartbeatTimeout) {
 
 TEST(Faults, ShortStallOnlyDelays) {
   auto o = run_with_faults("", {1, 1, 2, 1}, 2, [](tile_group& g) {
-    (void)g.signal_tile(1, SIGSTOP);
+    EXPECT_TRUE(g.signal_tile(1, SIGSTOP).ok());
     std::this_thread::sleep_for(400ms);  // well inside the 3 s heartbeat timeout
-    (void)g.signal_tile(1, SIGCONT);
+    EXPECT_TRUE(g.signal_tile(1, SIGCONT).ok());
   }, 3000ms);
   expect_all_correct(o);
   EXPECT_EQ(o.recoveries, 0);

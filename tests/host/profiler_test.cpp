@@ -192,7 +192,7 @@ TEST(Profiler, SyntheticRunNamesTheSlowestSuperstep) {
   }
   r.counters[1][3].compute_ns = 5000000;  // step 3 on tile 1: 5 ms
   r.counters[0][3].sync_ns = 4900000;     // tile 0 waits for it
-  ASSERT_TRUE((*prof)->record(0, std::vector<int32_t>{100, 20, 7}, r, 0.001));
+  ASSERT_TRUE((*prof)->record(0, std::vector<int32_t>{100, 20, 7}, r, 0.001).ok());
   auto slow = (*prof)->slowest_wall(5);
   ASSERT_EQ(slow.size(), 5u);
   EXPECT_EQ(slow[0].step, 3u);
@@ -240,7 +240,7 @@ TEST(Profiler, MemoryReportMatchesThePlan) {
   run_result r;
   r.memory_high_water = {{0, 12345}, {1, 777}};
   r.counters[0], r.counters[1];
-  ASSERT_TRUE((*prof)->record(0, std::vector<int32_t>{10}, r, 0));
+  ASSERT_TRUE((*prof)->record(0, std::vector<int32_t>{10}, r, 0).ok());
   auto rows = (*prof)->memory_report();
   ASSERT_EQ(rows.size(), 2u);
   for (const auto& m : rows) {
@@ -266,7 +266,7 @@ TEST(Profiler, BatchesOfAReplicaDoNotOverlapInModelledTime) {
   run_result r;
   for (int i = 0; i < 3; ++i) {
     r.batch_id = static_cast<uint64_t>(i);
-    ASSERT_TRUE((*prof)->record(0, std::vector<int32_t>{512}, r, 1e-9 * i));  // starts closer than the modelled length
+    ASSERT_TRUE((*prof)->record(0, std::vector<int32_t>{512}, r, 1e-9 * i).ok());  // starts closer than the modelled length
   }
   expect_well_formed((*prof)->trace());
 }
@@ -289,10 +289,10 @@ TEST(ProfilerIntegration, BertTinyOnTwoTilesWritesATrace) {
     const double t0 = (*prof)->now();
     auto out = (*tm)->run(0, batch);
     ASSERT_TRUE(out) << out.error().to_string();
-    ASSERT_TRUE((*prof)->record(0, batch, *out, t0));
+    ASSERT_TRUE((*prof)->record(0, batch, *out, t0).ok());
   }
   const std::string path = ::testing::TempDir() + "profiler_test_trace.json";
-  ASSERT_TRUE((*prof)->write_trace(path));
+  ASSERT_TRUE((*prof)->write_trace(path).ok());
   std::ifstream f(path);
   auto parsed = nlohmann::json::parse(f, nullptr, false);
   ASSERT_FALSE(parsed.is_discarded());

@@ -167,7 +167,7 @@ TEST(TileModel, BatchOverBudgetIsRefusedAndGroupKeepsServing) {
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message().find("token budget"), std::string::npos);
   models::packed_batch empty;
-  EXPECT_FALSE(d.model->run(0, empty));
+  EXPECT_FALSE(d.model->run(0, empty).ok());
   auto ok = models::synthetic_batch({5, 9}, m->config.vocab_size, 1);
   auto good = d.model->run(0, ok);
   ASSERT_TRUE(good) << good.error().to_string();

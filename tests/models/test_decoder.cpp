@@ -71,7 +71,7 @@ TEST(decoder_shape, presets_and_parameter_counts) {
   for (const auto& [name, n] : counts) {
     auto s = shape_preset(name);
     ASSERT_TRUE(s) << name;
-    EXPECT_TRUE(s->validate()) << name;
+    EXPECT_TRUE(s->validate().ok()) << name;
     EXPECT_TRUE(s->is_decoder());
     EXPECT_EQ(s->parameter_count(), n) << name;
   }
@@ -100,12 +100,12 @@ TEST(decoder_shape, validation_names_the_field) {
   s.hidden_size = 100;  // 4 heads do not divide 100 ...
   EXPECT_NE(s.validate().message().find("head_dim"), std::string::npos);
   s.explicit_head_dim = 16;  // ... unless head_dim is explicit
-  EXPECT_TRUE(s.validate()) << s.validate().to_string();
+  EXPECT_TRUE(s.validate().ok()) << s.validate().to_string();
   s.explicit_head_dim = 15;
   EXPECT_NE(s.validate().message().find("even"), std::string::npos);
   s = *shape_preset("gpt2-tiny");
   s.num_kv_heads = 2;
-  EXPECT_FALSE(s.validate());
+  EXPECT_FALSE(s.validate().ok());
   s = *shape_preset("gpt2-tiny");
   s.eos_token_id = s.vocab_size;
   EXPECT_NE(s.validate().message().find("eos_token_id"), std::string::npos);
@@ -209,16 +209,16 @@ TEST(block_pool, allocate_retain_release) {
   ASSERT_TRUE(a && b && c);
   EXPECT_EQ(std::set<int>({*a, *b, *c}).size(), 3u);
   EXPECT_FALSE(p.allocate());  // exhausted: nullopt, not a crash
-  EXPECT_TRUE(p.retain(*a));
+  EXPECT_TRUE(p.retain(*a).ok());
   EXPECT_EQ(p.ref_count(*a), 2);
-  EXPECT_TRUE(p.release(*a));
+  EXPECT_TRUE(p.release(*a).ok());
   EXPECT_EQ(p.free_blocks(), 0);
-  EXPECT_TRUE(p.release(*a));
+  EXPECT_TRUE(p.release(*a).ok());
   EXPECT_EQ(p.free_blocks(), 1);
-  EXPECT_FALSE(p.release(*a));  // double release
-  EXPECT_FALSE(p.retain(*a));   // retain of a free block
-  EXPECT_FALSE(p.retain(7));
-  EXPECT_FALSE(p.release(-1));
+  EXPECT_FALSE(p.release(*a).ok());  // double release
+  EXPECT_FALSE(p.retain(*a).ok());   // retain of a free block
+  EXPECT_FALSE(p.retain(7).ok());
+  EXPECT_FALSE(p.release(-1).ok());
   EXPECT_EQ(p.allocate(), a);
   EXPECT_EQ(p.total_blocks(), 3);
 }
@@ -240,11 +240,11 @@ TEST(block_pool, random_operations_match_a_model) {
       }
     } else if (op == 1) {
       const bool ok = id >= 0 && id < 17 && refs[id] > 0;
-      ASSERT_EQ(p.retain(id).is_ok(), ok);
+      ASSERT_EQ(p.retain(id).ok(), ok);
       if (ok) ++refs[id];
     } else {
       const bool ok = id >= 0 && id < 17 && refs[id] > 0;
-      ASSERT_EQ(p.release(id).is_ok(), ok);
+      ASSERT_EQ(p.release(id).ok(), ok);
       if (ok) --refs[id];
     }
     ASSERT_EQ(p.free_blocks(), std::count(refs.begin(), refs.end(), 0));
@@ -331,7 +331,7 @@ TEST(decoder_step, mixed_batches_with_joins_and_leaves) {
       // Leave: a finished sequence frees its blocks.
       if (seqs.size() > 3 && r.next_int(0, 2) == 0) {
         const size_t k = static_cast<size_t>(r.next_int(0, static_cast<int64_t>(seqs.size()) - 1));
-        for (int32_t b : seqs[k].table) ASSERT_TRUE(pool.release(b));
+        for (int32_t b : seqs[k].table) ASSERT_TRUE(pool.release(b).ok());
         seqs.erase(seqs.begin() + static_cast<int64_t>(k));
       }
       step_batch batch;
@@ -560,7 +560,7 @@ TEST(decoder_folder, save_and_load_round_trip) {
   for (const char* n : kOdd) {
     auto m = odd_model(n, 4);
     const std::string dir = make_temp_dir("decoder-save");
-    ASSERT_TRUE(save_decoder(m, dir));
+    ASSERT_TRUE(save_decoder(m, dir).ok());
     auto back = load_decoder(dir);
     ASSERT_TRUE(back) << back.error().to_string();
     const auto t = some_tokens(10, m.shape().vocab_size, 2);
@@ -578,7 +578,7 @@ TEST(decoder_folder, save_and_load_round_trip) {
 TEST(decoder_folder, sharded_bf16_checkpoint) {
   auto m = odd_model("llama-odd", 2);
   const std::string dir = make_temp_dir("decoder-shards");
-  ASSERT_TRUE(save_decoder(m, dir));
+  ASSERT_TRUE(save_decoder(m, dir).ok());
   fs::remove(dir + "/model.safetensors");
   // Two bf16 shards and the index, as HF writes them; the reference: the same values in fp32.
   std::map<std::string, tensor_view> shard[2];
@@ -624,7 +624,7 @@ TEST(decoder_folder, sharded_bf16_checkpoint) {
 TEST(decoder_folder, errors_name_file_tensor_and_shape) {
   auto m = odd_model("gpt2-odd");
   const std::string dir = make_temp_dir("decoder-bad");
-  ASSERT_TRUE(save_decoder(m, dir));
+  ASSERT_TRUE(save_decoder(m, dir).ok());
   auto st = map_safetensors(dir + "/model.safetensors");
   ASSERT_TRUE(st);
   auto tensors = st->tensors;

@@ -56,7 +56,7 @@ TEST(forward, matches_hugging_face_on_odd_shapes) {
   const auto goldens = load_goldens();
   ASSERT_EQ(goldens.size(), 2u);
   for (const auto& g : goldens) {
-    ASSERT_TRUE(validate_batch(m->config, g.batch));
+    ASSERT_TRUE(validate_batch(m->config, g.batch).ok());
     const auto packed = reference_forward(*m, g.batch);
     EXPECT_LT(max_abs_diff(packed, g.logits), 1e-4f) << g.name;
     EXPECT_LT(max_abs_diff(padded_forward(*m, g.batch), g.logits), 1e-4f) << g.name << " padded, one batch";
@@ -66,11 +66,11 @@ TEST(forward, matches_hugging_face_on_odd_shapes) {
 
 TEST(forward, loads_checkpoint_without_bert_prefix) {
   auto st = map_safetensors(data_dir() + "/tiny-odd/model.safetensors");
-  ASSERT_TRUE(st) << st.error().to_string();
+  ASSERT_TRUE(st.ok()) << st.error().to_string();
   std::map<std::string, tensor_view> stripped;
   for (const auto& [name, t] : st->tensors) stripped[name.rfind("bert.", 0) == 0 ? name.substr(5) : name] = t;
   const std::string dir = testing::make_temp_dir("noprefix");
-  ASSERT_TRUE(write_safetensors(dir + "/model.safetensors", stripped));
+  ASSERT_TRUE(write_safetensors(dir + "/model.safetensors", stripped).ok());
   std::filesystem::copy_file(data_dir() + "/tiny-odd/config.json", dir + "/config.json");
   auto m = load_model(dir);
   ASSERT_TRUE(m) << m.error().to_string();
@@ -169,7 +169,7 @@ TEST(presets, save_and_load_round_trip) {
   auto m = make_preset_model("bert-tiny", 9);
   ASSERT_TRUE(m);
   const std::string dir = testing::make_temp_dir("roundtrip");
-  ASSERT_TRUE(save_model(*m, dir));
+  ASSERT_TRUE(save_model(*m, dir).ok());
   auto back = load_model(dir);
   ASSERT_TRUE(back) << back.error().to_string();
   EXPECT_EQ(hash_weights(*m), hash_weights(*back));
@@ -198,12 +198,12 @@ TEST(workload, seed_workload_is_deterministic_and_in_range) {
 TEST(workload, validate_batch_names_the_problem) {
   auto c = *preset_config("bert-tiny");
   packed_batch b = synthetic_batch({3, 4});
-  EXPECT_TRUE(validate_batch(c, b));
+  EXPECT_TRUE(validate_batch(c, b).ok());
   b.token_ids[5] = 40000;
   auto st = validate_batch(c, b);
-  EXPECT_FALSE(st);
+  EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("token 5"), std::string::npos);
-  EXPECT_FALSE(validate_batch(c, synthetic_batch({513})));
+  EXPECT_FALSE(validate_batch(c, synthetic_batch({513})).ok());
 }
 
 }  // namespace

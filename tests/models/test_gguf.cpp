@@ -151,7 +151,7 @@ TEST(gguf_export, llama_metadata_and_rotary_row_order) {
   const auto m = config_model("llama-odd.config.json", 0);
   const auto& c = m.shape();
   const std::string path = make_temp_dir("gguf") + "/llama-odd.gguf";
-  ASSERT_TRUE(write_gguf(m, tokenizer("llama"), path));
+  ASSERT_TRUE(write_gguf(m, tokenizer("llama"), path).ok());
   const auto g = read_gguf(path);
   EXPECT_EQ(g.s("general.architecture"), "llama");
   EXPECT_EQ(g.u("llama.embedding_length"), 100u);
@@ -198,7 +198,7 @@ TEST(gguf_export, llama_metadata_and_rotary_row_order) {
 TEST(gguf_export, gpt2_fused_qkv_and_tied_head) {
   const auto m = config_model("gpt2-odd.config.json", 0);
   const std::string path = make_temp_dir("gguf") + "/gpt2-odd.gguf";
-  ASSERT_TRUE(write_gguf(m, tokenizer("gpt2"), path));
+  ASSERT_TRUE(write_gguf(m, tokenizer("gpt2"), path).ok());
   const auto g = read_gguf(path);
   EXPECT_EQ(g.s("general.architecture"), "gpt2");
   EXPECT_EQ(g.u("gpt2.embedding_length"), 72u);
@@ -227,7 +227,7 @@ TEST(gguf_export, errors_name_what_does_not_fit_and_leave_no_file) {
   const std::string dir = make_temp_dir("gguf");
   const auto llama = config_model("llama-odd.config.json", 0);
   auto st = write_gguf(llama, tokenizer("gpt2"), dir + "/a.gguf");
-  ASSERT_FALSE(st);
+  ASSERT_FALSE(st.ok());
   EXPECT_NE(st.to_string().find("SentencePiece"), std::string::npos) << st.to_string();
   auto big = make_preset_decoder("llama-tiny");
   ASSERT_TRUE(big);
@@ -236,11 +236,11 @@ TEST(gguf_export, errors_name_what_does_not_fit_and_leave_no_file) {
   auto gpt = make_preset_decoder("gpt2-tiny");
   ASSERT_TRUE(gpt);
   st = write_gguf(*gpt, *small, dir + "/b.gguf");
-  ASSERT_FALSE(st);
+  ASSERT_FALSE(st.ok());
   EXPECT_NE(st.to_string().find("the tokenizer has 3 tokens but the model's vocab_size is 50257"), std::string::npos)
       << st.to_string();
   st = write_gguf(llama, tokenizer("llama"), dir + "/no/such/dir/c.gguf");
-  ASSERT_FALSE(st);
+  ASSERT_FALSE(st.ok());
   EXPECT_NE(st.to_string().find("cannot open"), std::string::npos) << st.to_string();
   EXPECT_TRUE(std::filesystem::is_empty(dir));
 }

@@ -162,7 +162,7 @@ TEST(TokenBudgetPolicy, MaxBatchSizeCapsSequences) {
 }
 
 TEST(BatchingConfig, Validates) {
-  EXPECT_TRUE(batching_config{}.validate());
-  EXPECT_FALSE((batching_config{.max_inflight_batches = 0}.validate()));
-  EXPECT_FALSE((batching_config{.kind = policy_kind::static_padded, .max_batch_size = 0}.validate()));
+  EXPECT_TRUE(batching_config{}.validate().ok());
+  EXPECT_FALSE((batching_config{.max_inflight_batches = 0}.validate().ok()));
+  EXPECT_FALSE((batching_config{.kind = policy_kind::static_padded, .max_batch_size = 0}.validate().ok()));
 }

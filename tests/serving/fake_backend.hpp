@@ -34,7 +34,7 @@ class fake_backend : public backends::backend {
   bool healthy() const override { return healthy_flag; }
 
   /// Answers every pending batch: toy logits, or `fail` when not ok.
-  void answer_all(status fail = status::ok()) {
+  void answer_all(status fail = ok_status()) {
     std::vector<job> jobs;
     {
       std::lock_guard lock(mu_);
@@ -43,7 +43,7 @@ class fake_backend : public backends::backend {
     for (auto& j : jobs) {
       backends::batch_result r;
       r.batch_id = j.request.batch_id;
-      if (fail) {
+      if (fail.ok()) {
         r.num_labels = info_.num_labels;
         for (const auto& s : j.request.sequences) {
           auto row = toy_logits(s, info_.num_labels);

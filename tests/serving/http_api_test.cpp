@@ -625,14 +625,14 @@ TEST(HttpServer, StalledBackendIsAnswered504AfterDeadlineAndGrace) {
   serving_metrics metrics;
   router r(routing_config{}, default_clock(), &metrics);
   auto stalled = std::make_shared<stalled_backend>();
-  ASSERT_TRUE(r.add_backend(stalled, {.kind = policy_kind::dynamic_padded, .max_queue_delay = 0ms}));
+  ASSERT_TRUE(r.add_backend(stalled, {.kind = policy_kind::dynamic_padded, .max_queue_delay = 0ms}).ok());
   r.start();
   server_config sc;
   sc.port = 0;
   sc.api.request_timeout = 50ms;
   sc.api.answer_grace = 50ms;
   http_server server(sc, r, make_toy_tokenizer(), model_info{.model_id = "toy"}, metrics);
-  ASSERT_TRUE(server.start());
+  ASSERT_TRUE(server.start().ok());
   http_connection conn("127.0.0.1", server.port());
   auto t0 = steady::now();
   auto resp = conn.request("POST", "/predict", R"({"inputs": "anyone there?"})");

@@ -35,7 +35,7 @@ struct harness {
 
   status add(uint64_t id, std::vector<int32_t> prompt, int32_t n) {
     auto st = sched.add(id, prompt, n);
-    if (st) {
+    if (st.ok()) {
       prompts[id] = std::move(prompt);
       max_new[id] = n;
     }
@@ -61,8 +61,8 @@ struct harness {
     std::promise<backends::step_result> p;
     backend->submit(plan.batch, [&](backends::step_result r) { p.set_value(std::move(r)); });
     auto r = p.get_future().get();
-    EXPECT_TRUE(r.st.is_ok()) << r.st.to_string();
-    if (!r.st) return plan;
+    EXPECT_TRUE(r.st.ok()) << r.st.to_string();
+    if (!r.st.ok()) return plan;
     sched.step_done(plan);
     size_t row = 0;
     for (const auto& s : plan.batch.seqs) {
@@ -102,9 +102,9 @@ std::vector<int32_t> ramp(int32_t n, int32_t from = 0) {
 
 TEST(LlmScheduler, ChunkedPrefillMixesWithDecodesUnderTheBudget) {
   harness h({.token_budget = 32}, 64, 16);
-  ASSERT_TRUE(h.add(1, ramp(10), 20));
+  ASSERT_TRUE(h.add(1, ramp(10), 20).ok());
   h.step();  // 1's prompt in one chunk
-  ASSERT_TRUE(h.add(2, ramp(100, 3), 4));
+  ASSERT_TRUE(h.add(2, ramp(100, 3), 4).ok());
   auto p = h.step();
   ASSERT_EQ(p.batch.seqs.size(), 2u);
   EXPECT_EQ(p.batch.seqs[0].tokens.size(), 1u);   // 1 decodes
@@ -149,9 +149,9 @@ TEST(LlmScheduler, LostKvIsRecomputedAndThePrefixCacheForgotten) {
 
 TEST(LlmScheduler, ShortRequestGetsItsFirstTokenWhileALongOneGenerates) {
   harness h({.token_budget = 64}, 64, 16);
-  ASSERT_TRUE(h.add(1, ramp(20), 200));
+  ASSERT_TRUE(h.add(1, ramp(20), 200).ok());
   for (int i = 0; i < 5; ++i) h.step();
-  ASSERT_TRUE(h.add(2, ramp(8, 1), 3));
+  ASSERT_TRUE(h.add(2, ramp(8, 1), 3).ok());
   h.run();
   EXPECT_EQ(h.first_token_step.at(2), 6);  // the very next step
   EXPECT_LT(h.first_token_step.at(2) + 3, h.first_token_step.at(1) + 200);
@@ -165,9 +165,9 @@ TEST(LlmScheduler, PrefixCacheComputesASharedPromptOnce) {
   a.push_back(1);
   a.push_back(2);
   b.push_back(3);
-  ASSERT_TRUE(h.add(1, a, 4));
+  ASSERT_TRUE(h.add(1, a, 4).ok());
   h.run();
-  ASSERT_TRUE(h.add(2, b, 4));
+  ASSERT_TRUE(h.add(2, b, 4).ok());
   auto p = h.step();
   ASSERT_EQ(p.batch.seqs.size(), 1u);
   EXPECT_EQ(p.batch.seqs[0].start_pos, 64);  // four cached blocks
@@ -176,7 +176,7 @@ TEST(LlmScheduler, PrefixCacheComputesASharedPromptOnce) {
   h.run();
   h.expect_reference();
   // An exact repeat still computes its last token (the logits come from it).
-  ASSERT_TRUE(h.add(3, system, 2));
+  ASSERT_TRUE(h.add(3, system, 2).ok());
   p = h.step();
   EXPECT_EQ(p.batch.seqs[0].start_pos, 48);
   h.run();
@@ -186,9 +186,9 @@ TEST(LlmScheduler, PrefixCacheComputesASharedPromptOnce) {
 
 TEST(LlmScheduler, WithoutPrefixCachingEverythingIsComputed) {
   harness h({.token_budget = 512, .prefix_caching = false}, 64, 16);
-  ASSERT_TRUE(h.add(1, ramp(64), 2));
+  ASSERT_TRUE(h.add(1, ramp(64), 2).ok());
   h.run();
-  ASSERT_TRUE(h.add(2, ramp(64), 2));
+  ASSERT_TRUE(h.add(2, ramp(64), 2).ok());
   EXPECT_EQ(h.step().batch.seqs[0].start_pos, 0);
   h.run();
   EXPECT_EQ(h.sched.stats().prefix_hit_tokens, 0);
@@ -198,7 +198,7 @@ TEST(LlmScheduler, WithoutPrefixCachingEverythingIsComputed) {
 TEST(LlmScheduler, ADryPoolPreemptsByRecomputeAndLosesNothing) {
   // 8 blocks of 4 positions: each sequence needs up to 5 blocks, so two cannot run together.
   harness h({.token_budget = 16, .prefix_caching = false}, 8, 4);
-  for (uint64_t i = 1; i <= 4; ++i) ASSERT_TRUE(h.add(i, ramp(6, static_cast<int32_t>(i)), 14));
+  for (uint64_t i = 1; i <= 4; ++i) ASSERT_TRUE(h.add(i, ramp(6, static_cast<int32_t>(i)), 14).ok());
   h.run();
   EXPECT_GT(h.sched.stats().preemptions, 0);
   ASSERT_EQ(h.done.size(), 4u);
@@ -208,8 +208,8 @@ TEST(LlmScheduler, ADryPoolPreemptsByRecomputeAndLosesNothing) {
 
 TEST(LlmScheduler, CancellationFreesBlocksAtTheNextStep) {
   harness h({.token_budget = 64}, 32, 16);
-  ASSERT_TRUE(h.add(1, ramp(40), 50));
-  ASSERT_TRUE(h.add(2, ramp(5), 50));
+  ASSERT_TRUE(h.add(1, ramp(40), 50).ok());
+  ASSERT_TRUE(h.add(2, ramp(5), 50).ok());
   h.step();
   h.step();
   const int32_t used = h.sched.blocks().used_blocks();
@@ -228,9 +228,9 @@ TEST(LlmScheduler, CancellationFreesBlocksAtTheNextStep) {
 
 TEST(LlmScheduler, StaticBatchingAdmitsABatchAndRunsItToItsLongest) {
   harness h({.mode = batching_mode::static_batch, .token_budget = 256, .static_batch_size = 2}, 64, 16);
-  ASSERT_TRUE(h.add(1, ramp(5), 2));
-  ASSERT_TRUE(h.add(2, ramp(5, 1), 10));
-  ASSERT_TRUE(h.add(3, ramp(5, 2), 2));
+  ASSERT_TRUE(h.add(1, ramp(5), 2).ok());
+  ASSERT_TRUE(h.add(2, ramp(5, 1), 10).ok());
+  ASSERT_TRUE(h.add(3, ramp(5, 2), 2).ok());
   auto p = h.step();
   EXPECT_EQ(p.batch.seqs.size(), 2u);
   h.run();
@@ -242,7 +242,7 @@ TEST(LlmScheduler, StaticBatchingAdmitsABatchAndRunsItToItsLongest) {
 TEST(LlmScheduler, RefusesWhatCannotFitAndBadRequests) {
   llm_scheduler s({}, 4, 16);
   EXPECT_EQ(s.add(1, ramp(60), 5).code(), errc::invalid_argument);  // 65 > 64 positions
-  EXPECT_TRUE(s.add(1, ramp(60), 4));
+  EXPECT_TRUE(s.add(1, ramp(60), 4).ok());
   EXPECT_EQ(s.add(1, ramp(3), 1).code(), errc::invalid_argument);  // id taken
   EXPECT_EQ(s.add(2, {}, 1).code(), errc::invalid_argument);
   EXPECT_EQ(s.add(3, ramp(3), 0).code(), errc::invalid_argument);
@@ -280,7 +280,7 @@ TEST(LlmScheduler, RandomizedPropertyTest) {
         uint64_t id = next_id++;
         auto st = h.add(id, prompt, max_new);
         if (static_cast<int64_t>(prompt.size()) + max_new <= int64_t{blocks} * block_tokens) {
-          ASSERT_TRUE(st) << st.to_string();
+          ASSERT_TRUE(st.ok()) << st.to_string();
           live.push_back(id);
         } else {
           EXPECT_EQ(st.code(), errc::invalid_argument);

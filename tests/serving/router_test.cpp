@@ -44,8 +44,8 @@ TEST(Router, LeastOutstandingWork) {
   router r({}, clk);
   auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a", .kind = "gpu"});
   auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b", .kind = "gpu"});
-  ASSERT_TRUE(r.add_backend(a, now_cfg));
-  ASSERT_TRUE(r.add_backend(b, now_cfg));
+  ASSERT_TRUE(r.add_backend(a, now_cfg).ok());
+  ASSERT_TRUE(r.add_backend(b, now_cfg).ok());
   a->extra_load = 100;
   EXPECT_EQ(*r.choose(10), 1u);
   b->extra_load = 200;
@@ -53,13 +53,13 @@ TEST(Router, LeastOutstandingWork) {
   // Queued tokens count too: 150 queued on a makes it heavier than b.
   collected c;
   auto req = make_request(150, c);
-  ASSERT_TRUE(r.backend_batcher(0).enqueue(req));
+  ASSERT_TRUE(r.backend_batcher(0).enqueue(req).ok());
   EXPECT_EQ(*r.choose(10), 1u);
   // Spreads a stream of equal requests across both.
   a->extra_load = b->extra_load = 0;
   for (int i = 0; i < 10; ++i) {
     auto x = make_request(20, c);
-    ASSERT_TRUE(r.submit(x));
+    ASSERT_TRUE(r.submit(x).ok());
   }
   EXPECT_GE(r.backend_batcher(1).queue_size(), 5u);
   pump(r);
@@ -73,8 +73,8 @@ TEST(Router, HybridSendsLongToTilesAndShortToGpu) {
   router r({.strategy = routing_strategy::hybrid_length, .long_threshold = 128}, clk);
   auto gpu = std::make_shared<fake_backend>(backends::backend_info{.name = "gpu0", .kind = "gpu"});
   auto tiles = std::make_shared<fake_backend>(backends::backend_info{.name = "tiles0", .kind = "tiles"});
-  ASSERT_TRUE(r.add_backend(gpu, now_cfg));
-  ASSERT_TRUE(r.add_backend(tiles, now_cfg));
+  ASSERT_TRUE(r.add_backend(gpu, now_cfg).ok());
+  ASSERT_TRUE(r.add_backend(tiles, now_cfg).ok());
   gpu->extra_load = 1'000'000;  // length wins over load
   EXPECT_EQ(*r.choose(128), 0u);
   EXPECT_EQ(*r.choose(129), 1u);
@@ -95,9 +95,9 @@ TEST(Router, ThresholdIsConfigurable) {
   manual_clock clk;
   router r({.strategy = routing_strategy::hybrid_length, .long_threshold = 32}, clk);
   ASSERT_TRUE(r.add_backend(
-      std::make_shared<fake_backend>(backends::backend_info{.name = "g", .kind = "gpu"}), now_cfg));
+      std::make_shared<fake_backend>(backends::backend_info{.name = "g", .kind = "gpu"}), now_cfg).ok());
   ASSERT_TRUE(r.add_backend(
-      std::make_shared<fake_backend>(backends::backend_info{.name = "t", .kind = "tiles"}), now_cfg));
+      std::make_shared<fake_backend>(backends::backend_info{.name = "t", .kind = "tiles"}), now_cfg).ok());
   EXPECT_EQ(*r.choose(32), 0u);
   EXPECT_EQ(*r.choose(33), 1u);
 }
@@ -107,8 +107,8 @@ TEST(Router, UnhealthyBackendsAreSkipped) {
   router r({}, clk);
   auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
   auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
-  ASSERT_TRUE(r.add_backend(a, now_cfg));
-  ASSERT_TRUE(r.add_backend(b, now_cfg));
+  ASSERT_TRUE(r.add_backend(a, now_cfg).ok());
+  ASSERT_TRUE(r.add_backend(b, now_cfg).ok());
   b->extra_load = 1000;
   a->healthy_flag = false;
   EXPECT_EQ(*r.choose(10), 1u);
@@ -120,15 +120,15 @@ TEST(Router, FailedBatchIsRetriedOnceElsewhere) {
   router r({}, clk, &m);
   auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
   auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
-  ASSERT_TRUE(r.add_backend(a, now_cfg));
-  ASSERT_TRUE(r.add_backend(b, now_cfg));
+  ASSERT_TRUE(r.add_backend(a, now_cfg).ok());
+  ASSERT_TRUE(r.add_backend(b, now_cfg).ok());
   b->extra_load = 1000;  // everything goes to a first
   collected c;
   std::vector<std::vector<float>> want;
   for (int i = 0; i < 4; ++i) {
     auto req = make_request(10 + i, c);
     want.push_back(toy_logits(req->input, 2));
-    ASSERT_TRUE(r.submit(req));
+    ASSERT_TRUE(r.submit(req).ok());
   }
   EXPECT_EQ(r.backend_batcher(0).queue_size(), 4u);
   pump(r);
@@ -140,7 +140,7 @@ TEST(Router, FailedBatchIsRetriedOnceElsewhere) {
   b->answer_all();
   ASSERT_EQ(c.got.size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
-    EXPECT_TRUE(c.got[i].st);
+    EXPECT_TRUE(c.got[i].st.ok());
     EXPECT_EQ(c.got[i].backend, "b");
   }
 }
@@ -151,14 +151,14 @@ TEST(Router, SecondFailureIsAnsweredWithTheError) {
   auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
   auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
   auto c3 = std::make_shared<fake_backend>(backends::backend_info{.name = "c"});
-  ASSERT_TRUE(r.add_backend(a, now_cfg));
-  ASSERT_TRUE(r.add_backend(b, now_cfg));
-  ASSERT_TRUE(r.add_backend(c3, now_cfg));
+  ASSERT_TRUE(r.add_backend(a, now_cfg).ok());
+  ASSERT_TRUE(r.add_backend(b, now_cfg).ok());
+  ASSERT_TRUE(r.add_backend(c3, now_cfg).ok());
   b->extra_load = 1000;
   c3->extra_load = 2000;
   collected c;
   auto req = make_request(10, c);
-  ASSERT_TRUE(r.submit(req));
+  ASSERT_TRUE(r.submit(req).ok());
   pump(r);
   a->answer_all(status::internal("boom a"));
   pump(r);
@@ -174,12 +174,12 @@ TEST(Router, FailureWithNoOtherHealthyBackendIsAnswered) {
   router r({}, clk);
   auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
   auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
-  ASSERT_TRUE(r.add_backend(a, now_cfg));
-  ASSERT_TRUE(r.add_backend(b, now_cfg));
+  ASSERT_TRUE(r.add_backend(a, now_cfg).ok());
+  ASSERT_TRUE(r.add_backend(b, now_cfg).ok());
   b->healthy_flag = false;
   collected c;
   auto req = make_request(10, c);
-  ASSERT_TRUE(r.submit(req));
+  ASSERT_TRUE(r.submit(req).ok());
   pump(r);
   a->answer_all(status::peer_failed("gone"));
   ASSERT_EQ(c.got.size(), 1u);
@@ -192,7 +192,7 @@ TEST(Router, TooLongForEveryBackendIsInvalid) {
   router r({}, clk);
   ASSERT_TRUE(r.add_backend(std::make_shared<fake_backend>(
                                 backends::backend_info{.name = "a", .max_sequence_length = 128}),
-                            now_cfg));
+                            now_cfg).ok());
   collected c;
   auto req = make_request(129, c);
   EXPECT_EQ(r.submit(req).code(), errc::invalid_argument);
@@ -206,12 +206,12 @@ TEST(Router, FullQueueFallsThroughToTheNextBackendThenOverloaded) {
   tiny.max_queue_requests = 1;
   auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
   auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
-  ASSERT_TRUE(r.add_backend(a, tiny));
-  ASSERT_TRUE(r.add_backend(b, tiny));
+  ASSERT_TRUE(r.add_backend(a, tiny).ok());
+  ASSERT_TRUE(r.add_backend(b, tiny).ok());
   collected c;
   auto r1 = make_request(10, c), r2 = make_request(10, c), r3 = make_request(10, c);
-  ASSERT_TRUE(r.submit(r1));
-  ASSERT_TRUE(r.submit(r2));
+  ASSERT_TRUE(r.submit(r1).ok());
+  ASSERT_TRUE(r.submit(r2).ok());
   EXPECT_EQ(r.submit(r3).code(), errc::overloaded);
   pump(r);
   a->answer_all();

@@ -24,7 +24,7 @@ tessera::status parse(std::vector<const char*> args, serve_options& so) {
 
 TEST(ServeOptions, DefaultsBindLoopback) {
   serve_options so;
-  ASSERT_TRUE(parse({}, so));
+  ASSERT_TRUE(parse({}, so).ok());
   EXPECT_EQ(so.server.address, "127.0.0.1");
   EXPECT_EQ(so.server.port, 8080);
   EXPECT_EQ(so.batching.kind, policy_kind::dynamic_padded);
@@ -36,7 +36,7 @@ TEST(ServeOptions, ParsesNamesAndUnits) {
   ASSERT_TRUE(parse({"--port", "0", "--batching", "token-budget", "--token-budget", "2048",
                      "--max-queue-delay-ms", "1.5", "--routing", "hybrid", "--long-threshold",
                      "200", "--timeout-ms", "250", "--answer-grace-ms", "10", "--auto-truncate"},
-                    so));
+                    so).ok());
   EXPECT_EQ(so.server.port, 0);
   EXPECT_EQ(so.batching.kind, policy_kind::token_budget);
   EXPECT_EQ(so.batching.token_budget, 2048);
@@ -52,24 +52,24 @@ TEST(ServeOptions, PolicyPerBackendKind) {
   serve_options so;
   ASSERT_TRUE(parse({"--batching", "dynamic", "--gpu-batching", "static", "--tiles-batching",
                      "token-budget", "--max-batch-size", "16"},
-                    so));
+                    so).ok());
   EXPECT_EQ(so.batching_for("gpu").kind, policy_kind::static_padded);
   EXPECT_EQ(so.batching_for("tiles").kind, policy_kind::token_budget);
   EXPECT_EQ(so.batching_for("reference").kind, policy_kind::dynamic_padded);
   EXPECT_EQ(so.batching_for("gpu").max_batch_size, 16);
   serve_options bad;
-  EXPECT_FALSE(parse({"--tiles-batching", "nope"}, bad));
+  EXPECT_FALSE(parse({"--tiles-batching", "nope"}, bad).ok());
 }
 
 TEST(ServeOptions, MistakesSayWhatToChange) {
   serve_options a;
   auto st = parse({"--batching", "fifo"}, a);
-  EXPECT_FALSE(st);
+  EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("static, dynamic or token-budget"), std::string::npos);
   serve_options b;
-  EXPECT_FALSE(parse({"--port", "70000"}, b));
+  EXPECT_FALSE(parse({"--port", "70000"}, b).ok());
   serve_options c;
-  EXPECT_FALSE(parse({"--max-inflight-batches", "0"}, c));
+  EXPECT_FALSE(parse({"--max-inflight-batches", "0"}, c).ok());
   serve_options d;
-  EXPECT_FALSE(parse({"--routing", "random"}, d));
+  EXPECT_FALSE(parse({"--routing", "random"}, d).ok());
 }

@@ -51,7 +51,7 @@ class test_server {
     sc.api = o.api;
     server_ = std::make_unique<http_server>(sc, router_, tok_, info_, metrics_);
     status st = server_->start();
-    TESSERA_CHECK(st) << st.to_string();
+    TESSERA_CHECK(st.ok()) << st.to_string();
   }
   ~test_server() { stop(); }
   void stop() {

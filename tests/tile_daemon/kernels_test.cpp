@@ -26,13 +26,13 @@ TEST(Kernels, CopyAddScaleReduce) {
   f.make(1, {4}, {1, 2, 3, 4});
   f.make(2, {4}, {10, 20, 30, 40});
   float* o = f.make(3, {4});
-  ASSERT_TRUE(f.reg.run({"add", {1, 2}, {3}, {}, {}}, f.mem, f.ctx));
+  ASSERT_TRUE(f.reg.run({"add", {1, 2}, {3}, {}, {}}, f.mem, f.ctx).ok());
   EXPECT_EQ(o[3], 44.f);
-  ASSERT_TRUE(f.reg.run({"scale", {1}, {3}, {}, {0.5f}}, f.mem, f.ctx));
+  ASSERT_TRUE(f.reg.run({"scale", {1}, {3}, {}, {0.5f}}, f.mem, f.ctx).ok());
   EXPECT_EQ(o[1], 1.f);
-  ASSERT_TRUE(f.reg.run({"reduce_sum", {1, 2, 1}, {3}, {}, {}}, f.mem, f.ctx));
+  ASSERT_TRUE(f.reg.run({"reduce_sum", {1, 2, 1}, {3}, {}, {}}, f.mem, f.ctx).ok());
   EXPECT_EQ(o[2], 36.f);
-  ASSERT_TRUE(f.reg.run({"copy", {2}, {3}, {}, {}}, f.mem, f.ctx));
+  ASSERT_TRUE(f.reg.run({"copy", {2}, {3}, {}, {}}, f.mem, f.ctx).ok());
   EXPECT_EQ(o[0], 10.f);
 }
 
@@ -45,7 +45,7 @@ TEST(Kernels, MatmulMatchesLoops) {
   f.make(1, {M, K}, a);
   f.make(2, {K, N}, b);
   float* c = f.make(3, {M, N});
-  ASSERT_TRUE(f.reg.run({"matmul", {1, 2}, {3}, {}, {}}, f.mem, f.ctx));
+  ASSERT_TRUE(f.reg.run({"matmul", {1, 2}, {3}, {}, {}}, f.mem, f.ctx).ok());
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       double s = 0;
@@ -63,9 +63,9 @@ TEST(Kernels, ShapeMistakesAreStatusesNotCrashes) {
   auto st = f.reg.run({"matmul", {1, 2}, {3}, {}, {}}, f.mem, f.ctx);
   EXPECT_EQ(st.code(), errc::invalid_argument);
   EXPECT_NE(st.message().find("matmul"), std::string::npos);
-  EXPECT_FALSE(f.reg.run({"add", {1, 4}, {3}, {}, {}}, f.mem, f.ctx));
+  EXPECT_FALSE(f.reg.run({"add", {1, 4}, {3}, {}, {}}, f.mem, f.ctx).ok());
   EXPECT_EQ(f.reg.run({"add", {1, 77}, {3}, {}, {}}, f.mem, f.ctx).code(), errc::not_found);
   EXPECT_EQ(f.reg.run({"no_such_kernel", {1}, {3}, {}, {}}, f.mem, f.ctx).code(), errc::not_found);
-  EXPECT_FALSE(f.reg.check({"add", {1}, {3}, {}, {}}));  // arity
-  EXPECT_FALSE(f.reg.run({"scale", {1}, {3}, {}, {}}, f.mem, f.ctx));  // missing factor
+  EXPECT_FALSE(f.reg.check({"add", {1}, {3}, {}, {}}).ok());  // arity
+  EXPECT_FALSE(f.reg.run({"scale", {1}, {3}, {}, {}}, f.mem, f.ctx).ok());  // missing factor
 }

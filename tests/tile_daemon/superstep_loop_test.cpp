@@ -33,13 +33,13 @@ std::vector<std::vector<float>> run_inproc(const host::demo_program& d, uint32_t
           std::memcpy((*x)->data, a.data, a.desc.bytes());
         }
       const auto& prog = d.programs.at(t);
-      for (const auto& tmp : prog.temporaries) (void)mem.allocate(tmp);
+      for (const auto& tmp : prog.temporaries) EXPECT_TRUE(mem.allocate(tmp).ok()) << tmp.name;
       for (const auto& in : d.batch.inputs)
         if (in.tile == t) std::memcpy(resolve_slice(in.dst, mem, 0)->data, in.data, in.bytes);
       exchange::run_program run{prog.id, batch_id, {}, d.batch.active_tokens, {}, {}, true};
       superstep_runner runner(t, *tr, mem, reg, {.exchange_timeout = 5000ms, .poll_tick = 10ms});
       auto r = runner.run(prog, run, {});
-      st[t] = r ? status::ok() : r.error();
+      st[t] = r ? ok_status() : r.error();
       for (size_t j = 0; j < d.batch.outputs.size(); ++j)
         if (d.batch.outputs[j].tile == t) {
           auto s = resolve_slice(d.batch.outputs[j].src, mem, 0);
@@ -50,7 +50,7 @@ std::vector<std::vector<float>> run_inproc(const host::demo_program& d, uint32_t
   }
   for (auto& th : threads) th.join();
   if (statuses) *statuses = st;
-  for (auto& s : st) EXPECT_TRUE(s) << s.to_string();
+  for (auto& s : st) EXPECT_TRUE(s.ok()) << s.to_string();
   return outputs;
 }
 
@@ -96,20 +96,20 @@ TEST(SuperstepLoop, EarlyStaleAndDuplicateMessagesAreHandled) {
   p.steps.push_back(s);
   std::vector<float> v{1, 2, 3, 4}, w{9, 9, 9, 9};
   // A message for a later batch arrives first, then the one for this batch, then a duplicate.
-  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 6, 0, 0, 1, 7, 4, exchange::payload_checksum(w.data(), 16)}, exchange::copy_frame(w.data(), 16))));
-  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 5, 0, 0, 1, 7, 4, exchange::payload_checksum(v.data(), 16)}, exchange::copy_frame(v.data(), 16))));
-  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 5, 0, 0, 1, 7, 4, exchange::payload_checksum(w.data(), 16)}, exchange::copy_frame(w.data(), 16))));
-  ASSERT_TRUE(runner.run(p, {1, 5, {}, 0, {}, {}, true}, {}));
+  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 6, 0, 0, 1, 7, 4, exchange::payload_checksum(w.data(), 16)}, exchange::copy_frame(w.data(), 16))).ok());
+  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 5, 0, 0, 1, 7, 4, exchange::payload_checksum(v.data(), 16)}, exchange::copy_frame(v.data(), 16))).ok());
+  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 5, 0, 0, 1, 7, 4, exchange::payload_checksum(w.data(), 16)}, exchange::copy_frame(w.data(), 16))).ok());
+  ASSERT_TRUE(runner.run(p, {1, 5, {}, 0, {}, {}, true}, {}).ok());
   EXPECT_EQ(mem.find(1)->f32()[3], 4.f);  // batch 5's data, not batch 6's
-  ASSERT_TRUE(runner.run(p, {1, 6, {}, 0, {}, {}, true}, {}));
+  ASSERT_TRUE(runner.run(p, {1, 6, {}, 0, {}, {}, true}, {}).ok());
   EXPECT_EQ(mem.find(1)->f32()[3], 9.f);  // the early message was kept for batch 6
   // A message for an old batch is dropped as stale.
-  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 2, 0, 0, 1, 7, 4, exchange::payload_checksum(v.data(), 16)}, exchange::copy_frame(v.data(), 16))));
+  ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 2, 0, 0, 1, 7, 4, exchange::payload_checksum(v.data(), 16)}, exchange::copy_frame(v.data(), 16))).ok());
   exchange::envelope e;
   if (auto got = t1->recv(e, 100ms); got && *got) runner.accept(std::move(e));
   EXPECT_GE(runner.dropped_stale(), 1u);
   // Old batch ids are refused outright.
-  EXPECT_FALSE(runner.run(p, {1, 4, {}, 0, {}, {}, true}, {}));
+  EXPECT_FALSE(runner.run(p, {1, 4, {}, 0, {}, {}, true}, {}).ok());
 }
 
 TEST(SuperstepLoop, MissingPeerTimesOutWithNames) {
@@ -199,7 +199,7 @@ TEST(SuperstepLoop, TreeBarrierHoldsEveryTileUntilAllArrived) {
                 // Stagger the tiles so some arrive late.
                 if ((a.ctx.tile_id * 7 + s) % 5 == 0) std::this_thread::sleep_for(2ms);
                 ++arrived[s];
-                return status::ok();
+                return ok_status();
               });
       exchange::program p;
       p.id = 1;
@@ -217,11 +217,11 @@ TEST(SuperstepLoop, TreeBarrierHoldsEveryTileUntilAllArrived) {
           counting_transport tr(fabric.endpoint(t), tokens);
           superstep_runner runner(t, tr, mem, reg, {.exchange_timeout = 10000ms, .poll_tick = 5ms, .barrier_fan_in = fan_in});
           auto r = runner.run(p, {1, 1, {}, 0, {}, {}, false}, {});
-          st[t] = r ? status::ok() : r.error();
+          st[t] = r ? ok_status() : r.error();
           if (arrived[steps - 1].load() != n) ++early;  // left the last barrier too soon
         });
       for (auto& th : threads) th.join();
-      for (uint32_t t = 0; t < n; ++t) ASSERT_TRUE(st[t]) << "tile " << t << " of " << n << ": " << st[t].to_string();
+      for (uint32_t t = 0; t < n; ++t) ASSERT_TRUE(st[t].ok()) << "tile " << t << " of " << n << ": " << st[t].to_string();
       EXPECT_EQ(early.load(), 0u) << n << " tiles, fan-in " << fan_in;
       EXPECT_EQ(tokens.load(), uint64_t(steps) * 2 * (n - 1)) << n << " tiles, fan-in " << fan_in;
     }
@@ -257,7 +257,7 @@ TEST(SuperstepLoop, SwapInPlaceSendsTheOldValues) {
       s.recvs.push_back({peer, 2, {2, exchange::slice_kind::fixed, 0, 8, 0, 1}, true});
       p.steps.push_back(s);
       superstep_runner runner(t, *tr, mem, reg, {.exchange_timeout = 5000ms, .poll_tick = 5ms});
-      ASSERT_TRUE(runner.run(p, {1, 1, {}, 0, {}, {}, true}, {}));
+      ASSERT_TRUE(runner.run(p, {1, 1, {}, 0, {}, {}, true}, {}).ok());
       left[t] = runner.in_flight();
       x[t].assign((*a)->f32(), (*a)->f32() + 8);
       y[t].assign((*b)->f32(), (*b)->f32() + 8);

@@ -37,8 +37,8 @@ TEST(TileMemory, FreeCoalescesAndHighWaterStays) {
   ASSERT_TRUE(m.allocate(f32(2, "b", 64)));
   ASSERT_TRUE(m.allocate(f32(3, "c", 64)));
   EXPECT_EQ(m.used(), 768u);
-  ASSERT_TRUE(m.release(1));
-  ASSERT_TRUE(m.release(2));
+  ASSERT_TRUE(m.release(1).ok());
+  ASSERT_TRUE(m.release(2).ok());
   // 512 contiguous bytes are free again after coalescing a and b.
   ASSERT_TRUE(m.allocate(f32(4, "d", 128)));
   EXPECT_EQ(m.used(), 768u);

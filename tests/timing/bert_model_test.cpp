@@ -21,7 +21,7 @@ TEST(bert_ops, shapes_and_parameter_count) {
   EXPECT_NE(bad.error().message().find("bert-base"), std::string::npos);
   model_shape odd = base();
   odd.num_heads = 7;
-  EXPECT_FALSE(odd.validate());
+  EXPECT_FALSE(odd.validate().ok());
 }
 
 TEST(bert_ops, one_forward_lists_every_kernel_in_order) {
@@ -47,7 +47,7 @@ TEST(bert_ops, padding_changes_tokens_and_attention) {
   bert_batch padded{{100, 20}, 128};
   EXPECT_EQ(padded.computed_tokens(), 256);
   EXPECT_EQ(padded.real_tokens(), 120);
-  EXPECT_FALSE((bert_batch{{200}, 128}).validate());
+  EXPECT_FALSE((bert_batch{{200}, 128}).validate().ok());
 }
 
 TEST(bert_model, gpu_flops_match_the_textbook_count) {

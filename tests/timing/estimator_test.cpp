@@ -102,8 +102,8 @@ TEST(estimator, registry_holds_every_named_kernel_and_accepts_new_ones) {
   relu.gpu_work = [](const kernel_query&, bool) -> result<std::vector<gpu_kernel_work>> {
     return std::vector<gpu_kernel_work>{{"relu", 0, 1, 1}};
   };
-  EXPECT_TRUE(r.add(relu));
-  EXPECT_FALSE(r.add(relu));  // duplicate
+  EXPECT_TRUE(r.add(relu).ok());
+  EXPECT_FALSE(r.add(relu).ok());  // duplicate
   auto c = estimate_tile_cycles(kernel_query("relu", {{"elements", 40}}), round_ipu(), 1, r);
   ASSERT_TRUE(c);
   EXPECT_DOUBLE_EQ(*c, 10 + 10);

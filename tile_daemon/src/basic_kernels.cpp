@@ -12,14 +12,14 @@ status same_elements(const tile_tensor& a, const tile_tensor& b) {
   if (a.elements() != b.elements())
     return status::invalid("'" + a.desc.name + "' has " + std::to_string(a.elements()) + " elements, '" +
                            b.desc.name + "' has " + std::to_string(b.elements()));
-  return status::ok();
+  return ok_status();
 }
 
 // out = in
 status copy_kernel(const kernel_args& a) {
   TESSERA_RETURN_IF_ERROR(same_elements(*a.inputs[0], *a.outputs[0]));
   std::memcpy(a.outputs[0]->data, a.inputs[0]->data, a.inputs[0]->desc.bytes());
-  return status::ok();
+  return ok_status();
 }
 
 // out = in0 + in1
@@ -30,7 +30,7 @@ status add_kernel(const kernel_args& a) {
   const float* y = a.inputs[1]->f32();
   float* o = a.outputs[0]->f32();
   for (uint64_t i = 0, n = a.outputs[0]->elements(); i < n; ++i) o[i] = x[i] + y[i];
-  return status::ok();
+  return ok_status();
 }
 
 // out = in * fparams[0]
@@ -41,7 +41,7 @@ status scale_kernel(const kernel_args& a) {
   float* o = a.outputs[0]->f32();
   const float s = a.fparams[0];
   for (uint64_t i = 0, n = a.outputs[0]->elements(); i < n; ++i) o[i] = x[i] * s;
-  return status::ok();
+  return ok_status();
 }
 
 // out = sum of all inputs (elementwise)
@@ -54,7 +54,7 @@ status reduce_sum_kernel(const kernel_args& a) {
     const float* x = a.inputs[k]->f32();
     for (uint64_t i = 0; i < n; ++i) o[i] += x[i];
   }
-  return status::ok();
+  return ok_status();
 }
 
 // out[M,N] = A[M,K] x B[K,N] (+ out when params[0] == 1: accumulate). Rank-2 tensors.
@@ -70,10 +70,10 @@ status matmul_kernel(const kernel_args& a) {
                            std::to_string(B.desc.shape[0]) + "," + std::to_string(N) + "] -> [" +
                            std::to_string(C.desc.shape[0]) + "," + std::to_string(C.desc.shape[1]) + "]");
   const float beta = (!a.params.empty() && a.params[0] == 1) ? 1.f : 0.f;
-  if (M == 0 || N == 0) return status::ok();
+  if (M == 0 || N == 0) return ok_status();
   dnnl_status_t st = dnnl_sgemm('N', 'N', M, N, K, 1.f, A.f32(), K, B.f32(), N, beta, C.f32(), N);
   if (st != dnnl_success) return status::internal("oneDNN sgemm failed with status " + std::to_string(st));
-  return status::ok();
+  return ok_status();
 }
 
 }  // namespace

@@ -36,14 +36,14 @@ status same_dtype(std::initializer_list<const tile_tensor*> ts, dtype want) {
     if (t->desc.type != want)
       return status::invalid("tensor '" + t->desc.name + "' is " + (is_bf16(*t) ? "bf16" : "f32") + ", this call needs " +
                              (want == dtype::bf16 ? "bf16" : "f32"));
-  return status::ok();
+  return ok_status();
 }
 
 
 status embed_kernel(const kernel_args& a) {
   auto m = micro_of(a);
   if (!m) return m.error();
-  if (m->r1 == m->r0) return status::ok();
+  if (m->r1 == m->r0) return ok_status();
   if (a.fparams.empty()) return status::invalid("embed needs fparams [eps]");
   auto& x = *a.outputs[0];
   const int64_t hidden = x.desc.shape.size() == 2 ? x.desc.shape[1] : 0;
@@ -62,13 +62,13 @@ status embed_kernel(const kernel_args& a) {
                   bf16_of(*a.inputs[4]), hidden, sum.data());
     models::layer_norm(sum.data(), rows, hidden, a.inputs[5]->f32(), a.inputs[6]->f32(), a.fparams[0],
                        bf16_of(x) + m->r0 * hidden);
-    return status::ok();
+    return ok_status();
   }
   float* out = x.f32() + m->r0 * hidden;
   models::embed(ids, types, m->offsets.data(), seqs, a.inputs[2]->f32(), a.inputs[3]->f32(), a.inputs[4]->f32(),
                 hidden, out);
   models::layer_norm(out, rows, hidden, a.inputs[5]->f32(), a.inputs[6]->f32(), a.fparams[0], out);
-  return status::ok();
+  return ok_status();
 }
 
 status linear_kernel(const kernel_args& a) {
@@ -85,7 +85,7 @@ status linear_kernel(const kernel_args& a) {
   auto& y = *a.outputs[0];
   if (is_bf16(x) || is_bf16(w)) TESSERA_RETURN_IF_ERROR(same_dtype({&x, &w}, dtype::bf16));
   if (bias) TESSERA_RETURN_IF_ERROR(same_dtype({a.inputs[2]}, dtype::f32));
-  if (m->r1 == m->r0 || out == 0) return status::ok();
+  if (m->r1 == m->r0 || out == 0) return ok_status();
   const int64_t rows = m->r1 - m->r0;
   if (in == 0) {
     // A lane that holds no heads or columns contributes only the bias (or nothing) to the sum.
@@ -94,7 +94,7 @@ status linear_kernel(const kernel_args& a) {
       for (int64_t j = 0; j < out; ++j) fill[static_cast<size_t>(r * out + j)] = bias ? bias[j] : 0.f;
     if (is_bf16(y)) models::to_bf16(fill.data(), rows * out, bf16_of(y) + m->r0 * out);
     else std::copy(fill.begin(), fill.end(), y.f32() + m->r0 * out);
-    return status::ok();
+    return ok_status();
   }
   models::activation act = models::activation::none;
   switch (a.params.size() > 2 ? a.params[2] : 0) {
@@ -110,11 +110,11 @@ status linear_kernel(const kernel_args& a) {
     const models::bfloat16* xs = bf16_of(x) + m->r0 * in;
     if (is_bf16(y)) models::linear(xs, rows, W, bias, bf16_of(y) + m->r0 * out, act);
     else models::linear(xs, rows, W, bias, y.f32() + m->r0 * out, act);  // partial sums stay f32
-    return status::ok();
+    return ok_status();
   }
   TESSERA_RETURN_IF_ERROR(same_dtype({&y}, dtype::f32));
   models::linear(x.f32() + m->r0 * in, rows, in, w.f32(), bias, out, y.f32() + m->r0 * out, act);
-  return status::ok();
+  return ok_status();
 }
 
 status attention_kernel(const kernel_args& a) {
@@ -125,7 +125,7 @@ status attention_kernel(const kernel_args& a) {
   const int64_t width = int64_t{heads} * head_dim;
   TESSERA_RETURN_IF_ERROR(need_rows(*a.inputs[0], m->r1, 3 * width));
   TESSERA_RETURN_IF_ERROR(need_rows(*a.outputs[0], m->r1, width));
-  if (m->r1 == m->r0 || heads == 0) return status::ok();
+  if (m->r1 == m->r0 || heads == 0) return ok_status();
   TESSERA_RETURN_IF_ERROR(same_dtype({a.inputs[0], a.outputs[0]}, a.inputs[0]->desc.type));
   if (is_bf16(*a.inputs[0])) {
     const models::bfloat16* qkv = bf16_of(*a.inputs[0]) + m->r0 * 3 * width;
@@ -133,13 +133,13 @@ status attention_kernel(const kernel_args& a) {
                              models::bf16_strided{qkv + 2 * width, 3 * width}, m->offsets.data(),
                              static_cast<int>(m->s1 - m->s0), heads, head_dim,
                              models::bf16_strided_out{bf16_of(*a.outputs[0]) + m->r0 * width, width});
-    return status::ok();
+    return ok_status();
   }
   const float* qkv = a.inputs[0]->f32() + m->r0 * 3 * width;
   models::attention_packed({qkv, 3 * width}, {qkv + width, 3 * width}, {qkv + 2 * width, 3 * width}, m->offsets.data(),
                            static_cast<int>(m->s1 - m->s0), heads, head_dim,
                            {a.outputs[0]->f32() + m->r0 * width, width});
-  return status::ok();
+  return ok_status();
 }
 
 status bias_residual_ln_kernel(const kernel_args& a) {
@@ -153,7 +153,7 @@ status bias_residual_ln_kernel(const kernel_args& a) {
   const int64_t hidden = x.desc.shape.size() == 2 ? x.desc.shape[1] : 0;
   TESSERA_RETURN_IF_ERROR(need_rows(partial, m->r1, hidden));
   TESSERA_RETURN_IF_ERROR(need_rows(x, m->r1, hidden));
-  if (rows == 0) return status::ok();
+  if (rows == 0) return ok_status();
   TESSERA_RETURN_IF_ERROR(same_dtype({&partial, a.inputs[1], a.inputs[3], a.inputs[4]}, dtype::f32));
   float* p = partial.f32() + r0 * hidden;
   const float* bias = a.inputs[1]->f32();
@@ -161,11 +161,11 @@ status bias_residual_ln_kernel(const kernel_args& a) {
   if (is_bf16(x)) {
     models::bfloat16* xr = bf16_of(x) + r0 * hidden;
     models::add_layer_norm(p, xr, rows, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), a.fparams[0], xr);
-    return status::ok();
+    return ok_status();
   }
   float* xr = x.f32() + r0 * hidden;
   models::add_layer_norm(p, xr, rows, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), a.fparams[0], xr);
-  return status::ok();
+  return ok_status();
 }
 
 status classifier_kernel(const kernel_args& a) {
@@ -177,7 +177,7 @@ status classifier_kernel(const kernel_args& a) {
   const int labels = logits.desc.shape.size() == 2 ? static_cast<int>(logits.desc.shape[1]) : 0;
   if (logits.desc.shape.size() != 2 || logits.desc.shape[0] < m->s1)
     return status::invalid("logits tensor holds fewer sequences than the batch (" + std::to_string(m->s1) + ")");
-  if (m->s1 == m->s0) return status::ok();
+  if (m->s1 == m->s0) return ok_status();
   std::vector<int32_t> cls;
   for (int64_t s = m->s0; s < m->s1; ++s) cls.push_back(a.ctx.seq_offsets[static_cast<size_t>(s)]);
   TESSERA_RETURN_IF_ERROR(same_dtype({a.inputs[2], a.inputs[4], &logits}, dtype::f32));
@@ -187,12 +187,12 @@ status classifier_kernel(const kernel_args& a) {
                               models::bf16_weight::view(bf16_of(*a.inputs[1]), hidden, hidden), a.inputs[2]->f32(),
                               models::bf16_weight::view(bf16_of(*a.inputs[3]), labels, hidden), a.inputs[4]->f32(),
                               logits.f32() + m->s0 * labels);
-    return status::ok();
+    return ok_status();
   }
   models::pooler_classifier(x.f32(), hidden, cls.data(), static_cast<int>(cls.size()), hidden, a.inputs[1]->f32(),
                             a.inputs[2]->f32(), a.inputs[3]->f32(), a.inputs[4]->f32(), labels,
                             logits.f32() + m->s0 * labels);
-  return status::ok();
+  return ok_status();
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ status dec_embed(const kernel_args& a) {
       }
     }
   }
-  return status::ok();
+  return ok_status();
 }
 
 status dec_norm(const kernel_args& a) {
@@ -91,7 +91,7 @@ status dec_norm(const kernel_args& a) {
   TESSERA_RETURN_IF_ERROR(need_rows(*a.inputs[0], mv->r1, hidden));
   TESSERA_RETURN_IF_ERROR(need_rows(*a.outputs[0], mv->r1, hidden));
   const int64_t rows = mv->r1 - mv->r0;
-  if (rows == 0) return status::ok();
+  if (rows == 0) return ok_status();
   const float* x = a.inputs[0]->f32() + mv->r0 * hidden;
   float* y = a.outputs[0]->f32() + mv->r0 * hidden;
   if (a.params[2] == 1) {
@@ -100,7 +100,7 @@ status dec_norm(const kernel_args& a) {
     if (a.inputs.size() < 3) return status::invalid("dec_norm: LayerNorm needs a bias");
     models::layer_norm(x, rows, hidden, a.inputs[1]->f32(), a.inputs[2]->f32(), a.fparams[0], y);
   }
-  return status::ok();
+  return ok_status();
 }
 
 status dec_attention(const kernel_args& a) {
@@ -136,7 +136,7 @@ status dec_attention(const kernel_args& a) {
   float* kbase = keys.f32() + layer * layer_stride;
   float* vbase = values.f32() + layer * layer_stride;
   const int64_t T = mv->r1 - mv->r0;
-  if (T == 0) return status::ok();
+  if (T == 0) return ok_status();
   // Positions of the micro-batch's rows, and every block they read checked against the cache.
   std::vector<int32_t> positions(static_cast<size_t>(T));
   std::vector<models::paged_seq> seqs;
@@ -187,7 +187,7 @@ status dec_attention(const kernel_args& a) {
                               seqs.data(), static_cast<int>(seqs.size()), 1, 1, d, {out + int64_t{h} * d, ldq});
     }
   }
-  return status::ok();
+  return ok_status();
 }
 
 status dec_residual(const kernel_args& a) {
@@ -206,7 +206,7 @@ status dec_residual(const kernel_args& a) {
     if (bias) models::add(p, bias, hidden, p);
     models::add(x.f32() + r * hidden, p, hidden, x.f32() + r * hidden);
   }
-  return status::ok();
+  return ok_status();
 }
 
 status dec_multiply(const kernel_args& a) {
@@ -218,7 +218,7 @@ status dec_multiply(const kernel_args& a) {
   TESSERA_RETURN_IF_ERROR(need_rows(*a.outputs[0], mv->r1, width));
   models::multiply(g.f32() + mv->r0 * width, u.f32() + mv->r0 * width, (mv->r1 - mv->r0) * width,
                    a.outputs[0]->f32() + mv->r0 * width);
-  return status::ok();
+  return ok_status();
 }
 
 status dec_logits(const kernel_args& a) {
@@ -244,7 +244,7 @@ status dec_logits(const kernel_args& a) {
                 last.f32() + (first + n) * hidden);
     ++n;
   }
-  if (n == 0) return status::ok();
+  if (n == 0) return ok_status();
   float* rows = last.f32() + first * hidden;
   if (a.params[2] == 1) {
     models::rms_norm(rows, n, hidden, a.inputs[3]->f32(), a.fparams[0], rows);
@@ -253,7 +253,7 @@ status dec_logits(const kernel_args& a) {
     models::layer_norm(rows, n, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), a.fparams[0], rows);
   }
   models::linear(rows, n, hidden, head.f32(), nullptr, vocab, logits.f32() + first * vocab);
-  return status::ok();
+  return ok_status();
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ status fault_injector::check(const exchange::fault_plan& plan) {
       return status::invalid("fault " + std::to_string(i) + " (" + std::string(fault_kind_name(plan.faults[i].kind)) +
                              ") cannot be applied by a tile: tessera-host --faults applies it to the tessera-gpu "
                              "process it spawned");
-  return status::ok();
+  return ok_status();
 }
 
 exchange::fault_counts fault_injector::counts() const {

@@ -30,7 +30,7 @@ status kernel_registry::check(const exchange::kernel_call& call) const {
   if (call.outputs.size() < s.min_outputs || call.outputs.size() > s.max_outputs)
     return status::invalid("kernel '" + call.kernel + "' takes " + std::to_string(s.min_outputs) + ".." +
                            std::to_string(s.max_outputs) + " outputs, got " + std::to_string(call.outputs.size()));
-  return status::ok();
+  return ok_status();
 }
 
 status kernel_registry::run(const exchange::kernel_call& call, tile_memory& memory, const kernel_context& ctx) const {
@@ -61,7 +61,7 @@ status kernel_registry::run(const exchange::kernel_call& call, tile_memory& memo
         return status::unsupported("kernel '" + call.kernel + "' does not take bf16 tensors ('" + t->desc.name + "')");
   kernel_args args{ctx, {ins, call.inputs.size()}, {outs, call.outputs.size()}, call.params, call.fparams};
   status st = it->second.fn(args);
-  if (!st) return st.with_context("kernel '" + call.kernel + "'");
+  if (!st.ok()) return st.with_context("kernel '" + call.kernel + "'");
   return st;
 }
 

@@ -33,7 +33,7 @@ inline status need_rows(const tile_tensor& t, int64_t rows, int64_t width) {
   if (t.desc.shape.size() != 2 || t.desc.shape[0] < rows || t.desc.shape[1] != width)
     return status::invalid("tensor '" + t.desc.name + "' must be [>=" + std::to_string(rows) + ", " +
                            std::to_string(width) + "]");
-  return status::ok();
+  return ok_status();
 }
 
 }  // namespace tessera::tile::detail

@@ -104,7 +104,7 @@ status superstep_runner::wait_sends_released(const std::function<bool()>& interr
   // ZeroMQ's I/O thread releases a frame once it has written it to the kernel (ipc/tcp), which
   // the exchange and barrier of the superstep nearly always cover: so spin briefly, then yield,
   // then sleep in growing steps; a peer that is gone keeps frames queued, hence the deadline.
-  if (in_flight_->load(std::memory_order_acquire) == 0) return status::ok();
+  if (in_flight_->load(std::memory_order_acquire) == 0) return ok_status();
   const auto start = clock_type::now();
   const auto deadline = start + limits_.exchange_timeout;
   auto sleep = std::chrono::microseconds(20);
@@ -123,7 +123,7 @@ status superstep_runner::wait_sends_released(const std::function<bool()>& interr
     std::this_thread::sleep_for(sleep);
     sleep = std::min<std::chrono::microseconds>(sleep * 2, std::chrono::milliseconds(1));
   }
-  return status::ok();
+  return ok_status();
 }
 
 void superstep_runner::accept(envelope&& e) {
@@ -137,7 +137,7 @@ void superstep_runner::accept(envelope&& e) {
   uint64_t checksum = 0;
   if (*type == msg_type::exchange_data) {
     exchange_data d;
-    if (auto st = decode(e, d); !st) {
+    if (auto st = decode(e, d); !st.ok()) {
       ++bad_;
       TESSERA_LOG_WARN("dropped a bad exchange message: " << st.message());
       return;
@@ -155,7 +155,7 @@ void superstep_runner::accept(envelope&& e) {
     }
   } else if (*type == msg_type::sync_token) {
     sync_token s;
-    if (auto st = decode(e, s); !st) {
+    if (auto st = decode(e, s); !st.ok()) {
       ++bad_;
       TESSERA_LOG_WARN("dropped a bad sync token: " << st.message());
       return;
@@ -290,13 +290,13 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
     }
     c.bytes_received += payload.size();
   }
-  return status::ok();
+  return ok_status();
 }
 
 status superstep_runner::sync_phase(const program& prog, const run_program& run, uint32_t step,
                                     const std::function<bool()>& interrupted) {
   const uint32_t n = static_cast<uint32_t>(prog.tiles.size());
-  if (n <= 1) return status::ok();
+  if (n <= 1) return ok_status();
   uint32_t rank = n;
   for (uint32_t i = 0; i < n; ++i)
     if (prog.tiles[i] == self_) rank = i;
@@ -321,7 +321,7 @@ status superstep_runner::sync_phase(const program& prog, const run_program& run,
   for (uint64_t c = first_child; c <= last_child; ++c)
     TESSERA_RETURN_IF_ERROR(
         transport_.send(prog.tiles[c], encode(sync_token{prog.id, run.batch_id, step, 1, self_})));
-  return status::ok();
+  return ok_status();
 }
 
 result<std::vector<superstep_counters>> superstep_runner::run(const program& prog, const run_program& run,
@@ -341,7 +341,7 @@ result<std::vector<superstep_counters>> superstep_runner::run(const program& pro
   next_check_ = {};
   retire_in_flight();  // frames of a failed earlier run do not hold up this one
   status result_status;
-  for (uint32_t step = 0; step < prog.steps.size() && result_status; ++step) {
+  for (uint32_t step = 0; step < prog.steps.size() && result_status.ok(); ++step) {
     superstep_counters& c = counters[step];
     if (step > 0) {
       // The previous superstep's slices may still be read by ZeroMQ: the compute set must not
@@ -349,13 +349,13 @@ result<std::vector<superstep_counters>> superstep_runner::run(const program& pro
       auto tw = clock_type::now();
       result_status = wait_sends_released(interrupted);
       counters[step - 1].exchange_ns += ns_since(tw);
-      if (!result_status) break;
+      if (!result_status.ok()) break;
     }
     if (faults_) faults_->at_superstep(step);
     auto t0 = clock_type::now();
     for (const kernel_call& call : prog.steps[step].compute) {
       result_status = registry_.run(call, memory_, ctx);
-      if (!result_status) {
+      if (!result_status.ok()) {
         result_status = result_status.with_context("tile " + std::to_string(self_) + " superstep " + std::to_string(step));
         break;
       }
@@ -365,11 +365,11 @@ result<std::vector<superstep_counters>> superstep_runner::run(const program& pro
       faults_->after_compute(std::chrono::nanoseconds(c.compute_ns));
       c.compute_ns = ns_since(t0);
     }
-    if (!result_status) break;
+    if (!result_status.ok()) break;
     auto t1 = clock_type::now();
     result_status = exchange_phase(prog, run, step, c, interrupted);
     c.exchange_ns = ns_since(t1);
-    if (!result_status || !prog.steps[step].sync) continue;
+    if (!result_status.ok() || !prog.steps[step].sync) continue;
     auto t2 = clock_type::now();
     result_status = sync_phase(prog, run, step, interrupted);
     c.sync_ns = ns_since(t2);
@@ -379,12 +379,12 @@ result<std::vector<superstep_counters>> superstep_runner::run(const program& pro
   purge_finished();
   // The caller may overwrite tile memory once run() returns (outputs, next inputs). A failed
   // run does not wait (see the header): its frames are retired at the next run.
-  if (result_status) {
+  if (result_status.ok()) {
     auto tw = clock_type::now();
     result_status = wait_sends_released(interrupted);
     if (!counters.empty()) counters.back().exchange_ns += ns_since(tw);
   }
-  if (!result_status) return result_status;
+  if (!result_status.ok()) return result_status;
   return counters;
 }
 

@@ -94,7 +94,7 @@ struct tile_daemon::impl {
 
   void on_alloc(const envelope& e) {
     alloc_tensor m;
-    if (auto st = decode(e, m); !st) return reject(st);
+    if (auto st = decode(e, m); !st.ok()) return reject(st);
     auto t = memory.allocate(m.desc, m.zero && !m.has_data);
     if (!t) return reply({m.request_id, cfg.tile_id, t.error().code(), t.error().message()});
     if (m.has_data) std::memcpy((*t)->data, e.payloads[0].data(), e.payloads[0].size());
@@ -104,10 +104,10 @@ struct tile_daemon::impl {
 
   void on_free(const envelope& e) {
     free_tensors m;
-    if (auto st = decode(e, m); !st) return reject(st);
+    if (auto st = decode(e, m); !st.ok()) return reject(st);
     status result;
     for (uint32_t id : m.ids)
-      if (auto st = memory.release(id); !st && result) result = st;
+      if (auto st = memory.release(id); !st.ok()) result.update(st);
     publish_memory();
     reply({m.request_id, cfg.tile_id, result.code(), result.message()});
   }
@@ -124,22 +124,22 @@ struct tile_daemon::impl {
       for (const auto& op : p.steps[s].sends) TESSERA_RETURN_IF_ERROR(check_tile_id(op.peer, group_size, "send peer"));
       for (const auto& op : p.steps[s].recvs) TESSERA_RETURN_IF_ERROR(check_tile_id(op.peer, group_size, "recv peer"));
     }
-    return status::ok();
+    return ok_status();
   }
 
   void on_load(const envelope& e) {
     load_program m;
-    if (auto st = decode(e, m); !st) return reject(st);
+    if (auto st = decode(e, m); !st.ok()) return reject(st);
     status st = have_directory ? check_program(m.prog) : status::invalid("program sent before the peer directory");
-    if (st && programs.count(m.prog.id)) st = status::invalid("program " + std::to_string(m.prog.id) + " is loaded already");
+    if (st.ok() && programs.count(m.prog.id)) st = status::invalid("program " + std::to_string(m.prog.id) + " is loaded already");
     std::vector<uint32_t> allocated;
     for (const auto& t : m.prog.temporaries) {
-      if (!st) break;
+      if (!st.ok()) break;
       auto r = memory.allocate(t);
       if (!r) st = r.error();
       else allocated.push_back(t.id);
     }
-    if (!st) {
+    if (!st.ok()) {
       for (uint32_t id : allocated) (void)memory.release(id);  // a refused program leaves nothing behind
     } else {
       programs[m.prog.id] = std::move(m.prog);
@@ -150,7 +150,7 @@ struct tile_daemon::impl {
 
   void on_fetch(const envelope& e) {
     fetch_tensor m;
-    if (auto st = decode(e, m); !st) return reject(st);
+    if (auto st = decode(e, m); !st.ok()) return reject(st);
     auto s = resolve_slice(m.slice, memory, m.active_tokens);
     if (!s) return reply({m.request_id, cfg.tile_id, s.error().code(), s.error().message()});
     std::vector<zmq::message_t> p;
@@ -191,7 +191,7 @@ struct tile_daemon::impl {
       auto t = peek_type(e);
       if (t && *t == msg_type::abort_run) {
         abort_run a;
-        if (decode(e, a) && a.batch_id == batch) return true;
+        if (decode(e, a).ok() && a.batch_id == batch) return true;
         continue;  // an abort for another batch is stale
       }
       if (t && *t == msg_type::shutdown) {
@@ -204,7 +204,7 @@ struct tile_daemon::impl {
 
   void on_run(const envelope& e) {
     run_program m;
-    if (auto st = decode(e, m); !st) return reject(st);
+    if (auto st = decode(e, m); !st.ok()) return reject(st);
     run_done done;
     done.program_id = m.program_id;
     done.batch_id = m.batch_id;
@@ -219,7 +219,7 @@ struct tile_daemon::impl {
     }
     auto it = programs.find(m.program_id);
     if (it == programs.end()) st = status::not_found("program " + std::to_string(m.program_id) + " is not loaded");
-    for (size_t i = 0; st && i < m.inputs.size(); ++i) {
+    for (size_t i = 0; st.ok() && i < m.inputs.size(); ++i) {
       auto s = resolve_slice(m.inputs[i], memory, rows);
       if (!s) st = s.error().with_context("input " + std::to_string(i));
       else if (s->bytes() != e.payloads[i].size())
@@ -227,17 +227,17 @@ struct tile_daemon::impl {
                              " bytes, its slice holds " + std::to_string(s->bytes()));
       else std::memcpy(s->data, e.payloads[i].data(), e.payloads[i].size());
     }
-    if (st) {
+    if (st.ok()) {
       auto counters = runner->run(it->second, m, [&] { return interrupted(m.batch_id); });
       if (!counters) st = counters.error();
       else if (m.collect_counters) done.counters = std::move(*counters);
     }
-    for (size_t i = 0; st && i < m.outputs.size(); ++i) {
+    for (size_t i = 0; st.ok() && i < m.outputs.size(); ++i) {
       auto s = resolve_slice(m.outputs[i], memory, rows);
       if (!s) st = s.error().with_context("output " + std::to_string(i));
       else outputs.push_back(copy_frame(s->data, s->bytes()));
     }
-    if (!st) outputs.clear();
+    if (!st.ok()) outputs.clear();
     done.code = st.code();
     done.message = st.message();
     publish_memory();
@@ -249,9 +249,9 @@ struct tile_daemon::impl {
 
   void on_directory(const envelope& e) {
     peer_directory m;
-    if (auto st = decode(e, m); !st) return reject(st);
+    if (auto st = decode(e, m); !st.ok()) return reject(st);
     if (cfg.tile_id >= m.endpoints.size()) return reject(status::bad_message("directory does not include this tile"));
-    if (auto st = fabric->connect_peers(m.endpoints); !st) {
+    if (auto st = fabric->connect_peers(m.endpoints); !st.ok()) {
       TESSERA_LOG_ERROR(st.to_string());
       return;
     }
@@ -302,7 +302,7 @@ struct tile_daemon::impl {
         TESSERA_LOG_ERROR("--faults: " << plan.error().message());
         return 2;
       }
-      if (auto st = fault_injector::check(*plan); !st) {
+      if (auto st = fault_injector::check(*plan); !st.ok()) {
         TESSERA_LOG_ERROR("--faults: " << st.message());
         return 2;
       }

@@ -65,11 +65,11 @@ status tile_memory::release(uint32_t id) {
     auto prev = std::prev(next);
     if (prev->first + prev->second == off) {
       prev->second += len;
-      return status::ok();
+      return ok_status();
     }
   }
   free_[off] = len;
-  return status::ok();
+  return ok_status();
 }
 
 tile_tensor* tile_memory::find(uint32_t id) {

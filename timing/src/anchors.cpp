@@ -29,14 +29,14 @@ result<anchor_row> parse_row(const json& j, size_t index, const std::string& ori
     if (it == j.end() || !it->is_string() || it->get<std::string>().empty())
       return status::invalid(where + ": field '" + key + "' is missing or not a non-empty string");
     out = it->get<std::string>();
-    return status::ok();
+    return ok_status();
   };
   auto num = [&](const char* key, auto& out) -> status {
     auto it = j.find(key);
     if (it == j.end() || !it->is_number() || it->template get<double>() <= 0)
       return status::invalid(where + ": field '" + key + "' is missing or not a positive number");
     out = it->template get<std::remove_reference_t<decltype(out)>>();
-    return status::ok();
+    return ok_status();
   };
   for (auto [key, field] : {std::pair{"id", &r.id}, {"device", &r.device}, {"preset", &r.preset}, {"model", &r.model},
                             {"precision", &r.precision}, {"lengths", &r.lengths}, {"metric", &r.metric},

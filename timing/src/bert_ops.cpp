@@ -37,7 +37,7 @@ status bert_batch::validate() const {
     if (pad_to > 0 && l > pad_to)
       return status::invalid("a sequence of " + std::to_string(l) + " tokens exceeds pad_to " + std::to_string(pad_to));
   }
-  return status::ok();
+  return ok_status();
 }
 
 result<bert_forward_parts> bert_forward_split(const model_shape& s, const bert_batch& batch, dtype t) {

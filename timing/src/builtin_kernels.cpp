@@ -234,14 +234,14 @@ kernel_estimator attention() {
   // Q K^T and P V: 2 * sum(L^2) * head_dim MACs per head; softmax over sum(L^2) scores per head.
   e.ipu_cycles = [](const kernel_query& q, const ipu_preset& p, double tiles) -> result<double> {
     auto s = attention_shape(q);
-    if (!s) return s.error();
+    if (!s.ok()) return s.error();
     const double macs = 2 * s->sum_l2 * s->head_dim * s->heads;
     return overhead(p) + amp_cycles(std::ceil(macs / tiles), 1, 1, q.type, p) +
            softmax_cycles(s->sum_l * s->heads, s->sum_l2 * s->heads, q.type, p, tiles);
   };
   e.gpu_work = [](const kernel_query& q, bool fused) -> result<gpu_list> {
     auto s = attention_shape(q);
-    if (!s) return s.error();
+    if (!s.ok()) return s.error();
     const double b = bytes_of(q.type), h = s->heads, d = s->head_dim;
     const double qkv = s->sum_l * h * d * b;     // one of Q, K, V or O
     const double scores = s->sum_l2 * h * b;
@@ -253,7 +253,7 @@ kernel_estimator attention() {
   };
   e.ipu_spread = [](const kernel_query& q, const ipu_preset& p, int64_t tiles) -> result<spread_cost> {
     auto s = attention_shape(q);
-    if (!s) return s.error();
+    if (!s.ok()) return s.error();
     auto cycles = estimate_tile_cycles(q, p, double(tiles));
     if (!cycles) return cycles.error();
     const double b = bytes_of(q.type);

@@ -24,7 +24,7 @@ status estimator_registry::add(kernel_estimator e) {
     return status::invalid("kernel estimator '" + e.name + "' is already registered");
   std::string name = e.name;
   by_name_.emplace(std::move(name), std::move(e));
-  return status::ok();
+  return ok_status();
 }
 
 result<const kernel_estimator*> estimator_registry::find(std::string_view kernel) const {

@@ -72,7 +72,7 @@ class field_reader {
                     type + " (" + what + ")");
   }
   void fail(const char* field, const std::string& msg) {
-    if (!error_.is_ok()) return;
+    if (!error_.ok()) return;
     error_ = status::invalid(origin_ + ": field '" + prefix_ + field + "' " + msg);
   }
 
@@ -86,12 +86,12 @@ const json& sub_object(const json& root, const char* key, const std::string& ori
   static const json empty = json::object();
   auto it = root.find(key);
   if (it == root.end()) {
-    if (err.is_ok())
+    if (err.ok())
       err = status::invalid(origin + ": field '" + key + "' is missing; add it as an object");
     return empty;
   }
   if (!it->is_object()) {
-    if (err.is_ok())
+    if (err.ok())
       err = status::invalid(origin + ": field '" + key + "' has the wrong type (" + it->type_name() +
                             "); expected an object");
     return empty;
@@ -109,7 +109,7 @@ void read_common(const json& root, std::string& name, std::string& description,
   }
   if (auto it = root.find("published"); it != root.end()) {
     if (!it->is_object()) {
-      if (err.is_ok()) err = status::invalid(origin + ": field 'published' must be an object");
+      if (err.ok()) err = status::invalid(origin + ": field 'published' must be an object");
       return;
     }
     field_reader r(*it, origin, "published.");
@@ -120,7 +120,7 @@ void read_common(const json& root, std::string& name, std::string& description,
     published.hbm_bytes_per_s = r.optional_number("hbm_bytes_per_s");
     published.tdp_watts = r.optional_number("tdp_watts");
     published.list_price_usd = r.optional_number("list_price_usd");
-    if (err.is_ok()) err = r.error();
+    if (err.ok()) err = r.error();
   }
 }
 
@@ -138,17 +138,17 @@ result<hardware_preset> parse_ipu(const json& root, const std::string& origin, c
   p.exchange_bytes_per_cycle = r.number("exchange_bytes_per_cycle", "exchange bytes per cycle per tile");
   p.global_sync_cycles = r.integer("global_sync_cycles", "cycles of one chip-wide sync");
   p.worker_contexts = r.integer("worker_contexts", "worker threads per tile");
-  if (err.is_ok()) err = r.error();
+  if (err.ok()) err = r.error();
   const json& cal = sub_object(root, "calibration", origin, err);
   field_reader c(cal, origin, "calibration.");
   p.calibration.compute_set_overhead_cycles = c.number("compute_set_overhead_cycles", "cycles per compute set");
   p.calibration.amp_efficiency = c.number("amp_efficiency", "fraction of AMP peak, 0..1");
   p.calibration.exchange_efficiency = c.number("exchange_efficiency", "fraction of exchange peak, 0..1");
   p.calibration.vector_bytes_per_cycle = c.number("vector_bytes_per_cycle", "vector datapath bytes per cycle");
-  if (err.is_ok()) err = c.error();
-  if (err.is_ok() && (p.calibration.amp_efficiency > 1 || p.calibration.exchange_efficiency > 1))
+  if (err.ok()) err = c.error();
+  if (err.ok() && (p.calibration.amp_efficiency > 1 || p.calibration.exchange_efficiency > 1))
     err = status::invalid(origin + ": calibration efficiencies must be in (0, 1]");
-  if (!err.is_ok()) return err;
+  if (!err.ok()) return err;
   return hardware_preset{std::move(p)};
 }
 
@@ -166,17 +166,17 @@ result<hardware_preset> parse_gpu(const json& root, const std::string& origin, c
   p.l2_bytes = r.integer("l2_bytes", "L2 cache bytes");
   p.launch_overhead_s = r.number("launch_overhead_s", "fixed seconds per kernel");
   p.fusion = r.boolean("fusion", "fuse epilogues and attention, TensorRT-like");
-  if (err.is_ok()) err = r.error();
+  if (err.ok()) err = r.error();
   const json& cal = sub_object(root, "calibration", origin, err);
   field_reader c(cal, origin, "calibration.");
   p.calibration.tensor_core_efficiency = c.number("tensor_core_efficiency", "fraction of tensor peak, 0..1");
   p.calibration.fp32_efficiency = c.number("fp32_efficiency", "fraction of fp32 peak, 0..1");
   p.calibration.hbm_efficiency = c.number("hbm_efficiency", "fraction of HBM peak, 0..1");
-  if (err.is_ok()) err = c.error();
-  if (err.is_ok() && (p.calibration.tensor_core_efficiency > 1 || p.calibration.fp32_efficiency > 1 ||
+  if (err.ok()) err = c.error();
+  if (err.ok() && (p.calibration.tensor_core_efficiency > 1 || p.calibration.fp32_efficiency > 1 ||
                       p.calibration.hbm_efficiency > 1))
     err = status::invalid(origin + ": calibration efficiencies must be in (0, 1]");
-  if (!err.is_ok()) return err;
+  if (!err.ok()) return err;
   return hardware_preset{std::move(p)};
 }
 

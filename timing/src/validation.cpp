@@ -33,7 +33,7 @@ status add_ipu_peaks(const std::string& preset, std::vector<validation_row>& row
   if (pub.exchange_bytes_per_s)
     rows.push_back({preset + " exchange (tiles x bytes/cycle x clock)", "TB/s", p->exchange_bytes_per_s() / 1e12,
                     *pub.exchange_bytes_per_s / 1e12, 3.0, p->sources["published.exchange_bytes_per_s"]});
-  return status::ok();
+  return ok_status();
 }
 
 }  // namespace

@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
     batch.seq_lens = *lens;
   }
   batch.pad_to = vm["pad-to"].as<int64_t>();
-  if (auto s = batch.validate(); !s) return fail(s);
+  if (auto s = batch.validate(); !s.ok()) return fail(s);
 
   if (auto* gpu = std::get_if<gpu_preset>(&*preset)) {
     auto est = model_gpu_batch(*gpu, *shape, batch, *type);

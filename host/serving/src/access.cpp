@@ -59,7 +59,7 @@ status validate_api_key(std::string_view key) {
       return status::invalid(
           "the API key holds a space, a control or a non-ASCII character, which a client cannot "
           "send in an Authorization header; use visible ASCII only (e.g. openssl rand -hex 32)");
-  return status::ok();
+  return ok_status();
 }
 
 result<std::string> read_api_key_file(const std::string& path) {
@@ -69,7 +69,7 @@ result<std::string> read_api_key_file(const std::string& path) {
   text << in.rdbuf();
   std::string key = text.str();
   while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
-  if (auto st = validate_api_key(key); !st) return st.with_context("--api-key-file " + path);
+  if (auto st = validate_api_key(key); !st.ok()) return st.with_context("--api-key-file " + path);
   return key;
 }
 

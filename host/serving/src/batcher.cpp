@@ -52,7 +52,7 @@ status batcher::enqueue(request_ptr& r) {
     wake = inflight_ < cfg_.max_inflight_batches;
   }
   if (wake) cv_.notify_one();
-  return status::ok();
+  return ok_status();
 }
 
 void batcher::start() {
@@ -180,12 +180,12 @@ void batcher::on_batch_done(std::shared_ptr<std::vector<request_ptr>> seqs, back
                             time_point dispatched) {
   const time_point now = clock_.now();
   const size_t n = seqs->size();
-  if (metrics_ && r.st) {
+  if (metrics_ && r.st.ok()) {
     if (r.timing.wall_seconds > 0) metrics_->batch_wall_duration.observe(r.timing.wall_seconds);
     if (r.timing.modelled_seconds > 0)
       metrics_->batch_modelled_duration.observe(r.timing.modelled_seconds);
   }
-  if (r.st && r.num_labels > 0 && r.logits.size() >= n * static_cast<size_t>(r.num_labels)) {
+  if (r.st.ok() && r.num_labels > 0 && r.logits.size() >= n * static_cast<size_t>(r.num_labels)) {
     const size_t labels = static_cast<size_t>(r.num_labels);
     sequences_served_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
     for (size_t i = 0; i < n; ++i) {
@@ -203,7 +203,7 @@ void batcher::on_batch_done(std::shared_ptr<std::vector<request_ptr>> seqs, back
       req->finish(std::move(o));
     }
   } else {
-    status st = r.st ? status::internal("backend " + backend_name_ + " answered " +
+    status st = r.st.ok() ? status::internal("backend " + backend_name_ + " answered " +
                                         std::to_string(r.logits.size()) + " logits for " +
                                         std::to_string(n) + " sequences")
                      : r.st.with_context("backend " + backend_name_);

@@ -35,7 +35,7 @@ status batching_config::validate() const {
   if (max_age < duration::zero()) return status::invalid("max_age must be >= 0");
   if (max_queue_requests < 1) return status::invalid("max_queue_requests must be >= 1");
   if (max_inflight_batches < 1) return status::invalid("max_inflight_batches must be >= 1");
-  return status::ok();
+  return ok_status();
 }
 
 namespace {

@@ -529,7 +529,7 @@ status http_server::start() {
   m.do_accept();
   int n = std::max(1, m.cfg.io_threads);
   for (int i = 0; i < n; ++i) m.threads.emplace_back([&m] { m.ioc.run(); });
-  return status::ok();
+  return ok_status();
 }
 
 void http_server::wait() {
@@ -540,7 +540,7 @@ void http_server::wait() {
 status http_server::run() {
   TESSERA_RETURN_IF_ERROR(start());
   wait();
-  return status::ok();
+  return ok_status();
 }
 
 void http_server::stop(std::chrono::milliseconds grace) {

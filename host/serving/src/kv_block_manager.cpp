@@ -70,7 +70,7 @@ void kv_block_manager::take_cached(int32_t block) {
     in_lru_[b] = false;
   }
   auto st = pool_.retain(block);
-  TESSERA_CHECK(st.is_ok()) << "retain of cached block " << block << ": " << st.message();
+  TESSERA_CHECK(st.ok()) << "retain of cached block " << block << ": " << st.message();
   ++seq_refs_[b];
 }
 
@@ -100,7 +100,7 @@ std::optional<int32_t> kv_block_manager::allocate() {
   block_key_[v].reset();
   ++evictions_;
   auto st = pool_.release(victim);  // the cache's own reference: now free
-  TESSERA_CHECK(st.is_ok()) << st.message();
+  TESSERA_CHECK(st.ok()) << st.message();
   auto b = pool_.allocate();
   TESSERA_CHECK(b.has_value()) << "an evicted block did not come back";
   return *b;
@@ -141,7 +141,7 @@ void kv_block_manager::commit_full_blocks(uint64_t seq, const std::vector<int32_
     cache_.emplace(h, cache_entry{block, std::vector<int32_t>(t, t + block_tokens_), parent});
     block_key_[b] = h;
     auto st = pool_.retain(block);  // the cache's own reference
-    TESSERA_CHECK(st.is_ok()) << st.message();
+    TESSERA_CHECK(st.ok()) << st.message();
   }
 }
 
@@ -153,7 +153,7 @@ void kv_block_manager::free(uint64_t seq) {
     auto i = static_cast<size_t>(*b);
     --seq_refs_[i];
     auto st = pool_.release(*b);
-    TESSERA_CHECK(st.is_ok()) << "release of block " << *b << ": " << st.message();
+    TESSERA_CHECK(st.ok()) << "release of block " << *b << ": " << st.message();
     if (seq_refs_[i] == 0 && block_key_[i]) {
       lru_pos_[i] = evictable_.insert(evictable_.end(), *b);
       in_lru_[i] = true;

@@ -246,7 +246,7 @@ void llm_engine::run() {
         auto st = scheduler_->add(id, l->req.prompt, l->req.max_tokens);
         auto* raw = l.get();
         live_.emplace(id, std::move(l));
-        if (!st) {
+        if (!st.ok()) {
           lock.unlock();
           finish(*raw, "error", st);
           live_.erase(id);

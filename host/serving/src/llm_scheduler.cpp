@@ -36,7 +36,7 @@ status llm_scheduler::add(uint64_t id, std::vector<int32_t> prompt, int32_t max_
   s.max_new = max_new_tokens;
   seqs_.emplace(id, std::move(s));
   waiting_.push_back(id);
-  return status::ok();
+  return ok_status();
 }
 
 void llm_scheduler::cancel(uint64_t id) {

@@ -31,7 +31,7 @@ status router::add_backend(std::shared_ptr<backends::backend> backend, batching_
       [this, index](std::vector<request_ptr> seqs, const status& st) {
         on_batch_failed(index, std::move(seqs), st);
       }));
-  return status::ok();
+  return ok_status();
 }
 
 void router::start() {
@@ -80,7 +80,7 @@ std::optional<size_t> router::choose(int32_t length, uint64_t exclude_mask) cons
 status router::submit(request_ptr& r) {
   if (r->arrival == time_point{}) r->arrival = clock_.now();
   status st = submit_excluding(r, 0);
-  if (st && metrics_) metrics_->sequence_count.fetch_add(1, std::memory_order_relaxed);
+  if (st.ok() && metrics_) metrics_->sequence_count.fetch_add(1, std::memory_order_relaxed);
   return st;
 }
 
@@ -99,7 +99,7 @@ status router::submit_excluding(request_ptr& r, uint64_t exclude_mask) {
     r->attempts += 1;
     r->tried_mask |= uint64_t{1} << i;
     last = batchers_[i]->enqueue(r);
-    if (last) return last;
+    if (last.ok()) return last;
     r->attempts -= 1;
     r->tried_mask &= ~(uint64_t{1} << i);
   }
@@ -112,7 +112,7 @@ void router::on_batch_failed(size_t backend_index, std::vector<request_ptr> seqs
     if (!r) continue;
     if (r->attempts < cfg_.max_attempts) {
       status retry = submit_excluding(r, r->tried_mask | (uint64_t{1} << backend_index));
-      if (retry) {
+      if (retry.ok()) {
         if (metrics_) metrics_->retries.fetch_add(1, std::memory_order_relaxed);
         continue;
       }

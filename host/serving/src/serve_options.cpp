@@ -36,12 +36,12 @@ status finish_access_options(serve_options& so) {
   if (sc.tls_cert.empty() != sc.tls_key.empty())
     return status::invalid("--tls-cert and --tls-key go together: pass both (PEM files) or neither");
   if (!sc.tls_cert.empty()) TESSERA_RETURN_IF_ERROR(check_tls_files(sc.tls_cert, sc.tls_key));
-  if (so.insecure || is_loopback_address(sc.address)) return status::ok();
+  if (so.insecure || is_loopback_address(sc.address)) return ok_status();
   std::string missing;
   if (sc.api_key.empty()) missing = "--api-key-file FILE (or --api-key KEY)";
   if (sc.tls_cert.empty())
     missing += std::string(missing.empty() ? "" : " and ") + "--tls-cert FILE --tls-key FILE";
-  if (missing.empty()) return status::ok();
+  if (missing.empty()) return ok_status();
   return status::invalid("--address " + sc.address +
                          " serves other machines: add " + missing +
                          ", or pass --insecure to serve it unauthenticated in clear text on a "
@@ -169,7 +169,7 @@ status finish_llm_options(llm_serve_options& lo) {
   }
   lo.engine.step_log = lo.step_log;
   lo.engine.request_log = lo.request_log;
-  return status::ok();
+  return ok_status();
 }
 
 status finish_serve_options(serve_options& so) {
@@ -198,7 +198,7 @@ status finish_serve_options(serve_options& so) {
   TESSERA_RETURN_IF_ERROR(finish_access_options(so));
   auto per_kind = [&](const std::string& name, batching_config& out) -> status {
     out = so.batching;
-    if (name.empty()) return status::ok();
+    if (name.empty()) return ok_status();
     auto k = parse_policy_kind(name);
     if (!k) return k.error();
     out.kind = *k;

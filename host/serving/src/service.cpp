@@ -107,7 +107,7 @@ void call_state::complete(size_t i, sequence_outcome o) {
   svc->unwatch(*this);
   if (!claim_reply()) return;  // the watchdog answered already
   for (const auto& out : outcomes) {
-    if (!out.st) {
+    if (!out.st.ok()) {
       api_error e = map_status(out.st);
       fail(svc->inference_error(e.status, e.type, e.message));
       return;
@@ -315,7 +315,7 @@ void service::submit_all(std::shared_ptr<call_state> call, std::vector<backends:
     if (cfg_.request_timeout > duration::zero()) r->deadline = now + cfg_.request_timeout;
     r->done = [call, i](sequence_outcome o) { call->complete(i, std::move(o)); };
     status st = router_.submit(r);
-    if (!st) r->fail(st);
+    if (!st.ok()) r->fail(st);
   }
 }
 

@@ -382,7 +382,7 @@ void service::openai_generate(std::string_view body, bool chat, const request_he
       if (!ev.text.empty()) out += sse(chunk_json(*call, ev.text, false, nullptr));
       if (ev.finished) {
         if (ev.finish_reason == "error" || ev.finish_reason == "cancelled") {
-          oai_error e = from_status(ev.error.is_ok() ? status::internal("generation failed") : ev.error, "");
+          oai_error e = from_status(ev.error.ok() ? status::internal("generation failed") : ev.error, "");
           self->metrics().count_failure(e.type);
           out += sse(error_json(e));
         } else {
@@ -406,7 +406,7 @@ void service::openai_generate(std::string_view body, bool chat, const request_he
       call->text += ev.text;
       if (!ev.finished) return;
       if (ev.finish_reason == "error" || ev.finish_reason == "cancelled") {
-        oai_error e = from_status(ev.error.is_ok() ? status::internal("generation failed") : ev.error, "");
+        oai_error e = from_status(ev.error.ok() ? status::internal("generation failed") : ev.error, "");
         self->metrics().count_failure(e.type);
         return reply(error_http(e));
       }

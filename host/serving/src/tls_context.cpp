@@ -28,7 +28,7 @@ int no_passphrase(char*, int, int, void*) { return 0; }
 
 status readable(const char* flag, const std::string& file) {
   if (!std::ifstream(file)) return status::invalid(std::string(flag) + " " + file + ": cannot be read");
-  return status::ok();
+  return ok_status();
 }
 
 }  // namespace
@@ -56,7 +56,7 @@ status configure_tls(SSL_CTX* ctx, const std::string& cert_file, const std::stri
                            ": not a usable unencrypted PEM private key (" + openssl_errors() + ")");
   }
   if (SSL_CTX_check_private_key(ctx) != 1) return mismatch();
-  return status::ok();
+  return ok_status();
 }
 
 status check_tls_files(const std::string& cert_file, const std::string& key_file) {

@@ -89,11 +89,11 @@ int main(int argc, char** argv) {
     std::cout << opts << "\n";
     return 0;
   }
-  if (auto st = finish_llm_options(lo); !st) {
+  if (auto st = finish_llm_options(lo); !st.ok()) {
     std::cerr << "tessera-serve: " << st.message() << "\n";
     return 2;
   }
-  if (auto st = finish_serve_options(so); !st) {
+  if (auto st = finish_serve_options(so); !st.ok()) {
     std::cerr << "tessera-serve: " << st.message() << "\n";
     return 2;
   }
@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
   r.start();
   http_server server(so.server, r, tok, info, metrics);
   if (engine) server.api().set_llm(llm);
-  if (auto st = server.start(); !st) {
+  if (auto st = server.start(); !st.ok()) {
     std::cerr << "tessera-serve: " << st.to_string() << "\n";
     return 2;
   }

@@ -9,7 +9,7 @@
 //
 //   backend& b = ...;
 //   batch_request req{.batch_id = 7, .sequences = {{{101, 2023, 102}, {}}}};
-//   b.submit(std::move(req), [](batch_result r) { if (r.st) use(r.logits); });
+//   b.submit(std::move(req), [](batch_result r) { if (r.st.ok()) use(r.logits); });
 #pragma once
 
 #include <cstdint>

@@ -13,7 +13,14 @@
 //     return 42;
 //   }
 //   auto r = parse_port("x");
-//   if (!r) std::cerr << r.error().to_string();
+//   if (!r.ok()) std::cerr << r.error().to_string();
+//
+//   tessera::status st = flush_a();   // both run; the first failure is the one kept
+//   st.update(flush_b());
+//   if (!st.ok()) return st;
+//
+// Both types are [[nodiscard]]: dropping one is a compiler warning, so an error cannot be lost
+// by forgetting to look at it.
 #pragma once
 
 #include <cstdint>
@@ -43,13 +50,12 @@ enum class errc : uint8_t {
 /// Human name of a code, e.g. "bad_message".
 std::string_view errc_name(errc code);
 
-/// A code and a message. Default-constructed it means success.
-class status {
+/// A code and a message. Default-constructed (or ok_status()) it means success.
+class [[nodiscard]] status {
  public:
   status() = default;
   status(errc code, std::string message) : code_(code), message_(std::move(message)) {}
 
-  static status ok() { return {}; }
   static status invalid(std::string m) { return {errc::invalid_argument, std::move(m)}; }
   static status bad_message(std::string m) { return {errc::bad_message, std::move(m)}; }
   static status out_of_memory(std::string m) { return {errc::out_of_memory, std::move(m)}; }
@@ -60,8 +66,8 @@ class status {
   static status unsupported(std::string m) { return {errc::unsupported, std::move(m)}; }
   static status internal(std::string m) { return {errc::internal, std::move(m)}; }
 
-  bool is_ok() const { return code_ == errc::ok; }
-  explicit operator bool() const { return is_ok(); }
+  /// True on success. There is no conversion to bool: `if (!st.ok())` reads the right way round.
+  bool ok() const { return code_ == errc::ok; }
   errc code() const { return code_; }
   const std::string& message() const { return message_; }
   /// "bad_message: header too short (3 bytes)".
@@ -70,19 +76,29 @@ class status {
   /// Prefixes context: status::invalid("x").with_context("loading config.json") -> "loading config.json: x".
   status with_context(std::string_view context) const;
 
+  /// Keeps the first error: takes `other` only while this one is ok.
+  void update(const status& other) {
+    if (ok()) *this = other;
+  }
+
  private:
   errc code_ = errc::ok;
   std::string message_;
 };
 
+/// Success: `return ok_status();`.
+inline status ok_status() { return {}; }
+
 /// A value or a failed status (a small std::expected; C++20 has none).
 template <class T>
-class result {
+class [[nodiscard]] result {
  public:
   result(T value) : v_(std::move(value)) {}            // NOLINT(implicit)
   result(status error) : v_(std::move(error)) {}       // NOLINT(implicit)
 
   bool has_value() const { return v_.index() == 0; }
+  /// Same as has_value(), named as status names it.
+  bool ok() const { return has_value(); }
   explicit operator bool() const { return has_value(); }
   T& value() & { return std::get<0>(v_); }
   const T& value() const& { return std::get<0>(v_); }
@@ -103,5 +119,5 @@ class result {
 #define TESSERA_RETURN_IF_ERROR(expr)              \
   do {                                             \
     ::tessera::status tessera_st_ = (expr);        \
-    if (!tessera_st_.is_ok()) return tessera_st_;  \
+    if (!tessera_st_.ok()) return tessera_st_;     \
   } while (0)

@@ -10,7 +10,7 @@
 //   envelope e = encode(exchange_data{...}, std::move(frame));
 //   auto t = peek_type(e);                      // result<msg_type>
 //   exchange_data d;
-//   if (auto st = decode(e, d); !st) count_bad_message(st);
+//   if (auto st = decode(e, d); !st.ok()) count_bad_message(st);
 #pragma once
 
 #include <atomic>

@@ -6,7 +6,7 @@
 // a program is a status (the host compiled something wrong), never an abort of the tile.
 //
 //   kernel_registry reg = kernel_registry::with_builtins();
-//   reg.add("my_fill", {.min_inputs = 0, .min_outputs = 1}, [](const kernel_args& a) { ...; return status::ok(); });
+//   reg.add("my_fill", {.min_inputs = 0, .min_outputs = 1}, [](const kernel_args& a) { ...; return ok_status(); });
 //   status st = reg.run(call, memory, ctx);
 #pragma once
 

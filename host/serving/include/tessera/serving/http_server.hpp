@@ -11,7 +11,7 @@
 //   r.start();
 //   http_server server(server_config{.port = 8080}, r, tokenizer, model_info{.model_id = "bert"},
 //                      metrics);
-//   if (auto st = server.start(); !st) { std::cerr << st.to_string(); return 2; }
+//   if (auto st = server.start(); !st.ok()) { std::cerr << st.to_string(); return 2; }
 //   server.wait();               // until stop() (e.g. from a SIGINT handler thread)
 //   r.stop();
 #pragma once

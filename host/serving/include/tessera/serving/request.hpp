@@ -7,7 +7,7 @@
 //
 //   auto r = std::make_unique<inference_request>();
 //   r->input.token_ids = {101, 7592, 102};
-//   r->done = [](sequence_outcome o) { if (o.st) use(o.logits); };
+//   r->done = [](sequence_outcome o) { if (o.st.ok()) use(o.logits); };
 //   status st = router.submit(r);           // on failure r is still ours: answer it
 #pragma once
 

@@ -6,7 +6,7 @@
 //   po::options_description opts("tessera-host");
 //   add_serve_options(opts, so);                  // --address --port --batching --routing ...
 //   po::store(po::parse_command_line(argc, argv, opts), vm); po::notify(vm);
-//   if (auto st = finish_serve_options(so); !st) { std::cerr << st.message(); return 2; }
+//   if (auto st = finish_serve_options(so); !st.ok()) { std::cerr << st.message(); return 2; }
 //   router r(so.routing, default_clock(), &metrics);
 //   for (auto& b : backends) r.add_backend(b, so.batching);
 //   r.start();
