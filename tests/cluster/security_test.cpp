@@ -27,8 +27,8 @@
 #include <sstream>
 #include <thread>
 
-#include "../serving/child_process.hpp"
-#include "../serving/http_client.hpp"
+#include "tessera/test/child_process.hpp"
+#include "tessera/test/http_client.hpp"
 #include "tessera/exchange/security.hpp"
 #include "tessera/exchange/zmq_transport.hpp"
 #include "tessera/host/remote_backend.hpp"
@@ -204,11 +204,11 @@ struct process {
   fs::path err = fs::temp_directory_path() / ("tessera-sec-" + std::to_string(getpid()) + "-" +
                                               std::to_string(std::rand()) + ".err");
   explicit process(const std::vector<std::string>& args) {
-    auto c = tessera::serving::test_support::spawn(args, err.string());
+    auto c = tessera::test_support::spawn(args, err.string());
     pid = c.pid;
     out_fd = c.out_fd;
   }
-  std::string line() { return tessera::serving::test_support::read_line(out_fd); }
+  std::string line() { return tessera::test_support::read_line(out_fd); }
   std::string stderr_text() const { return slurp(err); }
   /// SIGTERM (or `sig`) and the exit code (128 + signal when killed).
   int stop(int sig = SIGTERM) {
@@ -644,7 +644,7 @@ TEST(Security, HostWithKeysSpawnsAKeyedGpuProcessAndRoutesToIt) {
     std::replace(child_cmdline.begin(), child_cmdline.end(), '\0', ' ');
   }
   EXPECT_NE(child_cmdline.find("--keys " + key_dir()), std::string::npos) << "spawned: '" << child_cmdline << "'";
-  tessera::serving::test_support::http_connection c("127.0.0.1", port);
+  tessera::test_support::http_connection c("127.0.0.1", port);
   for (int i = 0; i < 6; ++i) {
     auto r = c.request("POST", "/predict", R"({"inputs": "a short one for the gpu process"})");
     EXPECT_EQ(r.status, 200u) << r.body << r.error;

@@ -19,10 +19,10 @@
 #include <thread>
 #include <vector>
 
-#include "../serving/child_process.hpp"
-#include "../serving/http_client.hpp"
+#include "tessera/test/child_process.hpp"
+#include "tessera/test/http_client.hpp"
 
-using namespace tessera::serving::test_support;
+using namespace tessera::test_support;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using steady = std::chrono::steady_clock;
@@ -69,16 +69,8 @@ TEST(ChildFds, RestartedTilesAndGpuHoldNoneOfTheHostsSockets) {
   child host = spawn({bin("tessera-host"), "--model", "bert-tiny", "--tiles", "2", "--serve", "--port", "0",
                       "--spawn-gpu", "1", "--routing", "hybrid", "--long-threshold", "8"});
   ASSERT_GT(host.pid, 0);
-  struct stopper {  // SIGTERM and reap the host however the test ends
-    child& c;
-    ~stopper() {
-      kill(c.pid, SIGTERM);
-      waitpid(c.pid, nullptr, 0);
-      close(c.out_fd);
-    }
-  } stop_host{host};
-  uint16_t port = 0;
-  for (int i = 0; i < 50 && port == 0; ++i) port = listening_port(read_line(host.out_fd));
+  child_guard stop_host{host};  // SIGTERM and reap the host however the test ends
+  const uint16_t port = await_port(host.out_fd);
   ASSERT_NE(port, 0) << "tessera-host did not start";
   // Clients connected while the processes are restarted: short texts go to tessera-gpu, long ones
   // to the tiles.

@@ -21,10 +21,10 @@
 #include <thread>
 #include <vector>
 
-#include "../serving/child_process.hpp"
-#include "../serving/http_client.hpp"
+#include "tessera/test/child_process.hpp"
+#include "tessera/test/http_client.hpp"
 
-using namespace tessera::serving::test_support;
+using namespace tessera::test_support;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
@@ -94,12 +94,7 @@ TEST(HostFaults, KillGpuKillsTheSpawnedProcessOnceItAnsweredTheBatch) {
                       "--spawn-gpu", "1", "--routing", "hybrid", "--faults",
                       R"({"faults":[{"kind":"kill_gpu","batch":3}]})"});
   ASSERT_GT(host.pid, 0);
-  uint16_t port = 0;
-  for (int i = 0; i < 200 && port == 0; ++i) {
-    std::string line = read_line(host.out_fd);
-    port = listening_port(line);
-    if (port == 0 && line.empty()) break;
-  }
+  const uint16_t port = await_port(host.out_fd);
   ASSERT_NE(port, 0) << "tessera-host did not start";
   auto gpus = children_named(host.pid, "tessera-gpu");
   ASSERT_EQ(gpus.size(), 1u) << "expected one spawned tessera-gpu";

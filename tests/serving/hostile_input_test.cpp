@@ -18,10 +18,10 @@
 #include <set>
 #include <thread>
 
-#include "child_process.hpp"
-#include "http_client.hpp"
+#include "tessera/test/child_process.hpp"
+#include "tessera/test/http_client.hpp"
 
-using namespace tessera::serving::test_support;
+using namespace tessera::test_support;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;

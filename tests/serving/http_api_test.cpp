@@ -10,11 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "http_client.hpp"
+#include "tessera/test/http_client.hpp"
 #include "test_server.hpp"
 
 using namespace tessera;
 using namespace tessera::serving;
+using namespace tessera::test_support;
 using namespace tessera::serving::test_support;
 using json = nlohmann::json;
 using namespace std::chrono_literals;

@@ -24,65 +24,15 @@
 #include <string>
 #include <thread>
 
-#include "http_client.hpp"
+#include "tessera/test/child_process.hpp"
+#include "tessera/test/http_client.hpp"
 
-using namespace tessera::serving::test_support;
+using namespace tessera::test_support;
 using json = nlohmann::json;
 using steady = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string bin(const char* name) {
-  const char* dir = std::getenv("TESSERA_BIN_DIR");
-  return std::string(dir ? dir : "bin") + "/" + name;
-}
-
-struct process {
-  pid_t pid = -1;
-  int out_fd = -1;
-};
-void stop(process& p);
-// Stops the process when a failed assertion leaves the test early.
-struct process_guard {
-  process& p;
-  ~process_guard() { stop(p); }
-};
-
-process spawn(const std::vector<std::string>& args, bool capture = true) {
-  int fds[2];
-  if (pipe(fds) != 0) return {};
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (capture) dup2(fds[1], 1);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  return {pid, fds[0]};
-}
-
-void stop(process& p) {
-  if (p.pid <= 0) return;
-  kill(p.pid, SIGTERM);
-  auto until = steady::now() + 10s;
-  int ws = 0;
-  while (waitpid(p.pid, &ws, WNOHANG) == 0) {
-    if (steady::now() > until) {
-      kill(p.pid, SIGKILL);
-      waitpid(p.pid, &ws, 0);
-      break;
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  if (p.out_fd >= 0) close(p.out_fd);
-  p = {};
-}
 
 // Runs its function when the test ends, however it ends (a failed ASSERT returns early).
 struct reaper {
@@ -92,52 +42,13 @@ struct reaper {
 
 // A free loopback TCP port (for a control socket the tiles must know before the host starts), or 0.
 int free_loopback_port() {
-  process p = spawn({"/usr/bin/python3", "-c",
-                     "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"});
+  child p = spawn({"/usr/bin/python3", "-c",
+                   "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"});
   char buf[16] = {};
   const auto n = read(p.out_fd, buf, sizeof buf - 1);
   waitpid(p.pid, nullptr, 0);
   close(p.out_fd);
   return n > 0 ? std::atoi(buf) : 0;
-}
-
-// Reads stdout lines until "listening on http://ADDR:PORT"; 0 if the process ends first.
-uint16_t await_port(int fd) {
-  std::string line;
-  char c;
-  while (read(fd, &c, 1) == 1) {
-    if (c != '\n') {
-      line += c;
-      continue;
-    }
-    if (auto at = line.find("listening on http://"); at != std::string::npos) {
-      auto colon = line.find(':', at + 20);
-      return static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
-    }
-    line.clear();
-  }
-  return 0;
-}
-
-// Children of `parent` whose command name is `comm`.
-std::vector<pid_t> children(pid_t parent, const std::string& comm) {
-  std::vector<pid_t> out;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(e.path() / "stat");
-    std::string stat;
-    std::getline(f, stat);
-    auto open = stat.find('('), close = stat.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent && state != 'Z' && stat.substr(open + 1, close - open - 1) == comm.substr(0, 15))
-      out.push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  return out;
 }
 
 json get_json(uint16_t port, const std::string& target) {
@@ -282,8 +193,8 @@ TEST(Recovery, TwentyTileKillsAtRandomMomentsUnderLoadLoseNothing) {
   ASSERT_TRUE(std::filesystem::exists(exe)) << exe << " not built";
   const uint32_t seed = kill_seed();
   std::printf("kill seed %u (replay: TESSERA_KILL_SEED=%u)\n", seed, seed);
-  process host = spawn({exe, "--model", "bert-mini", "--tiles", "4", "--serve", "--port", "0", "--max-batch-size", "8"});
-  process_guard host_guard{host};
+  child host = spawn({exe, "--model", "bert-mini", "--tiles", "4", "--serve", "--port", "0", "--max-batch-size", "8"});
+  child_guard host_guard{host};
   const uint16_t port = await_port(host.out_fd);
   ASSERT_NE(port, 0) << "tessera-host did not start";
   ASSERT_TRUE(all_up(port));
@@ -292,7 +203,7 @@ TEST(Recovery, TwentyTileKillsAtRandomMomentsUnderLoadLoseNothing) {
 
   std::mt19937 rng(seed);
   load traffic(port, 6);
-  auto tiles_now = [&] { return children(host.pid, "tessera-tile"); };
+  auto tiles_now = [&] { return children_named(host.pid, "tessera-tile"); };
   std::set<int64_t> killed;
   auto kill_one = [&](pid_t victim) {
     EXPECT_EQ(kill(victim, SIGKILL), 0);
@@ -388,9 +299,9 @@ TEST(Recovery, GpuProcessKilledUnderHybridRoutingIsRestarted) {
   ASSERT_TRUE(std::filesystem::exists(exe)) << exe << " not built";
   const uint32_t seed = kill_seed();
   std::printf("kill seed %u (replay: TESSERA_KILL_SEED=%u)\n", seed, seed);
-  process host = spawn({exe, "--model", "bert-mini", "--tiles", "2", "--serve", "--port", "0", "--spawn-gpu", "1",
+  child host = spawn({exe, "--model", "bert-mini", "--tiles", "2", "--serve", "--port", "0", "--spawn-gpu", "1",
                         "--routing", "hybrid", "--long-threshold", "12"});
-  process_guard host_guard{host};
+  child_guard host_guard{host};
   const uint16_t port = await_port(host.out_fd);
   ASSERT_NE(port, 0) << "tessera-host did not start";
   ASSERT_TRUE(all_up(port));
@@ -399,7 +310,7 @@ TEST(Recovery, GpuProcessKilledUnderHybridRoutingIsRestarted) {
   std::vector<double> back;
   for (int i = 0; i < 5; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 600));
-    auto gpus = children(host.pid, "tessera-gpu");
+    auto gpus = children_named(host.pid, "tessera-gpu");
     ASSERT_EQ(gpus.size(), 1u);
     kill(gpus[0], SIGKILL);
     const auto t0 = steady::now();
@@ -438,22 +349,22 @@ void external_tile_relaunch(bool after_silence) {
   const std::string control = "tcp://127.0.0.1:" + std::to_string(control_port);
   // The default heartbeat limit (3 s): on a busy 2-core machine (load 20) a deploy held a tile's
   // heartbeats up past 1 s and past 2 s.
-  process host = spawn({host_exe, "--model", "bert-mini", "--tiles", "4", "--external", "--control", control,
+  child host = spawn({host_exe, "--model", "bert-mini", "--tiles", "4", "--external", "--control", control,
                         "--serve", "--port", "0"});
   auto tile = [&](int id, int incarnation) {
     return spawn({tile_exe, "--host", control, "--tile-id", std::to_string(id), "--incarnation",
-                  std::to_string(incarnation), "--memory", "268435456", "--exchange-bind", "tcp://127.0.0.1:0"},
-                 false);
+                  std::to_string(incarnation), "--memory", "268435456", "--exchange-bind", "tcp://127.0.0.1:0"}, "",
+                 child_stdout::inherit);
   };
-  process_guard host_guard{host};
-  std::vector<process> tiles;
+  child_guard host_guard{host};
+  std::vector<child> tiles;
   reaper reap{[&] {
     stop(host);
     for (auto& t : tiles) stop(t);
   }};
   for (int i = 0; i < 4; ++i) tiles.push_back(tile(i, 0));
   struct tiles_guard {
-    std::vector<process>& t;
+    std::vector<child>& t;
     ~tiles_guard() {
       for (auto& p : t) stop(p);
     }
@@ -525,17 +436,17 @@ TEST(Recovery, ExternalTilesStayWhileTheirHostIdles) {
   const int control_port = free_loopback_port();
   ASSERT_GT(control_port, 0);
   const std::string control = "tcp://127.0.0.1:" + std::to_string(control_port);
-  process host = spawn({host_exe, "--model", "bert-tiny", "--tiles", "2", "--external", "--control", control,
+  child host = spawn({host_exe, "--model", "bert-tiny", "--tiles", "2", "--external", "--control", control,
                         "--serve", "--port", "0"});
-  std::vector<process> tiles;
+  std::vector<child> tiles;
   reaper reap{[&] {
     stop(host);
     for (auto& t : tiles) stop(t);
   }};
   for (int i = 0; i < 2; ++i)
     tiles.push_back(spawn({tile_exe, "--host", control, "--tile-id", std::to_string(i), "--memory", "268435456",
-                           "--exchange-bind", "tcp://127.0.0.1:0", "--host-silence-ms", "2000"},
-                          false));
+                           "--exchange-bind", "tcp://127.0.0.1:0", "--host-silence-ms", "2000"}, "",
+                          child_stdout::inherit));
   const uint16_t port = await_port(host.out_fd);
   ASSERT_NE(port, 0) << "tessera-host did not start";
   ASSERT_TRUE(all_up(port));
@@ -557,7 +468,6 @@ TEST(Recovery, ExternalTilesStayWhileTheirHostIdles) {
     while (waitpid(t.pid, &ws, WNOHANG) == 0 && steady::now() < until) std::this_thread::sleep_for(20ms);
     EXPECT_TRUE(WIFEXITED(ws)) << "tile still running 10 s after its host left";
     if (WIFEXITED(ws)) EXPECT_EQ(WEXITSTATUS(ws), 1);
-    close(t.out_fd);
     t = {};
   }
 }

@@ -23,12 +23,12 @@
 #include <thread>
 #include <vector>
 
-#include "child_process.hpp"
-#include "http_client.hpp"
+#include "tessera/test/child_process.hpp"
+#include "tessera/test/http_client.hpp"
 #include "tessera/serving/access.hpp"
 
 using namespace tessera::serving;
-using namespace tessera::serving::test_support;
+using namespace tessera::test_support;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 

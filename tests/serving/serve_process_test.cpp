@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "child_process.hpp"
-#include "http_client.hpp"
+#include "tessera/test/child_process.hpp"
+#include "tessera/test/http_client.hpp"
 
-using namespace tessera::serving::test_support;
+using namespace tessera::test_support;
 
 TEST(ServeProcess, HelpExitsZero) {
   std::string exe = bin("tessera-serve");

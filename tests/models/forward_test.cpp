@@ -10,7 +10,7 @@
 #include "tessera/models/forward.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/safetensors.hpp"
-#include "test_util.hpp"
+#include "util.hpp"
 
 namespace tessera::models {
 namespace {

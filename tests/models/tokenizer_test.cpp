@@ -6,7 +6,7 @@
 
 #include "tessera/models/model.hpp"
 #include "tessera/models/tokenizer.hpp"
-#include "test_util.hpp"
+#include "util.hpp"
 
 namespace tessera::models {
 namespace {

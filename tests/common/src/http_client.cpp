@@ -1,5 +1,5 @@
 // The test HTTP client. See http_client.hpp.
-#include "http_client.hpp"
+#include "tessera/test/http_client.hpp"
 
 #include <cctype>
 #include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-namespace tessera::serving::test_support {
+namespace tessera::test_support {
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
@@ -122,4 +122,4 @@ void http_connection::set_header(std::string name, std::string value) {
   impl_->headers.emplace_back(std::move(name), std::move(value));
 }
 
-}  // namespace tessera::serving::test_support
+}  // namespace tessera::test_support

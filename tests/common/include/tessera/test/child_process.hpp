@@ -1,6 +1,6 @@
-// Serving executables as child processes for the tests: find them (TESSERA_BIN_DIR), start them
-// with stdout on a pipe, read the "listening on http(s)://ADDR:PORT ..." line, stop them; find the
-// processes they started (children_named).
+// tessera's executables as child processes for the tests: find them (TESSERA_BIN_DIR), start them
+// with stdout on a pipe (or the test's own), read the "listening on http(s)://ADDR:PORT ..." line,
+// stop them (SIGTERM, then SIGKILL), find the processes they started (children_named).
 #pragma once
 
 #include <fcntl.h>
@@ -8,15 +8,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
-namespace tessera::serving::test_support {
+namespace tessera::test_support {
 
 inline std::string bin(const char* name) {
   const char* dir = std::getenv("TESSERA_BIN_DIR");
@@ -25,31 +27,65 @@ inline std::string bin(const char* name) {
 
 struct child {
   pid_t pid = -1;
-  int out_fd = -1;  ///< the child's stdout (its stderr is the test's)
+  int out_fd = -1;  ///< the child's stdout (-1 when not captured); its stderr is the test's
 };
 
+/// Where a child's stdout goes: a pipe the test reads (child::out_fd), or the test's own stdout
+/// (for a process whose output nobody reads: a full pipe would block it).
+enum class child_stdout { pipe, inherit };
+
 /// `stderr_path` non-empty: the child's stderr goes to that file (created, truncated).
-inline child spawn(const std::vector<std::string>& args, const std::string& stderr_path = "") {
-  int fds[2];
-  if (pipe(fds) != 0) return {};
+inline child spawn(const std::vector<std::string>& args, const std::string& stderr_path = "",
+                   child_stdout out = child_stdout::pipe) {
+  const bool capture = out == child_stdout::pipe;
+  int fds[2] = {-1, -1};
+  if (capture && pipe(fds) != 0) return {};
   pid_t pid = fork();
   if (pid == 0) {
-    dup2(fds[1], 1);
+    if (capture) {
+      dup2(fds[1], 1);
+      close(fds[0]);
+      close(fds[1]);
+    }
     if (!stderr_path.empty()) {
       int e = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       if (e >= 0) dup2(e, 2);
     }
-    close(fds[0]);
-    close(fds[1]);
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     execv(argv[0], argv.data());
     _exit(127);
   }
+  if (!capture) return {pid, -1};
   close(fds[1]);
   return {pid, fds[0]};
 }
+
+/// SIGTERM, then SIGKILL when it has not exited after `grace`; reaped, its pipe closed, `c` reset.
+inline void stop(child& c, std::chrono::milliseconds grace = std::chrono::seconds(10)) {
+  if (c.pid > 0) {
+    kill(c.pid, SIGTERM);
+    const auto until = std::chrono::steady_clock::now() + grace;
+    int ws = 0;
+    while (waitpid(c.pid, &ws, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > until) {
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, &ws, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  if (c.out_fd >= 0) close(c.out_fd);
+  c = {};
+}
+
+/// Stops a child when a failed assertion leaves the test early.
+struct child_guard {
+  child& c;
+  ~child_guard() { stop(c); }
+};
 
 /// One line of the child's stdout ("" when it ended without one).
 inline std::string read_line(int fd) {
@@ -66,6 +102,18 @@ inline uint16_t listening_port(const std::string& line) {
   auto colon = line.rfind(':', end);
   if (colon == std::string::npos) return 0;
   return static_cast<uint16_t>(std::atoi(line.c_str() + colon + 1));
+}
+
+/// Reads the child's stdout up to its listening line; its port, or 0 when the output ended first.
+inline uint16_t await_port(int fd) {
+  for (;;) {
+    std::string line;
+    char c;
+    ssize_t n;
+    while ((n = read(fd, &c, 1)) == 1 && c != '\n') line += c;
+    if (uint16_t port = listening_port(line); port != 0) return port;
+    if (n != 1) return 0;
+  }
 }
 
 /// A server started and read up to its listening line (tessera-host prints its plan first);
@@ -121,7 +169,7 @@ class served_process {
   int exit_code_ = -1;
 };
 
-// The children of `parent` whose command name is `comm`.
+/// The children of `parent` whose command name is `comm` (the kernel keeps its first 15 characters).
 inline std::vector<pid_t> children_named(pid_t parent, const std::string& comm) {
   std::vector<pid_t> out;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
@@ -136,10 +184,10 @@ inline std::vector<pid_t> children_named(pid_t parent, const std::string& comm) 
     char state = 0;
     pid_t ppid = 0;
     rest >> state >> ppid;
-    if (ppid == parent && state != 'Z' && line.substr(open + 1, close - open - 1) == comm)
+    if (ppid == parent && state != 'Z' && line.substr(open + 1, close - open - 1) == comm.substr(0, 15))
       out.push_back(static_cast<pid_t>(std::stol(name)));
   }
   return out;
 }
 
-}  // namespace tessera::serving::test_support
+}  // namespace tessera::test_support

@@ -8,7 +8,7 @@
 
 #include "tessera/models/model.hpp"
 #include "tessera/models/safetensors.hpp"
-#include "test_util.hpp"
+#include "util.hpp"
 
 namespace tessera::models {
 namespace {

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-namespace tessera::serving::test_support {
+namespace tessera::test_support {
 
 struct http_response {
   unsigned status = 0;
@@ -45,4 +45,4 @@ class http_connection {
   std::unique_ptr<impl> impl_;
 };
 
-}  // namespace tessera::serving::test_support
+}  // namespace tessera::test_support

@@ -1,4 +1,4 @@
-#include "test_util.hpp"
+#include "util.hpp"
 
 #include <cstdlib>
 #include <filesystem>
