@@ -129,21 +129,15 @@ int main(int argc, char** argv) {
       req.token_budget = budget;
       req.max_sequences = max_seqs;
       req.forced = forced;
-      auto compiled = host::compile_bert(model->config, req);
-      if (!compiled) return std::cerr << compiled.error().message() << "\n", 1;
-      host::tile_group_config g;
-      g.tiles = static_cast<uint32_t>(n);
-      g.tile_memory = req.tile_memory;
-      auto group = host::tile_group::start(g);
-      if (!group) return std::cerr << group.error().to_string() << "\n", 1;
-      const std::string plan_text = compiled->chosen.to_string();
-      auto deployed = host::tile_model::deploy(**group, std::move(*compiled), *model);
-      if (!deployed) return std::cerr << deployed.error().to_string() << "\n", 1;
-      const int replicas = (*deployed)->compiled().chosen.replicas;
-      for (int r = 0; r < replicas; ++r) (void)(*deployed)->run(r, batches.front());  // warm-up, untimed
+      auto d = host::deploy_bert(*model, req);
+      if (!d.ok()) return std::cerr << d.error().to_string() << "\n", 1;
+      auto& deployed = d->model;
+      const std::string plan_text = deployed->compiled().chosen.to_string();
+      const int replicas = deployed->compiled().chosen.replicas;
+      for (int r = 0; r < replicas; ++r) (void)deployed->run(r, batches.front());  // warm-up, untimed
       std::unique_ptr<host::profiler> prof;
       if (!trace.empty()) {
-        auto p = host::profiler::create((*deployed)->compiled(), {.tile_memory = req.tile_memory});
+        auto p = host::profiler::create(deployed->compiled(), {.tile_memory = req.tile_memory});
         if (!p) return std::cerr << p.error().to_string() << "\n", 2;
         prof = std::move(*p);
       }
@@ -166,7 +160,7 @@ int main(int argc, char** argv) {
               i = next++;
             }
             const double t0 = prof ? prof->now() : 0;
-            auto out = (*deployed)->run(r, batches[i]);
+            auto out = deployed->run(r, batches[i]);
             if (prof && out)
               if (auto st = prof->record(r, batches[i], *out, t0); !st.ok())
                 std::fprintf(stderr, "trace: batch %zu left out: %s\n", i, st.to_string().c_str());
@@ -193,7 +187,7 @@ int main(int argc, char** argv) {
         if (auto st = prof->write_trace(file); !st.ok()) return std::cerr << st.to_string() << "\n", 1;
         std::fprintf(stderr, "%strace: %s\n", prof->summary().c_str(), file.c_str());
       }
-      (*group)->shutdown();
+      d->group->shutdown();
     }
   }
   std::printf("\n| configuration | tiles | plan | seconds | req/s | vs single process | exchanged bytes/request | supersteps/batch | max abs logit diff |\n");

@@ -52,18 +52,12 @@ int main(int argc, char** argv) {
   req.tiles = replicas;
   req.tile_memory = 512ull << 20;
   req.forced = host::plan{replicas, 1, 1};
-  auto compiled = host::compile_bert(model->config, req);
-  if (!compiled) return std::cerr << compiled.error().to_string() << "\n", 1;
-  host::tile_group_config gc;
-  gc.tiles = static_cast<uint32_t>(replicas);
-  gc.tile_memory = req.tile_memory;
-  auto group = host::tile_group::start(gc);
-  if (!group) return std::cerr << group.error().to_string() << "\n", 1;
-  auto deployed = host::tile_model::deploy(**group, std::move(*compiled), *model);
-  if (!deployed) return std::cerr << deployed.error().to_string() << "\n", 1;
+  auto d = host::deploy_bert(*model, req);
+  if (!d.ok()) return std::cerr << d.error().to_string() << "\n", 1;
+  auto& deployed = d->model;
   std::vector<int> lengths(static_cast<size_t>(seqs), length);
   auto batch = models::synthetic_batch(lengths, model->config.vocab_size, 7);
-  for (int r = 0; r < replicas; ++r) (void)(*deployed)->run(r, batch);  // warm-up
+  for (int r = 0; r < replicas; ++r) (void)deployed->run(r, batch);  // warm-up
 
   std::vector<std::vector<double>> lat(static_cast<size_t>(replicas));
   std::vector<std::thread> threads;
@@ -72,7 +66,7 @@ int main(int argc, char** argv) {
     threads.emplace_back([&, r] {
       for (int i = r; i < batches; i += replicas) {
         auto s = clk::now();
-        auto out = (*deployed)->run(r, batch);
+        auto out = deployed->run(r, batch);
         if (!out) {
           std::cerr << "batch failed: " << out.error().to_string() << "\n";
           std::exit(1);
@@ -96,6 +90,6 @@ int main(int argc, char** argv) {
       << model_name << ',' << replicas << ',' << all.size() << ',' << seqs << ',' << length << ',' << pct(0.5) << ','
       << pct(0.99) << ',' << all.back() << ',' << all.size() / secs << "\n";
   }
-  (*group)->shutdown();
+  d->group->shutdown();
   return 0;
 }

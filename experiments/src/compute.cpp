@@ -69,18 +69,14 @@ result<std::unique_ptr<compute_pool>> compute_pool::start(const compute_options&
   req.tile_memory = o.tile_memory;
   req.token_budget = o.tile_token_budget;
   req.max_sequences = o.tile_max_sequences;
-  auto compiled = host::compile_bert(p->model_->config, req);
-  if (!compiled) return compiled.error().with_context("compiling " + o.model + " onto " + std::to_string(o.tiles) + " tiles");
-  if (log) log("tile group: " + compiled->chosen.to_string() + " on " + std::to_string(o.tiles) + " tile processes");
-  host::tile_group_config gc;
-  gc.tiles = static_cast<uint32_t>(o.tiles);
-  gc.tile_memory = o.tile_memory;
-  auto group = host::tile_group::start(gc);
-  if (!group) return group.error().with_context("starting the tile processes");
-  p->group_ = std::move(*group);
-  auto deployed = host::tile_model::deploy(*p->group_, std::move(*compiled), *p->model_);
-  if (!deployed) return deployed.error().with_context("deploying " + o.model + " on the tile group");
-  p->tiles_ = std::make_shared<host::tile_backend>(std::move(*deployed), "tiles0");
+  host::deploy_hooks hooks;
+  hooks.compiled = [&](const host::compiled_model& c) {
+    if (log) log("tile group: " + c.chosen.to_string() + " on " + std::to_string(o.tiles) + " tile processes");
+  };
+  auto deployed = host::deploy_bert(*p->model_, req, {}, hooks);
+  if (!deployed.ok()) return deployed.error().with_context(o.model + " on " + std::to_string(o.tiles) + " tiles");
+  p->group_ = std::move(deployed->group);
+  p->tiles_ = std::make_shared<host::tile_backend>(std::move(deployed->model), "tiles0");
   if (auto st = gpu_ready(); !st.ok()) return st;
   return p;
 }

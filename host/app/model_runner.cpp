@@ -29,7 +29,7 @@ models::packed_batch check_batch(const models::bert_config& cfg, int budget, int
   std::vector<int> lengths{1, std::min(cfg.max_position_embeddings, budget)};
   int total = lengths[0] + lengths[1];
   while (static_cast<int>(lengths.size()) < max_seqs) {
-    int l = static_cast<int>(rng.next_int(1, cfg.max_position_embeddings));
+    int l = static_cast<int>(rng.uniform(1, cfg.max_position_embeddings));
     if (total + l > budget) break;
     lengths.push_back(l);
     total += l;
@@ -95,7 +95,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   auto group = tile_group::start(group_cfg);
   if (!group) return fail(group.error());
   uint64_t last_pct = 0;
-  auto progress = [&](uint64_t done, uint64_t total) {
+  hooks.progress = [&](uint64_t done, uint64_t total) {
     uint64_t pct = total ? done * 100 / total : 100;
     if (pct >= last_pct + 10 || done == total) {
       std::fprintf(stderr, "tessera-host: streaming weights %3llu%% (%.1f of %.1f MiB)\n", (unsigned long long)pct,
@@ -103,8 +103,10 @@ int run_model(tile_group_config group_cfg, model_options o) {
       last_pct = pct;
     }
   };
-  auto deployed = tile_model::deploy(**group, std::move(*compiled), *model, progress);
-  if (!deployed) return fail(deployed.error());
+  auto deployment = deploy_bert(*model, req, group_cfg, hooks);
+  if (!deployment.ok()) return fail(deployment.error());
+  auto group = std::move(deployment->group);
+  auto deployed = std::move(deployment->model);
 
   if (o.check_batches > 0) {
     const auto& c = (*deployed)->compiled();
@@ -124,7 +126,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
       auto batch = check_batch(model->config, c.token_budget, c.max_sequences, 100 + i);
       auto want = models::reference_forward(*model, batch);
       const double t0 = prof ? prof->now() : 0;
-      auto got = (*deployed)->run(i % c.chosen.replicas, batch);
+      auto got = deployed->run(i % c.chosen.replicas, batch);
       if (!got) return fail(got.error());
       if (prof)
         if (auto st = prof->record(i % c.chosen.replicas, batch, *got, t0); !st) return fail(st);
@@ -164,14 +166,14 @@ int run_model(tile_group_config group_cfg, model_options o) {
                 << tolerance << ")\n";
       return 1;
     }
-    if (o.tile_faults) std::printf("faults injected by the tiles: %s\n", describe_tile_faults(**group).c_str());
+    if (o.tile_faults) std::printf("faults injected by the tiles: %s\n", describe_tile_faults(*group).c_str());
     if (!o.serve) return 0;
   }
   if (!o.serve) return 0;
 
   serving::serving_metrics metrics;
   serving::router r(o.so.routing, serving::default_clock(), &metrics);
-  auto tiles = std::make_shared<tile_backend>(std::move(*deployed), "tiles0");
+  auto tiles = std::make_shared<tile_backend>(std::move(deployed), "tiles0");
   o.so.batching.max_sequence_length = model->config.max_position_embeddings;
   if (auto st = r.add_backend(tiles, o.so.batching); !st.ok()) return fail(st);
   for (int i = 0; i < o.gpu_replicas; ++i) {
@@ -205,7 +207,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   server.stop();
   r.stop();
   tiles->stop();
-  if (o.tile_faults) std::cerr << "tessera-host: faults injected by the tiles: " << describe_tile_faults(**group) << "\n";
+  if (o.tile_faults) std::cerr << "tessera-host: faults injected by the tiles: " << describe_tile_faults(*group) << "\n";
   return 0;
 }
 

@@ -64,21 +64,16 @@ result<fault_outcome> run_fault_scenario(const fault_scenario& s) {
   req.token_budget = std::max(512, model->config.max_position_embeddings);
   req.max_sequences = s.per_batch;
   req.forced = s.layout;
-  auto compiled = compile_bert(model->config, req);
-  if (!compiled) return compiled.error();
   tile_group_config g;
-  g.tiles = static_cast<uint32_t>(s.tiles);
-  g.tile_memory = req.tile_memory;
   g.heartbeat_interval = std::chrono::milliseconds(100);
   g.heartbeat_timeout = s.heartbeat_timeout;
   g.exchange_timeout = s.exchange_timeout;
   g.run_timeout = std::chrono::seconds(30);
   if (!s.plan_json.empty()) g.extra_tile_args = {"--faults", s.plan_json};
-  auto group = tile_group::start(g);
-  if (!group) return group.error();
-  auto deployed = tile_model::deploy(**group, std::move(*compiled), *model);
-  if (!deployed) return deployed.error();
-  auto backend = std::make_shared<tile_backend>(std::move(*deployed), "tiles", tile_backend_config{.max_attempts = s.max_attempts});
+  auto deployed = deploy_bert(*model, req, g);
+  if (!deployed.ok()) return deployed.error();
+  auto group = std::move(deployed->group);
+  auto backend = std::make_shared<tile_backend>(std::move(deployed->model), "tiles", tile_backend_config{.max_attempts = s.max_attempts});
 
   // Short requests (8-64 tokens) and their fault-free answers.
   auto lengths = models::seed_workload(s.requests, 0.0, 5);
@@ -96,12 +91,12 @@ result<fault_outcome> run_fault_scenario(const fault_scenario& s) {
   int batches = 0, pending = 0;
   const auto t0 = steady::now();
   std::thread fault_thread;
-  if (s.during) fault_thread = std::thread([&] { s.during(**group); });
+  if (s.during) fault_thread = std::thread([&] { s.during(*group); });
   tile_counter_tally tally;
   std::atomic<bool> load_over{false};
   std::thread sampler([&] {
     while (!load_over) {
-      tally.sample(**group);
+      tally.sample(*group);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
@@ -150,7 +145,7 @@ result<fault_outcome> run_fault_scenario(const fault_scenario& s) {
   std::this_thread::sleep_for(2 * g.heartbeat_interval);  // the last heartbeats carry the last counts
   load_over = true;
   sampler.join();
-  tally.sample(**group);
+  tally.sample(*group);
   tally.total(out);
   backend->stop();  // answers anything still queued (cancelled), so nothing is left unanswered
   if (!drained) {

@@ -24,6 +24,23 @@ result<std::unique_ptr<tile_model>> tile_model::deploy(tile_group& group, compil
   return std::unique_ptr<tile_model>(new tile_model(group, std::move(compiled), model));
 }
 
+result<tile_deployment> deploy_bert(const models::bert_model& model, const placement_request& req,
+                                    tile_group_config group, const deploy_hooks& hooks) {
+  auto compiled = compile_bert(model.config, req);
+  if (!compiled.ok()) return compiled.error();
+  if (hooks.compiled) hooks.compiled(*compiled);
+  group.tiles = static_cast<uint32_t>(req.tiles);
+  group.tile_memory = req.tile_memory;
+  auto started = tile_group::start(group);
+  if (!started.ok()) return started.error().with_context("starting " + std::to_string(req.tiles) + " tiles");
+  tile_deployment d;
+  d.group = std::move(*started);
+  auto deployed = tile_model::deploy(*d.group, std::move(*compiled), model, hooks.progress);
+  if (!deployed.ok()) return deployed.error().with_context("deploying the model on the tile group");
+  d.model = std::move(*deployed);
+  return d;
+}
+
 status stream_shards(tile_group& group, const compiled_model& compiled, uint32_t t, const shard_cutter& cut,
                      uint64_t& done, const std::function<void(uint64_t, uint64_t)>& progress, uint64_t total) {
   // Materialise one tile's shards, send them, drop them: the host never holds a second model. A

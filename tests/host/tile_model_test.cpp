@@ -30,7 +30,7 @@ models::packed_batch mixed_batch(const models::bert_config& cfg, int budget, uin
   int total = 0;
   for (int l : lengths) total += l;
   while (true) {
-    int l = static_cast<int>(rng.next_int(1, cfg.max_position_embeddings));
+    int l = static_cast<int>(rng.uniform(1, cfg.max_position_embeddings));
     if (total + l > budget || lengths.size() >= 40) break;
     lengths.push_back(l);
     total += l;
@@ -49,30 +49,17 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
-struct deployment {
-  std::unique_ptr<tile_group> group;
-  std::unique_ptr<tile_model> model;
-};
-
-deployment deploy(const models::bert_model& m, int tiles, std::optional<plan> p, int budget, uint64_t memory = 128 << 20) {
+tile_deployment deploy(const models::bert_model& m, int tiles, std::optional<plan> p, int budget,
+                       uint64_t memory = 128 << 20) {
   placement_request req;
   req.tiles = tiles;
   req.tile_memory = memory;
   req.token_budget = budget;
   req.forced = p;
-  auto c = compile_bert(m.config, req);
-  EXPECT_TRUE(c) << c.error().message();
-  if (!c) return {};
-  tile_group_config g;
-  g.tiles = static_cast<uint32_t>(tiles);
-  g.tile_memory = memory;
-  auto group = tile_group::start(g);
-  EXPECT_TRUE(group) << group.error().to_string();
-  if (!group) return {};
-  auto tm = tile_model::deploy(**group, std::move(*c), m);
-  EXPECT_TRUE(tm) << tm.error().to_string();
-  if (!tm) return {};
-  return {std::move(*group), std::move(*tm)};
+  auto d = deploy_bert(m, req);
+  EXPECT_TRUE(d.ok()) << d.error().to_string();
+  if (!d.ok()) return {};
+  return std::move(*d);
 }
 
 void expect_equal_reference(const models::bert_model& m, int tiles, std::optional<plan> p, int budget) {

@@ -5,9 +5,8 @@
 // batch's token ids to the first stage of a replica, runs the static program, and returns the
 // logits with the run's counters. Replicas run concurrently from different threads.
 //
-//   auto compiled = compile_bert(model.config, req);
-//   auto deployed = tile_model::deploy(group, *compiled, model, print_progress);
-//   auto out = (*deployed)->run(/*replica=*/0, batch);   // out->logits: [num_seqs, num_labels]
+//   auto d = deploy_bert(model, req);                      // compile, start the tiles, deploy
+//   auto out = d->model->run(/*replica=*/0, batch);         // out->logits: [num_seqs, num_labels]
 #pragma once
 
 #include <functional>
@@ -67,5 +66,25 @@ class tile_model {
   compiled_model compiled_;
   models::bert_model model_;  // shares the weights' storage: cheap, and kept for recovery
 };
+
+/// A tile group and the model deployed on it. The model refers to the group: `model` is destroyed
+/// first (members go in reverse order), and a caller moving them apart keeps the group alive as long.
+struct tile_deployment {
+  std::unique_ptr<tile_group> group;
+  std::unique_ptr<tile_model> model;
+};
+
+struct deploy_hooks {
+  /// Called with the compiled model before the group starts (tessera-host prints the plan).
+  std::function<void(const compiled_model&)> compiled;
+  /// progress(bytes sent, total bytes) while weights stream.
+  std::function<void(uint64_t, uint64_t)> progress;
+};
+
+/// compile_bert(model.config, req), tile_group::start(group) with the request's tile count and
+/// tile memory, tile_model::deploy: the one way from a model to a running tile group. A failure
+/// says which step failed; a group already started is stopped.
+result<tile_deployment> deploy_bert(const models::bert_model& model, const placement_request& req,
+                                    tile_group_config group = {}, const deploy_hooks& hooks = {});
 
 }  // namespace tessera::host
