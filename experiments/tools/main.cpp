@@ -131,14 +131,14 @@ int main(int argc, char** argv) {
   if (mode == "run") {
     trace t;
     if (!trace_path.empty()) {
-      auto r = read_trace_csv(trace_path);
+      auto r = read_trace(trace_path);
       if (!r) return fail(r.error());
       t = std::move(*r);
     } else {
       t = poisson_trace({.requests = requests > 0 ? requests : 256, .rate = rate, .long_share = share, .seed = o.seed});
     }
     if (!save_trace.empty())
-      if (auto st = write_trace_csv(t, save_trace); !st.ok()) return fail(st);
+      if (auto st = write_trace(t, save_trace); !st.ok()) return fail(st);
     if (o.configs.size() != 1) return fail(status::invalid("--mode run needs exactly one --config (e.g. tiles-packed)"));
     auto cs = seed_configurations(o);
     if (cs.empty()) return fail(status::invalid("unknown configuration " + o.configs[0]));

@@ -156,7 +156,7 @@ void fill_uniform_tensor(std::string_view name, int64_t n, uint64_t seed, float 
   splitmix64 rng(seed * 0x9E3779B97F4A7C15ull ^ fnv1a(name));
   // u in [0,1) with 24 bits; (2u - 1) * a is computed in float, exactly rounded: portable.
   for (int64_t i = 0; i < n; ++i) {
-    const float u = rng.next_unit_float();
+    const float u = rng.unit_float();
     out[i] = base + (2.0f * u - 1.0f) * amp;
   }
 }

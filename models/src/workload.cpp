@@ -59,13 +59,10 @@ status validate_batch(const bert_config& cfg, const packed_batch& b) {
 
 std::vector<int> seed_workload(int n, double long_share, uint64_t seed) {
   splitmix64 rng(seed);
+  const length_mix mix{.long_share = long_share};
   std::vector<int> lens;
   lens.reserve(static_cast<size_t>(n));
-  // The long/short coin uses 53 bits, compared in double: identical everywhere.
-  for (int i = 0; i < n; ++i) {
-    const double u = static_cast<double>(rng.next() >> 11) * 0x1.0p-53;
-    lens.push_back(static_cast<int>(u < long_share ? rng.next_int(200, 512) : rng.next_int(8, 64)));
-  }
+  for (int i = 0; i < n; ++i) lens.push_back(mix.draw(rng));
   return lens;
 }
 
@@ -77,7 +74,7 @@ packed_batch synthetic_batch(const std::vector<int>& lengths, int vocab_size, ui
   for (int L : lengths) {
     ids.assign(static_cast<size_t>(L), 0);
     for (int i = 0; i < L; ++i)
-      ids[static_cast<size_t>(i)] = i == 0 ? cls : static_cast<int32_t>(rng.next_int(lo, vocab_size - 1));
+      ids[static_cast<size_t>(i)] = i == 0 ? cls : static_cast<int32_t>(rng.uniform(lo, vocab_size - 1));
     b.append(ids);
   }
   return b;

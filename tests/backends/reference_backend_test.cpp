@@ -36,13 +36,13 @@ TEST(ReferenceBackend, BatchedLogitsEqualEachSequenceAlone) {
   for (int trial = 0; trial < 24; ++trial) {
     batch_request req;
     req.batch_id = static_cast<uint64_t>(trial);
-    int n = 1 + static_cast<int>(rng.next_int(0, 40));
+    int n = 1 + static_cast<int>(rng.uniform(0, 40));
     int longest = 0;
     for (int i = 0; i < n; ++i) {
-      int len = static_cast<int>(rng.next_int(3, trial % 3 == 0 ? 200 : 60));
+      int len = static_cast<int>(rng.uniform(3, trial % 3 == 0 ? 200 : 60));
       sequence_input s;
       s.token_ids.push_back(101);
-      for (int k = 0; k < len - 2; ++k) s.token_ids.push_back(static_cast<int32_t>(rng.next_int(1000, 30000)));
+      for (int k = 0; k < len - 2; ++k) s.token_ids.push_back(static_cast<int32_t>(rng.uniform(1000, 30000)));
       s.token_ids.push_back(102);
       longest = std::max(longest, len);
       req.sequences.push_back(std::move(s));
@@ -119,8 +119,8 @@ TEST(ReferenceBackend, RawForwardsAreThreadSafe) {
   models::splitmix64 rng(11);
   for (int i = 0; i < 64; ++i) {
     sequence_input s{{101}, {}};
-    int len = static_cast<int>(rng.next_int(3, 80));
-    for (int k = 0; k < len - 2; ++k) s.token_ids.push_back(static_cast<int32_t>(rng.next_int(1000, 30000)));
+    int len = static_cast<int>(rng.uniform(3, 80));
+    for (int k = 0; k < len - 2; ++k) s.token_ids.push_back(static_cast<int32_t>(rng.uniform(1000, 30000)));
     s.token_ids.push_back(102);
     seqs.push_back(std::move(s));
   }

@@ -151,8 +151,8 @@ TEST(virtual_trace, poisson_is_deterministic_and_round_trips_through_csv) {
   EXPECT_NEAR(a.entries.back().arrival_s, 300.0 / 250.0, 0.25);  // about n / rate
   EXPECT_NEAR(long_share(a), 0.4, 0.08);
   auto path = std::filesystem::temp_directory_path() / "tessera-trace-test.csv";
-  ASSERT_TRUE(write_trace_csv(a, path.string()).ok());
-  auto c = read_trace_csv(path.string());
+  ASSERT_TRUE(write_trace(a, path.string()).ok());
+  auto c = read_trace(path.string());
   ASSERT_TRUE(c) << c.error().to_string();
   ASSERT_EQ(c->size(), a.size());
   for (size_t i = 0; i < a.size(); ++i) {
@@ -160,7 +160,7 @@ TEST(virtual_trace, poisson_is_deterministic_and_round_trips_through_csv) {
     EXPECT_EQ(c->entries[i].length, a.entries[i].length);
   }
   std::filesystem::remove(path);
-  EXPECT_FALSE(read_trace_csv("/nonexistent/trace.csv"));
+  EXPECT_FALSE(read_trace("/nonexistent/trace.csv"));
 }
 
 namespace {

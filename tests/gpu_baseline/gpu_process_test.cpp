@@ -380,7 +380,7 @@ TEST(GpuProcess, RouterAnswersEveryRequestExactlyOnce) {
   std::atomic<int> total{0};
   models::splitmix64 rng(42);
   for (int i = 0; i < n; ++i) {
-    int len = static_cast<int>(rng.next_int(2, 100));
+    int len = static_cast<int>(rng.uniform(2, 100));
     inputs.push_back(models::synthetic_batch({len}, tiny().config.vocab_size, 1000 + i));
   }
   for (int i = 0; i < n; ++i) {

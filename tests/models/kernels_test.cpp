@@ -13,7 +13,7 @@ namespace {
 std::vector<float> random_vec(size_t n, uint64_t seed, float amp = 1.0f) {
   splitmix64 r(seed);
   std::vector<float> v(n);
-  for (auto& x : v) x = (2.0f * r.next_unit_float() - 1.0f) * amp;
+  for (auto& x : v) x = (2.0f * r.unit_float() - 1.0f) * amp;
   return v;
 }
 

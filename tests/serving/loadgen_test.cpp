@@ -3,6 +3,7 @@
 
 #include <sstream>
 
+#include "tessera/common/trace_csv.hpp"
 #include "tessera/loadgen/workload.hpp"
 
 using namespace tessera::loadgen;
@@ -48,7 +49,7 @@ TEST(LoadgenMix, PoissonArrivalsHaveTheRate) {
 }
 
 TEST(LoadgenText, WordCountIsTokensMinusSpecials) {
-  rng64 rng(1);
+  tessera::splitmix64 rng(1);
   for (int tokens : {3, 8, 64, 512}) {
     std::string t = make_text(tokens, rng);
     std::istringstream in(t);
@@ -71,6 +72,25 @@ TEST(LoadgenTrace, ParsesHeaderTextsQuotesAndLengths) {
   EXPECT_EQ((*t)[0].tokens, 32);
   EXPECT_EQ((*t)[1].text, "hello, \"world\"");
   EXPECT_EQ((*t)[2].text, "plain text here");
+}
+
+// What tessera-experiment writes (tessera::write_trace_csv), tessera-loadgen replays: texts with
+// commas and quotes, lengths, arrivals to the last bit.
+TEST(LoadgenTrace, ReadsWhatTheTraceWriterWrites) {
+  const std::vector<tessera::trace_row> rows = {
+      {.arrival_seconds = 0.1 + 0.2, .length = 17},
+      {.arrival_seconds = 1.0 / 3.0, .text = "a \"quoted\", text"},
+      {.arrival_seconds = 2.5, .length = 512}};
+  auto t = parse_trace(tessera::format_trace_csv(rows));
+  ASSERT_TRUE(t.ok()) << t.error().to_string();
+  ASSERT_EQ(t->size(), 3u);
+  EXPECT_EQ((*t)[0].arrival_seconds, 0.1 + 0.2);
+  EXPECT_EQ((*t)[0].tokens, 17);
+  EXPECT_EQ((*t)[1].arrival_seconds, 1.0 / 3.0);
+  EXPECT_EQ((*t)[1].text, "a \"quoted\", text");
+  EXPECT_EQ((*t)[2].tokens, 512);
+  EXPECT_FALSE(parse_trace("0.5,1\n").ok()) << "a length below [CLS] + [SEP]";
+  EXPECT_FALSE(parse_trace("nan,12\n0.5,12\n").ok()) << "an arrival that is not finite";
 }
 
 TEST(LoadgenTrace, ErrorsNameTheLine) {

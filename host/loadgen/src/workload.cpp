@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "tessera/common/trace_csv.hpp"
+
 namespace tessera::loadgen {
 
 namespace {
@@ -44,18 +46,6 @@ std::string format(const char* fmt, double v) {
 
 }  // namespace
 
-uint64_t rng64::next() {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-double rng64::unit() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
-int64_t rng64::uniform(int64_t lo, int64_t hi) {
-  return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
-}
-double rng64::exponential(double rate) { return -std::log(1.0 - unit()) / rate; }
-
 result<length_mix> mix_preset(std::string_view name) {
   length_mix m;
   m.name = std::string(name);
@@ -83,7 +73,7 @@ result<length_mix> mix_preset(std::string_view name) {
                          "'; use seed-0, seed-40, seed-<percent long>, short, long or fixed-<tokens>");
 }
 
-std::string make_text(int32_t tokens, rng64& rng) {
+std::string make_text(int32_t tokens, splitmix64& rng) {
   std::string s;
   int32_t n = std::max<int32_t>(1, tokens - 2);
   s.reserve(static_cast<size_t>(n) * 6);
@@ -96,101 +86,57 @@ std::string make_text(int32_t tokens, rng64& rng) {
 
 std::vector<planned_request> synthesize(const length_mix& mix, int64_t n, double rate,
                                         uint64_t seed) {
-  rng64 rng(seed);
+  splitmix64 rng(seed);
   std::vector<planned_request> plan;
   plan.reserve(static_cast<size_t>(std::max<int64_t>(0, n)));
   double t = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (rate > 0) t += rng.exponential(rate);
-    bool is_long = rng.unit() < mix.long_share;
-    int32_t len = static_cast<int32_t>(is_long ? rng.uniform(mix.long_min, mix.long_max)
-                                               : rng.uniform(mix.short_min, mix.short_max));
+    const int32_t len = mix.draw(rng);
     plan.push_back({rate > 0 ? t : 0.0, len, make_text(len, rng)});
   }
   return plan;
 }
 
-result<std::vector<planned_request>> parse_trace(std::string_view csv, uint64_t seed) {
-  rng64 rng(seed);
+namespace {
+
+result<std::vector<planned_request>> plan_trace(std::vector<trace_row> rows, uint64_t seed) {
+  splitmix64 rng(seed);
   std::vector<planned_request> out;
-  size_t line_no = 0;
-  size_t pos = 0;
-  while (pos < csv.size()) {
-    size_t end = csv.find('\n', pos);
-    if (end == std::string_view::npos) end = csv.size();
-    std::string_view line = csv.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || line.front() == '#') continue;
-    size_t comma = line.find(',');
-    if (comma == std::string_view::npos)
-      return status::invalid("trace line " + std::to_string(line_no) +
-                             ": expected arrival_seconds,text_or_length");
-    std::string first(line.substr(0, comma));
-    std::string_view rest = line.substr(comma + 1);
-    char* stop = nullptr;
-    double arrival = std::strtod(first.c_str(), &stop);
-    if (stop == first.c_str() || *stop != '\0') {
-      if (out.empty() && line_no == 1) continue;  // a header line
-      return status::invalid("trace line " + std::to_string(line_no) + ": arrival '" + first +
-                             "' is not a number of seconds");
-    }
-    if (arrival < 0)
-      return status::invalid("trace line " + std::to_string(line_no) + ": negative arrival");
+  out.reserve(rows.size());
+  for (auto& row : rows) {
     planned_request r;
-    r.arrival_seconds = arrival;
-    if (!rest.empty() && rest.front() == '"') {
-      std::string text;
-      size_t i = 1;
-      bool closed = false;
-      for (; i < rest.size(); ++i) {
-        if (rest[i] == '"') {
-          if (i + 1 < rest.size() && rest[i + 1] == '"') {
-            text += '"';
-            ++i;
-          } else {
-            closed = true;
-            break;
-          }
-        } else {
-          text += rest[i];
-        }
-      }
-      if (!closed)
-        return status::invalid("trace line " + std::to_string(line_no) + ": unterminated quote");
-      r.text = std::move(text);
+    r.arrival_seconds = row.arrival_seconds;
+    if (row.text.empty()) {
+      if (row.length < 2)
+        return status::invalid("trace line " + std::to_string(row.line) + ": length " + std::to_string(row.length) +
+                               " is below 2 ([CLS] and [SEP])");
+      r.tokens = row.length;
+      r.text = make_text(row.length, rng);
     } else {
-      int32_t len = 0;
-      auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), len);
-      if (ec == std::errc() && p == rest.data() + rest.size()) {
-        if (len < 2 || len > 100000)
-          return status::invalid("trace line " + std::to_string(line_no) + ": length " +
-                                 std::to_string(len) + " out of range (2..100000)");
-        r.tokens = len;
-        r.text = make_text(len, rng);
-      } else {
-        r.text = std::string(rest);
-      }
+      r.text = std::move(row.text);
     }
-    if (r.text.empty())
-      return status::invalid("trace line " + std::to_string(line_no) + ": empty text");
     out.push_back(std::move(r));
   }
   std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
     return a.arrival_seconds < b.arrival_seconds;
   });
-  if (out.empty()) return status::invalid("trace has no requests");
   return out;
 }
 
+}  // namespace
+
+result<std::vector<planned_request>> parse_trace(std::string_view csv, uint64_t seed) {
+  auto rows = parse_trace_csv(csv);
+  if (!rows.ok()) return rows.error();
+  return plan_trace(std::move(*rows), seed);
+}
+
 result<std::vector<planned_request>> read_trace(const std::string& path, uint64_t seed) {
-  std::ifstream in(path);
-  if (!in) return status::not_found("cannot open trace file " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto r = parse_trace(ss.str(), seed);
-  if (!r) return r.error().with_context(path);
+  auto rows = read_trace_csv(path);
+  if (!rows.ok()) return rows.error();
+  auto r = plan_trace(std::move(*rows), seed);
+  if (!r.ok()) return r.error().with_context(path);
   return r;
 }
 

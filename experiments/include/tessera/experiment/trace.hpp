@@ -3,11 +3,11 @@
 // read from a CSV file.
 //
 //   auto t = tessera::experiment::poisson_trace({.requests = 512, .rate = 300, .long_share = 0.4});
-//   auto st = tessera::experiment::write_trace_csv(t, "trace.csv");
-//   auto back = tessera::experiment::read_trace_csv("trace.csv");   // same entries
+//   auto st = tessera::experiment::write_trace(t, "trace.csv");
+//   auto back = tessera::experiment::read_trace("trace.csv");   // same entries
 //
-// CSV: a header line naming at least `arrival_s` and `length` (any order, other columns ignored),
-// then one request per line; arrivals in seconds from the start of the run, non-decreasing.
+// CSV: tessera/common/trace_csv.hpp (the format tessera-loadgen replays), every row a length in
+// tokens, arrivals non-decreasing.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +43,8 @@ trace poisson_trace(const poisson_options& o);
 /// The same lengths with new arrival times (Poisson at `rate`, or all at 0 when rate <= 0).
 trace with_poisson_arrivals(const trace& t, double rate, uint64_t seed);
 
-result<trace> read_trace_csv(const std::string& path);
-status write_trace_csv(const trace& t, const std::string& path);
+result<trace> read_trace(const std::string& path);
+status write_trace(const trace& t, const std::string& path);
 
 /// Mean length and the share of requests longer than `threshold` tokens.
 double mean_length(const trace& t);

@@ -15,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "tessera/common/random.hpp"
 #include "tessera/common/status.hpp"
 #include "tessera/models/config.hpp"
 
@@ -47,8 +48,8 @@ struct packed_batch {
 /// long, ids within vocab_size and type_vocab_size. Errors name the sequence and token.
 status validate_batch(const bert_config& cfg, const packed_batch& b);
 
-/// The seed's length mix: n lengths, each with probability long_share from U[200,512], else
-/// U[8,64] (inclusive bounds). Deterministic for a seed on every machine (splitmix64).
+/// The seed's length mix: n draws of length_mix{.long_share = long_share} (U[200,512] with
+/// probability long_share, else U[8,64]) from splitmix64(seed): the same on every machine.
 std::vector<int> seed_workload(int n = 256, double long_share = 0.4, uint64_t seed = 0);
 
 /// A batch of synthetic sequences with the given lengths: [CLS]=101 first, then ids drawn
@@ -56,22 +57,7 @@ std::vector<int> seed_workload(int n = 256, double long_share = 0.4, uint64_t se
 packed_batch synthetic_batch(const std::vector<int>& lengths, int vocab_size = 30522,
                              uint64_t seed = 1);
 
-/// splitmix64: the portable PRNG behind presets and workloads.
-struct splitmix64 {
-  uint64_t state;
-  explicit splitmix64(uint64_t seed) : state(seed) {}
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  /// Uniform in [0, 1) with 24 bits, exactly representable as float.
-  float next_unit_float() { return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f); }
-  /// Uniform integer in [lo, hi] (inclusive); tiny modulo bias is irrelevant here.
-  int64_t next_int(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-};
+/// The portable PRNG behind seeded weights and workloads (tessera/common/random.hpp).
+using tessera::splitmix64;
 
 }  // namespace tessera::models

@@ -1,11 +1,11 @@
-// tessera/loadgen/workload.hpp: what tessera-loadgen sends: length mixes (the seed's short/long
-// mix and others), synthetic texts of a requested token length, Poisson arrivals, trace files;
+// tessera/loadgen/workload.hpp: what tessera-loadgen sends: length mixes (presets of
+// tessera::length_mix, the seed's short/long mix and others), synthetic texts of a requested token length, Poisson arrivals, trace files;
 // and the report (throughput, latency percentiles, errors) as a table, CSV and JSON.
 //
 //   auto mix = mix_preset("seed-40").value();                 // 40% long (200-512 tokens)
 //   auto plan = synthesize(mix, 1000, /*rate=*/200.0, /*seed=*/1);   // Poisson, 200 req/s
 //   // plan[i].text has about plan[i].tokens tokens after BERT tokenization ([CLS]/[SEP] included)
-//   auto trace = read_trace("trace.csv");                     // arrival_seconds,text|length
+//   auto trace = read_trace("trace.csv");                     // tessera/common/trace_csv.hpp
 #pragma once
 
 #include <cstdint>
@@ -14,36 +14,18 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/common/random.hpp"
 #include "tessera/common/status.hpp"
 
 namespace tessera::loadgen {
-
-/// Lengths in tokens ([CLS]/[SEP] included): short from U[short_min, short_max], long from
-/// U[long_min, long_max] with probability long_share.
-struct length_mix {
-  std::string name;
-  double long_share = 0.0;
-  int32_t short_min = 8, short_max = 64;
-  int32_t long_min = 200, long_max = 512;
-};
 
 /// "seed-0" (all short), "seed-40" (40% long), "seed-<P>" (P% long), "short", "long",
 /// "fixed-<N>" (every request N tokens). Unknown -> invalid, listing the known ones.
 result<length_mix> mix_preset(std::string_view name);
 
-/// splitmix64, the same PRNG as tessera_models' workloads.
-struct rng64 {
-  uint64_t state;
-  explicit rng64(uint64_t seed) : state(seed) {}
-  uint64_t next();
-  double unit();                       ///< [0, 1)
-  int64_t uniform(int64_t lo, int64_t hi);  ///< [lo, hi]
-  double exponential(double rate);     ///< inter-arrival of a Poisson process
-};
-
 /// A text of about `tokens` BERT tokens ([CLS] and [SEP] counted): tokens - 2 common English
 /// words, each a single WordPiece in BERT's uncased vocab.
-std::string make_text(int32_t tokens, rng64& rng);
+std::string make_text(int32_t tokens, splitmix64& rng);
 
 struct planned_request {
   double arrival_seconds = 0;  ///< offset from the start (open loop); ignored in closed loop
@@ -55,9 +37,8 @@ struct planned_request {
 std::vector<planned_request> synthesize(const length_mix& mix, int64_t n, double rate,
                                         uint64_t seed);
 
-/// Reads a CSV trace: "arrival_seconds,text_or_length" per line, an optional header line, texts
-/// optionally in double quotes ("" for a quote). A number as second field is a length in tokens
-/// (a text of that length is generated). Errors name the line.
+/// Reads a trace (tessera/common/trace_csv.hpp), sorted by arrival; a row that gives a length in
+/// tokens gets a text of that length (make_text, from splitmix64(seed)). Errors name the line.
 result<std::vector<planned_request>> read_trace(const std::string& path, uint64_t seed = 1);
 result<std::vector<planned_request>> parse_trace(std::string_view csv, uint64_t seed = 1);
 
