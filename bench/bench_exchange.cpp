@@ -4,9 +4,9 @@
 //   (a) raw ZeroMQ throughput: PUSH -> PULL over ipc:// (like libzmq's remote_thr/local_thr),
 //   (b) tessera's exchange goodput for the same sizes: exchange::zmq_transport, the sender doing
 //       encode(exchange_data, borrow_frame(slice, &in_flight)) (no copy; it waits for in_flight
-//       to drain before the slice may change) and the receiver decode + inbox + checksum check +
-//       memcpy into a destination buffer, exactly as superstep_loop.cpp does per slice (the
-//       sender computes payload_checksum too);
+//       to drain before the slice may change) and the receiver a tile::superstep_runner, the
+//       tile's own receive path (decode, inbox, checksum check, memcpy into tile memory; the
+//       sender computes payload_checksum as exchange_phase does);
 //   (c) tessera's superstep sync: a real tile group (tessera::host::tile_group) running a program
 //       of empty supersteps with sync = true (the tile's combining-tree barrier over the exchange
 //       sockets),
@@ -52,6 +52,9 @@
 #include "tessera/exchange/codec.hpp"
 #include "tessera/exchange/zmq_transport.hpp"
 #include "tessera/host/tile_group.hpp"
+#include "tessera/tile/kernel_registry.hpp"
+#include "tessera/tile/superstep_loop.hpp"
+#include "tessera/tile/tile_memory.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -193,50 +196,48 @@ int raw_receiver(const std::string& dir, size_t size) {
 }
 
 // Tessera: both ends are exchange::zmq_transport (tile 0 sends, tile 1 receives). The receiver
-// does per slice what superstep_runner::accept + exchange_phase do: peek_type, decode with
-// checks, file into the inbox by (batch, superstep, kind, src, tag), find + erase, memcpy.
-// Acks are sync_tokens back over the same fabric (superstep = messages received so far).
+// is the tile's own receive path: a tile::superstep_runner running batches of `ack_every`
+// supersteps, each receiving one slice from tile 0 into tile memory (accept: peek_type, decode
+// with checks, the inbox; exchange_phase: resolve the slice, size and checksum checks, memcpy).
+// After each batch it acknowledges (a sync_token back over the same fabric, superstep = slices
+// received so far). The sender stops it with SIGUSR1, which the runner's `interrupted` sees.
+volatile sig_atomic_t receiver_stop = 0;
+
 int tessera_receiver(const std::string& dir, size_t size) {
+  receiver_stop = 0;
+  signal(SIGUSR1, [](int) { receiver_stop = 1; });
   zmq::context_t ctx(1);
   auto t = exchange::zmq_transport::bind(ctx, 1, "ipc://" + dir + "/tile-1.sock");
   if (!t) return 5;
   if (!(*t)->connect_peers({"ipc://" + dir + "/tile-0.sock", "ipc://" + dir + "/tile-1.sock"}).ok()) return 5;
   const credit c = credit_for(size);
-  std::vector<float> dst(size / 4 + 16);
-  float* out = dst.data();
-  using key = std::tuple<uint64_t, uint32_t, uint8_t, uint32_t, uint32_t>;
-  std::map<key, exchange::envelope> inbox;
+  tile::tile_memory memory(1, size + (1 << 20));
+  const exchange::tensor_desc slice{.id = 1, .name = "slice", .shape = {static_cast<int64_t>(size / 4)}};
+  if (!memory.allocate(slice).ok()) return 5;
+  const tile::kernel_registry registry = tile::kernel_registry::with_builtins();
+  tile::superstep_runner runner(1, **t, memory, registry, {.exchange_timeout = child_idle_limit});
+  exchange::program prog;
+  prog.id = 1;
+  prog.tiles = {0, 1};
+  exchange::superstep step;
+  step.recvs.push_back({.peer = 0, .tag = 0, .dst = {.tensor_id = 1, .offset = 0, .count = size / 4}});
+  step.sync = false;
+  prog.steps.assign(c.ack_every, step);
   cpu_meter meter{dir + "/child-cpu.txt", c.window};
   uint64_t count = 0;
-  auto idle_since = steady::now();
-  for (;;) {
-    exchange::envelope e;
-    auto got = (*t)->recv(e, 50ms);  // the superstep loop's poll tick
-    if (!got) return 6;
-    if (!*got) {
-      if (steady::now() - idle_since > child_idle_limit) return 3;
-      continue;
+  for (uint64_t batch = 1;; ++batch) {
+    auto ran = runner.run(prog, {.program_id = 1, .batch_id = batch, .collect_counters = false},
+                          [] { return receiver_stop != 0; });
+    if (!ran.ok()) {
+      if (ran.error().code() == errc::cancelled) return meter.finish(count), 0;  // stop
+      std::fprintf(stderr, "tessera receiver: %s\n", ran.error().to_string().c_str());
+      return 7;
     }
-    idle_since = steady::now();
-    auto type = exchange::peek_type(e);
-    if (!type) return 7;
-    if (*type == exchange::msg_type::sync_token) return meter.finish(count), 0;  // stop
-    exchange::exchange_data d;
-    if (!exchange::decode(e, d).ok() || d.dst_tile != 1) return 7;
-    key k{d.batch_id, d.superstep, 0, d.src_tile, d.tag};
-    inbox.emplace(k, std::move(e));
-    auto it = inbox.find(k);
-    exchange::envelope slice = std::move(it->second);
-    inbox.erase(it);
-    const zmq::message_t& payload = slice.payloads[0];
-    if (payload.size() != size) return 8;
-    if (exchange::payload_checksum(payload.data(), payload.size()) != d.checksum) return 9;  // as exchange_phase
-    std::memcpy(out, payload.data(), payload.size());
-    meter.on_message(++count);
-    if (count % c.ack_every == 0) {
-      exchange::sync_token s{1, 1, static_cast<uint32_t>(count), 0, 1};
-      if (!(*t)->send(0, exchange::encode(s)).ok()) return 6;
-    }
+    if (runner.bad_messages() != 0) return 7;
+    count += c.ack_every;
+    meter.on_message(count);
+    exchange::sync_token s{1, 1, static_cast<uint32_t>(count), 0, 1};
+    if (!(*t)->send(0, exchange::encode(s)).ok()) return 6;
   }
 }
 
@@ -284,8 +285,9 @@ throughput measure_throughput(const options& o, int mode, size_t size) {
     }
     auto send_one = [&] {
       if (tessera_mode) {
-        exchange::exchange_data d{1, 1, static_cast<uint32_t>(sent), 0, 1, 0, size / 4,
-                                  exchange::payload_checksum(src.data(), size)};  // as exchange_phase
+        // Slice `sent` is superstep sent % ack_every of batch sent / ack_every + 1 at the receiver.
+        exchange::exchange_data d{1, sent / c.ack_every + 1, static_cast<uint32_t>(sent % c.ack_every), 0, 1, 0,
+                                  size / 4, exchange::payload_checksum(src.data(), size)};  // as exchange_phase
         zmq::message_t frame = mode == 1 ? exchange::borrow_frame(src.data(), size, &in_flight)
                                          : exchange::copy_frame(src.data(), size);
         auto st = t->send(1, exchange::encode(d, std::move(frame)));
@@ -344,12 +346,12 @@ throughput measure_throughput(const options& o, int mode, size_t size) {
     out.sender_cpu_us = (process_cpu_seconds() - cpu0) * 1e6 / static_cast<double>(sent - sent0);
 
     if (tessera_mode) {
-      (void)t->send(1, exchange::encode(exchange::sync_token{1, 1, 0, 0, 0}));
+      kill(child, SIGUSR1);  // the receiver's run() is interrupted between batches
     } else {
       zmq::message_t stop(0);
       data.send(stop, zmq::send_flags::none);
     }
-    // Let the stop message leave before the context closes (linger is 0).
+    // Let the raw stop message leave before the context closes (linger is 0).
     std::this_thread::sleep_for(20ms);
   }
   if (!reap(child, tessera_mode ? "tessera receiver" : "raw receiver")) return {};
