@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "tessera/models/kernel_list.hpp"
 #include "tessera/timing/estimator.hpp"
 
 namespace tessera::host {
@@ -70,8 +71,9 @@ result<micro_span> micro_of(const kernel_call& c, const batch_rows& rows) {
 result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const tensor_map& tensors, const batch_rows& rows,
                                                  timing::dtype type) {
   std::vector<kernel_query> q;
-  auto add = [&](std::string name, std::initializer_list<std::pair<const std::string, int64_t>> p) -> kernel_query& {
-    q.emplace_back(std::move(name), p, type);
+  using models::kernel_id;
+  auto add = [&](kernel_id id, std::initializer_list<std::pair<const std::string, int64_t>> p) -> kernel_query& {
+    q.emplace_back(std::string(models::kernel_name(id)), p, type);
     return q.back();
   };
   auto in = [&](size_t i) -> result<const tensor_desc*> {
@@ -82,18 +84,23 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     if (i >= c.outputs.size()) return status::invalid(c.kernel + ": missing output " + std::to_string(i));
     return find(tensors, c.outputs[i], c.kernel);
   };
-  const std::string& k = c.kernel;
-  if (k == "embed") {
+  const std::optional<kernel_id> id = models::find_kernel(c.kernel);
+  if (!id) return status::not_found("kernel '" + c.kernel + "' has no timing mapping");
+  // Every kernel of the list (no default: the compiler names a kernel added without a case here).
+  switch (*id) {
+  case kernel_id::embed: {
     auto m = micro_of(c, rows);
     if (!m) return m.error();
     auto x = out(0);
     if (!x) return x.error();
     const int64_t h = dim(**x, 1);
     if (m->n() > 0 && h > 0) {
-      add("embed", {{"tokens", m->n()}, {"hidden", h}});
-      add("layer_norm", {{"tokens", m->n()}, {"hidden", h}});
+      add(kernel_id::embed, {{"tokens", m->n()}, {"hidden", h}});
+      add(kernel_id::layer_norm, {{"tokens", m->n()}, {"hidden", h}});
     }
-  } else if (k == "linear") {
+    break;
+  }
+  case kernel_id::linear: {
     auto m = micro_of(c, rows);
     if (!m) return m.error();
     auto w = in(1);
@@ -101,13 +108,15 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     const int64_t o = dim(**w, 0), i = dim(**w, 1), n = m->n();
     if (n > 0 && o > 0) {
       if (i == 0) {
-        if (c.inputs.size() > 2) add("copy", {{"elements", n * o}});
+        if (c.inputs.size() > 2) add(kernel_id::copy, {{"elements", n * o}});
       } else {
-        add("linear", {{"tokens", n}, {"in", i}, {"out", o}});
-        if (c.params.size() > 2 && c.params[2] == 1) add("gelu", {{"elements", n * o}});
+        add(kernel_id::linear, {{"tokens", n}, {"in", i}, {"out", o}});
+        if (c.params.size() > 2 && c.params[2] == 1) add(kernel_id::gelu, {{"elements", n * o}});
       }
     }
-  } else if (k == "attention") {
+    break;
+  }
+  case kernel_id::attention: {
     auto m = micro_of(c, rows);
     if (!m) return m.error();
     if (c.params.size() < 4) return status::invalid("attention: params must be [micro, micros, heads, head_dim]");
@@ -117,9 +126,11 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
       for (int64_t s = m->seqs.begin; s < m->seqs.end; ++s)
         lens.push_back(rows.seq_offsets[static_cast<size_t>(s + 1)] - rows.seq_offsets[static_cast<size_t>(s)]);
       if (lens.empty()) lens.push_back(m->n());  // rows without sequence boundaries: one block
-      add("attention", {{"heads", heads}, {"head_dim", hd}}).with_seq_lens(std::move(lens));
+      add(kernel_id::attention, {{"heads", heads}, {"head_dim", hd}}).with_seq_lens(std::move(lens));
     }
-  } else if (k == "bias_residual_ln") {
+    break;
+  }
+  case kernel_id::bias_residual_ln: {
     auto m = micro_of(c, rows);
     if (!m) return m.error();
     if (c.params.size() < 4 || c.params[3] <= 0) return status::invalid("bias_residual_ln: params must be [micro, micros, part, parts]");
@@ -128,11 +139,13 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     auto part = exchange::token_partition(m->n(), static_cast<uint32_t>(c.params[2]), static_cast<uint32_t>(c.params[3]));
     const int64_t r = part.end - part.begin, h = dim(**x, 1);
     if (r > 0 && h > 0) {
-      add("add", {{"elements", r * h}});
-      add("add", {{"elements", r * h}});
-      add("layer_norm", {{"tokens", r}, {"hidden", h}});
+      add(kernel_id::add, {{"elements", r * h}});
+      add(kernel_id::add, {{"elements", r * h}});
+      add(kernel_id::layer_norm, {{"tokens", r}, {"hidden", h}});
     }
-  } else if (k == "classifier") {
+    break;
+  }
+  case kernel_id::classifier: {
     auto m = micro_of(c, rows);
     if (!m) return m.error();
     auto x = in(0);
@@ -140,12 +153,18 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     auto l = out(0);
     if (!l) return l.error();
     const int64_t seqs = m->seqs.end - m->seqs.begin, h = dim(**x, 1), labels = dim(**l, 1);
-    if (seqs > 0 && h > 0 && labels > 0) add("classifier", {{"seqs", seqs}, {"hidden", h}, {"labels", labels}});
-  } else if (k == "copy" || k == "add" || k == "scale") {
+    if (seqs > 0 && h > 0 && labels > 0) add(kernel_id::classifier, {{"seqs", seqs}, {"hidden", h}, {"labels", labels}});
+    break;
+  }
+  case kernel_id::copy:
+  case kernel_id::add:
+  case kernel_id::scale: {
     auto y = out(0);
     if (!y) return y.error();
-    if ((*y)->elements() > 0) add(k, {{"elements", static_cast<int64_t>((*y)->elements())}});
-  } else if (k == "reduce_sum") {
+    if ((*y)->elements() > 0) add(*id, {{"elements", static_cast<int64_t>((*y)->elements())}});
+    break;
+  }
+  case kernel_id::reduce_sum: {
     auto y = out(0);
     if (!y) return y.error();
     int64_t elements = 0;
@@ -154,16 +173,22 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
       if (!x) return x.error();
       elements += static_cast<int64_t>((*x)->elements());
     }
-    if (elements > 0) add(k, {{"elements", elements}, {"outputs", static_cast<int64_t>(std::max<uint64_t>(1, (*y)->elements()))}});
-  } else if (k == "matmul") {
+    if (elements > 0) add(*id, {{"elements", elements}, {"outputs", static_cast<int64_t>(std::max<uint64_t>(1, (*y)->elements()))}});
+    break;
+  }
+  case kernel_id::matmul: {
     auto a = in(0);
     if (!a) return a.error();
     auto b = in(1);
     if (!b) return b.error();
     const int64_t m = dim(**a, 0), kk = dim(**a, 1), n = dim(**b, 1);
-    if (m > 0 && n > 0 && kk > 0) add("matmul", {{"m", m}, {"n", n}, {"k", kk}});
-  } else {
-    return status::not_found("kernel '" + k + "' has no timing mapping");
+    if (m > 0 && n > 0 && kk > 0) add(kernel_id::matmul, {{"m", m}, {"n", n}, {"k", kk}});
+    break;
+  }
+  case kernel_id::layer_norm:
+  case kernel_id::gelu:
+  case kernel_id::softmax:
+    return status::not_found("kernel '" + c.kernel + "' runs inside other tile kernels, never on its own");
   }
   return q;
 }

@@ -79,11 +79,11 @@ status matmul_kernel(const kernel_args& a) {
 }  // namespace
 
 void register_basic_kernels(kernel_registry& reg) {
-  reg.add("copy", {1, 1, 1, 1}, copy_kernel);
-  reg.add("add", {2, 2, 1, 1}, add_kernel);
-  reg.add("scale", {1, 1, 1, 1}, scale_kernel);
-  reg.add("reduce_sum", {1, 64, 1, 1}, reduce_sum_kernel);
-  reg.add("matmul", {2, 2, 1, 1}, matmul_kernel);
+  reg.add(models::kernel_id::copy, {1, 1, 1, 1}, copy_kernel);
+  reg.add(models::kernel_id::add, {2, 2, 1, 1}, add_kernel);
+  reg.add(models::kernel_id::scale, {1, 1, 1, 1}, scale_kernel);
+  reg.add(models::kernel_id::reduce_sum, {1, 64, 1, 1}, reduce_sum_kernel);
+  reg.add(models::kernel_id::matmul, {2, 2, 1, 1}, matmul_kernel);
 }
 
 }  // namespace tessera::tile

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "matmul_plan.hpp"
+#include "tessera/models/kernel_list.hpp"
 
 namespace tessera::timing::detail {
 namespace {
@@ -40,8 +41,9 @@ double bytes_of(dtype t) { return static_cast<double>(dtype_bytes(t)); }
 using gpu_list = std::vector<gpu_kernel_work>;
 
 // ---- elementwise: copy, add, scale ------------------------------------------------------------
-kernel_estimator elementwise(std::string name, double cpv, double inputs, double flops_per_element,
+kernel_estimator elementwise(models::kernel_id id, double cpv, double inputs, double flops_per_element,
                              bool fusable) {
+  const std::string name(models::kernel_name(id));
   kernel_estimator e;
   e.name = name;
   e.params = "elements";
@@ -61,7 +63,7 @@ kernel_estimator elementwise(std::string name, double cpv, double inputs, double
 // ---- reduce_sum -------------------------------------------------------------------------------
 kernel_estimator reduce_sum() {
   kernel_estimator e;
-  e.name = "reduce_sum";
+  e.name = std::string(models::kernel_name(models::kernel_id::reduce_sum));
   e.params = "elements, outputs (default 1)";
   e.ipu_cycles = [](const kernel_query& q, const ipu_preset& p, double tiles) -> result<double> {
     TRY_GET(n, q, "elements");
@@ -85,7 +87,7 @@ kernel_estimator reduce_sum() {
 // ---- matmul and linear --------------------------------------------------------------------------
 kernel_estimator matmul() {
   kernel_estimator e;
-  e.name = "matmul";
+  e.name = std::string(models::kernel_name(models::kernel_id::matmul));
   e.params = "m, n, k";
   e.ipu_cycles = [](const kernel_query& q, const ipu_preset& p, double tiles) -> result<double> {
     TRY_GET(m, q, "m");
@@ -111,7 +113,7 @@ kernel_estimator matmul() {
 
 kernel_estimator linear() {
   kernel_estimator e;
-  e.name = "linear";
+  e.name = std::string(models::kernel_name(models::kernel_id::linear));
   e.params = "tokens, in, out";
   e.ipu_cycles = [](const kernel_query& q, const ipu_preset& p, double tiles) -> result<double> {
     TRY_GET(t, q, "tokens");
@@ -140,7 +142,7 @@ kernel_estimator linear() {
 // ---- layer_norm, gelu, softmax ------------------------------------------------------------------
 kernel_estimator layer_norm() {
   kernel_estimator e;
-  e.name = "layer_norm";
+  e.name = std::string(models::kernel_name(models::kernel_id::layer_norm));
   e.params = "tokens, hidden";
   e.ipu_cycles = [](const kernel_query& q, const ipu_preset& p, double tiles) -> result<double> {
     TRY_GET(t, q, "tokens");
@@ -164,7 +166,7 @@ kernel_estimator layer_norm() {
 
 kernel_estimator gelu() {
   kernel_estimator e;
-  e.name = "gelu";
+  e.name = std::string(models::kernel_name(models::kernel_id::gelu));
   e.params = "elements";
   e.ipu_cycles = [](const kernel_query& q, const ipu_preset& p, double tiles) -> result<double> {
     TRY_GET(n, q, "elements");
@@ -186,7 +188,7 @@ double softmax_cycles(double rows, double n, dtype t, const ipu_preset& p, doubl
 
 kernel_estimator softmax() {
   kernel_estimator e;
-  e.name = "softmax";
+  e.name = std::string(models::kernel_name(models::kernel_id::softmax));
   e.params = "rows, cols";
   e.ipu_cycles = [](const kernel_query& q, const ipu_preset& p, double tiles) -> result<double> {
     TRY_GET(r, q, "rows");
@@ -229,7 +231,7 @@ result<attention_sums> attention_shape(const kernel_query& q) {
 
 kernel_estimator attention() {
   kernel_estimator e;
-  e.name = "attention";
+  e.name = std::string(models::kernel_name(models::kernel_id::attention));
   e.params = "heads, head_dim; seq_lens";
   // Q K^T and P V: 2 * sum(L^2) * head_dim MACs per head; softmax over sum(L^2) scores per head.
   e.ipu_cycles = [](const kernel_query& q, const ipu_preset& p, double tiles) -> result<double> {
@@ -272,7 +274,7 @@ kernel_estimator attention() {
 // ---- embed, classifier ---------------------------------------------------------------------------
 kernel_estimator embed() {
   kernel_estimator e;
-  e.name = "embed";
+  e.name = std::string(models::kernel_name(models::kernel_id::embed));
   e.params = "tokens, hidden";
   e.ipu_cycles = [](const kernel_query& q, const ipu_preset& p, double tiles) -> result<double> {
     TRY_GET(t, q, "tokens");
@@ -295,7 +297,7 @@ kernel_estimator embed() {
 
 kernel_estimator classifier() {
   kernel_estimator e;
-  e.name = "classifier";
+  e.name = std::string(models::kernel_name(models::kernel_id::classifier));
   e.params = "seqs, hidden, labels";
   e.ipu_cycles = [](const kernel_query& q, const ipu_preset& p, double tiles) -> result<double> {
     TRY_GET(s, q, "seqs");
@@ -333,9 +335,10 @@ kernel_estimator classifier() {
 }  // namespace
 
 void add_builtin_kernels(estimator_registry& r) {
+  using models::kernel_id;
   for (kernel_estimator e :
-       {elementwise("copy", copy_cpv, 1, 0, false), elementwise("add", add_cpv, 2, 1, true),
-        elementwise("scale", scale_cpv, 1, 1, true), reduce_sum(), matmul(), linear(), layer_norm(), gelu(),
+       {elementwise(kernel_id::copy, copy_cpv, 1, 0, false), elementwise(kernel_id::add, add_cpv, 2, 1, true),
+        elementwise(kernel_id::scale, scale_cpv, 1, 1, true), reduce_sum(), matmul(), linear(), layer_norm(), gelu(),
         softmax(), attention(), embed(), classifier()}) {
     status s = r.add(std::move(e));
     (void)s;  // names are distinct by construction

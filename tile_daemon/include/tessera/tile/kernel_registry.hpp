@@ -17,6 +17,7 @@
 
 #include "tessera/common/status.hpp"
 #include "tessera/exchange/protocol.hpp"
+#include "tessera/models/kernel_list.hpp"
 #include "tessera/tile/tile_memory.hpp"
 
 namespace tessera::tile {
@@ -56,6 +57,10 @@ class kernel_registry {
   static kernel_registry with_builtins();
 
   void add(std::string name, kernel_signature sig, kernel_fn fn);
+  /// A kernel of tessera's list (tessera/models/kernel_list.hpp), under its name there.
+  void add(models::kernel_id id, kernel_signature sig, kernel_fn fn) {
+    add(std::string(models::kernel_name(id)), sig, std::move(fn));
+  }
   bool has(const std::string& name) const { return kernels_.count(name) != 0; }
   std::vector<std::string> names() const;
 
