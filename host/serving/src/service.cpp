@@ -304,6 +304,38 @@ void service::route(std::string_view method, std::string_view target, std::strin
   reply(error_reply(404, error_kind::not_found, "no route " + printable(path, 100)));
 }
 
+std::optional<api_error> service::check_batch_size(size_t inputs) const {
+  if (static_cast<int64_t>(inputs) <= cfg_.max_client_batch_size) return std::nullopt;
+  return api_error{413, std::string(error_kind::validation),
+                   "batch size " + std::to_string(inputs) + " > maximum allowed batch size " +
+                       std::to_string(cfg_.max_client_batch_size)};
+}
+
+std::optional<api_error> service::encode_text(std::string_view a, const std::string_view* b, bool truncate,
+                                              truncation_side side, unsigned tokenizer_status,
+                                              backends::sequence_input& out) const {
+  const int32_t cut = truncate ? info_.max_input_length : 0;
+  auto enc = b ? tokenizer_->encode_pair(a, *b, cut, side) : tokenizer_->encode(a, cut, side);
+  if (!enc.ok()) return api_error{tokenizer_status, std::string(error_kind::tokenizer), enc.error().message()};
+  out = std::move(*enc);
+  return std::nullopt;
+}
+
+std::optional<api_error> service::check_length(size_t tokens, std::string_view field,
+                                               std::string_view how_to_truncate) const {
+  const int32_t max_len = info_.max_input_length;
+  if (static_cast<int64_t>(tokens) <= max_len) return std::nullopt;
+  return api_error{413, std::string(error_kind::validation),
+                   "Input validation error: " + std::string(field) + " must have at most " + std::to_string(max_len) +
+                       " tokens. Given: " + std::to_string(tokens) + "; " + std::string(how_to_truncate) +
+                       " to cut it"};
+}
+
+std::optional<api_error> service::check_healthy() const {
+  if (router_.healthy()) return std::nullopt;
+  return api_error{503, std::string(error_kind::unhealthy), "no healthy backend"};
+}
+
 void service::submit_all(std::shared_ptr<call_state> call, std::vector<backends::sequence_input> seqs) {
   const time_point now = steady::now();
   if (cfg_.request_timeout > duration::zero())

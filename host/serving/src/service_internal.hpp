@@ -1,7 +1,8 @@
 // What the API dialects of service (service_tei.cpp: text-embeddings-inference and Hugging
 // Face's clients; service_kserve.cpp: KServe v2 / Open Inference Protocol) share: the body
 // checks before JSON parsing, error kinds as each dialect spells them, and the per-request
-// fan-in of sequence answers. Private to tessera_serving_core.
+// fan-in of sequence answers (the checks on what a dialect read are service members:
+// check_batch_size, encode_text, check_length, check_healthy). Private to tessera_serving_core.
 #pragma once
 
 #include <atomic>

@@ -233,6 +233,7 @@ void service::kserve_infer(std::string_view body, const request_headers& headers
     reply(inference_error(status, type, message));
   };
   auto invalid = [&](std::string_view message) { fail(400, error_kind::validation, message); };
+  auto reject = [&](const api_error& e) { fail(e.status, e.type, e.message); };
   // The binary tensor data extension: the JSON is the first Inference-Header-Content-Length bytes.
   std::string_view json_part = body;
   binary_reader binary;
@@ -338,9 +339,7 @@ void service::kserve_infer(std::string_view body, const request_headers& headers
       if (text_pair->count != n) return invalid("'text_pair' needs as many elements as 'text' (" + std::to_string(n) + ")");
     }
     if (n == 0) return invalid("input 'text' holds no texts");
-    if (n > cfg_.max_client_batch_size)
-      return fail(413, error_kind::validation, "batch size " + std::to_string(n) + " > maximum allowed batch size " +
-                                                   std::to_string(cfg_.max_client_batch_size));
+    if (auto e = check_batch_size(static_cast<size_t>(n))) return reject(*e);
     for (int64_t i = 0; i < n; ++i) {
       const std::string& a = text->bytes[static_cast<size_t>(pairs_in_text ? 2 * i : i)];
       const std::string* b = pairs_in_text ? &text->bytes[static_cast<size_t>(2 * i + 1)]
@@ -352,16 +351,15 @@ void service::kserve_infer(std::string_view body, const request_headers& headers
           return fail(400, error_kind::bad_request, bad->describe("text element " + std::to_string(i)));
       }
       if (a.empty() && (!b || b->empty())) return invalid("text element " + std::to_string(i) + " is empty");
-      auto enc = b ? tokenizer_->encode_pair(a, *b, truncate ? max_len : 0) : tokenizer_->encode(a, truncate ? max_len : 0);
-      if (!enc) return fail(400, error_kind::tokenizer, enc.error().message());
-      seqs.push_back(std::move(*enc));
+      backends::sequence_input seq;
+      const std::string_view bv = b ? std::string_view(*b) : std::string_view();
+      if (auto e = encode_text(a, b ? &bv : nullptr, truncate, truncation_side::right, 400, seq)) return reject(*e);
+      seqs.push_back(std::move(seq));
     }
   } else {
     const auto& s = ids->shape;
     if (s.size() != 2 || s[0] < 1 || s[1] < 1) return invalid("input_ids needs shape [batch, length], both >= 1");
-    if (s[0] > cfg_.max_client_batch_size)
-      return fail(413, error_kind::validation, "batch size " + std::to_string(s[0]) + " > maximum allowed batch size " +
-                                                   std::to_string(cfg_.max_client_batch_size));
+    if (auto e = check_batch_size(static_cast<size_t>(s[0]))) return reject(*e);
     for (const tensor* t : {types, mask})
       if (t && t->shape != s) return invalid("input '" + t->name + "' needs the shape of input_ids");
     for (int64_t i = 0; i < s[0]; ++i) {
@@ -383,12 +381,8 @@ void service::kserve_infer(std::string_view body, const request_headers& headers
     }
   }
   for (const auto& s : seqs)
-    if (static_cast<int32_t>(s.token_ids.size()) > max_len)
-      return fail(413, error_kind::validation,
-                  "Input validation error: inputs must have at most " + std::to_string(max_len) +
-                      " tokens. Given: " + std::to_string(s.token_ids.size()) +
-                      "; set parameters.truncate to true to cut it");
-  if (!router_.healthy()) return fail(503, error_kind::unhealthy, "no healthy backend");
+    if (auto e = check_length(s.token_ids.size(), "inputs", "set parameters.truncate to true")) return reject(*e);
+  if (auto e = check_healthy()) return reject(*e);
 
   auto call = call_state::make(seqs.size(), reply, this, start);
   json id = req.contains("id") ? req["id"] : json();

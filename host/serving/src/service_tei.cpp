@@ -305,10 +305,9 @@ void service::tei_infer(tei_job job, const reply_fn& reply) {
     te.request_failure.add(err);
     fail(status, type, message);
   };
-  if (job.batch && static_cast<int64_t>(job.inputs.size()) > cfg_.max_client_batch_size)
-    return te_fail("batch_size", 413, error_kind::validation,
-                   "batch size " + std::to_string(job.inputs.size()) + " > maximum allowed batch size " +
-                       std::to_string(cfg_.max_client_batch_size));
+  auto te_reject = [&](std::string_view err, const api_error& e) { te_fail(err, e.status, e.type, e.message); };
+  if (job.batch)
+    if (auto e = check_batch_size(job.inputs.size())) return te_reject("batch_size", *e);
   // Tokenize and validate, input by input (the first failing input answers, as in TEI).
   const int32_t max_len = info_.max_input_length;
   std::vector<backends::sequence_input> seqs;
@@ -324,23 +323,21 @@ void service::tei_infer(tei_job job, const reply_fn& reply) {
       return te_fail("tokenization", 413, error_kind::validation,
                   "Input validation error: `inputs` must have at most " + std::to_string(char_limit) +
                       " characters. Given: " + std::to_string(n) + "; pass \"truncate\": true to cut it");
-    const int32_t cut = job.truncate ? max_len : 0;
-    auto enc = in.pair ? tokenizer_->encode_pair(in.a, in.b, cut, job.side) : tokenizer_->encode(in.a, cut, job.side);
-    if (!enc) return te_fail("tokenization", 422, error_kind::tokenizer, enc.error().message());
-    if (static_cast<int32_t>(enc->token_ids.size()) > max_len)
-      return te_fail("tokenization", 413, error_kind::validation,
-                  "Input validation error: `inputs` must have at most " + std::to_string(max_len) +
-                      " tokens. Given: " + std::to_string(enc->token_ids.size()) +
-                      "; pass \"truncate\": true to cut it");
-    tokens += enc->token_ids.size();
-    metrics_.request_input_length.observe(static_cast<double>(enc->token_ids.size()));
-    te.request_input_length.observe(static_cast<double>(enc->token_ids.size()));
-    seqs.push_back(std::move(*enc));
+    backends::sequence_input seq;
+    const std::string_view b = in.b;
+    if (auto e = encode_text(in.a, in.pair ? &b : nullptr, job.truncate, job.side, 422, seq))
+      return te_reject("tokenization", *e);
+    if (auto e = check_length(seq.token_ids.size(), "`inputs`", "pass \"truncate\": true"))
+      return te_reject("tokenization", *e);
+    tokens += seq.token_ids.size();
+    metrics_.request_input_length.observe(static_cast<double>(seq.token_ids.size()));
+    te.request_input_length.observe(static_cast<double>(seq.token_ids.size()));
+    seqs.push_back(std::move(seq));
   }
   const time_point start = job.start;
   const double tokenization_seconds = to_seconds(steady::now() - start);
   metrics_.tokenization_duration.observe(tokenization_seconds);
-  if (!router_.healthy()) return te_fail("inference", 503, error_kind::unhealthy, "no healthy backend");
+  if (auto e = check_healthy()) return te_reject("inference", *e);
 
   auto call = call_state::make(seqs.size(), reply, this, start);
   call->on_error = [&te](unsigned status) { te.request_failure.add(status == 429 ? "overloaded" : "inference"); };

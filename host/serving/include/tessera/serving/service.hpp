@@ -34,6 +34,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
@@ -73,6 +74,9 @@ struct service_config {
 };
 
 struct call_state;  // one request's fan-in of sequence answers (service.cpp)
+namespace detail {
+struct api_error;  // an error answer (service_internal.hpp)
+}
 
 /// A decoder behind the OpenAI-compatible routes (service_openai.cpp).
 struct llm_api {
@@ -146,6 +150,22 @@ class service {
   http_reply inference_error(unsigned status, std::string_view type, std::string_view message);
   static http_reply error_body(unsigned status, std::string_view type, std::string_view message);
   void submit_all(std::shared_ptr<call_state> call, std::vector<backends::sequence_input> seqs);
+  // What every API dialect checks (service.cpp), worded once; a dialect parses its own request
+  // shape, then runs these on what it read. A new dialect (service_<name>.cpp) needs its route
+  // in route(), a parser, these checks, and a call_state whose build writes its answer shape.
+  /// 413 Validation when a request holds more inputs than max_client_batch_size.
+  std::optional<detail::api_error> check_batch_size(size_t inputs) const;
+  /// Tokenizes a text (or a pair, `b` non-null), cut to max_input_length when `truncate`;
+  /// a tokenizer failure is `tokenizer_status` Tokenizer (TEI answers 422, KServe 400).
+  std::optional<detail::api_error> encode_text(std::string_view a, const std::string_view* b, bool truncate,
+                                               truncation_side side, unsigned tokenizer_status,
+                                               backends::sequence_input& out) const;
+  /// 413 Validation when a sequence is longer than max_input_length; `field` and
+  /// `how_to_truncate` are the dialect's words ("`inputs`", "pass \"truncate\": true").
+  std::optional<detail::api_error> check_length(size_t tokens, std::string_view field,
+                                                std::string_view how_to_truncate) const;
+  /// 503 Unhealthy when no backend can take a request.
+  std::optional<detail::api_error> check_healthy() const;
   // service_tei.cpp
   void tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply);
   void tei_tokenize(std::string_view body, const reply_fn& reply);
