@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/models/bpe_tokenizer.hpp"
-#include "test_util.hpp"
+#include "util.hpp"
 
 namespace tessera::models {
 namespace {
