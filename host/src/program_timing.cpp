@@ -72,10 +72,7 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
                                                  timing::dtype type) {
   std::vector<kernel_query> q;
   using models::kernel_id;
-  auto add = [&](kernel_id id, std::initializer_list<std::pair<const std::string, int64_t>> p) -> kernel_query& {
-    q.emplace_back(std::string(models::kernel_name(id)), p, type);
-    return q.back();
-  };
+  auto add = [&](kernel_id id, const auto& shape) { q.push_back(timing::make_query(id, shape, type)); };
   auto in = [&](size_t i) -> result<const tensor_desc*> {
     if (i >= c.inputs.size()) return status::invalid(c.kernel + ": missing input " + std::to_string(i));
     return find(tensors, c.inputs[i], c.kernel);
@@ -95,8 +92,8 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     if (!x) return x.error();
     const int64_t h = dim(**x, 1);
     if (m->n() > 0 && h > 0) {
-      add(kernel_id::embed, {{"tokens", m->n()}, {"hidden", h}});
-      add(kernel_id::layer_norm, {{"tokens", m->n()}, {"hidden", h}});
+      add(kernel_id::embed, timing::rows_shape{.tokens = m->n(), .hidden = h});
+      add(kernel_id::layer_norm, timing::rows_shape{.tokens = m->n(), .hidden = h});
     }
     break;
   }
@@ -108,10 +105,10 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     const int64_t o = dim(**w, 0), i = dim(**w, 1), n = m->n();
     if (n > 0 && o > 0) {
       if (i == 0) {
-        if (c.inputs.size() > 2) add(kernel_id::copy, {{"elements", n * o}});
+        if (c.inputs.size() > 2) add(kernel_id::copy, timing::elements_shape{.elements = n * o});
       } else {
-        add(kernel_id::linear, {{"tokens", n}, {"in", i}, {"out", o}});
-        if (c.params.size() > 2 && c.params[2] == 1) add(kernel_id::gelu, {{"elements", n * o}});
+        add(kernel_id::linear, timing::linear_shape{.tokens = n, .in = i, .out = o});
+        if (c.params.size() > 2 && c.params[2] == 1) add(kernel_id::gelu, timing::elements_shape{.elements = n * o});
       }
     }
     break;
@@ -126,7 +123,7 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
       for (int64_t s = m->seqs.begin; s < m->seqs.end; ++s)
         lens.push_back(rows.seq_offsets[static_cast<size_t>(s + 1)] - rows.seq_offsets[static_cast<size_t>(s)]);
       if (lens.empty()) lens.push_back(m->n());  // rows without sequence boundaries: one block
-      add(kernel_id::attention, {{"heads", heads}, {"head_dim", hd}}).with_seq_lens(std::move(lens));
+      add(kernel_id::attention, timing::attention_shape{.heads = heads, .head_dim = hd, .seq_lens = std::move(lens)});
     }
     break;
   }
@@ -139,9 +136,9 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     auto part = exchange::token_partition(m->n(), static_cast<uint32_t>(c.params[2]), static_cast<uint32_t>(c.params[3]));
     const int64_t r = part.end - part.begin, h = dim(**x, 1);
     if (r > 0 && h > 0) {
-      add(kernel_id::add, {{"elements", r * h}});
-      add(kernel_id::add, {{"elements", r * h}});
-      add(kernel_id::layer_norm, {{"tokens", r}, {"hidden", h}});
+      add(kernel_id::add, timing::elements_shape{.elements = r * h});
+      add(kernel_id::add, timing::elements_shape{.elements = r * h});
+      add(kernel_id::layer_norm, timing::rows_shape{.tokens = r, .hidden = h});
     }
     break;
   }
@@ -153,7 +150,8 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     auto l = out(0);
     if (!l) return l.error();
     const int64_t seqs = m->seqs.end - m->seqs.begin, h = dim(**x, 1), labels = dim(**l, 1);
-    if (seqs > 0 && h > 0 && labels > 0) add(kernel_id::classifier, {{"seqs", seqs}, {"hidden", h}, {"labels", labels}});
+    if (seqs > 0 && h > 0 && labels > 0)
+      add(kernel_id::classifier, timing::classifier_shape{.seqs = seqs, .hidden = h, .labels = labels});
     break;
   }
   case kernel_id::copy:
@@ -161,7 +159,7 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
   case kernel_id::scale: {
     auto y = out(0);
     if (!y) return y.error();
-    if ((*y)->elements() > 0) add(*id, {{"elements", static_cast<int64_t>((*y)->elements())}});
+    if ((*y)->elements() > 0) add(*id, timing::elements_shape{.elements = static_cast<int64_t>((*y)->elements())});
     break;
   }
   case kernel_id::reduce_sum: {
@@ -173,7 +171,8 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
       if (!x) return x.error();
       elements += static_cast<int64_t>((*x)->elements());
     }
-    if (elements > 0) add(*id, {{"elements", elements}, {"outputs", static_cast<int64_t>(std::max<uint64_t>(1, (*y)->elements()))}});
+    const auto outputs = static_cast<int64_t>(std::max<uint64_t>(1, (*y)->elements()));
+    if (elements > 0) add(*id, timing::reduce_shape{.elements = elements, .outputs = outputs});
     break;
   }
   case kernel_id::matmul: {
@@ -182,7 +181,7 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     auto b = in(1);
     if (!b) return b.error();
     const int64_t m = dim(**a, 0), kk = dim(**a, 1), n = dim(**b, 1);
-    if (m > 0 && n > 0 && kk > 0) add(kernel_id::matmul, {{"m", m}, {"n", n}, {"k", kk}});
+    if (m > 0 && n > 0 && kk > 0) add(kernel_id::matmul, timing::matmul_shape{.m = m, .n = n, .k = kk});
     break;
   }
   case kernel_id::layer_norm:

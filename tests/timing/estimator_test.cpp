@@ -84,6 +84,29 @@ TEST(estimator, unknown_kernel_and_bad_params_are_statuses) {
   EXPECT_FALSE(estimate_tile_cycles(kernel_query("add", {{"elements", 8}}), round_ipu(), 0.5));
 }
 
+// Typed shapes: a query built from one reads back the same, the estimate matches the query
+// spelled by name, and a missing or non-positive parameter is an error naming it.
+TEST(estimator, typed_shapes_round_trip_and_price_like_named_parameters) {
+  using models::kernel_id;
+  const auto q = make_query(kernel_id::linear, linear_shape{.tokens = 16, .in = 16, .out = 16});
+  EXPECT_EQ(q.kernel, "linear");
+  auto s = read_shape<linear_shape>(q);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  EXPECT_EQ(s->tokens, 16);
+  EXPECT_EQ(s->out, 16);
+  EXPECT_DOUBLE_EQ(cycles(q), cycles(kernel_query("linear", {{"tokens", 16}, {"in", 16}, {"out", 16}})));
+  const auto a = make_query(kernel_id::attention, attention_shape{.heads = 1, .head_dim = 8, .seq_lens = {4, 2}});
+  EXPECT_DOUBLE_EQ(cycles(a), cycles(kernel_query("attention", {{"heads", 1}, {"head_dim", 8}}).with_seq_lens({4, 2})));
+  auto r = read_shape<reduce_shape>(kernel_query("reduce_sum", {{"elements", 16}}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outputs, 1) << "outputs is optional, default 1";
+  auto bad = read_shape<matmul_shape>(kernel_query("matmul", {{"m", 4}, {"n", 0}, {"k", 2}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("'n'"), std::string::npos) << bad.error().message();
+  EXPECT_EQ(shape_param_names<reduce_shape>(), "elements, outputs (optional)");
+  EXPECT_EQ(shape_param_names<attention_shape>(), "heads, head_dim; seq_lens");
+}
+
 TEST(estimator, registry_holds_every_named_kernel_and_accepts_new_ones) {
   auto names = estimator_registry::builtin().names();
   for (const char* k : {"copy", "add", "scale", "reduce_sum", "matmul", "linear", "layer_norm", "gelu", "softmax",

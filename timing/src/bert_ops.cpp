@@ -52,21 +52,28 @@ result<bert_forward_parts> bert_forward_split(const model_shape& s, const bert_b
   const int64_t tokens = std::accumulate(lens.begin(), lens.end(), int64_t{0}), h = s.hidden_size;
   bert_forward_parts f;
   f.layers = s.num_layers;
-  f.head.push_back(kernel_query("embed", {{"tokens", tokens}, {"hidden", h}}, t));
-  f.head.push_back(kernel_query("layer_norm", {{"tokens", tokens}, {"hidden", h}}, t));
+  using models::kernel_id;
+  const rows_shape rows{.tokens = tokens, .hidden = h};
+  const elements_shape residual{.elements = tokens * h};
+  f.head.push_back(make_query(kernel_id::embed, rows, t));
+  f.head.push_back(make_query(kernel_id::layer_norm, rows, t));
   f.layer.reserve(10);
-  f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", h}, {"out", 3 * h}}, t));
-  f.layer.push_back(kernel_query("attention", {{"heads", s.num_heads}, {"head_dim", s.head_dim()}}, t).with_seq_lens(lens));
-  f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", h}, {"out", h}}, t));
-  f.layer.push_back(kernel_query("add", {{"elements", tokens * h}}, t));
-  f.layer.push_back(kernel_query("layer_norm", {{"tokens", tokens}, {"hidden", h}}, t));
-  f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", h}, {"out", s.intermediate_size}}, t));
-  f.layer.push_back(kernel_query("gelu", {{"elements", tokens * s.intermediate_size}}, t));
-  f.layer.push_back(kernel_query("linear", {{"tokens", tokens}, {"in", s.intermediate_size}, {"out", h}}, t));
-  f.layer.push_back(kernel_query("add", {{"elements", tokens * h}}, t));
-  f.layer.push_back(kernel_query("layer_norm", {{"tokens", tokens}, {"hidden", h}}, t));
-  f.tail.push_back(kernel_query(
-      "classifier", {{"seqs", static_cast<int64_t>(batch.seq_lens.size())}, {"hidden", h}, {"labels", s.num_labels}}, t));
+  f.layer.push_back(make_query(kernel_id::linear, linear_shape{.tokens = tokens, .in = h, .out = 3 * h}, t));
+  f.layer.push_back(make_query(
+      kernel_id::attention, attention_shape{.heads = s.num_heads, .head_dim = s.head_dim(), .seq_lens = lens}, t));
+  f.layer.push_back(make_query(kernel_id::linear, linear_shape{.tokens = tokens, .in = h, .out = h}, t));
+  f.layer.push_back(make_query(kernel_id::add, residual, t));
+  f.layer.push_back(make_query(kernel_id::layer_norm, rows, t));
+  f.layer.push_back(
+      make_query(kernel_id::linear, linear_shape{.tokens = tokens, .in = h, .out = s.intermediate_size}, t));
+  f.layer.push_back(make_query(kernel_id::gelu, elements_shape{.elements = tokens * s.intermediate_size}, t));
+  f.layer.push_back(
+      make_query(kernel_id::linear, linear_shape{.tokens = tokens, .in = s.intermediate_size, .out = h}, t));
+  f.layer.push_back(make_query(kernel_id::add, residual, t));
+  f.layer.push_back(make_query(kernel_id::layer_norm, rows, t));
+  const int64_t seqs = static_cast<int64_t>(batch.seq_lens.size());
+  f.tail.push_back(
+      make_query(kernel_id::classifier, classifier_shape{.seqs = seqs, .hidden = h, .labels = s.num_labels}, t));
   return f;
 }
 
