@@ -67,7 +67,7 @@ tessera::result<std::pair<measured, measured>> run(const decoder_model& m, int B
   for (int s = 0; s < B; ++s) {
     seq_step st;
     st.seq_id = static_cast<uint64_t>(s);
-    for (int i = 0; i < prompt; ++i) st.tokens.push_back(static_cast<int32_t>(r.next_int(0, c.vocab_size - 1)));
+    for (int i = 0; i < prompt; ++i) st.tokens.push_back(static_cast<int32_t>(r.uniform(0, c.vocab_size - 1)));
     for (int b = 0; b < per_seq; ++b) st.block_table.push_back(s * per_seq + b);
     batch.seqs.push_back(std::move(st));
   }

@@ -17,14 +17,14 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "child_process.hpp"
-#include "http_client.hpp"
+#include "tessera/test/child_process.hpp"
+#include "tessera/test/http_client.hpp"
 #include "tessera/serving/toy_llm.hpp"
 
 namespace tessera::serving {
 namespace {
 
-using namespace test_support;
+using namespace tessera::test_support;
 using json = nlohmann::json;
 
 // Server-sent events over a raw socket: one request, events read as they come.

@@ -58,8 +58,8 @@ struct planned {
 // Texts of about n tokens: common words, a token each in GPT-2's and LLaMA's vocabularies (and
 // n bytes... roughly) for chat; token ids for completions with prompt_ids.
 std::vector<planned> make_plan(const llm_load_config& cfg) {
-  rng64 rng(cfg.seed);
-  rng64 prefix_rng(cfg.seed ^ 0x5eedULL);
+  splitmix64 rng(cfg.seed);
+  splitmix64 prefix_rng(cfg.seed ^ 0x5eedULL);
   std::vector<planned> plan;
   double t = 0;
   std::vector<int32_t> prefix_ids;

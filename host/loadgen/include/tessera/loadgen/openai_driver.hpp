@@ -30,7 +30,7 @@ struct length_dist {
   /// "N" (fixed) or "U[lo,hi]" / "lo-hi" (uniform). Errors say the accepted forms.
   static result<length_dist> parse(std::string_view text);
   std::string describe() const;
-  int32_t draw(rng64& rng) const { return kind == fixed ? lo : static_cast<int32_t>(rng.uniform(lo, hi)); }
+  int32_t draw(splitmix64& rng) const { return kind == fixed ? lo : static_cast<int32_t>(rng.uniform(lo, hi)); }
 };
 
 struct llm_load_config {

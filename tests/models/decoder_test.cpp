@@ -16,7 +16,7 @@
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/safetensors.hpp"
-#include "test_util.hpp"
+#include "util.hpp"
 
 namespace tessera::models {
 namespace {
@@ -50,7 +50,7 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 std::vector<int32_t> some_tokens(int n, int vocab, uint64_t seed) {
   splitmix64 r(seed);
   std::vector<int32_t> v;
-  for (int i = 0; i < n; ++i) v.push_back(static_cast<int32_t>(r.next_int(0, vocab - 1)));
+  for (int i = 0; i < n; ++i) v.push_back(static_cast<int32_t>(r.uniform(0, vocab - 1)));
   return v;
 }
 
@@ -229,7 +229,7 @@ TEST(block_pool, random_operations_match_a_model) {
   block_pool p(17);
   std::vector<int> refs(17, 0);
   for (int i = 0; i < 20000; ++i) {
-    const int op = static_cast<int>(r.next_int(0, 2)), id = static_cast<int>(r.next_int(-1, 17));
+    const int op = static_cast<int>(r.uniform(0, 2)), id = static_cast<int>(r.uniform(-1, 17));
     if (op == 0) {
       auto a = p.allocate();
       const bool any = std::count(refs.begin(), refs.end(), 0) > 0;
@@ -326,11 +326,11 @@ TEST(decoder_step, mixed_batches_with_joins_and_leaves) {
     int checked = 0;
     for (int step = 0; step < 14; ++step) {
       // Join: 0-2 new sequences with prompts of 1-30 tokens.
-      for (int j = static_cast<int>(r.next_int(0, 2)); j > 0; --j)
-        seqs.push_back({next_id++, some_tokens(static_cast<int>(r.next_int(1, 30)), c.vocab_size, next_id), 0, {}, 0});
+      for (int j = static_cast<int>(r.uniform(0, 2)); j > 0; --j)
+        seqs.push_back({next_id++, some_tokens(static_cast<int>(r.uniform(1, 30)), c.vocab_size, next_id), 0, {}, 0});
       // Leave: a finished sequence frees its blocks.
-      if (seqs.size() > 3 && r.next_int(0, 2) == 0) {
-        const size_t k = static_cast<size_t>(r.next_int(0, static_cast<int64_t>(seqs.size()) - 1));
+      if (seqs.size() > 3 && r.uniform(0, 2) == 0) {
+        const size_t k = static_cast<size_t>(r.uniform(0, static_cast<int64_t>(seqs.size()) - 1));
         for (int32_t b : seqs[k].table) ASSERT_TRUE(pool.release(b).ok());
         seqs.erase(seqs.begin() + static_cast<int64_t>(k));
       }
@@ -340,7 +340,7 @@ TEST(decoder_step, mixed_batches_with_joins_and_leaves) {
         st.seq_id = s.id;
         st.start_pos = s.cached;
         const int pending = static_cast<int>(s.tokens.size()) - s.cached;
-        const int take = pending > 1 ? std::min(pending, static_cast<int>(r.next_int(1, 12))) : 1;
+        const int take = pending > 1 ? std::min(pending, static_cast<int>(r.uniform(1, 12))) : 1;
         st.tokens.assign(s.tokens.begin() + s.cached, s.tokens.begin() + s.cached + take);
         while (static_cast<int>(s.table.size()) * bt < s.cached + take) {
           auto b = pool.allocate();
@@ -419,15 +419,15 @@ TEST(decoder_step, random_batches_succeed_exactly_when_valid) {
     step_batch b;
     bool valid = true;
     size_t wants = 0;
-    for (int s = static_cast<int>(r.next_int(0, 3)); s > 0; --s) {
+    for (int s = static_cast<int>(r.uniform(0, 3)); s > 0; --s) {
       seq_step st;
       st.seq_id = r.next();
-      const int n = static_cast<int>(r.next_int(0, 6));
-      for (int i = 0; i < n; ++i) st.tokens.push_back(static_cast<int32_t>(r.next_int(-2, 302)));
-      st.start_pos = static_cast<int32_t>(r.next_int(-1, 97));
-      for (int i = static_cast<int>(r.next_int(0, 30)); i > 0; --i)
-        st.block_table.push_back(static_cast<int32_t>(r.next_int(-1, nblocks)));
-      st.want_logits = r.next_int(0, 3) != 0;
+      const int n = static_cast<int>(r.uniform(0, 6));
+      for (int i = 0; i < n; ++i) st.tokens.push_back(static_cast<int32_t>(r.uniform(-2, 302)));
+      st.start_pos = static_cast<int32_t>(r.uniform(-1, 97));
+      for (int i = static_cast<int>(r.uniform(0, 30)); i > 0; --i)
+        st.block_table.push_back(static_cast<int32_t>(r.uniform(-1, nblocks)));
+      st.want_logits = r.uniform(0, 3) != 0;
       const int64_t end = int64_t{st.start_pos} + n;
       bool v = n > 0 && st.start_pos >= 0 && end <= c.max_position_embeddings;
       for (int32_t t : st.tokens) v = v && t >= 0 && t < c.vocab_size;

@@ -9,7 +9,7 @@
 
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
-#include "test_util.hpp"
+#include "util.hpp"
 
 namespace tessera::models {
 namespace {
