@@ -310,7 +310,7 @@ void llm_engine::run() {
       m.modelled_seconds_total.store(modelled_now_);
     }
     m.step_tokens.observe(static_cast<double>(plan.batch.num_tokens()));
-    if (!r.st && r.kv_lost) {
+    if (!r.st.ok() && r.kv_lost) {
       // A tile came back empty: recompute what was running; no request fails.
       TESSERA_LOG_WARN("decoder backend lost its KV cache (" << r.st.message() << "); recomputing "
                        << scheduler_->running() << " running sequences");
@@ -318,7 +318,7 @@ void llm_engine::run() {
       update_gauges();
       continue;
     }
-    if (!r.st) {
+    if (!r.st.ok()) {
       // The step's sequences fail; the others go on.
       TESSERA_LOG_WARN("decoder step failed: " << r.st.to_string());
       for (const auto& s : plan.batch.seqs) {
