@@ -16,7 +16,7 @@
 #include "tessera/models/bpe_tokenizer.hpp"
 #include "tessera/models/gguf.hpp"
 #include "tessera/models/kernels.hpp"
-#include "test_util.hpp"
+#include "util.hpp"
 
 namespace tessera::models {
 namespace {
