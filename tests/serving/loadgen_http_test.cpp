@@ -7,7 +7,6 @@
 
 using namespace tessera;
 using namespace tessera::loadgen;
-using namespace tessera::test_support;
 using namespace tessera::serving::test_support;
 
 TEST(LoadgenHttp, ClosedLoopEveryRequestAnswered) {
