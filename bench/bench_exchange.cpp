@@ -229,7 +229,8 @@ int tessera_receiver(const std::string& dir, size_t size) {
     auto ran = runner.run(prog, {.program_id = 1, .batch_id = batch, .collect_counters = false},
                           [] { return receiver_stop != 0; });
     if (!ran.ok()) {
-      if (ran.error().code() == errc::cancelled) return meter.finish(count), 0;  // stop
+      // Stopped: the runner saw the flag (cancelled), or SIGUSR1 cut ZeroMQ's wait short (EINTR).
+      if (ran.error().code() == errc::cancelled || receiver_stop) return meter.finish(count), 0;
       std::fprintf(stderr, "tessera receiver: %s\n", ran.error().to_string().c_str());
       return 7;
     }
