@@ -29,7 +29,7 @@ models::step_batch prefill_batch(int seqs, int prompt, int vocab, int block_toke
   for (int s = 0; s < seqs; ++s) {
     models::seq_step st;
     st.seq_id = static_cast<uint64_t>(s);
-    for (int k = 0; k < prompt; ++k) st.tokens.push_back(static_cast<int32_t>(rng.next_int(0, vocab - 1)));
+    for (int k = 0; k < prompt; ++k) st.tokens.push_back(static_cast<int32_t>(rng.uniform(0, vocab - 1)));
     for (int k = 0; k < per_seq; ++k) st.block_table.push_back(first_block + s * per_seq + k);
     b.seqs.push_back(std::move(st));
   }

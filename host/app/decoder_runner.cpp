@@ -139,8 +139,8 @@ int check_generation(tile_decoder& dec, const models::decoder_model& m, const mo
     s.index = i;
     s.replica = i % c.chosen.replicas;
     s.join_step = 3 * i;
-    const int len = i == 0 ? 37 : static_cast<int>(rng.next_int(1, 40));
-    for (int k = 0; k < len; ++k) s.prompt.push_back(static_cast<int32_t>(rng.next_int(0, shape.vocab_size - 1)));
+    const int len = i == 0 ? 37 : static_cast<int>(rng.uniform(1, 40));
+    for (int k = 0; k < len; ++k) s.prompt.push_back(static_cast<int32_t>(rng.uniform(0, shape.vocab_size - 1)));
     s.max_tokens = 32 - (i % 4) * 6;
     auto g = models::greedy_generate(*model, s.prompt, {.max_tokens = s.max_tokens, .block_tokens = c.kv.block_tokens, .keep_logits = true});
     if (!g) return fail(g.error().with_context("the reference generation of sequence " + std::to_string(i)));

@@ -108,7 +108,8 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
         if (c.inputs.size() > 2) add(kernel_id::copy, timing::elements_shape{.elements = n * o});
       } else {
         add(kernel_id::linear, timing::linear_shape{.tokens = n, .in = i, .out = o});
-        if (c.params.size() > 2 && c.params[2] == 1) add(kernel_id::gelu, timing::elements_shape{.elements = n * o});
+        // Any activation (GELU erf/tanh, ReLU, SiLU) is timed as one elementwise pass.
+        if (c.params.size() > 2 && c.params[2] != 0) add(kernel_id::gelu, timing::elements_shape{.elements = n * o});
       }
     }
     break;
@@ -184,6 +185,61 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     if (m > 0 && n > 0 && kk > 0) add(kernel_id::matmul, timing::matmul_shape{.m = m, .n = n, .k = kk});
     break;
   }
+  // Decoder kernels (tile_daemon/src/decoder_kernels.cpp), timed as the estimated kernels they are made of.
+  case kernel_id::dec_embed: {  // a row gather, plus the learned position rows where there are any
+    auto m = micro_of(c, rows);
+    if (!m) return m.error();
+    auto x = out(0);
+    if (!x) return x.error();
+    const int64_t e = m->n() * dim(**x, 1);
+    if (e > 0) add(kernel_id::copy, timing::elements_shape{.elements = e});
+    if (e > 0 && c.inputs.size() > 3) add(kernel_id::add, timing::elements_shape{.elements = e});
+    break;
+  }
+  case kernel_id::dec_norm: {  // RMSNorm or LayerNorm: one normalisation per row
+    auto m = micro_of(c, rows);
+    if (!m) return m.error();
+    auto x = out(0);
+    if (!x) return x.error();
+    if (m->n() > 0) add(kernel_id::layer_norm, timing::rows_shape{.tokens = m->n(), .hidden = dim(**x, 1)});
+    break;
+  }
+  case kernel_id::dec_residual: {  // this lane's share of the rows: (bias +) residual add
+    auto m = micro_of(c, rows);
+    if (!m) return m.error();
+    auto x = out(0);
+    if (!x) return x.error();
+    const int64_t parts = c.params.size() > 3 && c.params[3] > 0 ? c.params[3] : 1;
+    const int64_t e = (m->n() + parts - 1) / parts * dim(**x, 1);
+    if (e > 0) add(kernel_id::add, timing::elements_shape{.elements = e});
+    if (e > 0 && c.inputs.size() > 2) add(kernel_id::add, timing::elements_shape{.elements = e});
+    break;
+  }
+  case kernel_id::dec_multiply: {  // SwiGLU's gate * up
+    auto m = micro_of(c, rows);
+    if (!m) return m.error();
+    auto x = out(0);
+    if (!x) return x.error();
+    if (m->n() > 0) add(kernel_id::add, timing::elements_shape{.elements = m->n() * dim(**x, 1)});
+    break;
+  }
+  case kernel_id::dec_logits: {  // at most one row per sequence: final norm, LM head
+    auto m = micro_of(c, rows);
+    if (!m) return m.error();
+    auto head = in(2);
+    if (!head) return head.error();
+    const int64_t seqs = m->seqs.end - m->seqs.begin, vocab = dim(**head, 0), h = dim(**head, 1);
+    if (seqs > 0 && vocab > 0) {
+      add(kernel_id::layer_norm, timing::rows_shape{.tokens = seqs, .hidden = h});
+      add(kernel_id::linear, timing::linear_shape{.tokens = seqs, .in = h, .out = vocab});
+    }
+    break;
+  }
+  case kernel_id::dec_attention:
+    // Its cost depends on each sequence's cached context, which travels in the step's metadata,
+    // not in the program: decoder steps are timed by timing's LLM step model instead.
+    return status::not_found("kernel 'dec_attention' is timed by the LLM step model (timing/llm_step.hpp), not per call: "
+                             "its cost depends on the cached context lengths");
   case kernel_id::layer_norm:
   case kernel_id::gelu:
   case kernel_id::softmax:

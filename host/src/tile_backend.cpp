@@ -251,7 +251,7 @@ status bring_back_tile(tile_group& group, uint32_t t, const std::function<status
   const auto t1 = steady::now();
   const uint32_t incarnation = group.tiles()[t].incarnation;
   if (st.ok()) st = restore(t);
-  if (st && group.tiles()[t].incarnation != incarnation)
+  if (st.ok() && group.tiles()[t].incarnation != incarnation)
     st = status::peer_failed("tile " + std::to_string(t) + " was replaced while its shards were restored");
   if (st.ok())
     TESSERA_LOG_INFO(name << " tile " << t << ": restarted in "

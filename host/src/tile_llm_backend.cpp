@@ -96,11 +96,11 @@ status tile_llm_backend::recover() {
     status last;
     for (uint32_t t : failed) {
       last = bring_back_tile(group, t, [this](uint32_t tile) { return dec_->restore_tile(tile); }, info_.name);
-      if (!last) break;
+      if (!last.ok()) break;
       std::lock_guard lk(mu_);
       lost_.erase(std::remove(lost_.begin(), lost_.end(), t), lost_.end());
     }
-    if (last) continue;  // look again: another tile may have failed meanwhile
+    if (last.ok()) continue;  // look again: another tile may have failed meanwhile
     if (steady::now() >= deadline)
       return status::peer_failed(info_.name + ": the replica did not come back within " +
                                  std::to_string(cfg_.max_recovery.count()) + " ms: " + last.message());
@@ -158,7 +158,7 @@ void tile_llm_backend::work() {
       }
       status st = recover();
       res.logits.clear();
-      if (st) {
+      if (st.ok()) {
         ++recoveries_;
         res.st = status::peer_failed(info_.name + ": a tile failed and was brought back; its KV cache is empty");
         res.kv_lost = true;

@@ -2,7 +2,10 @@
 // cache in the memory plan, the refusal of what does not fit, and the step program's shape.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "tessera/host/placement.hpp"
+#include "tessera/host/program_timing.hpp"
 
 using namespace tessera;
 using namespace tessera::host;
@@ -122,4 +125,29 @@ TEST(DecoderPlacement, StepProgramShape) {
     for (const auto& st : p.steps)
       for (const auto& k : st.compute) logits += k.kernel == "dec_logits";
   EXPECT_EQ(logits, 3);
+}
+
+TEST(DecoderPlacement, EveryKernelCallIsTimedOrSaysWhyNot) {
+  // program_timing maps each decoder kernel to estimated kernels; dec_attention alone is left to
+  // the LLM step model (its cost needs the cached context lengths) and says so.
+  auto c = compile_decoder(gqa3(), request(4, plan{1, 2, 2, 1}));
+  ASSERT_TRUE(c) << c.error().message();
+  const auto tensors = tensors_of(*c);
+  const auto rows = rows_of({7, 1, 1});
+  std::set<std::string> timed, refused;
+  for (const auto& [tile, p] : c->programs[0])
+    for (const auto& st : p.steps)
+      for (const auto& k : st.compute) {
+        auto q = kernel_queries(k, tensors.at(tile), rows, timing::dtype::fp32);
+        if (q.ok()) {
+          EXPECT_FALSE(q->empty()) << k.kernel;
+          timed.insert(k.kernel);
+        } else {
+          EXPECT_EQ(k.kernel, "dec_attention") << q.error().message();
+          EXPECT_NE(q.error().message().find("LLM step model"), std::string::npos);
+          refused.insert(k.kernel);
+        }
+      }
+  EXPECT_EQ(timed, (std::set<std::string>{"dec_embed", "dec_norm", "linear", "dec_residual", "dec_multiply", "dec_logits"}));
+  EXPECT_EQ(refused, std::set<std::string>{"dec_attention"});
 }

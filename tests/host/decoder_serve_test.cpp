@@ -14,10 +14,10 @@
 #include <random>
 #include <thread>
 
-#include "../serving/child_process.hpp"
-#include "../serving/http_client.hpp"
+#include "tessera/test/child_process.hpp"
+#include "tessera/test/http_client.hpp"
 
-using namespace tessera::serving::test_support;
+using namespace tessera::test_support;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 

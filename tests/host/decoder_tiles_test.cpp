@@ -87,7 +87,7 @@ void expect_steps_equal(const models::decoder_model& m, tile_decoder& dec, int r
   std::vector<seq> seqs(lengths.size());
   for (size_t i = 0; i < seqs.size(); ++i) {
     seqs[i].prompt = lengths[i];
-    for (int k = 0; k < lengths[i]; ++k) seqs[i].tokens.push_back(static_cast<int32_t>(rng.next_int(0, m.shape().vocab_size - 1)));
+    for (int k = 0; k < lengths[i]; ++k) seqs[i].tokens.push_back(static_cast<int32_t>(rng.uniform(0, m.shape().vocab_size - 1)));
   }
   double worst = 0;
   int steps = 0;
@@ -124,7 +124,7 @@ void expect_steps_equal(const models::decoder_model& m, tile_decoder& dec, int r
       s.tokens.push_back(static_cast<int32_t>(std::max_element(w.begin(), w.end()) - w.begin()));
       if (++s.generated == outputs[who[k]]) {
         s.done = true;
-        for (int32_t id : s.blocks) ASSERT_TRUE(pool.release(id));
+        for (int32_t id : s.blocks) ASSERT_TRUE(pool.release(id).ok());
       }
     }
     for (const auto& [t, high] : got->memory_high_water)

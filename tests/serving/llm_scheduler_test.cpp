@@ -126,8 +126,8 @@ TEST(LlmScheduler, LostKvIsRecomputedAndThePrefixCacheForgotten) {
   auto system = ramp(40, 5);
   auto a = system;
   a.push_back(1);
-  ASSERT_TRUE(h.add(1, a, 30));
-  ASSERT_TRUE(h.add(2, ramp(25, 9), 30));
+  ASSERT_TRUE(h.add(1, a, 30).ok());
+  ASSERT_TRUE(h.add(2, ramp(25, 9), 30).ok());
   for (int i = 0; i < 6; ++i) h.step();
   ASSERT_GT(h.sched.blocks().cached_blocks(), 0);
   h.backend = make_toy_llm_backend({.num_blocks = 64, .block_tokens = 16});  // empty cache
@@ -141,7 +141,7 @@ TEST(LlmScheduler, LostKvIsRecomputedAndThePrefixCacheForgotten) {
   EXPECT_EQ(h.sched.stats().preemptions, before + 2);
   auto b = system;
   b.push_back(2);
-  ASSERT_TRUE(h.add(3, b, 5));
+  ASSERT_TRUE(h.add(3, b, 5).ok());
   h.run();
   ASSERT_EQ(h.done.size(), 3u);
   h.expect_reference();

@@ -44,7 +44,8 @@ class test_server {
             {.name = "toy" + std::to_string(i), .kind = "gpu", .num_labels = o.toy_labels},
             o.backend_threads, o.toy_per_token));
     }
-    for (auto& b : backends_) router_.add_backend(b, o.batching);
+    for (auto& b : backends_)
+      if (auto st = router_.add_backend(b, o.batching); !st.ok()) throw std::runtime_error("test server: " + st.to_string());
     router_.start();
     server_config sc;
     sc.port = 0;

@@ -172,7 +172,7 @@ void kv_block_manager::forget_cached() {
     cache_.erase(*block_key_[i]);
     block_key_[i].reset();
     auto st = pool_.release(static_cast<int>(i));  // the cache's own reference
-    TESSERA_CHECK(st.is_ok()) << "release of cached block " << i << ": " << st.message();
+    TESSERA_CHECK(st.ok()) << "release of cached block " << i << ": " << st.message();
   }
   for (auto& [id, sb] : seqs_) sb.hashes.clear();
 }

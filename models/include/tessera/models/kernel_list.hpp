@@ -32,6 +32,12 @@
   X(attention, true, true)                \
   X(bias_residual_ln, true, false)        \
   X(classifier, true, true)               \
+  X(dec_embed, true, false)               \
+  X(dec_norm, true, false)                \
+  X(dec_attention, true, false)           \
+  X(dec_residual, true, false)            \
+  X(dec_multiply, true, false)            \
+  X(dec_logits, true, false)              \
   X(layer_norm, false, true)              \
   X(gelu, false, true)                    \
   X(softmax, false, true)
