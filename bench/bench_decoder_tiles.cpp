@@ -9,6 +9,7 @@
 
 #include "tessera/host/tile_decoder.hpp"
 #include "tessera/models/batch.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -55,14 +56,7 @@ int main(int argc, char** argv) {
       ("decode-steps", po::value(&decode_steps)->default_value(decode_steps), "decode steps measured")
       ("sync-us", po::value(&sync_us)->default_value(sync_us), "cost of one barrier (a ZeroMQ round trip)");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) return std::cout << opts << "\n", 0;
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << "tessera-bench-decoder-tiles: " << e.what() << "\n";
-    return 2;
-  }
+  if (auto done = tessera::parse_command_line("tessera-bench-decoder-tiles", argc, argv, opts, vm)) return *done;
   std::vector<row> rows;
   for (const auto& name : models_list) {
     auto loaded = models::load_decoder(name);

@@ -29,6 +29,7 @@
 #include "tessera/models/batch.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera::models;
@@ -228,17 +229,7 @@ int main(int argc, char** argv) {
       "sgemm", "after each prefill, oneDNN's sgemm alone on its GEMM shapes: prefill GFLOP/s (GEMMs, attention, "
                "LM head) against sgemm's");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n" << opts;
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts;
-    return 0;
-  }
+  if (auto done = tessera::parse_command_line("tessera-bench-decoders", argc, argv, opts, vm)) return *done;
   std::vector<int> bs;
   for (const auto& b : split(batches)) {
     try { bs.push_back(std::stoi(b)); } catch (...) { bs.push_back(0); }

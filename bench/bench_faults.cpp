@@ -16,6 +16,7 @@
 
 #include "tessera/common/log.hpp"
 #include "tessera/host/fault_harness.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -34,14 +35,7 @@ int main(int argc, char** argv) {
       ("only", po::value(&only), "comma-separated fault names to run (default: all)")
       ("csv", po::value(&csv), "also write the table as CSV");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) return std::cout << opts << "\n", 0;
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << "tessera-fault-experiment: " << e.what() << "\n";
-    return 2;
-  }
+  if (auto done = tessera::parse_command_line("tessera-fault-experiment", argc, argv, opts, vm)) return *done;
   if (requests < 1) return std::cerr << "tessera-fault-experiment: --requests must be positive\n", 2;
   const plan two_lanes{1, 1, 2, 1}, two_stages{1, 2, 1, 2};
   std::vector<fault_scenario> matrix = {

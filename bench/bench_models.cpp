@@ -30,6 +30,7 @@
 #include "tessera/models/bf16_weights.hpp"
 #include "tessera/models/forward.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera::models;

@@ -18,6 +18,7 @@
 #include "tessera/host/tile_model.hpp"
 #include "tessera/models/forward.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -75,14 +76,7 @@ int main(int argc, char** argv) {
       ("csv", po::value(&csv), "also write the table as CSV")
       ("trace", po::value(&trace), "Chrome trace per configuration: FILE becomes FILE.<tiles>-<auto|tp>.json (profile on stderr)");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) return std::cout << opts << "\n", 0;
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << "tessera-bench-placement: " << e.what() << "\n";
-    return 2;
-  }
+  if (auto done = tessera::parse_command_line("tessera-bench-placement", argc, argv, opts, vm)) return *done;
   tensor_parallel_too = !vm.count("auto-only");
   if (requests < 1 || budget < 1 || max_seqs < 1 || long_share < 0 || long_share > 1)
     return std::cerr << "tessera-bench-placement: --requests, --token-budget and --max-seqs must be positive and "

@@ -16,6 +16,7 @@
 #include "tessera/host/tile_model.hpp"
 #include "tessera/models/batch.hpp"
 #include "tessera/models/model.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -33,14 +34,7 @@ int main(int argc, char** argv) {
       ("length", po::value(&length)->default_value(length), "tokens per sequence")
       ("csv", po::value(&csv), "also write the row as CSV to FILE");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const std::exception& ex) {
-    std::cerr << "tessera-bench-replicas: " << ex.what() << "\n";
-    return 2;
-  }
-  if (vm.count("help")) return std::cout << opts << "\n", 0;
+  if (auto done = tessera::parse_command_line("tessera-bench-replicas", argc, argv, opts, vm)) return *done;
   if (replicas < 1 || batches < replicas || seqs < 1 || length < 2) {
     std::cerr << "tessera-bench-replicas: need --replicas >= 1, --batches >= replicas, --sequences >= 1, --length >= 2\n";
     return 2;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tessera/models/bpe_tokenizer.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera::models;
@@ -27,17 +28,7 @@ int main(int argc, char** argv) {
       "repeat", po::value(&repeat)->default_value(3), "passes over the documents; the best is reported")(
       "add-special", po::bool_switch(&add_special), "add the post-processor's tokens (LLaMA's <s>)");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) {
-      std::cout << opts;
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n" << opts;
-    return 2;
-  }
+  if (auto done = tessera::parse_command_line("tessera-bench-tokenizers", argc, argv, opts, vm)) return *done;
   std::ifstream f(input);
   if (!f) {
     std::cerr << input << ": cannot open\n";

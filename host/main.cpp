@@ -9,6 +9,7 @@
 #include "tessera/common/units.hpp"
 #include "tessera/exchange/security.hpp"
 #include "tessera/serving/serve_options.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -83,14 +84,7 @@ int main(int argc, char** argv) {
   serve_opts.add(llm_opts);
   opts.add(model_opts).add(serve_opts).add(demo_opts);
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) return std::cout << opts << "\n", 0;
-    po::notify(vm);
-  } catch (const std::exception& ex) {
-    std::cerr << "tessera-host: " << ex.what() << "\n(see tessera-host --help)\n";
-    return 2;
-  }
+  if (auto done = tessera::parse_command_line("tessera-host", argc, argv, opts, vm)) return *done;
   auto bytes = parse_bytes(memory);
   if (!bytes) return std::cerr << "tessera-host: --tile-memory: " << bytes.error().message() << "\n", 2;
   cfg.tile_memory = *bytes;

@@ -8,6 +8,7 @@
 #include "tessera/common/units.hpp"
 #include "tessera/exchange/security.hpp"
 #include "tessera/tile/tile_daemon.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 
@@ -38,17 +39,9 @@ int main(int argc, char** argv) {
     ("faults", po::value(&cfg.faults), "fault plan to apply (JSON text or a file; see exchange/fault_plan.hpp)")
     ("die-with-parent", "exit when the parent process exits (local launches)");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) {
-      std::cout << opts << "\n";
-      return 0;
-    }
-    po::notify(vm);
-    if (!vm.count("make-keys") && (!vm.count("host") || !vm.count("tile-id")))
-      throw std::runtime_error("--host and --tile-id are required");
-  } catch (const std::exception& ex) {
-    std::cerr << "tessera-tile: " << ex.what() << "\n" << opts << "\n";
+  if (auto done = tessera::parse_command_line("tessera-tile", argc, argv, opts, vm)) return *done;
+  if (!vm.count("make-keys") && (!vm.count("host") || !vm.count("tile-id"))) {
+    std::cerr << "tessera-tile: --host and --tile-id are required; see tessera-tile --help\n";
     return 2;
   }
   if (vm.count("make-keys")) {

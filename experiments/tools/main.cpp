@@ -10,6 +10,7 @@
 #include "tessera/experiment/provenance.hpp"
 #include "tessera/experiment/seed_experiment.hpp"
 #include "tessera/timing/llm_experiment.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -81,17 +82,7 @@ int main(int argc, char** argv) {
       ("save-trace", po::value(&save_trace), "run: write the trace as CSV")
       ("requests-csv", po::value(&requests_csv), "run: per-request modelled times as CSV");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, d), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << "tessera-experiment: " << e.what() << "; see --help\n";
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << d << "\n";
-    return 0;
-  }
+  if (auto done = tessera::parse_command_line("tessera-experiment", argc, argv, d, vm)) return *done;
   co.tile_processes = !no_tiles;
   if (full) {
     if (vm["saturation-requests"].defaulted()) o.saturation_requests = 10000;

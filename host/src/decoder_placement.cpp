@@ -454,7 +454,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
   double best_rate = -1;
   std::string smallest_table;
   uint64_t smallest_need = UINT64_MAX;
-  for (const plan& p : candidates) {
+  for (const plan& p : *candidates) {
     dlayout L{c, p, req.token_budget, max_seqs, bt, max_blocks, meta};
     dlayout_result lr = lay_out(L, req.tile_memory, req.kv_blocks, min_blocks, auto_cap);
     if (lr.kv_blocks == 0) {

@@ -289,6 +289,26 @@ layout_result lay_out(const layout& L) {
 
 namespace detail {
 
+result<std::vector<plan>> candidate_plans(const models::model_shape& cfg, const placement_request& req) {
+  if (!req.forced) {
+    auto all = plans_for(cfg, req.tiles);
+    if (all.empty()) return status::invalid("no plan fits " + std::to_string(req.tiles) + " tiles");
+    return all;
+  }
+  const plan& f = *req.forced;
+  if (f.tiles() != req.tiles)
+    return status::invalid("--plan " + f.to_string() + " uses " + std::to_string(f.tiles()) + " tiles, but --tiles is " +
+                           std::to_string(req.tiles) + "; R x S x W must equal the tile count");
+  if (f.stages > cfg.num_layers)
+    return status::invalid("--plan has " + std::to_string(f.stages) + " stages but the model has only " +
+                           std::to_string(cfg.num_layers) + " layers");
+  if (f.width > cfg.num_heads)
+    return status::invalid("--plan has width " + std::to_string(f.width) + " but the model has only " +
+                           std::to_string(cfg.num_heads) + " attention heads to split");
+  if (f.micro_batches < 1) return status::invalid("--plan needs at least one micro-batch");
+  return std::vector<plan>{f};
+}
+
 std::vector<plan> plans_for(const models::model_shape& cfg, int n) {
   std::vector<plan> v;
   for (int r = 1; r <= n; ++r) {
@@ -407,21 +427,8 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
     return status::invalid("--token-budget " + std::to_string(req.token_budget) + " is below the longest sequence (" +
                            std::to_string(cfg.max_position_embeddings) + " tokens); raise it");
   const int max_seqs = req.max_sequences > 0 ? req.max_sequences : std::max(1, req.token_budget / 8);
-  std::vector<plan> candidates;
-  if (req.forced) {
-    const plan& f = *req.forced;
-    if (f.tiles() != req.tiles)
-      return status::invalid("--plan " + f.to_string() + " uses " + std::to_string(f.tiles()) + " tiles, but --tiles is " +
-                             std::to_string(req.tiles) + "; R x S x W must equal the tile count");
-    if (f.stages > cfg.num_layers)
-      return status::invalid("--plan has " + std::to_string(f.stages) + " stages but the model has only " +
-                             std::to_string(cfg.num_layers) + " layers");
-    if (f.micro_batches < 1) return status::invalid("--plan needs at least one micro-batch");
-    candidates.push_back(f);
-  } else {
-    candidates = plans_for(cfg, req.tiles);
-    if (candidates.empty()) return status::invalid("no plan fits " + std::to_string(req.tiles) + " tiles");
-  }
+  auto candidates = detail::candidate_plans(cfg, req);
+  if (!candidates.ok()) return candidates.error();
 
   compiled_model best;
   double best_rate = -1;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "tessera/models/gguf.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera::models;
@@ -28,17 +29,7 @@ int export_gguf_main(int argc, char** argv) {
       "(cut to the model's vocab_size when larger)")(
       "out", po::value(&out), "the GGUF file to write");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n" << opts;
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts;
-    return 0;
-  }
+  if (auto done = tessera::parse_command_line("tessera-models export-gguf", argc, argv, opts, vm)) return *done;
   if (out.empty() || (model_name.empty() == config_path.empty())) {
     std::cerr << "export-gguf: give --out and one of --model or --config\n" << opts;
     return 2;

@@ -16,6 +16,7 @@
 #include "tessera/models/bpe_tokenizer.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera::models;
@@ -62,17 +63,7 @@ int generate_main(int argc, char** argv) {
       "info", "print the config.json and the tensor names")(
       "save", po::value(&save_dir), "write the model as a Hugging Face folder (config.json, model.safetensors)");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n" << opts;
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts;
-    return 0;
-  }
+  if (auto done = tessera::parse_command_line("tessera-models generate", argc, argv, opts, vm)) return *done;
   if (threads < 1) {
     std::cerr << "--threads must be at least 1\n";
     return 2;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tessera/models/bpe_tokenizer.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera::models;
@@ -79,17 +80,7 @@ int tokenize_main(int argc, char** argv) {
       "jsonl", "read {\"text\": ...} lines from stdin; write {\"ids\", \"ids_special\", \"decoded\", \"streamed\"} "
                "lines (ids without and with the post-processor's tokens, decode of ids, the stream decoder's output)");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n" << opts;
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts;
-    return 0;
-  }
+  if (auto done = tessera::parse_command_line("tessera-models tokenize", argc, argv, opts, vm)) return *done;
   if (vm.count("jsonl")) return jsonl_main(name);
   if (vm.count("stdin")) texts.emplace_back(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   if (texts.empty() && decode_ids.empty()) {

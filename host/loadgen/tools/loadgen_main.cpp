@@ -9,6 +9,7 @@
 #include "tessera/loadgen/http_driver.hpp"
 #include "tessera/loadgen/openai_driver.hpp"
 #include "tessera/loadgen/workload.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -65,17 +66,7 @@ int main(int argc, char** argv) {
       ("model", po::value(&lc.model), "--openai: the \"model\" field")
       ("temperature", po::value(&lc.temperature)->default_value(0.0), "--openai: sampling temperature");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << "tessera-loadgen: " << e.what() << "; see --help\n";
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (auto done = tessera::parse_command_line("tessera-loadgen", argc, argv, opts, vm)) return *done;
   if (mode != "open" && mode != "closed") {
     std::cerr << "tessera-loadgen: --mode must be open or closed\n";
     return 2;

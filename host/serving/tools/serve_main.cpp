@@ -18,6 +18,7 @@
 #include "tessera/serving/serve_options.hpp"
 #include "tessera/serving/toy_llm.hpp"
 #include "tessera/serving/toy_model.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -78,17 +79,7 @@ int main(int argc, char** argv) {
   add_serve_options(opts, so);
   add_llm_options(opts, lo);
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << "tessera-serve: " << e.what() << "; see --help\n";
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (auto done = tessera::parse_command_line("tessera-serve", argc, argv, opts, vm)) return *done;
   if (auto st = finish_llm_options(lo); !st.ok()) {
     std::cerr << "tessera-serve: " << st.message() << "\n";
     return 2;
