@@ -122,17 +122,7 @@ int main(int argc, char** argv) {
       "lengths-file", po::value(&lengths_file),
       "request lengths instead of the seed workload: integers separated by spaces, commas or brackets");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n" << opts;
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts;
-    return 0;
-  }
+  if (auto done = tessera::parse_command_line("tessera-bench-models", argc, argv, opts, vm)) return *done;
   if (threads < 1 || requests < 1 || batch_size < 1 || check_requests < 0) {
     std::cerr << "--threads, --requests and --batch must be positive, --check not negative\n";
     return 2;

@@ -432,24 +432,8 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
   const int64_t meta = 2 + int64_t{max_seqs} * (3 + max_blocks);
   const int min_blocks = max_blocks;                                  // one sequence of the longest length
   const int auto_cap = std::max(min_blocks, (65536 + bt - 1) / bt);  // 65536 tokens in flight
-  std::vector<plan> candidates;
-  if (req.forced) {
-    const plan& f = *req.forced;
-    if (f.tiles() != req.tiles)
-      return status::invalid("--plan " + f.to_string() + " uses " + std::to_string(f.tiles()) + " tiles, but --tiles is " +
-                             std::to_string(req.tiles) + "; R x S x W must equal the tile count");
-    if (f.stages > c.num_layers)
-      return status::invalid("--plan has " + std::to_string(f.stages) + " stages but the model has only " +
-                             std::to_string(c.num_layers) + " layers");
-    if (f.width > c.num_heads)
-      return status::invalid("--plan has width " + std::to_string(f.width) + " but the model has only " +
-                             std::to_string(c.num_heads) + " attention heads to split");
-    if (f.micro_batches < 1) return status::invalid("--plan needs at least one micro-batch");
-    candidates.push_back(f);
-  } else {
-    candidates = detail::plans_for(c, req.tiles);
-    if (candidates.empty()) return status::invalid("no plan fits " + std::to_string(req.tiles) + " tiles");
-  }
+  auto candidates = detail::candidate_plans(c, req);
+  if (!candidates.ok()) return candidates.error();
   compiled_model best;
   double best_rate = -1;
   std::string smallest_table;

@@ -434,7 +434,7 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
   double best_rate = -1;
   std::string smallest_table;
   uint64_t smallest_need = UINT64_MAX;
-  for (const plan& p : candidates) {
+  for (const plan& p : *candidates) {
     layout L{cfg, p, req.token_budget, max_seqs, req.dtype};
     layout_result lr = lay_out(L);
     const double secs = estimate_batch_seconds(cfg, p, req.token_budget, req.machine);

@@ -44,17 +44,7 @@ int main(int argc, char** argv) {
       "dtype", po::value(&dtype_text)->default_value("fp32"), "forward in fp32 (the reference) or bf16")(
       "save", po::value(&save_dir), "write the model as a Hugging Face folder");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n" << opts;
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts;
-    return 0;
-  }
+  if (auto done = tessera::parse_command_line("tessera-models", argc, argv, opts, vm)) return *done;
   const auto dt = parse_dtype(dtype_text);
   if (!dt) {
     std::cerr << dt.error().message() << "\n";
