@@ -87,13 +87,11 @@ int run_model(tile_group_config group_cfg, model_options o) {
   req.max_sequences = o.so.batching.max_batch_size;
   req.forced = o.forced;
   req.dtype = o.dtype;
-  auto compiled = compile_bert(model->config, req);
-  if (!compiled) return fail(compiled.error());
-  std::printf("%s", compiled->describe().c_str());
-  std::fflush(stdout);
-
-  auto group = tile_group::start(group_cfg);
-  if (!group) return fail(group.error());
+  deploy_hooks hooks;
+  hooks.compiled = [](const compiled_model& c) {
+    std::printf("%s", c.describe().c_str());
+    std::fflush(stdout);
+  };
   uint64_t last_pct = 0;
   hooks.progress = [&](uint64_t done, uint64_t total) {
     uint64_t pct = total ? done * 100 / total : 100;
@@ -109,7 +107,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   auto deployed = std::move(deployment->model);
 
   if (o.check_batches > 0) {
-    const auto& c = (*deployed)->compiled();
+    const auto& c = deployed->compiled();
     double worst = 0, worst_vs_bf16 = 0;
     // fp32: the tiles compute what the reference does, in another order (1e-4). bf16: the bound of
     // tests/models/bf16_test.cpp, 0.05 for logits within +-1, scaled by the largest |logit| beyond
@@ -129,7 +127,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
       auto got = deployed->run(i % c.chosen.replicas, batch);
       if (!got) return fail(got.error());
       if (prof)
-        if (auto st = prof->record(i % c.chosen.replicas, batch, *got, t0); !st) return fail(st);
+        if (auto st = prof->record(i % c.chosen.replicas, batch, *got, t0); !st.ok()) return fail(st);
       double diff = 0, diff16 = 0;
       if (got->logits.size() != want.size())
         return fail(status::internal("the tiles returned " + std::to_string(got->logits.size()) + " logits for " +

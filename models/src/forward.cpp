@@ -52,7 +52,7 @@ std::vector<float> run_encoder(const bert_model& m, const int32_t* ids, const in
 
 void check_batch(const bert_model& m, const packed_batch& b) {
   const status st = validate_batch(m.config, b);
-  TESSERA_CHECK(st.is_ok()) << "forward on an invalid batch (call validate_batch first): " << st.to_string();
+  TESSERA_CHECK(st.ok()) << "forward on an invalid batch (call validate_batch first): " << st.to_string();
   TESSERA_CHECK(m.compute == dtype::fp32 || m.bf16) << "a bf16 model without bf16 weights (use set_dtype)";
 }
 

@@ -161,7 +161,7 @@ TEST(ReferenceBackend, Bf16ModelAnswersPackedAndRefusesPadded) {
   }
   req.layout = batch_layout::packed;
   auto r = run(*backend, req);
-  ASSERT_TRUE(r.st) << r.st.to_string();
+  ASSERT_TRUE(r.st.ok()) << r.st.to_string();
   ASSERT_EQ(r.logits.size(), 6u);
   bool differs = false;
   for (size_t i = 0; i < req.sequences.size(); ++i) {

@@ -32,7 +32,7 @@ models::packed_batch batch_of(const models::bert_config& cfg, int budget, uint64
   int total = 0;
   for (int l : lengths) total += l;
   while (lengths.size() < 30) {
-    const int l = static_cast<int>(rng.next_int(1, cfg.max_position_embeddings));
+    const int l = static_cast<int>(rng.uniform(1, cfg.max_position_embeddings));
     if (total + l > budget) break;
     lengths.push_back(l);
     total += l;

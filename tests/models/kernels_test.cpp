@@ -183,19 +183,19 @@ TEST(kernels, attention_paged_matches_loops_on_random_batches_of_chunks_and_deco
   set_num_threads(2);
   splitmix64 r(77);
   for (int iter = 0; iter < 60; ++iter) {
-    const int kvh = static_cast<int>(r.next_int(1, 3)), group = static_cast<int>(r.next_int(1, 4));
+    const int kvh = static_cast<int>(r.uniform(1, 3)), group = static_cast<int>(r.uniform(1, 4));
     const int heads = kvh * group;
-    const int d = std::vector<int>{4, 12, 16, 32, 64, 72}[static_cast<size_t>(r.next_int(0, 5))];
-    const int bt = static_cast<int>(r.next_int(1, 20));
-    const int nseq = static_cast<int>(r.next_int(1, 4));
-    const int64_t ldq = heads * d + r.next_int(0, 3);  // row strides wider than the heads
+    const int d = std::vector<int>{4, 12, 16, 32, 64, 72}[static_cast<size_t>(r.uniform(0, 5))];
+    const int bt = static_cast<int>(r.uniform(1, 20));
+    const int nseq = static_cast<int>(r.uniform(1, 4));
+    const int64_t ldq = heads * d + r.uniform(0, 3);  // row strides wider than the heads
     std::vector<paged_seq> seqs;
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(nseq));
     int rows = 0, nblocks = 0;
     for (int s = 0; s < nseq; ++s) {
-      const int start = r.next_int(0, 2) == 0 ? 0 : static_cast<int>(r.next_int(0, 90));
+      const int start = r.uniform(0, 2) == 0 ? 0 : static_cast<int>(r.uniform(0, 90));
       // decode rows, short chunks, and chunks long enough to span several GEMM tasks
-      const int n = std::vector<int>{1, 2, 3, 9, 40, 150}[static_cast<size_t>(r.next_int(0, 5))];
+      const int n = std::vector<int>{1, 2, 3, 9, 40, 150}[static_cast<size_t>(r.uniform(0, 5))];
       const int blocks = (start + n + bt - 1) / bt;
       for (int b = 0; b < blocks; ++b) tables[static_cast<size_t>(s)].push_back(nblocks + b);
       nblocks += blocks;
@@ -205,7 +205,7 @@ TEST(kernels, attention_paged_matches_loops_on_random_batches_of_chunks_and_deco
     // Blocks shuffled across sequences: tables point anywhere in the cache.
     std::vector<int32_t> perm(static_cast<size_t>(nblocks));
     for (int b = 0; b < nblocks; ++b) perm[static_cast<size_t>(b)] = b;
-    for (int b = nblocks - 1; b > 0; --b) std::swap(perm[static_cast<size_t>(b)], perm[static_cast<size_t>(r.next_int(0, b))]);
+    for (int b = nblocks - 1; b > 0; --b) std::swap(perm[static_cast<size_t>(b)], perm[static_cast<size_t>(r.uniform(0, b))]);
     for (int s = 0; s < nseq; ++s) {
       for (auto& b : tables[static_cast<size_t>(s)]) b = perm[static_cast<size_t>(b)];
       seqs[static_cast<size_t>(s)].block_table = tables[static_cast<size_t>(s)].data();
