@@ -432,7 +432,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
   const int64_t meta = 2 + int64_t{max_seqs} * (3 + max_blocks);
   const int min_blocks = max_blocks;                                  // one sequence of the longest length
   const int auto_cap = std::max(min_blocks, (65536 + bt - 1) / bt);  // 65536 tokens in flight
-  auto candidates = detail::candidate_plans(c, req);
+  auto candidates = detail::candidate_plans(c, req, /*lanes_need_heads=*/true);
   if (!candidates.ok()) return candidates.error();
   compiled_model best;
   double best_rate = -1;

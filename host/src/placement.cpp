@@ -289,7 +289,8 @@ layout_result lay_out(const layout& L) {
 
 namespace detail {
 
-result<std::vector<plan>> candidate_plans(const models::model_shape& cfg, const placement_request& req) {
+result<std::vector<plan>> candidate_plans(const models::model_shape& cfg, const placement_request& req,
+                                          bool lanes_need_heads) {
   if (!req.forced) {
     auto all = plans_for(cfg, req.tiles);
     if (all.empty()) return status::invalid("no plan fits " + std::to_string(req.tiles) + " tiles");
@@ -302,7 +303,7 @@ result<std::vector<plan>> candidate_plans(const models::model_shape& cfg, const 
   if (f.stages > cfg.num_layers)
     return status::invalid("--plan has " + std::to_string(f.stages) + " stages but the model has only " +
                            std::to_string(cfg.num_layers) + " layers");
-  if (f.width > cfg.num_heads)
+  if (lanes_need_heads && f.width > cfg.num_heads)
     return status::invalid("--plan has width " + std::to_string(f.width) + " but the model has only " +
                            std::to_string(cfg.num_heads) + " attention heads to split");
   if (f.micro_batches < 1) return status::invalid("--plan needs at least one micro-batch");
@@ -427,7 +428,7 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
     return status::invalid("--token-budget " + std::to_string(req.token_budget) + " is below the longest sequence (" +
                            std::to_string(cfg.max_position_embeddings) + " tokens); raise it");
   const int max_seqs = req.max_sequences > 0 ? req.max_sequences : std::max(1, req.token_budget / 8);
-  auto candidates = detail::candidate_plans(cfg, req);
+  auto candidates = detail::candidate_plans(cfg, req, /*lanes_need_heads=*/false);  // a BERT lane may hold no heads
   if (!candidates.ok()) return candidates.error();
 
   compiled_model best;

@@ -62,8 +62,9 @@ inline exchange::slice_ref part_of(uint32_t id, int64_t width, int part, int par
 std::vector<plan> plans_for(const models::model_shape& cfg, int n);
 
 /// The plans compile tries for `req`: its forced plan, checked against the tile count, the layers
-/// and the heads, or every plan_for its tiles.
-result<std::vector<plan>> candidate_plans(const models::model_shape& cfg, const placement_request& req);
+/// and (when lanes must not be empty, as a decoder's) the heads, or every plan_for its tiles.
+result<std::vector<plan>> candidate_plans(const models::model_shape& cfg, const placement_request& req,
+                                          bool lanes_need_heads);
 
 /// The per-tile memory table (a "kv" column when some tile holds a KV cache); "fits" against cap.
 std::string memory_table(const std::vector<tile_plan>& tiles, uint64_t cap);
