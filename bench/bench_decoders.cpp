@@ -75,12 +75,12 @@ tessera::result<std::pair<measured, measured>> run(const decoder_model& m, int B
   measured pre, dec;
   std::vector<std::vector<float>> out;  // reused by every step, as a serving loop does
   double t0 = now(), c0 = cpu_now();
-  if (auto st = m.step(batch, *cache, out); !st.is_ok()) return st;
+  if (auto st = m.step(batch, *cache, out); !st.ok()) return st;
   pre = {now() - t0, cpu_now() - c0, int64_t{B} * prompt};
   if (pre.wall < 1.0) {  // cheap to repeat: time it warm (first-touch page faults of fresh workspaces are one-time)
     t0 = now();
     c0 = cpu_now();
-    if (auto st = m.step(batch, *cache, out); !st.is_ok()) return st;
+    if (auto st = m.step(batch, *cache, out); !st.ok()) return st;
     pre = {now() - t0, cpu_now() - c0, int64_t{B} * prompt};
   }
   t0 = now();
@@ -91,7 +91,7 @@ tessera::result<std::pair<measured, measured>> run(const decoder_model& m, int B
       batch.seqs[s].tokens = {static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin())};
       batch.seqs[s].start_pos = prompt + n;
     }
-    if (auto st = m.step(batch, *cache, out); !st.is_ok()) return st;
+    if (auto st = m.step(batch, *cache, out); !st.ok()) return st;
   }
   dec = {now() - t0, cpu_now() - c0, int64_t{B} * decode};
   return std::make_pair(pre, dec);
@@ -146,7 +146,7 @@ attn_time time_attention(const model_shape& c, int B, int rows, int ctx, int rep
   const int64_t qw = int64_t{H} * d;
   splitmix64 r(7);
   auto fill = [&](std::vector<float>& v) {
-    for (auto& x : v) x = 2.0f * r.next_unit_float() - 1.0f;
+    for (auto& x : v) x = 2.0f * r.unit_float() - 1.0f;
   };
   // tessera: q rows [B * rows, H * d]; a paged cache with blocks in order.
   const int per = (ctx + bt - 1) / bt;

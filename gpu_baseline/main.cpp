@@ -17,6 +17,7 @@
 #include "tessera/models/decoder.hpp"
 #include "tessera/serving/serve_llm.hpp"
 #include "tessera/serving/serve_options.hpp"
+#include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -97,14 +98,7 @@ int main(int argc, char** argv) {
   serving::add_llm_options(serve_opts, lo);
   opts.add(serve_opts);
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) return std::cout << opts << "\n", 0;
-    po::notify(vm);
-  } catch (const std::exception& ex) {
-    std::cerr << "tessera-gpu: " << ex.what() << "\n(see tessera-gpu --help)\n";
-    return 2;
-  }
+  if (auto done = tessera::parse_command_line("tessera-gpu", argc, argv, opts, vm)) return *done;
   if (vm.count("serve")) {
     // The backend protocol's flags mean nothing to the HTTP server: refused, not ignored.
     for (const char* f : {"bind", "threads", "parallel-forwards", "max-queued-batches", "keys", "die-with-parent"})
