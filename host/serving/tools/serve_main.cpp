@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
                 << "pass --batching token-budget\n";
       return 2;
     }
-    if (auto st = r.add_backend(b, bc); !st) {
+    if (auto st = r.add_backend(b, bc); !st.ok()) {
       std::cerr << "tessera-serve: " << st.message() << "\n";
       return 2;
     }
