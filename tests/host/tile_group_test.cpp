@@ -140,7 +140,8 @@ TEST(TileGroup, MalformedAndForeignMessagesAreRejectedAndTileKeepsWorking) {
   std::vector<float> v(4, 1.f);
   exchange::send_envelope(intruder, exchange::encode(exchange::exchange_data{2, 999, 0, 0, 0, 1, 4},
                                                      exchange::copy_frame(v.data(), 16)));
-  auto short_payload = exchange::encode(exchange::exchange_data{2, 999, 0, 0, 1, 1, 8}, exchange::copy_frame(v.data(), 16));
+  // 8 elements in 12 bytes: neither 4 (f32) nor 2 (bf16) bytes an element.
+  auto short_payload = exchange::encode(exchange::exchange_data{2, 999, 0, 0, 1, 1, 8}, exchange::copy_frame(v.data(), 12));
   exchange::send_envelope(intruder, std::move(short_payload));
   // The tile reports them in its heartbeat and still computes correctly.
   bool counted = false;
