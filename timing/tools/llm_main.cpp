@@ -13,6 +13,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "tessera/common/cli.hpp"
 #include "tessera/timing/llm_experiment.hpp"
 #include "tessera/timing/llm_schedule.hpp"
 #include "tessera/timing/llm_system.hpp"
@@ -86,17 +87,7 @@ int main(int argc, char** argv) {
       "ipu-price-usd", po::value<double>()->default_value(0),
       "cost: price per IPU (its share of an IPU-Machine and Pod); 0: none is published, report the break-even price");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc - 1, argv + 1, opts), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << "tessera-llm-timing: " << e.what() << "; see tessera-llm-timing " << cmd << " --help\n";
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (auto done = tessera::parse_command_line("tessera-llm-timing " + cmd, argc - 1, argv + 1, opts, vm)) return *done;
   auto shape = tessera::models::shape_preset(vm["model"].as<std::string>());
   if (!shape) return fail(shape.error());
   auto dims = decoder_dims_of(*shape);
