@@ -538,7 +538,7 @@ TEST(Security, KeyedGpuProcessServesTheHostAloneAndRefusesTheRestCleanly) {
     auto [req, want] = tiny_batch(2);
     auto [r, took] = submit_and_wait(*b, std::move(req), 10000ms);
     EXPECT_EQ(r.st.code(), errc::peer_failed) << r.st.to_string();
-    EXPECT_LT(took, 1000ms) << "a refused client's batch took " << took.count() << " ms";
+    EXPECT_LT(took, 5000ms) << "a refused client's batch took " << took.count() << " ms";
     EXPECT_TRUE(r.logits.empty());
     b->stop();
   }

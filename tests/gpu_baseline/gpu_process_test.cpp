@@ -286,20 +286,20 @@ TEST(GpuProcess, SilentProcessFailsPendingAndNewBatchesWithPeerFailed) {
   std::vector<std::future<backends::batch_result>> futs;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 4; ++i)
-    futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, i), 10s); }));
+    futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, i), 120s); }));
   std::this_thread::sleep_for(100ms);
   kill(p.pid, SIGKILL);
   p.wait_exit();
   for (auto& f : futs) {
     auto r = f.get();
-    EXPECT_EQ(r.st.code(), errc::peer_failed) << r.st.to_string();
+    EXPECT_EQ(r.st.code(), errc::peer_failed) << r.st.to_string();  // a deadline would say timeout
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);  // the silence (0.6 s), far below the deadline
   EXPECT_FALSE((*b)->healthy());
   t0 = std::chrono::steady_clock::now();
-  auto late = run(**b, request_of(batch, 9), 10s);
+  auto late = run(**b, request_of(batch, 9), 120s);
   EXPECT_EQ(late.st.code(), errc::peer_failed);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);  // refused at once, not after the deadline
   EXPECT_EQ((*b)->outstanding_tokens(), 0);
 }
 
@@ -310,7 +310,7 @@ TEST(GpuProcess, KilledChildFailsPendingAndNewBatchesWithPeerFailed) {
   auto cfg = config_for(*ep);
   cfg.spawn_binary = bin("tessera-gpu");
   cfg.spawn_args = {"--model", "bert-tiny", "--threads", "1"};
-  cfg.silence_timeout = 10s;  // the exit, not the silence, must be what fails them
+  cfg.silence_timeout = 120s;  // the exit, not the silence, must be what fails them
   cfg.restart = false;        // what a backend that does not restart its child does
   auto b = host::remote_backend::start(cfg);
   ASSERT_TRUE(b) << b.error().to_string();
@@ -323,7 +323,7 @@ TEST(GpuProcess, KilledChildFailsPendingAndNewBatchesWithPeerFailed) {
   std::vector<std::future<backends::batch_result>> futs;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 3; ++i)
-    futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, i), 10s); }));
+    futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, i), 120s); }));
   std::this_thread::sleep_for(100ms);
   kill(child, SIGKILL);
   for (auto& f : futs) {
@@ -331,9 +331,11 @@ TEST(GpuProcess, KilledChildFailsPendingAndNewBatchesWithPeerFailed) {
     EXPECT_EQ(r.st.code(), errc::peer_failed) << r.st.to_string();
     EXPECT_NE(r.st.message().find("killed by signal 9"), std::string::npos) << r.st.message();
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  // Far below the silence timeout and the batch deadline, so only the exit can have failed them
+  // (a bound near 1 s failed on a loaded CI machine, where this takes up to 1.7 s).
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
   EXPECT_FALSE((*b)->healthy());
-  EXPECT_EQ(run(**b, request_of(batch, 5), 10s).st.code(), errc::peer_failed);
+  EXPECT_EQ(run(**b, request_of(batch, 5), 120s).st.code(), errc::peer_failed);
 }
 
 TEST(GpuProcess, BatchDeadlineAnswersTimeoutAndLateRepliesAreIgnored) {

@@ -128,6 +128,11 @@ TEST(ServeProcess, SigtermTwiceInARowIsOneGracefulStop) {
             if (r.status != 200) break;
           }
         });
+      // The stop comes at a random moment once requests flow (before the first answer, a loaded
+      // machine may not have served anything yet, and "answered >= 1" would test the scheduler).
+      for (auto t0 = std::chrono::steady_clock::now();
+           answered.load() == 0 && other.load() == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60);)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 300)(rng)));
       EXPECT_EQ(p.stop(2), 0) << args[0] << " round " << round << ": killed by the second SIGTERM";
       for (auto& t : clients) t.join();

@@ -301,7 +301,7 @@ TEST(SuperstepLoop, WaitFunctionLimitsInterruptChecks) {
   EXPECT_GT(waits, 20);
   EXPECT_LE(checks, 300 / 50 + 2) << waits << " waits";
   // A long tick: only the event can make the check come soon.
-  superstep_runner slow(1, *t1, mem, reg, {.exchange_timeout = 5000ms, .poll_tick = 2000ms});
+  superstep_runner slow(1, *t1, mem, reg, {.exchange_timeout = 60000ms, .poll_tick = 30000ms});
   waits = 0;
   slow.set_wait([&](exchange::envelope& out, std::chrono::milliseconds, bool& event) -> result<bool> {
     event = ++waits == 5;  // e.g. the control socket got abort_run
@@ -314,5 +314,5 @@ TEST(SuperstepLoop, WaitFunctionLimitsInterruptChecks) {
   ASSERT_FALSE(r2);
   EXPECT_EQ(r2.error().code(), errc::cancelled);
   EXPECT_EQ(checks, 2);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10000ms);  // a third of the tick: a loaded machine is slow, not that slow
 }
