@@ -1,15 +1,41 @@
-// tessera-bench-decoder-tiles: decoders on N tile processes (tensor-parallel width W = N, or a
-// forced plan): prefill tokens/s, decode tokens/s at batch 1 and 32, and per generated token the
-// supersteps, barriers and bytes exchanged, with what the barriers alone cost at a ZeroMQ round
-// trip each (--sync-us, ~125 us here). Prints one table.
+// tessera-bench-decoder-tiles: decoders (GPT-2, LLaMA) on N real tile processes, against the same
+// workload in this process.
+//
+// For each model, tile count N and plan (--plan auto: compile_decoder's choice for N tiles of
+// --tile-memory; tp: tensor-parallel width W = N, plan 1,1,N; N = 0 is the single process,
+// decoder_model::step on --threads threads), and for each prompt length P and batch B:
+//   prefill: B prompts of P seeded tokens, packed into steps of at most --token-budget tokens
+//            (prompts cut into chunks at the budget, as a serving scheduler does);
+//   decode:  --decode greedy steps of one token for each of the B sequences.
+// With R replicas, sequence i lives on replica i % R and the replicas' steps run at once (one
+// thread each). Per row it prints prefill and decode tokens/s (wall), and per decode step or
+// generated token what the tiles did: supersteps, barriers, bytes exchanged between tiles, and
+// the time split from the tiles' counters (compute of the busiest tile; waiting at barriers and
+// for slices, averaged over tiles; the host's round trip = step wall - the slowest tile's own
+// time), and the modelled time of the same steps on --system (timing's LLM step model, with this
+// plan's supersteps per step in place of the preset's per-layer count when the system is an IPU).
+//
+//   build/bin/tessera-bench-decoder-tiles --model llama-tiny gpt2 --tiles 0 2 4 --plan auto tp
+//       --prompt 128 768 --batch 1 8 32 64 --decode 128 --csv /tmp/dt.csv --json /tmp/dt.json
+//   build/bin/tessera-bench-decoder-tiles --model llama-tiny --tiles 2 --plan tp --prompt 16 --batch 2 --decode 4
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <future>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
 
-#include "tessera/host/tile_decoder.hpp"
-#include "tessera/models/batch.hpp"
 #include "tessera/common/cli.hpp"
+#include "tessera/common/random.hpp"
+#include "tessera/common/units.hpp"
+#include "tessera/gpu/gpu_llm.hpp"
+#include "tessera/host/tile_decoder.hpp"
+#include "tessera/models/kernels.hpp"
+#include "tessera/timing/llm_system.hpp"
+#include "tessera/timing/preset.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -17,143 +43,462 @@ using namespace tessera::host;
 
 namespace {
 
-struct row {
-  std::string model, plan, phase;
-  double tokens_per_s = 0, ms_per_step = 0, supersteps = 0, barriers = 0, kib_per_token = 0;
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// What one replica's step did, from either engine.
+struct step_out {
+  std::vector<std::vector<float>> logits;
+  int64_t supersteps = 0;
+  uint64_t bytes = 0;
+  double compute_s = 0;  // busiest tile's compute
+  double wait_s = 0;     // sync + exchange, summed over the replica's tiles (averaged by the caller)
+  double sync_s = 0;     // sync alone, summed over tiles
+  double tile_max_s = 0; // the slowest tile's compute + exchange + sync
+  int tiles = 0;
 };
 
-// Sequences of `prompt` tokens, prefilled in one step each round (blocks from `next_block`).
-models::step_batch prefill_batch(int seqs, int prompt, int vocab, int block_tokens, int first_block, uint64_t seed) {
-  models::splitmix64 rng(seed);
-  models::step_batch b;
-  const int per_seq = (prompt + 64 + block_tokens - 1) / block_tokens;
-  for (int s = 0; s < seqs; ++s) {
-    models::seq_step st;
-    st.seq_id = static_cast<uint64_t>(s);
-    for (int k = 0; k < prompt; ++k) st.tokens.push_back(static_cast<int32_t>(rng.uniform(0, vocab - 1)));
-    for (int k = 0; k < per_seq; ++k) st.block_table.push_back(first_block + s * per_seq + k);
-    b.seqs.push_back(std::move(st));
+// Runs one step of `batch` on `replica`.
+using step_fn = std::function<result<step_out>(int replica, const models::step_batch& batch)>;
+
+struct engine {
+  std::string plan_text;  // "single" or "R=1 S=1 W=2 M=1"
+  int replicas = 1;
+  int barriers = 0;   // per replica step (0 in one process)
+  int supersteps = 0; // per replica step
+  int max_seqs = 0, token_budget = 0, block_tokens = 16;
+  step_fn step;
+};
+
+struct row {
+  std::string model, mode, plan;
+  int tiles = 0, prompt = 0, batch = 0, decode = 0;
+  double prefill_s = 0, decode_s = 0;
+  int64_t prefill_tokens = 0, decode_tokens = 0, prefill_steps = 0, decode_steps = 0;
+  int64_t decode_supersteps = 0, decode_barriers = 0;
+  uint64_t decode_bytes = 0, prefill_bytes = 0;
+  double decode_compute_s = 0, decode_wait_s = 0, decode_sync_s = 0, decode_host_s = 0;
+  double modelled_prefill_s = 0, modelled_decode_s = 0;
+
+  double prefill_tps() const { return prefill_tokens / std::max(prefill_s, 1e-12); }
+  double decode_tps() const { return decode_tokens / std::max(decode_s, 1e-12); }
+  double per_step(double v) const { return v / std::max<int64_t>(1, decode_steps); }
+  double per_token(double v) const { return v / std::max<int64_t>(1, decode_tokens); }
+};
+
+// One round: each replica's batch stepped at once. The combined wall time and outputs.
+struct round_out {
+  std::vector<step_out> outs;
+  double wall = 0;
+};
+result<round_out> run_round(const engine& e, const std::vector<models::step_batch>& batches) {
+  round_out r;
+  r.outs.resize(batches.size());
+  std::vector<std::future<result<step_out>>> fs(batches.size());
+  const double t0 = now();
+  for (size_t k = 0; k < batches.size(); ++k)
+    if (!batches[k].seqs.empty())
+      fs[k] = std::async(batches.size() > 1 ? std::launch::async : std::launch::deferred,
+                         [&, k] { return e.step(static_cast<int>(k), batches[k]); });
+  for (size_t k = 0; k < batches.size(); ++k) {
+    if (batches[k].seqs.empty()) continue;
+    auto o = fs[k].get();
+    if (!o) return o.error().with_context("replica " + std::to_string(k));
+    r.outs[k] = std::move(*o);
   }
-  return b;
+  r.wall = now() - t0;
+  return r;
+}
+
+int32_t argmax(const std::vector<float>& l) {
+  return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+}
+
+// The step model's time of one round (all replicas' sequences as one step of the modelled chip).
+struct modeller {
+  timing::llm_system sys;
+  timing::decoder_dims dims;
+  double seconds(const std::vector<models::step_batch>& batches) const {
+    models::step_batch all;
+    for (const auto& b : batches) all.seqs.insert(all.seqs.end(), b.seqs.begin(), b.seqs.end());
+    auto t = timing::model_llm_step(sys, dims, gpu::step_shape(all));
+    return t ? t->seconds : 0;
+  }
+};
+
+result<modeller> make_modeller(const std::string& spec, const models::model_shape& shape, int supersteps_per_step) {
+  auto dims = timing::decoder_dims_of(shape);
+  if (!dims) return dims.error();
+  auto sys = timing::make_llm_system(spec, *dims);
+  if (!sys) return sys.error().with_context("--system " + spec);
+  if (sys->kind == "ipu" && supersteps_per_step > 0) {
+    // The preset counts one superstep per kernel of a layer; this plan's programs take
+    // supersteps_per_step per step, two of which are the embedding and the LM head.
+    auto ipu = timing::load_ipu_preset(sys->preset);
+    if (!ipu) return ipu.error();
+    const double one = (double(ipu->global_sync_cycles) + ipu->calibration.compute_set_overhead_cycles) / ipu->clock_hz;
+    sys->per_layer_overhead_s = std::max(0, supersteps_per_step - 2) * one / double(dims->layers);
+  }
+  return modeller{std::move(*sys), std::move(*dims)};
+}
+
+// B sequences of P prompt tokens then `decode` tokens each, on engine e.
+result<row> run_row(const engine& e, const models::model_shape& shape, const modeller& m, int P, int B, int decode) {
+  const int R = e.replicas;
+  const int per_seq = (P + decode + e.block_tokens - 1) / e.block_tokens;
+  splitmix64 rng(1000 + static_cast<uint64_t>(P) * 131 + static_cast<uint64_t>(B));
+  struct seq {
+    int replica = 0;
+    std::vector<int32_t> prompt, blocks;
+    int computed = 0;
+    int32_t next = 0;
+  };
+  std::vector<seq> seqs(static_cast<size_t>(B));
+  std::vector<int> on_replica(static_cast<size_t>(R), 0);
+  for (int i = 0; i < B; ++i) {
+    auto& s = seqs[static_cast<size_t>(i)];
+    s.replica = i % R;
+    const int k = on_replica[static_cast<size_t>(s.replica)]++;
+    for (int t = 0; t < P; ++t) s.prompt.push_back(static_cast<int32_t>(rng.uniform(0, shape.vocab_size - 1)));
+    for (int b = 0; b < per_seq; ++b) s.blocks.push_back(k * per_seq + b);
+  }
+  row r;
+  r.prompt = P;
+  r.batch = B;
+  r.decode = decode;
+  // Prefill: each round packs, per replica, prompt chunks up to the token budget and sequence limit.
+  for (;;) {
+    std::vector<models::step_batch> batches(static_cast<size_t>(R));
+    std::vector<std::vector<seq*>> ends(static_cast<size_t>(R));  // sequences whose prompt this round ends
+    bool any = false;
+    for (auto& s : seqs) {
+      auto& b = batches[static_cast<size_t>(s.replica)];
+      const int left = P - s.computed;
+      const int64_t room = e.token_budget - b.num_tokens();
+      if (left == 0 || room <= 0 || static_cast<int>(b.seqs.size()) >= e.max_seqs) continue;
+      models::seq_step st;
+      st.seq_id = static_cast<uint64_t>(&s - seqs.data());
+      st.start_pos = s.computed;
+      const int n = static_cast<int>(std::min<int64_t>(left, room));
+      st.tokens.assign(s.prompt.begin() + s.computed, s.prompt.begin() + s.computed + n);
+      st.want_logits = s.computed + n == P;
+      st.block_table = s.blocks;
+      s.computed += n;
+      if (st.want_logits) ends[static_cast<size_t>(s.replica)].push_back(&s);
+      b.seqs.push_back(std::move(st));
+      any = true;
+    }
+    if (!any) break;
+    auto out = run_round(e, batches);
+    if (!out) return out.error().with_context("prefill");
+    r.prefill_s += out->wall;
+    r.modelled_prefill_s += m.seconds(batches);
+    ++r.prefill_steps;
+    for (size_t k = 0; k < batches.size(); ++k) {
+      r.prefill_tokens += batches[k].num_tokens();
+      r.prefill_bytes += out->outs[k].bytes;
+      if (out->outs[k].logits.size() != ends[k].size())
+        return status::internal("prefill: " + std::to_string(out->outs[k].logits.size()) + " logit rows for " +
+                                std::to_string(ends[k].size()) + " finished prompts");
+      for (size_t i = 0; i < ends[k].size(); ++i) ends[k][i]->next = argmax(out->outs[k].logits[i]);
+    }
+  }
+  // Decode: every sequence one token a step, greedy.
+  for (int n = 0; n < decode; ++n) {
+    std::vector<models::step_batch> batches(static_cast<size_t>(R));
+    std::vector<std::vector<seq*>> members(static_cast<size_t>(R));
+    for (auto& s : seqs) {
+      models::seq_step st;
+      st.seq_id = static_cast<uint64_t>(&s - seqs.data());
+      st.start_pos = s.computed;
+      st.tokens = {s.next};
+      st.block_table = s.blocks;
+      batches[static_cast<size_t>(s.replica)].seqs.push_back(std::move(st));
+      members[static_cast<size_t>(s.replica)].push_back(&s);
+    }
+    auto out = run_round(e, batches);
+    if (!out) return out.error().with_context("decode step " + std::to_string(n));
+    r.decode_s += out->wall;
+    r.modelled_decode_s += m.seconds(batches);
+    ++r.decode_steps;
+    double busiest = 0, wait = 0, sync = 0, compute = 0;
+    int tiles = 0;
+    for (size_t k = 0; k < batches.size(); ++k) {
+      if (batches[k].seqs.empty()) continue;
+      const auto& o = out->outs[k];
+      r.decode_tokens += static_cast<int64_t>(batches[k].seqs.size());
+      r.decode_supersteps += o.supersteps;
+      r.decode_barriers += e.barriers;
+      r.decode_bytes += o.bytes;
+      busiest = std::max(busiest, o.tile_max_s);
+      compute = std::max(compute, o.compute_s);
+      wait += o.wait_s;
+      sync += o.sync_s;
+      tiles += o.tiles;
+      if (o.logits.size() != members[k].size())
+        return status::internal("decode: " + std::to_string(o.logits.size()) + " logit rows for " +
+                                std::to_string(members[k].size()) + " sequences");
+      for (size_t i = 0; i < members[k].size(); ++i) {
+        members[k][i]->computed += 1;
+        members[k][i]->next = argmax(o.logits[i]);
+      }
+    }
+    r.decode_compute_s += tiles > 0 ? compute : out->wall;
+    r.decode_wait_s += tiles > 0 ? wait / tiles : 0;
+    r.decode_sync_s += tiles > 0 ? sync / tiles : 0;
+    r.decode_host_s += tiles > 0 ? std::max(0.0, out->wall - busiest) : 0;
+  }
+  return r;
+}
+
+// The tiles' engine: a tile_decoder's steps and its counters.
+step_fn tile_steps(tile_decoder& dec) {
+  return [&dec](int replica, const models::step_batch& b) -> result<step_out> {
+    auto o = dec.step(replica, b);
+    if (!o) return o.error();
+    step_out s;
+    s.logits = std::move(o->logits);
+    s.supersteps = o->supersteps;
+    s.bytes = o->bytes_exchanged;
+    for (const auto& [t, cs] : o->counters) {
+      uint64_t compute = 0, exch = 0, sync = 0;
+      for (const auto& c : cs) compute += c.compute_ns, exch += c.exchange_ns, sync += c.sync_ns;
+      s.compute_s = std::max(s.compute_s, compute * 1e-9);
+      s.tile_max_s = std::max(s.tile_max_s, (compute + exch + sync) * 1e-9);
+      s.wait_s += (exch + sync) * 1e-9;
+      s.sync_s += sync * 1e-9;
+      ++s.tiles;
+    }
+    return s;
+  };
+}
+
+struct options {
+  std::vector<std::string> models{"llama-tiny", "gpt2"};
+  std::vector<int> tiles{2, 4};
+  std::vector<std::string> plans{"auto", "tp"};
+  std::vector<int> prompts{128, 768}, batches{1, 8, 32, 64};
+  int decode = 128, token_budget = 2048, threads = 1;
+  std::string tile_memory = "4GiB", system = "ipu-mk2:chips=1", csv, json;
+};
+
+void print_table(const std::vector<row>& rows, const std::string& system) {
+  std::printf(
+      "\n| model | N | plan | prompt | B | prefill tok/s | decode tok/s | decode ms/step | supersteps/token | "
+      "barriers/step | KiB exchanged/token | compute ms/step | barrier+exchange wait ms/step | barrier wait ms/step | "
+      "host round trip ms/step | modelled us/token (%s) | modelled prefill tok/s |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      system.c_str());
+  for (const auto& r : rows)
+    std::printf("| %s | %d | %s %s | %d | %d | %.0f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |\n",
+                r.model.c_str(), r.tiles, r.mode.c_str(), r.plan.c_str(), r.prompt, r.batch, r.prefill_tps(),
+                r.decode_tps(), r.per_step(r.decode_s) * 1e3, r.per_token(double(r.decode_supersteps)),
+                r.per_step(double(r.decode_barriers)), r.per_token(double(r.decode_bytes)) / 1024.0,
+                r.per_step(r.decode_compute_s) * 1e3, r.per_step(r.decode_wait_s) * 1e3,
+                r.per_step(r.decode_sync_s) * 1e3, r.per_step(r.decode_host_s) * 1e3,
+                r.per_token(r.modelled_decode_s) * 1e6, r.prefill_tokens / std::max(r.modelled_prefill_s, 1e-12));
+  std::fflush(stdout);
+}
+
+nlohmann::ordered_json to_json(const row& r) {
+  return {{"model", r.model},
+          {"tiles", r.tiles},
+          {"mode", r.mode},
+          {"plan", r.plan},
+          {"prompt", r.prompt},
+          {"batch", r.batch},
+          {"decode", r.decode},
+          {"prefill_tokens", r.prefill_tokens},
+          {"prefill_seconds", r.prefill_s},
+          {"prefill_steps", r.prefill_steps},
+          {"prefill_tokens_per_s", r.prefill_tps()},
+          {"prefill_bytes_exchanged", r.prefill_bytes},
+          {"decode_tokens", r.decode_tokens},
+          {"decode_seconds", r.decode_s},
+          {"decode_steps", r.decode_steps},
+          {"decode_tokens_per_s", r.decode_tps()},
+          {"decode_ms_per_step", r.per_step(r.decode_s) * 1e3},
+          {"supersteps_per_token", r.per_token(double(r.decode_supersteps))},
+          {"barriers_per_step", r.per_step(double(r.decode_barriers))},
+          {"bytes_exchanged_per_token", r.per_token(double(r.decode_bytes))},
+          {"compute_ms_per_step", r.per_step(r.decode_compute_s) * 1e3},
+          {"wait_ms_per_step", r.per_step(r.decode_wait_s) * 1e3},
+          {"barrier_wait_ms_per_step", r.per_step(r.decode_sync_s) * 1e3},
+          {"host_round_trip_ms_per_step", r.per_step(r.decode_host_s) * 1e3},
+          {"modelled_us_per_token", r.per_token(r.modelled_decode_s) * 1e6},
+          {"modelled_prefill_tokens_per_s", r.prefill_tokens / std::max(r.modelled_prefill_s, 1e-12)}};
+}
+
+status write_outputs(const std::vector<row>& rows, const options& o) {
+  if (!o.json.empty()) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::array();
+    for (const auto& r : rows) j.push_back(to_json(r));
+    std::ofstream f(o.json);
+    f << j.dump(1) << "\n";
+    if (!f) return status::io_error("cannot write " + o.json);
+  }
+  if (!o.csv.empty()) {
+    std::ofstream f(o.csv);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto j = to_json(rows[i]);
+      if (i == 0)
+        for (auto it = j.begin(); it != j.end(); ++it) f << (it == j.begin() ? "" : ",") << it.key();
+      if (i == 0) f << "\n";
+      for (auto it = j.begin(); it != j.end(); ++it)
+        f << (it == j.begin() ? "" : ",") << (it->is_string() ? it->get<std::string>() : it->dump());
+      f << "\n";
+    }
+    if (!f) return status::io_error("cannot write " + o.csv);
+  }
+  return ok_status();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> models_list{"llama-tiny", "gpt2-tiny"};
-  std::vector<int> tiles_list{1, 2, 4};
-  std::vector<int> batches{1, 32};
-  int prompt = 128, decode_steps = 32, prefill_seqs = 4;
-  double sync_us = 125;
-  std::string memory = "256MiB";
-  po::options_description opts("tessera-bench-decoder-tiles: decoders on tile processes");
+  options o;
+  po::options_description opts("tessera-bench-decoder-tiles: decoders on tile processes and in one process");
   opts.add_options()("help,h", "show this help")
-      ("model", po::value(&models_list)->multitoken(), "decoder presets")
-      ("tiles", po::value(&tiles_list)->multitoken(), "tile counts (plan 1,1,N: tensor-parallel width N)")
-      ("batch", po::value(&batches)->multitoken(), "decode batch sizes")
-      ("prompt", po::value(&prompt)->default_value(prompt), "prefill tokens per sequence")
-      ("prefill-seqs", po::value(&prefill_seqs)->default_value(prefill_seqs), "sequences per prefill step")
-      ("decode-steps", po::value(&decode_steps)->default_value(decode_steps), "decode steps measured")
-      ("sync-us", po::value(&sync_us)->default_value(sync_us), "cost of one barrier (a ZeroMQ round trip)");
+      ("model", po::value(&o.models)->multitoken(), "decoder presets (default llama-tiny gpt2)")
+      ("tiles", po::value(&o.tiles)->multitoken(), "tile counts; 0 = the single process (default 2 4)")
+      ("plan", po::value(&o.plans)->multitoken(), "auto (compile_decoder's choice) and/or tp (width W = N) (default both)")
+      ("prompt", po::value(&o.prompts)->multitoken(), "prompt lengths (default 128 768)")
+      ("batch", po::value(&o.batches)->multitoken(), "sequences per batch (default 1 8 32 64)")
+      ("decode", po::value(&o.decode)->default_value(o.decode), "tokens generated per sequence")
+      ("token-budget", po::value(&o.token_budget)->default_value(o.token_budget), "tokens per step (prefill chunks)")
+      ("tile-memory", po::value(&o.tile_memory)->default_value(o.tile_memory), "memory of each tile (the automatic plan's bound)")
+      ("threads", po::value(&o.threads)->default_value(o.threads), "threads of the single process (tiles have 1 each)")
+      ("system", po::value(&o.system)->default_value(o.system), "the modelled system (timing/llm_system.hpp spec)")
+      ("csv", po::value(&o.csv), "also write the rows as CSV")
+      ("json", po::value(&o.json), "also write the rows as JSON");
   po::variables_map vm;
-  if (auto done = tessera::parse_command_line("tessera-bench-decoder-tiles", argc, argv, opts, vm)) return *done;
+  if (auto done = parse_command_line("tessera-bench-decoder-tiles", argc, argv, opts, vm)) return *done;
+  auto bad = [](const std::string& what) {
+    std::cerr << "tessera-bench-decoder-tiles: " << what << "; see tessera-bench-decoder-tiles --help\n";
+    return 2;
+  };
+  for (const auto& p : o.plans)
+    if (p != "auto" && p != "tp") return bad("--plan " + p + ": use auto or tp");
+  for (int n : o.tiles)
+    if (n < 0 || n > 64) return bad("--tiles " + std::to_string(n) + ": use 0 (one process) to 64");
+  for (int b : o.batches)
+    if (b < 1) return bad("--batch must be positive");
+  for (int p : o.prompts)
+    if (p < 1) return bad("--prompt must be positive");
+  if (o.decode < 1) return bad("--decode must be positive");
+  if (o.token_budget < 1) return bad("--token-budget must be positive");
+  if (o.threads < 1) return bad("--threads must be positive");
+  auto memory = parse_bytes(o.tile_memory);
+  if (!memory) return bad("--tile-memory: " + memory.error().message());
+  const int max_b = *std::max_element(o.batches.begin(), o.batches.end());
+  const int max_p = *std::max_element(o.prompts.begin(), o.prompts.end());
+  auto fail = [](const status& st) {
+    std::cerr << "tessera-bench-decoder-tiles: " << st.to_string() << "\n";
+    return st.code() == errc::invalid_argument || st.code() == errc::not_found || st.code() == errc::out_of_memory ? 2 : 1;
+  };
+
   std::vector<row> rows;
-  for (const auto& name : models_list) {
+  auto measure = [&](const engine& e, const std::string& name, const models::model_shape& shape, int n,
+                     const std::string& mode) -> status {
+    auto m = make_modeller(o.system, shape, e.supersteps);
+    if (!m) return m.error();
+    for (int P : o.prompts)
+      for (int B : o.batches) {
+        if (P + o.decode > shape.max_position_embeddings)
+          return status::invalid("--prompt " + std::to_string(P) + " + --decode " + std::to_string(o.decode) +
+                                 " is beyond " + name + "'s " + std::to_string(shape.max_position_embeddings) + " positions");
+        auto r = run_row(e, shape, *m, P, B, o.decode);
+        if (!r) return r.error().with_context(name + " on " + (n ? std::to_string(n) + " tiles" : "one process") +
+                                             ", prompt " + std::to_string(P) + ", batch " + std::to_string(B));
+        r->model = name;
+        r->tiles = n;
+        r->mode = mode;
+        r->plan = e.plan_text;
+        std::fprintf(stderr, "%s N=%d %s P=%d B=%d: prefill %.0f tok/s, decode %.1f tok/s\n", name.c_str(), n,
+                     e.plan_text.c_str(), P, B, r->prefill_tps(), r->decode_tps());
+        rows.push_back(std::move(*r));
+      }
+    return ok_status();
+  };
+
+  for (const auto& name : o.models) {
     auto loaded = models::load_decoder(name);
-    if (!loaded) return std::cerr << loaded.error().to_string() << "\n", 1;
+    if (!loaded) return fail(loaded.error());
     auto model = std::make_shared<const models::decoder_model>(std::move(*loaded));
-    const int vocab = model->shape().vocab_size;
-    for (int n : tiles_list) {
-      placement_request req;
-      req.tiles = n;
-      req.tile_memory = 256ull << 20;
-      req.token_budget = std::max(prompt * prefill_seqs, 64);
-      int max_b = 1;
-      for (int b : batches) max_b = std::max(max_b, b);
-      req.max_sequences = std::max(max_b, prefill_seqs);
-      req.forced = plan{1, 1, n, 1};
-      req.kv_blocks = 2048;
-      auto c = compile_decoder(model->shape(), req);
-      if (!c) return std::cerr << c.error().to_string() << "\n", 1;
-      tile_group_config g;
-      g.tiles = static_cast<uint32_t>(n);
-      g.tile_memory = req.tile_memory;
-      auto group = tile_group::start(g);
-      if (!group) return std::cerr << group.error().to_string() << "\n", 1;
-      auto dec = tile_decoder::deploy(**group, std::move(*c), model);
-      if (!dec) return std::cerr << dec.error().to_string() << "\n", 1;
-      const auto& cm = (*dec)->compiled();
-      const std::string plan_text = "W=" + std::to_string(n);
-      // Prefill: prefill_seqs x prompt tokens in one step, three times (the first warms up).
-      {
-        row r{name, plan_text, "prefill " + std::to_string(prefill_seqs) + "x" + std::to_string(prompt)};
-        double wall = 0;
-        uint64_t bytes = 0;
-        for (int rep = 0; rep < 3; ++rep) {
-          auto b = prefill_batch(prefill_seqs, prompt, vocab, cm.kv.block_tokens, 0, 100 + rep);
-          const auto t0 = std::chrono::steady_clock::now();
-          auto out = (*dec)->step(0, b);
-          if (!out) return std::cerr << out.error().to_string() << "\n", 1;
-          if (rep == 0) continue;
-          wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          bytes += out->bytes_exchanged;
-        }
-        const double tokens = 2.0 * prefill_seqs * prompt;
-        r.tokens_per_s = tokens / wall;
-        r.ms_per_step = wall / 2 * 1e3;
-        r.supersteps = cm.supersteps();
-        r.barriers = cm.barriers();
-        r.kib_per_token = bytes / 1024.0 / tokens;
-        rows.push_back(r);
+    const models::model_shape& shape = model->shape();
+    const int per_seq_blocks = (max_p + o.decode + 15) / 16;
+    for (int n : o.tiles) {
+      if (n == 0) {  // the single process: decoder_model::step over one paged cache
+        models::set_num_threads(o.threads);
+        auto cache = models::paged_kv_cache::make(shape, {16, max_b * per_seq_blocks});
+        if (!cache) return fail(cache.error());
+        engine e;
+        e.plan_text = "1 process x" + std::to_string(o.threads) + " threads";
+        e.max_seqs = max_b;
+        e.token_budget = o.token_budget;
+        e.step = [&](int, const models::step_batch& b) -> result<step_out> {
+          step_out s;
+          if (auto st = model->step(b, *cache, s.logits); !st.ok()) return st;
+          return s;
+        };
+        if (auto st = measure(e, name, shape, 0, "-"); !st.ok()) return fail(st);
+        continue;
       }
-      for (int B : batches) {
-        // B sequences of 16 prompt tokens, prefilled, then decode_steps steps of B decode tokens.
-        auto b = prefill_batch(B, 16, vocab, cm.kv.block_tokens, 0, 7);
-        auto out = (*dec)->step(0, b);
-        if (!out) return std::cerr << out.error().to_string() << "\n", 1;
-        std::vector<int32_t> pos(static_cast<size_t>(B), 16);
-        double wall = 0;
-        uint64_t bytes = 0;
-        for (int s = 0; s < decode_steps + 1; ++s) {
-          models::step_batch d;
-          for (int i = 0; i < B; ++i) {
-            auto st = b.seqs[static_cast<size_t>(i)];
-            st.tokens = {static_cast<int32_t>((s * 31 + i) % vocab)};
-            st.start_pos = pos[static_cast<size_t>(i)]++;
-            d.seqs.push_back(std::move(st));
-          }
-          const auto t0 = std::chrono::steady_clock::now();
-          auto o = (*dec)->step(0, d);
-          if (!o) return std::cerr << o.error().to_string() << "\n", 1;
-          if (s == 0) continue;  // warm-up
-          wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          bytes += o->bytes_exchanged;
+      std::set<std::string> done_plans;
+      for (const auto& mode : o.plans) {
+        placement_request req;
+        req.tiles = n;
+        req.tile_memory = *memory;
+        req.token_budget = o.token_budget;
+        req.max_sequences = max_b;
+        if (mode == "tp") req.forced = plan{1, 1, n, 1};
+        // The plan first (KV as many blocks as fit), then the plan again with the KV the rows need.
+        auto c = compile_decoder(shape, req);
+        if (!c) return fail(c.error().with_context(name + " on " + std::to_string(n) + " tiles, --plan " + mode));
+        const plan chosen = c->chosen;
+        if (!done_plans.insert(chosen.to_string()).second) {
+          std::fprintf(stderr, "%s on %d tiles: --plan %s chose %s, measured already\n", name.c_str(), n, mode.c_str(),
+                       chosen.to_string().c_str());
+          for (size_t i = 0, end = rows.size(); i < end; ++i)
+            if (rows[i].model == name && rows[i].tiles == n && rows[i].plan == chosen.to_string()) {
+              row copy = rows[i];
+              copy.mode = mode;
+              rows.push_back(copy);
+            }
+          continue;
         }
-        row r{name, plan_text, "decode B=" + std::to_string(B)};
-        const double tokens = double(B) * decode_steps;
-        r.tokens_per_s = tokens / wall;
-        r.ms_per_step = wall / decode_steps * 1e3;
-        r.supersteps = double(cm.supersteps()) / B;
-        r.barriers = double(cm.barriers()) / B;
-        r.kib_per_token = bytes / 1024.0 / tokens;
-        rows.push_back(r);
+        const int per_replica = (max_b + chosen.replicas - 1) / chosen.replicas;
+        req.forced = chosen;
+        req.max_sequences = per_replica;
+        req.kv_blocks = per_replica * per_seq_blocks;
+        c = compile_decoder(shape, req);
+        if (!c) return fail(c.error().with_context(name + " on " + std::to_string(n) + " tiles, plan " + chosen.to_string()));
+        tile_group_config g;
+        g.tiles = static_cast<uint32_t>(n);
+        g.tile_memory = *memory;
+        g.run_timeout = std::chrono::minutes(10);
+        auto group = tile_group::start(g);
+        if (!group) return fail(group.error());
+        auto dec = tile_decoder::deploy(**group, std::move(*c), model);
+        if (!dec) return fail(dec.error());
+        const auto& cm = (*dec)->compiled();
+        engine e;
+        e.plan_text = chosen.to_string();
+        e.replicas = chosen.replicas;
+        e.barriers = cm.barriers();
+        e.supersteps = cm.supersteps();
+        e.max_seqs = cm.max_sequences;
+        e.token_budget = cm.token_budget;
+        e.block_tokens = cm.kv.block_tokens;
+        e.step = tile_steps(**dec);
+        std::fprintf(stderr, "%s on %d tiles, --plan %s: %s, %d supersteps (%d barriers) a step, %d KV blocks a replica\n",
+                     name.c_str(), n, mode.c_str(), e.plan_text.c_str(), e.supersteps, e.barriers, cm.kv.num_blocks);
+        const status st = measure(e, name, shape, n, mode);
+        (*group)->shutdown();
+        if (!st.ok()) return fail(st);
       }
-      (*group)->shutdown();
     }
   }
-  std::printf("| model | plan | phase | tokens/s | ms/step | supersteps/token | barriers/token | KiB exchanged/token | "
-              "barrier floor/step (x %.0f us) | share of step |\n|---|---|---|---|---|---|---|---|---|---|\n", sync_us);
-  for (const auto& r : rows) {
-    const bool prefill = r.phase.rfind("prefill", 0) == 0;
-    const double barriers_step = prefill ? r.barriers : r.barriers * std::stod(r.phase.substr(r.phase.find('=') + 1));
-    const double floor_ms = barriers_step * sync_us / 1e3;
-    std::printf("| %s | %s | %s | %.0f | %.2f | %s | %s | %.2f | %.2f ms | %.0f%% |\n", r.model.c_str(), r.plan.c_str(),
-                r.phase.c_str(), r.tokens_per_s, r.ms_per_step,
-                prefill ? ("per step " + std::to_string(static_cast<int>(r.supersteps))).c_str()
-                        : std::to_string(r.supersteps).substr(0, 5).c_str(),
-                prefill ? ("per step " + std::to_string(static_cast<int>(r.barriers))).c_str()
-                        : std::to_string(r.barriers).substr(0, 5).c_str(),
-                r.kib_per_token, floor_ms, 100.0 * floor_ms / r.ms_per_step);
-  }
+  print_table(rows, o.system);
+  if (auto st = write_outputs(rows, o); !st.ok()) return fail(st);
   return 0;
 }
