@@ -169,6 +169,40 @@ class served_process {
   int exit_code_ = -1;
 };
 
+/// A command run to its end: exit code (124 when it timed out, -1 when killed) and what it printed.
+struct run_output {
+  int rc = -1;
+  std::string out, err;
+};
+
+/// Runs `args` (argv, not a shell line) to its end, bounded by GNU timeout (`timeout_s` seconds,
+/// then SIGKILL 5 s later), stdin from /dev/null, stdout and stderr captured.
+inline run_output run_to_end(const std::vector<std::string>& args, int timeout_s = 60) {
+  static int calls = 0;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("tessera-run-" + std::to_string(getpid()) + "-" + std::to_string(++calls));
+  std::filesystem::create_directories(dir);
+  std::string cmd = "timeout -k 5 " + std::to_string(timeout_s);
+  for (const auto& a : args) {
+    std::string q;
+    for (char ch : a) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    cmd += " '" + q + "'";
+  }
+  const int ws = std::system((cmd + " < /dev/null > '" + (dir / "out").string() + "' 2> '" + (dir / "err").string() + "'").c_str());
+  auto slurp = [](const std::filesystem::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  run_output r;
+  r.rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+  r.out = slurp(dir / "out");
+  r.err = slurp(dir / "err");
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
 /// The children of `parent` whose command name is `comm` (the kernel keeps its first 15 characters).
 inline std::vector<pid_t> children_named(pid_t parent, const std::string& comm) {
   std::vector<pid_t> out;

@@ -1,0 +1,130 @@
+// tessera-bench-decoder-tiles from the user's side, at sizes that take seconds: the single
+// process and real tile processes (automatic plan and tensor-parallel W = 2) each give a row per
+// batch with nonzero prefill and decode rates, every token of the workload counted, supersteps on
+// tiles, bytes exchanged and barriers under tensor parallelism (none between replicas), a modelled
+// time; the table, CSV and JSON agree. Bad options and a plan that does not fit are refused with
+// exit code 2 and a message naming them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tessera/test/child_process.hpp"
+
+using namespace tessera::test_support;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) out.push_back(l);
+  return out;
+}
+
+}  // namespace
+
+TEST(DecoderTilesBench, RowsForOneProcessAndTilesAreSane) {
+  const fs::path dir = fs::temp_directory_path() / ("tessera-dtbench-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string csv = (dir / "rows.csv").string(), json = (dir / "rows.json").string();
+  const int prompt = 20, decode = 3;
+  auto r = run_to_end({bin("tessera-bench-decoder-tiles"), "--model", "llama-tiny", "--tiles", "0", "2", "--plan", "auto",
+                       "tp", "--prompt", std::to_string(prompt), "--batch", "1", "3", "--decode", std::to_string(decode),
+                       "--token-budget", "32", "--tile-memory", "64MiB", "--csv", csv, "--json", json},
+                      300);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  std::ifstream jf(json);
+  auto rows = nlohmann::json::parse(jf);
+  // One process, then N = 2 under the automatic plan and under W = 2, for batches 1 and 3.
+  ASSERT_EQ(rows.size(), 6u) << rows.dump(1);
+  int single = 0, tp = 0, automatic = 0;
+  for (const auto& row : rows) {
+    SCOPED_TRACE(row.dump());
+    const int B = row["batch"];
+    EXPECT_EQ(row["model"], "llama-tiny");
+    EXPECT_EQ(row["prompt"], prompt);
+    // Every prompt token prefilled (20 tokens in chunks of at most 32 a step), every token decoded.
+    EXPECT_EQ(row["prefill_tokens"], B * prompt);
+    EXPECT_GE(row["prefill_steps"], (B * prompt + 31) / 32);
+    EXPECT_EQ(row["decode_tokens"], B * decode);
+    EXPECT_EQ(row["decode_steps"], decode);
+    EXPECT_GT(row["prefill_tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(row["decode_tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(row["modelled_us_per_token"].get<double>(), 0);
+    EXPECT_GT(row["modelled_prefill_tokens_per_s"].get<double>(), 0);
+    if (row["tiles"] == 0) {
+      ++single;
+      EXPECT_EQ(row["supersteps_per_token"].get<double>(), 0);
+      continue;
+    }
+    ASSERT_EQ(row["tiles"], 2);
+    EXPECT_GT(row["supersteps_per_token"].get<double>(), 0);
+    EXPECT_GT(row["compute_ms_per_step"].get<double>(), 0);
+    if (row["mode"] == "tp") {
+      ++tp;
+      EXPECT_EQ(row["plan"], "R=1 S=1 W=2 M=1");
+      EXPECT_GT(row["bytes_exchanged_per_token"].get<double>(), 0);
+      EXPECT_GT(row["barriers_per_step"].get<double>(), 0);
+      EXPECT_GT(row["prefill_bytes_exchanged"].get<double>(), 0);
+    } else {
+      ++automatic;
+      EXPECT_EQ(row["mode"], "auto");
+      // Plenty of memory for two copies of llama-tiny: the automatic plan replicates, and
+      // replicas exchange nothing.
+      if (row["plan"] == "R=2 S=1 W=1 M=1") {
+        EXPECT_EQ(row["bytes_exchanged_per_token"].get<double>(), 0);
+        EXPECT_EQ(row["barriers_per_step"].get<double>(), 0);
+      }
+    }
+  }
+  EXPECT_EQ(single, 2);
+  EXPECT_EQ(tp, 2);
+  EXPECT_EQ(automatic, 2);
+  // The CSV holds the same rows under a header; the table one line per row.
+  std::ifstream cf(csv);
+  std::stringstream cs;
+  cs << cf.rdbuf();
+  const auto csv_lines = lines_of(cs.str());
+  ASSERT_EQ(csv_lines.size(), 7u) << cs.str();
+  const auto fields = [](const std::string& l) { return std::count(l.begin(), l.end(), ',') + 1; };
+  for (const auto& l : csv_lines) EXPECT_EQ(fields(l), fields(csv_lines[0])) << l;
+  int table_rows = 0;
+  for (const auto& l : lines_of(r.out)) table_rows += l.rfind("| llama-tiny |", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(table_rows, 6) << r.out;
+  fs::remove_all(dir);
+}
+
+TEST(DecoderTilesBench, RefusesBadOptionsNamingThem) {
+  const std::string b = bin("tessera-bench-decoder-tiles");
+  struct bad_case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<bad_case> cases{
+      {{"--plan", "wide"}, "--plan wide"},
+      {{"--tiles", "-1"}, "--tiles -1"},
+      {{"--batch", "0"}, "--batch"},
+      {{"--decode", "0"}, "--decode"},
+      {{"--tile-memory", "lots"}, "--tile-memory"},
+      {{"--model", "no-such-model", "--tiles", "0"}, "no-such-model"},
+      // 768 prompt tokens + 1024 generated are beyond GPT-2's 1024 positions.
+      {{"--model", "gpt2-tiny", "--tiles", "0", "--prompt", "768", "--decode", "1024", "--batch", "1"}, "positions"},
+      // gpt2-tiny's embedding alone is over 4 MiB a tile.
+      {{"--model", "gpt2-tiny", "--tiles", "2", "--plan", "tp", "--tile-memory", "4MiB", "--batch", "1"}, "does not fit"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args{b};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = run_to_end(args, 120);
+    EXPECT_EQ(r.rc, 2) << c.says << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("| "), std::string::npos) << "no table for a refused run: " << r.out;
+  }
+}
