@@ -42,7 +42,7 @@ int serve_decoder(const std::string& model_name, uint64_t seed, const gpu::gpu_s
   auto backend = gpu::make_gpu_llm_backend(
       model, {.name = cfg.name, .system = cfg.preset, .kv = {lo.block_tokens, blocks}, .omp_threads = cfg.omp_threads});
   if (!backend) return fail(backend.error());
-  return serving::serve_llm({.backend = *backend, .model = model_name, .arch = model->shape().arch,
+  return serving::serve_llm({.backends = {*backend}, .model = model_name, .arch = model->shape().arch,
                              .program = "tessera-gpu",
                              .listening_suffix = " gpu " + cfg.preset + " batching " + lo.batching_name},
                             lo, so);

@@ -64,10 +64,12 @@ int main(int argc, char** argv) {
     ("trace", po::value(&mo.trace_path), "with --check: write a Chrome trace / Perfetto JSON of the batches to FILE and print a profile "
      "(decoders: every step, its prefill chunks, decodes and KV blocks per tile)")
     ("preset", po::value(&mo.timing_preset)->default_value(mo.timing_preset), "IPU preset of the trace's modelled time (ipu-mk2, ipu-c600, ipu-bow or a .json)")
-    ("gpu-replicas", po::value(&mo.gpu_replicas)->default_value(0), "in-process GPU-style backends beside the tiles (use --routing hybrid)")
+    ("gpu-replicas", po::value(&mo.gpu_replicas)->default_value(0), "in-process GPU-style backends beside the tiles (use --routing hybrid; decoders: "
+     "GPU-style decoders, each with its own engine and --kv-blocks, costed on a100-40gb)")
     ("gpu-endpoint", po::value(&mo.gpu_endpoints)->composing(), "a running tessera-gpu process (tcp://host:port or ipc://path; repeatable): route to it as a GPU backend; "
      "off loopback it needs --keys (or --insecure)")
-    ("spawn-gpu", po::value(&mo.spawn_gpu)->default_value(0), "launch N local tessera-gpu processes on ipc endpoints and route to them as GPU backends");
+    ("spawn-gpu", po::value(&mo.spawn_gpu)->default_value(0), "launch N local tessera-gpu processes on ipc endpoints and route to them as GPU backends (BERT; "
+     "decoders: refused, use --gpu-replicas)");
   po::options_description demo_opts("Demo programs (without --model)");
   demo_opts.add_options()
     ("demo", po::value(&demo.demo)->default_value(demo.demo), "matmul (rows split), matmul-columns, matmul-inner, allreduce")

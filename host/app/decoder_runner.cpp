@@ -11,6 +11,8 @@
 
 #include "host_app.hpp"
 #include "tessera/common/log.hpp"
+#include "tessera/backends/decoder_backend.hpp"
+#include "tessera/gpu/gpu_llm.hpp"
 #include "tessera/host/profiler.hpp"
 #include "tessera/host/tile_decoder.hpp"
 #include "tessera/host/tile_llm_backend.hpp"
@@ -73,6 +75,12 @@ int run_decoder_model(tile_group_config group_cfg, model_options o) {
   if (!o.trace_path.empty() && o.check_batches <= 0)
     return fail(status::invalid("--trace traces the steps of --check; with --serve, --llm-step-log FILE records every "
                                 "step (prefill and decode tokens, KV blocks, time)"));
+  if (o.spawn_gpu > 0 || !o.gpu_endpoints.empty())
+    return fail(status::invalid("--spawn-gpu and --gpu-endpoint are for BERT models: a tessera-gpu process takes no "
+                                "decoder steps from a host; for decoders use --gpu-replicas N (in-process GPU-style "
+                                "decoders beside the tiles, --routing hybrid), or tessera-gpu --serve on its own"));
+  if (o.gpu_replicas > 0 && !o.serve)
+    return fail(status::invalid("--gpu-replicas with a decoder serves beside the tiles: add --serve"));
   auto loaded = models::load_decoder(o.model, o.seed);
   if (!loaded) return fail(loaded.error());
   auto model = std::make_shared<const models::decoder_model>(std::move(*loaded));
@@ -107,14 +115,34 @@ int run_decoder_model(tile_group_config group_cfg, model_options o) {
 
 int serve_decoder(std::unique_ptr<tile_decoder> deployed, const models::decoder_model& model, model_options& o,
                   uint32_t tiles) {
-  auto backend = tile_llm_backend::make(std::move(deployed), "tiles0");
-  if (!backend) return fail(backend.error());
-  const int rc = serving::serve_llm({.backend = *backend, .model = o.model, .arch = model.shape().arch,
-                                     .program = "tessera-host", .listening_suffix = " tiles " + std::to_string(tiles)},
+  // One engine per replica of the plan (tiles0, tiles1, ...), then --gpu-replicas in-process
+  // GPU-style decoders (gpu0, ...); the LLM router picks one per request (--routing).
+  const int replicas = deployed->compiled().chosen.replicas;
+  auto on_tiles = tile_llm_backend::make(std::move(deployed), "tiles");
+  if (!on_tiles) return fail(on_tiles.error());
+  std::vector<std::shared_ptr<backends::llm_backend>> all(on_tiles->begin(), on_tiles->end());
+  auto shared_model = std::make_shared<const models::decoder_model>(model);
+  for (int i = 0; i < o.gpu_replicas; ++i) {
+    const int32_t blocks = o.lo.kv_blocks > 0 ? o.lo.kv_blocks
+                                              : backends::kv_blocks_for_bytes(model.shape(), o.lo.block_tokens,
+                                                                              static_cast<int64_t>(o.lo.kv_memory_mb * (1 << 20)));
+    auto g = gpu::make_gpu_llm_backend(shared_model, {.name = "gpu" + std::to_string(i), .kv = {o.lo.block_tokens, blocks}});
+    if (!g) return fail(g.error().with_context("--gpu-replicas"));
+    all.push_back(*g);
+  }
+  std::string suffix = " tiles " + std::to_string(tiles) + " replicas " + std::to_string(replicas);
+  if (o.gpu_replicas > 0) suffix += " gpu " + std::to_string(o.gpu_replicas);
+  const int rc = serving::serve_llm({.backends = all, .model = o.model, .arch = model.shape().arch,
+                                     .program = "tessera-host", .listening_suffix = suffix},
                                     o.lo, o.so);
-  std::fprintf(stderr, "tessera-host: %lld decoder steps on the tiles, %lld tile recoveries\n",
-               (long long)(*backend)->steps(), (long long)(*backend)->recoveries());
-  (*backend)->stop();
+  int64_t steps = 0, recoveries = 0;
+  for (auto& b : *on_tiles) {
+    steps += b->steps();
+    recoveries += b->recoveries();
+    b->stop();
+  }
+  std::fprintf(stderr, "tessera-host: %lld decoder steps on the tiles, %lld tile recoveries\n", (long long)steps,
+               (long long)recoveries);
   return rc;
 }
 

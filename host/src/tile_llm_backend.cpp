@@ -1,6 +1,7 @@
 #include "tessera/host/tile_llm_backend.hpp"
 
 #include <algorithm>
+#include <mutex>
 
 #include "tessera/common/log.hpp"
 #include "tessera/host/tile_backend.hpp"
@@ -9,18 +10,43 @@ namespace tessera::host {
 
 using steady = std::chrono::steady_clock;
 
-result<std::shared_ptr<tile_llm_backend>> tile_llm_backend::make(std::unique_ptr<tile_decoder> decoder, std::string name,
-                                                                 tile_llm_backend_config cfg) {
+// The decoder its replicas' backends share, and the one listener of the tile group's events,
+// which hands a tile's failure to every member (each keeps those of its own tiles).
+struct tile_llm_backend::shared_decoder {
+  std::unique_ptr<tile_decoder> dec;
+  std::mutex mu;
+  std::vector<tile_llm_backend*> members;
+  explicit shared_decoder(std::unique_ptr<tile_decoder> d) : dec(std::move(d)) {
+    dec->group().on_event([this](const tile_event& ev) {
+      if (ev.what != tile_event::kind::failed) return;
+      std::lock_guard lk(mu);
+      for (auto* m : members) m->on_tile_failed(ev);
+    });
+  }
+  ~shared_decoder() { dec->group().on_event(nullptr); }
+  void leave(tile_llm_backend* m) {
+    std::lock_guard lk(mu);
+    members.erase(std::remove(members.begin(), members.end(), m), members.end());
+  }
+};
+
+result<std::vector<std::shared_ptr<tile_llm_backend>>> tile_llm_backend::make(std::unique_ptr<tile_decoder> decoder,
+                                                                              std::string prefix,
+                                                                              tile_llm_backend_config cfg) {
   if (!decoder) return status::invalid("no decoder");
-  if (decoder->compiled().chosen.replicas != 1)
-    return status::invalid("serving a decoder on tiles drives one replica (one KV block space for the scheduler); "
-                           "the plan " + decoder->compiled().chosen.to_string() +
-                           " has " + std::to_string(decoder->compiled().chosen.replicas) + ": use --plan 1,S,W");
-  return std::shared_ptr<tile_llm_backend>(new tile_llm_backend(std::move(decoder), std::move(name), cfg));
+  auto shared = std::make_shared<shared_decoder>(std::move(decoder));
+  std::vector<std::shared_ptr<tile_llm_backend>> out;
+  for (int r = 0; r < shared->dec->compiled().chosen.replicas; ++r) {
+    out.push_back(std::shared_ptr<tile_llm_backend>(new tile_llm_backend(shared, r, prefix + std::to_string(r), cfg)));
+    std::lock_guard lk(shared->mu);
+    shared->members.push_back(out.back().get());
+  }
+  return out;
 }
 
-tile_llm_backend::tile_llm_backend(std::unique_ptr<tile_decoder> decoder, std::string name, tile_llm_backend_config cfg)
-    : dec_(std::move(decoder)), cfg_(cfg) {
+tile_llm_backend::tile_llm_backend(std::shared_ptr<shared_decoder> shared, int replica, std::string name,
+                                   tile_llm_backend_config cfg)
+    : shared_(std::move(shared)), dec_(shared_->dec.get()), replica_(replica), cfg_(cfg) {
   const auto& c = dec_->compiled();
   info_.name = std::move(name);
   info_.kind = "tiles";
@@ -28,15 +54,15 @@ tile_llm_backend::tile_llm_backend(std::unique_ptr<tile_decoder> decoder, std::s
   info_.num_blocks = c.kv.num_blocks;
   info_.vocab_size = c.config.vocab_size;
   info_.max_positions = c.config.max_position_embeddings;
-  tiles_ = dec_->replica_tiles(0);
-  dec_->group().on_event([this](const tile_event& ev) {
-    if (ev.what != tile_event::kind::failed) return;
-    std::lock_guard lk(mu_);
-    if (std::find(tiles_.begin(), tiles_.end(), ev.tile) == tiles_.end()) return;
-    if (std::find(lost_.begin(), lost_.end(), ev.tile) == lost_.end()) lost_.push_back(ev.tile);
-    TESSERA_LOG_WARN(info_.name << ": tile " << ev.tile << " failed: " << ev.why);
-  });
+  tiles_ = dec_->replica_tiles(replica_);
   worker_ = std::thread([this] { work(); });
+}
+
+void tile_llm_backend::on_tile_failed(const tile_event& ev) {
+  std::lock_guard lk(mu_);
+  if (std::find(tiles_.begin(), tiles_.end(), ev.tile) == tiles_.end()) return;
+  if (std::find(lost_.begin(), lost_.end(), ev.tile) == lost_.end()) lost_.push_back(ev.tile);
+  TESSERA_LOG_WARN(info_.name << ": tile " << ev.tile << " failed: " << ev.why);
 }
 
 tile_llm_backend::~tile_llm_backend() { stop(); }
@@ -75,7 +101,7 @@ void tile_llm_backend::stop() {
     j.done(std::move(r));
   }
   if (worker_.joinable()) worker_.join();
-  dec_->group().on_event(nullptr);
+  shared_->leave(this);
 }
 
 status tile_llm_backend::recover() {
@@ -132,7 +158,7 @@ void tile_llm_backend::work() {
     // A step that fails without a failed tile (a lost slice, an exchange timeout) runs again: its
     // new positions' K/V are written again, earlier ones were not touched.
     for (int attempt = 0; !lost && attempt < 3; ++attempt) {
-      auto r = dec_->step(0, j.batch);
+      auto r = dec_->step(replica_, j.batch);
       if (r) {
         res.st = ok_status();
         res.logits = std::move(r->logits);

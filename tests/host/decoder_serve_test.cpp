@@ -158,3 +158,230 @@ TEST(DecoderServeOnTiles, CompletionsEqualTheReferenceAndSurviveATileKill) {
   EXPECT_EQ(r["choices"][0]["text"], want[3]);
   EXPECT_EQ(tiles.p.stop(), 0);
 }
+
+// --- Two replicas (--plan 2,1,1: each tile holds a whole llama-tiny), one engine each, the LLM
+// router between them.
+
+namespace {
+
+std::vector<std::string> two_replica_args() {
+  return {bin("tessera-host"), "--model", "llama-tiny", "--tiles", "2", "--plan", "2,1,1", "--serve", "--port", "0",
+          "--tile-memory", "128MiB", "--step-token-budget", "64", "--max-running", "16", "--kv-blocks", "64"};
+}
+
+json request_of(int prompt_tokens, int max_tokens, int salt) {
+  json prompt = json::array();
+  for (int k = 0; k < prompt_tokens; ++k) prompt.push_back(100 + (37 * k + 11 * salt) % 20000);
+  return {{"model", "llama-tiny"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+          {"ignore_eos", true}};
+}
+
+// A gauge of /metrics (labels as written, e.g. `{replica="tiles0",kind="tiles"}`); -1 when absent.
+double gauge(const std::string& metrics, const std::string& name) {
+  auto at = metrics.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(metrics.substr(at + name.size() + 2));
+}
+
+std::string replica_label(int r) { return "{replica=\"tiles" + std::to_string(r) + "\",kind=\"tiles\"}"; }
+
+}  // namespace
+
+TEST(DecoderServeOnTiles, TwoReplicasShareMixedLengthsAndAFullReplicaGetsNoNewRequest) {
+  server tiles(two_replica_args());
+  ASSERT_NE(tiles.port(), 0) << tiles.p.line();
+  server ref({bin("tessera-serve"), "--model", "llama-tiny", "--port", "0", "--kv-blocks", "256"});
+  ASSERT_NE(ref.port(), 0) << ref.p.line();
+  // /info names both replicas and their KV blocks.
+  {
+    json info = json::parse(tiles.get("/info"), nullptr, false);
+    ASSERT_TRUE(info.contains("llm_replicas")) << info.dump();
+    ASSERT_EQ(info["llm_replicas"]["replicas"].size(), 2u) << info.dump();
+    for (const auto& r : info["llm_replicas"]["replicas"]) {
+      EXPECT_EQ(r["kind"], "tiles");
+      EXPECT_EQ(r["kv_blocks_total"], 64);
+      EXPECT_EQ(r["kv_blocks_free"], 64);
+    }
+  }
+  // Mixed lengths at once: both replicas get work, every answer is the single-replica reference's.
+  const std::vector<int> lengths = {7, 180, 33, 95, 12, 240, 60, 21};
+  std::vector<std::string> want;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    unsigned st = 0;
+    json r = ref.post("/v1/completions", request_of(lengths[i], 16, static_cast<int>(i)), &st);
+    ASSERT_EQ(st, 200u) << r.dump();
+    want.push_back(r["choices"][0]["text"]);
+  }
+  {
+    std::vector<std::future<stream_result>> streams;
+    for (size_t i = 0; i < lengths.size(); ++i)
+      streams.push_back(std::async(std::launch::async, [&, i] {
+        json body = request_of(lengths[i], 16, static_cast<int>(i));
+        body["stream"] = true;
+        return stream_completion(tiles.port(), body);
+      }));
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      auto r = streams[i].get();
+      EXPECT_TRUE(r.done) << "request " << i;
+      EXPECT_EQ(r.text, want[i]) << "request " << i << " (" << lengths[i] << " prompt tokens)";
+    }
+  }
+  const std::string m0 = tiles.get("/metrics");
+  const double routed0 = gauge(m0, "tessera_llm_replica_routed_requests" + replica_label(0));
+  const double routed1 = gauge(m0, "tessera_llm_replica_routed_requests" + replica_label(1));
+  EXPECT_GT(routed0, 0) << m0;
+  EXPECT_GT(routed1, 0) << m0;
+  EXPECT_EQ(routed0 + routed1, static_cast<double>(lengths.size()));
+  EXPECT_EQ(gauge(m0, "tessera_llm_replica_kv_blocks_total" + replica_label(0)), 64);
+
+  // One long request fills most of a replica's 64 blocks (600 + 300 positions: 57 blocks);
+  // while it runs, short requests all go to the other replica.
+  unsigned st = 0;
+  json long_ref = ref.post("/v1/completions", request_of(600, 300, 99), &st);
+  ASSERT_EQ(st, 200u) << long_ref.dump();
+  auto long_stream = std::async(std::launch::async, [&] {
+    json body = request_of(600, 300, 99);
+    body["stream"] = true;
+    return stream_completion(tiles.port(), body);
+  });
+  int full = -1;
+  std::string m;
+  for (int tries = 0; tries < 3000 && full < 0; ++tries) {
+    m = tiles.get("/metrics");
+    for (int r = 0; r < 2; ++r)
+      if (gauge(m, "tessera_llm_replica_kv_blocks_used" + replica_label(r)) >= 38) full = r;
+    if (full < 0) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_GE(full, 0) << "no replica reached 38 of 64 KV blocks used\n" << m;
+  const double full_routed = gauge(m, "tessera_llm_replica_routed_requests" + replica_label(full));
+  const double other_routed = gauge(m, "tessera_llm_replica_routed_requests" + replica_label(1 - full));
+  std::vector<std::string> short_want;
+  constexpr int kShort = 6;
+  for (int i = 0; i < kShort; ++i) {
+    json r = ref.post("/v1/completions", request_of(20 + i, 8, 200 + i), &st);
+    ASSERT_EQ(st, 200u) << r.dump();
+    short_want.push_back(r["choices"][0]["text"]);
+  }
+  std::vector<std::future<json>> shorts;
+  for (int i = 0; i < kShort; ++i)
+    shorts.push_back(std::async(std::launch::async, [&, i] {
+      unsigned s = 0;
+      return tiles.post("/v1/completions", request_of(20 + i, 8, 200 + i), &s);
+    }));
+  for (int i = 0; i < kShort; ++i) {
+    json r = shorts[static_cast<size_t>(i)].get();
+    ASSERT_TRUE(r.contains("choices")) << r.dump();
+    EXPECT_EQ(r["choices"][0]["text"], short_want[static_cast<size_t>(i)]) << "short request " << i;
+  }
+  m = tiles.get("/metrics");
+  EXPECT_EQ(gauge(m, "tessera_llm_replica_routed_requests" + replica_label(full)), full_routed)
+      << "the nearly full replica got a new request\n" << m;
+  EXPECT_EQ(gauge(m, "tessera_llm_replica_routed_requests" + replica_label(1 - full)), other_routed + kShort) << m;
+  auto lr = long_stream.get();
+  EXPECT_TRUE(lr.done);
+  EXPECT_EQ(lr.text, long_ref["choices"][0]["text"]);
+  // Nothing left holding blocks.
+  m = tiles.get("/metrics");
+  EXPECT_EQ(gauge(m, "tessera_llm_replica_kv_blocks_used" + replica_label(0)), 0) << m;
+  EXPECT_EQ(gauge(m, "tessera_llm_replica_kv_blocks_used" + replica_label(1)), 0) << m;
+  EXPECT_EQ(gauge(m, "tessera_llm_kv_blocks_free"), 128) << m;  // the sum over the replicas
+  EXPECT_EQ(tiles.p.stop(), 0);
+}
+
+TEST(DecoderServeOnTiles, TwoReplicasSurviveATileKill) {
+  server tiles(two_replica_args());
+  ASSERT_NE(tiles.port(), 0) << tiles.p.line();
+  server ref({bin("tessera-serve"), "--model", "llama-tiny", "--port", "0", "--kv-blocks", "256"});
+  ASSERT_NE(ref.port(), 0) << ref.p.line();
+  constexpr int kStreams = 8, kTokens = 64;
+  std::vector<std::string> want;
+  for (int i = 0; i < kStreams; ++i) {
+    unsigned st = 0;
+    json r = ref.post("/v1/completions", request_of(5 + 23 * i, kTokens, i), &st);
+    ASSERT_EQ(st, 200u) << r.dump();
+    want.push_back(r["choices"][0]["text"]);
+  }
+  const unsigned seed = std::random_device{}();
+  std::mt19937 pick(seed);
+  std::vector<std::future<stream_result>> streams;
+  for (int i = 0; i < kStreams; ++i)
+    streams.push_back(std::async(std::launch::async, [&, i] {
+      json body = request_of(5 + 23 * i, kTokens, i);
+      body["stream"] = true;
+      return stream_completion(tiles.port(), body);
+    }));
+  // Mid-generation: once both replicas run requests, a seeded random moment later.
+  std::string m;
+  for (int tries = 0; tries < 3000; ++tries) {
+    m = tiles.get("/metrics");
+    if (gauge(m, "tessera_llm_replica_requests_running" + replica_label(0)) > 0 &&
+        gauge(m, "tessera_llm_replica_requests_running" + replica_label(1)) > 0)
+      break;
+    std::this_thread::sleep_for(5ms);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 150)(pick)));
+  auto tile_pids = children_named(tiles.p.pid(), "tessera-tile");
+  ASSERT_EQ(tile_pids.size(), 2u);
+  const pid_t victim = tile_pids[std::uniform_int_distribution<size_t>(0, 1)(pick)];
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  for (int i = 0; i < kStreams; ++i) {
+    auto r = streams[static_cast<size_t>(i)].get();
+    EXPECT_TRUE(r.done) << "stream " << i << " (seed " << seed << ")";
+    EXPECT_EQ(r.finish_reason, "length") << "stream " << i << " (seed " << seed << ")";
+    EXPECT_EQ(r.text, want[static_cast<size_t>(i)]) << "stream " << i << " (seed " << seed << ")";
+  }
+  // Afterwards both replicas serve as before (two at once: one each); a replica whose last step
+  // ended before the kill brings its tile back at its next step.
+  {
+    auto a = std::async(std::launch::async, [&] { return tiles.post("/v1/completions", request_of(5, kTokens, 0)); });
+    auto b = std::async(std::launch::async, [&] { return tiles.post("/v1/completions", request_of(28, kTokens, 1)); });
+    json ra = a.get(), rb = b.get();
+    ASSERT_TRUE(ra.contains("choices") && rb.contains("choices")) << ra.dump() << rb.dump();
+    EXPECT_EQ(ra["choices"][0]["text"], want[0]);
+    EXPECT_EQ(rb["choices"][0]["text"], want[1]);
+  }
+  m = tiles.get("/metrics");
+  EXPECT_GT(gauge(m, "tessera_llm_replica_routed_requests" + replica_label(0)), 0) << m;
+  EXPECT_GT(gauge(m, "tessera_llm_replica_routed_requests" + replica_label(1)), 0) << m;
+  auto after = children_named(tiles.p.pid(), "tessera-tile");
+  EXPECT_EQ(after.size(), 2u);
+  EXPECT_EQ(std::count(after.begin(), after.end(), victim), 0);
+  EXPECT_EQ(tiles.p.stop(), 0);
+}
+
+TEST(DecoderServeOnTiles, HybridRoutingSendsShortPromptsToTheGpuReplica) {
+  auto args = host_args();
+  args.insert(args.end(), {"--gpu-replicas", "1", "--routing", "hybrid", "--long-threshold", "32"});
+  server host(args);
+  ASSERT_NE(host.port(), 0) << host.p.line();
+  server ref({bin("tessera-serve"), "--model", "llama-tiny", "--port", "0", "--kv-blocks", "256"});
+  ASSERT_NE(ref.port(), 0) << ref.p.line();
+  json info = json::parse(host.get("/info"), nullptr, false);
+  ASSERT_EQ(info["llm_replicas"]["routing"], "hybrid") << info.dump();
+  ASSERT_EQ(info["llm_replicas"]["replicas"].size(), 2u) << info.dump();
+  const std::vector<int> lengths = {8, 100, 20, 64, 33, 5};
+  int longer = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    unsigned a = 0, b = 0;
+    json want = ref.post("/v1/completions", request_of(lengths[i], 12, static_cast<int>(i)), &a);
+    json got = host.post("/v1/completions", request_of(lengths[i], 12, static_cast<int>(i)), &b);
+    ASSERT_EQ(a, 200u) << want.dump();
+    ASSERT_EQ(b, 200u) << got.dump();
+    EXPECT_EQ(got["choices"][0]["text"], want["choices"][0]["text"]) << lengths[i] << " prompt tokens";
+    longer += lengths[i] > 32 ? 1 : 0;
+  }
+  const std::string m = host.get("/metrics");
+  EXPECT_EQ(gauge(m, "tessera_llm_replica_routed_requests{replica=\"tiles0\",kind=\"tiles\"}"), longer) << m;
+  EXPECT_EQ(gauge(m, "tessera_llm_replica_routed_requests{replica=\"gpu0\",kind=\"gpu\"}"),
+            static_cast<double>(lengths.size()) - longer)
+      << m;
+  EXPECT_EQ(host.p.stop(), 0);
+}
+
+TEST(DecoderServeOnTiles, GpuProcessesForDecodersAreRefused) {
+  auto args = host_args();
+  args.insert(args.end(), {"--spawn-gpu", "1"});
+  served_process p(args);
+  EXPECT_EQ(p.port(), 0);
+  EXPECT_NE(p.stop(), 0);
+}

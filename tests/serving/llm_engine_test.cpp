@@ -5,9 +5,12 @@
 
 #include <chrono>
 #include <future>
+#include <random>
 #include <thread>
 
+#include "tessera/common/random.hpp"
 #include "tessera/serving/llm_engine.hpp"
+#include "tessera/serving/llm_router.hpp"
 #include "tessera/serving/toy_llm.hpp"
 
 namespace tessera::serving {
@@ -216,6 +219,121 @@ TEST(LlmEngine, CancellationFreesBlocksAndRefusals) {
   EXPECT_FALSE(e.submit(request(x, {1, 300}, 5)));
   e.stop();
   EXPECT_EQ(e.submit(request(x, {1}, 5)).error().code(), errc::cancelled);
+}
+
+
+// The LLM router over engines of three replicas (toy decoders, one of kind "gpu"): random
+// requests (seeded lengths, submitted from several threads, some cancelled) all end with the
+// reference's tokens or "cancelled"; each replica got work; nothing holds a block afterwards and
+// the metrics' KV gauges are the replicas' sums.
+TEST(LlmRouter, RandomRequestsAcrossReplicasEqualTheReference) {
+  serving_metrics m;
+  std::vector<std::unique_ptr<llm_engine>> engines;
+  for (int i = 0; i < 3; ++i)
+    engines.push_back(std::make_unique<llm_engine>(
+        llm_engine_config{.scheduler = {.token_budget = 48}},
+        make_toy_llm_backend({.name = "toy" + std::to_string(i), .num_blocks = 16 + 8 * i, .block_tokens = 8,
+                              .per_step = std::chrono::microseconds(200)}),
+        make_byte_tokenizer(), &m));
+  auto r = llm_router::make({}, std::move(engines));
+  ASSERT_TRUE(r);
+  (*r)->start();
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  splitmix64 rng(seed);
+  constexpr int kRequests = 60;
+  std::vector<std::shared_ptr<collected>> out(kRequests);
+  std::vector<std::vector<int32_t>> prompts(kRequests);
+  std::vector<int32_t> lengths(kRequests);
+  std::vector<bool> cancelled(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    prompts[i] = prompt_of(static_cast<int>(rng.uniform(1, 80)), i);
+    lengths[i] = static_cast<int32_t>(rng.uniform(1, 40));
+    cancelled[i] = rng.uniform(0, 9) == 0;
+    out[i] = std::make_shared<collected>();
+  }
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 3; ++t)
+    clients.emplace_back([&, t] {
+      for (int i = t; i < kRequests; i += 3) {
+        auto id = (*r)->submit(request(out[i], prompts[i], lengths[i]));
+        ASSERT_TRUE(id) << id.error().message();
+        if (cancelled[i]) (*r)->cancel(*id);
+      }
+    });
+  for (auto& c : clients) c.join();
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(wait(out[i])) << i;
+    if (out[i]->finish_reason == "cancelled") {
+      EXPECT_TRUE(cancelled[i]) << i;
+      continue;
+    }
+    EXPECT_EQ(out[i]->tokens, toy_llm_generate(prompts[i], lengths[i])) << i;
+  }
+  int64_t routed = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_GT((*r)->routed(i), 0) << i;
+    routed += (*r)->routed(i);
+  }
+  EXPECT_EQ(routed, kRequests);
+  for (int tries = 0; tries < 1000 && m.llm.kv_blocks_used.load() != 0; ++tries) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(m.llm.kv_blocks_used.load(), 0);
+  EXPECT_EQ(m.llm.kv_blocks_free.load(), 16 + 24 + 32);
+  auto info = (*r)->describe();
+  ASSERT_EQ(info["replicas"].size(), 3u);
+  EXPECT_EQ(info["replicas"][2]["kv_blocks_total"], 32);
+  (*r)->stop();
+}
+
+// A replica whose KV is nearly full is the last choice, and a burst submitted between two steps
+// spreads (queued prompts count as taken blocks); hybrid prefers the kind for the length.
+TEST(LlmRouter, MostFreeBlocksFirstAndHybridByLength) {
+  serving_metrics m;
+  std::vector<std::unique_ptr<llm_engine>> engines;
+  engines.push_back(std::make_unique<llm_engine>(
+      llm_engine_config{}, make_toy_llm_backend({.name = "a", .num_blocks = 32, .block_tokens = 8,
+                                                 .per_step = std::chrono::milliseconds(2)}),
+      make_byte_tokenizer(), &m));
+  engines.push_back(std::make_unique<llm_engine>(
+      llm_engine_config{}, make_toy_llm_backend({.name = "b", .num_blocks = 32, .block_tokens = 8,
+                                                 .per_step = std::chrono::milliseconds(2)}),
+      make_byte_tokenizer(), &m));
+  auto r = llm_router::make({}, std::move(engines));
+  ASSERT_TRUE(r);
+  (*r)->start();
+  // Both empty: a tie, the lower index first.
+  EXPECT_EQ((*r)->order(10, 20), (std::vector<size_t>{0, 1}));
+  // A long request on replica 0 (200 prompt + 40 = 30 of its 32 blocks).
+  auto big = std::make_shared<collected>();
+  ASSERT_TRUE((*r)->submit(request(big, prompt_of(200, 1), 40)));
+  EXPECT_EQ((*r)->routed(0), 1);
+  // At once it counts as taken (queued), then as used.
+  EXPECT_EQ((*r)->order(10, 20).front(), 1u);
+  std::vector<std::shared_ptr<collected>> small;
+  for (int i = 0; i < 6; ++i) {
+    small.push_back(std::make_shared<collected>());
+    ASSERT_TRUE((*r)->submit(request(small.back(), prompt_of(10, i), 4)));
+  }
+  EXPECT_EQ((*r)->routed(0), 1) << "the nearly full replica got a new request";
+  EXPECT_EQ((*r)->routed(1), 6);
+  ASSERT_TRUE(wait(big));
+  for (auto& s : small) ASSERT_TRUE(wait(s));
+  EXPECT_EQ(big->tokens, toy_llm_generate(prompt_of(200, 1), 40));
+  // No replica whose context holds the request: the widest one's error.
+  auto none = std::make_shared<collected>();
+  auto refused = (*r)->submit(request(none, prompt_of(300, 1), 10));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), errc::invalid_argument);
+  (*r)->stop();
+
+  // Hybrid: kinds "toy" only, so every candidate is kept (the fallback); prefer_kind_by_length on
+  // named kinds picks by length.
+  routing_config hybrid{.strategy = routing_strategy::hybrid_length, .long_threshold = 16};
+  const std::vector<std::string> kinds = {"tiles", "gpu", "tiles"};
+  EXPECT_EQ(prefer_kind_by_length(hybrid, 17, {0, 1, 2}, kinds), (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(prefer_kind_by_length(hybrid, 16, {0, 1, 2}, kinds), (std::vector<size_t>{1}));
+  EXPECT_EQ(prefer_kind_by_length(hybrid, 16, {0, 2}, kinds), (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(prefer_kind_by_length({}, 17, {1, 2}, kinds), (std::vector<size_t>{1, 2}));
 }
 
 }  // namespace

@@ -129,6 +129,7 @@ result<uint64_t> llm_engine::submit(llm_request r) {
   const uint64_t id = next_id_++;
   l->id = id;
   ++in_flight_;
+  queued_tokens_.fetch_add(l->prompt_tokens);
   inbox_.emplace_back(id, std::move(l));
   cv_.notify_one();
   return id;
@@ -157,6 +158,7 @@ void llm_engine::emit(live& l, llm_event ev, bool last) {
 void llm_engine::finish(live& l, std::string reason, status error) {
   if (l.done) return;
   l.done = true;
+  if (!l.scheduled) queued_tokens_.fetch_sub(l.prompt_tokens);
   auto& m = metrics_->llm;
   m.finished.add(reason);
   const auto now = clock_type::now();
@@ -185,11 +187,25 @@ void llm_engine::finish(live& l, std::string reason, status error) {
 void llm_engine::update_gauges() {
   auto& m = metrics_->llm;
   const auto& b = scheduler_->blocks();
-  m.kv_blocks_used.store(b.used_blocks());
-  m.kv_blocks_free.store(b.free_blocks());
-  m.kv_blocks_cached.store(b.cached_blocks());
-  m.running.store(static_cast<int64_t>(scheduler_->running()));
-  m.waiting.store(static_cast<int64_t>(scheduler_->waiting()));
+  // Several engines (replicas) may share the metrics: each adds the change of its own value.
+  auto set = [](std::atomic<int64_t>& mine, std::atomic<int64_t>& total, int64_t v) {
+    total.fetch_add(v - mine.exchange(v));
+  };
+  set(kv_used_, m.kv_blocks_used, b.used_blocks());
+  set(kv_free_, m.kv_blocks_free, b.free_blocks());
+  set(kv_cached_, m.kv_blocks_cached, b.cached_blocks());
+  set(running_, m.running, static_cast<int64_t>(scheduler_->running()));
+  set(waiting_, m.waiting, static_cast<int64_t>(scheduler_->waiting()));
+}
+
+llm_load llm_engine::load() const {
+  return {.kv_total = info_.num_blocks,
+          .kv_used = static_cast<int32_t>(kv_used_.load()),
+          .kv_free = static_cast<int32_t>(kv_free_.load()),
+          .kv_cached = static_cast<int32_t>(kv_cached_.load()),
+          .running = running_.load(),
+          .waiting = waiting_.load(),
+          .queued_tokens = queued_tokens_.load()};
 }
 
 bool llm_engine::deliver(uint64_t id, int32_t token, bool stop_token) {
@@ -262,6 +278,9 @@ void llm_engine::run() {
     }
     const auto t_sched = clock_type::now();
     step_plan plan = scheduler_->schedule();
+    // The blocks this step took, before its requests stop counting as queued: a router choosing
+    // among replicas meanwhile sees them one way or the other, never neither.
+    update_gauges();
     const auto t_planned = clock_type::now();
     for (uint64_t id : plan.cancelled) {
       auto it = live_.find(id);
@@ -289,6 +308,7 @@ void llm_engine::run() {
       auto& l = *live_.at(s.seq_id);
       if (!l.scheduled) {
         l.scheduled = true;
+        queued_tokens_.fetch_sub(l.prompt_tokens);
         m.queue_time.observe(seconds_between(l.arrival, now));
       }
     }
@@ -360,6 +380,7 @@ void llm_engine::run() {
       scheduler_->append(l.id, token);
       ++l.generated;
       m.generation_tokens.fetch_add(1);
+      ++generated_;
       if (l.first_token) {
         l.first_token = false;
         m.time_to_first_token.observe(seconds_between(l.arrival, after));
@@ -385,10 +406,12 @@ void llm_engine::run() {
     }
     // Generated tokens per second over the last ~10 s.
     const double t = seconds_between(t0, clock_type::now());
-    rate_window_.emplace_back(t, m.generation_tokens.load());
+    rate_window_.emplace_back(t, generated_);
     while (rate_window_.size() > 2 && rate_window_.front().first < t - 10) rate_window_.pop_front();
     const auto& [t_first, n_first] = rate_window_.front();
-    m.tokens_per_second.store(t > t_first ? static_cast<double>(rate_window_.back().second - n_first) / (t - t_first) : 0);
+    const double rate = t > t_first ? static_cast<double>(rate_window_.back().second - n_first) / (t - t_first) : 0;
+    m.tokens_per_second.fetch_add(rate - tokens_per_second_);  // a sum over the engines sharing the metrics
+    tokens_per_second_ = rate;
     update_gauges();
     if (step_log_) {
       llm_step_record rec;

@@ -15,6 +15,16 @@ result<routing_strategy> parse_routing_strategy(std::string_view name) {
                          "'; use least-outstanding or hybrid");
 }
 
+std::vector<size_t> prefer_kind_by_length(const routing_config& cfg, int32_t length, std::vector<size_t> candidates,
+                                          const std::vector<std::string>& kinds) {
+  if (cfg.strategy != routing_strategy::hybrid_length) return candidates;
+  std::string_view want = length > cfg.long_threshold ? "tiles" : "gpu";
+  std::vector<size_t> preferred;
+  for (size_t i : candidates)
+    if (kinds.at(i) == want) preferred.push_back(i);
+  return preferred.empty() ? candidates : preferred;
+}
+
 router::router(routing_config cfg, const clock& clk, serving_metrics* metrics)
     : cfg_(cfg), clock_(clk), metrics_(metrics) {}
 
@@ -26,6 +36,7 @@ status router::add_backend(std::shared_ptr<backends::backend> backend, batching_
   TESSERA_RETURN_IF_ERROR(cfg.validate().with_context("batching of " + backend->info().name));
   size_t index = batchers_.size();
   infos_.push_back(backend->info());
+  kinds_.push_back(infos_.back().kind);
   batchers_.push_back(std::make_unique<batcher>(
       std::move(backend), cfg, clock_, metrics_,
       [this, index](std::vector<request_ptr> seqs, const status& st) {
@@ -52,13 +63,7 @@ std::vector<size_t> router::candidates(int32_t length, uint64_t exclude_mask) co
     if (!batchers_[i]->backend().healthy()) continue;
     healthy_fit.push_back(i);
   }
-  if (cfg_.strategy == routing_strategy::hybrid_length) {
-    std::string_view want = length > cfg_.long_threshold ? "tiles" : "gpu";
-    std::vector<size_t> preferred;
-    for (size_t i : healthy_fit)
-      if (infos_[i].kind == want) preferred.push_back(i);
-    if (!preferred.empty()) healthy_fit = std::move(preferred);
-  }
+  healthy_fit = prefer_kind_by_length(cfg_, length, std::move(healthy_fit), kinds_);
   // Least outstanding work first.
   std::vector<std::pair<int64_t, size_t>> load;
   for (size_t i : healthy_fit)

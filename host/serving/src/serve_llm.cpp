@@ -9,6 +9,7 @@
 #include "tessera/models/bpe_tokenizer.hpp"
 #include "tessera/serving/http_server.hpp"
 #include "tessera/serving/llm_engine.hpp"
+#include "tessera/serving/llm_router.hpp"
 #include "tessera/serving/model_adapters.hpp"
 #include "tessera/serving/router.hpp"
 #include "tessera/serving/toy_model.hpp"
@@ -31,7 +32,17 @@ int serve_llm(const llm_serve_target& t, const llm_serve_options& lo, const serv
   while (!id.empty() && id.back() == '/') id.pop_back();
   if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
   llm.model_id = id;
-  auto engine = std::make_unique<llm_engine>(lo.engine, t.backend, llm.tokenizer, &metrics);
+  std::vector<std::unique_ptr<llm_engine>> engines;
+  for (size_t i = 0; i < t.backends.size(); ++i) {
+    llm_engine_config ec = lo.engine;
+    // One step log per replica: FILE for the first, FILE.1, FILE.2, ... for the others.
+    if (i > 0 && !ec.step_log.empty()) ec.step_log += "." + std::to_string(i);
+    if (i > 0 && !ec.request_log.empty()) ec.request_log += "." + std::to_string(i);
+    engines.push_back(std::make_unique<llm_engine>(ec, t.backends[i], llm.tokenizer, &metrics));
+  }
+  auto made = llm_router::make(so.routing, std::move(engines));
+  if (!made) return fail(made.error());
+  auto engine = std::move(*made);
   llm.engine = engine.get();
   llm.chat = lo.chat_template.empty() ? detect_chat_format(llm.tokenizer->chat_template())
                                       : *chat_format_named(lo.chat_template);

@@ -298,7 +298,10 @@ void service::route(std::string_view method, std::string_view target, std::strin
   }
   if (path == "/metrics") {
     if (!get) return wrong_method("GET");
-    return reply({200, "text/plain; version=0.0.4", metrics_.to_prometheus(router_.gauges())});
+    auto gauges = router_.gauges();
+    if (llm_.engine)
+      for (auto& g : llm_.engine->gauges()) gauges.push_back(std::move(g));
+    return reply({200, "text/plain; version=0.0.4", metrics_.to_prometheus(gauges)});
   }
   if (path == "/v2" || path.substr(0, 4) == "/v2/") return kserve_route(method, path, body, headers, reply);
   reply(error_reply(404, error_kind::not_found, "no route " + printable(path, 100)));
@@ -433,6 +436,7 @@ http_reply service::info_reply() const {
                            ? "hybrid"
                            : "least-outstanding"},
            {"backends", backends}};
+  if (llm_.engine) out["llm_replicas"] = llm_.engine->describe();
   return {200, "application/json", to_text(out)};
 }
 

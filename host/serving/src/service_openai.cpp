@@ -430,7 +430,7 @@ void service::openai_generate(std::string_view body, bool chat, const request_he
   auto id = llm_.engine->submit(std::move(g.req));
   if (!id) return fail(from_status(id.error(), chat ? "messages" : "prompt"));
   // A client that goes away stops its generation (its KV blocks are freed at the next step).
-  llm_engine* engine = llm_.engine;
+  llm_endpoint* engine = llm_.engine;
   const uint64_t seq = *id;
   if (headers.on_disconnect) headers.on_disconnect([engine, seq] { engine->cancel(seq); });
   if (stream) {

@@ -1,17 +1,19 @@
-// tessera/host/tile_llm_backend.hpp: a decoder on tiles (tile_decoder) as an llm_backend, the
-// place the LLM serving engine (host/serving: llm_engine, the OpenAI API) runs its steps.
+// tessera/host/tile_llm_backend.hpp: a decoder on tiles (tile_decoder) as llm_backends, the
+// places the LLM serving engines (host/serving: llm_engine, llm_router, the OpenAI API) run their
+// steps.
 //
-// One replica of the compiled decoder: its KV cache is the engine's one block space (R > 1 would
-// need the scheduler to keep each sequence on one replica's blocks; refused). Steps run one at a
-// time on a worker thread. When a tile of the replica fails (a child exit or heartbeat silence
-// reported by the tile group, or a step that fails with it), the worker brings it back the way
-// tile_backend's supervisor does (bring_back_tile: restart, shards, programs) and answers the
-// step with kv_lost: the restored tile's part of the KV cache is empty, so the engine preempts
-// every running sequence and recomputes it (and forgets its prefix cache), and every stream
-// completes with the tokens it would have had.
+// One backend per replica of the compiled decoder: each owns its replica's KV cache (one block
+// space for its engine's scheduler) and runs that replica's steps, one at a time, on a worker
+// thread of its own; replicas step at the same time. When a tile of a replica fails (a child exit
+// or heartbeat silence reported by the tile group, or a step that fails with it), that replica's
+// worker brings it back the way tile_backend's supervisor does (bring_back_tile: restart, shards,
+// programs) and answers the step with kv_lost: the restored tile's part of the KV cache is empty,
+// so the engine preempts every running sequence of the replica and recomputes it (and forgets its
+// prefix cache), and every stream completes with the tokens it would have had. The other replicas
+// go on.
 //
-//   auto b = std::make_shared<tile_llm_backend>(std::move(decoder), "tiles0");
-//   serving::llm_engine engine(cfg, b, tokenizer, &metrics);
+//   auto replicas = tile_llm_backend::make(std::move(decoder), "tiles");   // tiles0, tiles1, ...
+//   serving::llm_engine engine(cfg, (*replicas)[0], tokenizer, &metrics);
 #pragma once
 
 #include <atomic>
@@ -32,9 +34,9 @@ struct tile_llm_backend_config {
 
 class tile_llm_backend final : public backends::llm_backend {
  public:
-  /// Fails (invalid_argument) for a decoder compiled with more than one replica.
-  static result<std::shared_ptr<tile_llm_backend>> make(std::unique_ptr<tile_decoder> decoder, std::string name,
-                                                        tile_llm_backend_config cfg = {});
+  /// One backend per replica, named prefix + its index; they share the decoder.
+  static result<std::vector<std::shared_ptr<tile_llm_backend>>> make(std::unique_ptr<tile_decoder> decoder,
+                                                                     std::string prefix, tile_llm_backend_config cfg = {});
   ~tile_llm_backend() override;
   backends::llm_backend_info info() const override { return info_; }
   void submit(backends::step_batch batch, std::function<void(backends::step_result)> done) override;
@@ -42,6 +44,7 @@ class tile_llm_backend final : public backends::llm_backend {
   /// Answers queued steps with `cancelled` and ends the worker. Idempotent.
   void stop();
   tile_decoder& decoder() { return *dec_; }
+  int replica() const { return replica_; }
   int64_t recoveries() const { return recoveries_.load(); }
   int64_t steps() const { return steps_.load(); }
   /// Supersteps and bytes exchanged between tiles, summed over the steps run.
@@ -49,7 +52,9 @@ class tile_llm_backend final : public backends::llm_backend {
   uint64_t bytes_exchanged() const { return bytes_.load(); }
 
  private:
-  tile_llm_backend(std::unique_ptr<tile_decoder> decoder, std::string name, tile_llm_backend_config cfg);
+  struct shared_decoder;  // the decoder, and the tile group's events passed to its replicas' backends
+  tile_llm_backend(std::shared_ptr<shared_decoder> shared, int replica, std::string name, tile_llm_backend_config cfg);
+  void on_tile_failed(const tile_event& ev);
   void work();
   /// Restarts and restores every failed tile of the replica; ok when all are back.
   status recover();
@@ -57,7 +62,9 @@ class tile_llm_backend final : public backends::llm_backend {
     backends::step_batch batch;
     std::function<void(backends::step_result)> done;
   };
-  std::unique_ptr<tile_decoder> dec_;
+  std::shared_ptr<shared_decoder> shared_;
+  tile_decoder* dec_;
+  int replica_;
   backends::llm_backend_info info_;
   tile_llm_backend_config cfg_;
   std::vector<uint32_t> tiles_;

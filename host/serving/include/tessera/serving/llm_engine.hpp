@@ -16,6 +16,7 @@
 //   e.stop();               // unfinished requests end with finish_reason "cancelled"
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -27,6 +28,8 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tessera/backends/llm_backend.hpp"
 #include "tessera/common/status.hpp"
@@ -86,7 +89,33 @@ struct llm_step_record {
   std::string csv() const;
 };
 
-class llm_engine {
+/// What the OpenAI routes need of the place their requests go: one llm_engine, or an llm_router
+/// (llm_router.hpp) over the engines of several replicas.
+class llm_endpoint {
+ public:
+  virtual ~llm_endpoint() = default;
+  /// Queues a request; the id is for cancel(). Errors as llm_engine::submit's.
+  virtual result<uint64_t> submit(llm_request r) = 0;
+  /// Stops a request at its replica's next step (no-op for an unknown or finished one).
+  virtual void cancel(uint64_t id) = 0;
+  virtual bool healthy() const = 0;
+  /// Largest prompt + max_tokens a request may ask for.
+  virtual int64_t max_context() const = 0;
+  /// Per-replica gauges for /metrics (an llm_router's; none for a lone engine).
+  virtual std::vector<gauge_sample> gauges() const { return {}; }
+  /// Per-replica facts for /info (an llm_router's; null for a lone engine).
+  virtual nlohmann::json describe() const { return nullptr; }
+};
+
+/// An engine's load now: its KV blocks and the prompt tokens of requests it has not started.
+struct llm_load {
+  int32_t kv_total = 0, kv_used = 0, kv_free = 0, kv_cached = 0;
+  int64_t running = 0, waiting = 0;
+  /// Prompt tokens of the requests submitted and not yet scheduled (their blocks are not taken).
+  int64_t queued_tokens = 0;
+};
+
+class llm_engine final : public llm_endpoint {
  public:
   llm_engine(llm_engine_config cfg, std::shared_ptr<backends::llm_backend> backend,
              std::shared_ptr<const llm_tokenizer> tokenizer, serving_metrics* metrics);
@@ -100,16 +129,18 @@ class llm_engine {
   /// Queues a request. invalid_argument (with what to change) for a prompt that is empty, has a
   /// token out of the vocabulary, or with max_tokens does not fit the model's positions or the
   /// KV cache; overloaded when max_queued requests are in; cancelled after stop().
-  result<uint64_t> submit(llm_request r);
+  result<uint64_t> submit(llm_request r) override;
   /// Stops a request at the next step (no-op for an unknown or finished one); its last event is
   /// finish_reason "cancelled".
-  void cancel(uint64_t id);
+  void cancel(uint64_t id) override;
 
   const backends::llm_backend_info& backend_info() const { return info_; }
   const llm_engine_config& config() const { return cfg_; }
-  bool healthy() const;
+  bool healthy() const override;
   /// Largest prompt + max_tokens a request may ask for.
-  int64_t max_context() const;
+  int64_t max_context() const override;
+  /// The KV blocks and queued prompt tokens now (any thread; set after every schedule and step).
+  llm_load load() const;
 
  private:
   struct live;
@@ -147,6 +178,11 @@ class llm_engine {
   // model): a request's arrival is stamped with it when the engine takes the request in.
   double modelled_now_ = 0;
   std::vector<std::pair<uint64_t, int32_t>> deferred_;  // sampled tokens whose text is not out yet
+  // load(): this engine's gauges. The metrics' gauges are sums over the engines sharing them:
+  // each engine adds the change of its own values.
+  std::atomic<int64_t> kv_used_{0}, kv_free_{0}, kv_cached_{0}, running_{0}, waiting_{0}, queued_tokens_{0};
+  double tokens_per_second_ = 0;
+  uint64_t generated_ = 0;  // tokens this engine generated (its share of the tokens/s gauge)
 };
 
 }  // namespace tessera::serving

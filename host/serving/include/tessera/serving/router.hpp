@@ -44,6 +44,13 @@ struct routing_config {
   int max_attempts = 2;          ///< backends a sequence may try (1 = no retry)
 };
 
+/// The hybrid rule, for any set of backends (BERT's router, the LLM replicas' llm_router): under
+/// hybrid_length, the candidates whose kind is the one preferred for `length` tokens ("tiles" when
+/// longer than long_threshold, else "gpu"), or all of them when none is of that kind; under
+/// least_outstanding, all of them. Order is kept.
+std::vector<size_t> prefer_kind_by_length(const routing_config& cfg, int32_t length, std::vector<size_t> candidates,
+                                          const std::vector<std::string>& kinds);
+
 class router {
  public:
   explicit router(routing_config cfg, const clock& clk = default_clock(),
@@ -90,6 +97,7 @@ class router {
   serving_metrics* metrics_;
   std::vector<std::unique_ptr<batcher>> batchers_;
   std::vector<backends::backend_info> infos_;
+  std::vector<std::string> kinds_;  // infos_[i].kind, for prefer_kind_by_length
 };
 
 }  // namespace tessera::serving

@@ -4,13 +4,14 @@
 // tessera-host --serve (decoders) run it.
 //
 //   serving::take_stop_signals();                   // first in main(), before any thread starts
-//   auto backend = ...;                              // any llm_backend
-//   return serving::serve_llm({.backend = backend, .model = "llama-tiny", .arch = architecture::llama,
+//   auto backend = ...;                              // any llm_backend (or several replicas)
+//   return serving::serve_llm({.backends = {backend}, .model = "llama-tiny", .arch = architecture::llama,
 //                              .program = "tessera-gpu", .listening_suffix = " gpu a100-40gb"}, lo, so);
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tessera/backends/llm_backend.hpp"
 #include "tessera/models/shape.hpp"
@@ -19,7 +20,9 @@
 namespace tessera::serving {
 
 struct llm_serve_target {
-  std::shared_ptr<backends::llm_backend> backend;
+  /// One per replica, each behind an engine of its own; an llm_router (so.routing) sends each
+  /// request to one of them.
+  std::vector<std::shared_ptr<backends::llm_backend>> backends;
   std::string model;                  ///< a preset name or a Hugging Face folder (its tokenizer)
   models::architecture arch = models::architecture::llama;  ///< the preset tokenizer otherwise
   std::string program = "tessera";    ///< names the process in errors

@@ -80,7 +80,7 @@ struct api_error;  // an error answer (service_internal.hpp)
 
 /// A decoder behind the OpenAI-compatible routes (service_openai.cpp).
 struct llm_api {
-  llm_engine* engine = nullptr;  ///< not owned; outlives the service's requests
+  llm_endpoint* engine = nullptr;  ///< an engine or an llm_router; not owned; outlives the service's requests
   std::shared_ptr<const llm_tokenizer> tokenizer;
   std::string model_id;
   chat_format chat = chat_format::plain;
