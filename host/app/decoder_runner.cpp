@@ -72,9 +72,9 @@ int check_generation(tile_decoder& dec, const models::decoder_model& m, const mo
 int run_decoder_model(tile_group_config group_cfg, model_options o) {
   const auto t0 = std::chrono::steady_clock::now();
   auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  if (!o.trace_path.empty() && o.check_batches <= 0)
-    return fail(status::invalid("--trace traces the steps of --check; with --serve, --llm-step-log FILE records every "
-                                "step (prefill and decode tokens, KV blocks, time)"));
+  if (!o.trace_path.empty() && o.check_batches > 0 && o.serve)
+    return fail(status::invalid("--trace traces the steps of --check or those of --serve, not both in one file: drop "
+                                "--check or --serve"));
   if (o.spawn_gpu > 0 || !o.gpu_endpoints.empty())
     return fail(status::invalid("--spawn-gpu and --gpu-endpoint are for BERT models: a tessera-gpu process takes no "
                                 "decoder steps from a host; for decoders use --gpu-replicas N (in-process GPU-style "
@@ -118,7 +118,14 @@ int serve_decoder(std::unique_ptr<tile_decoder> deployed, const models::decoder_
   // One engine per replica of the plan (tiles0, tiles1, ...), then --gpu-replicas in-process
   // GPU-style decoders (gpu0, ...); the LLM router picks one per request (--routing).
   const int replicas = deployed->compiled().chosen.replicas;
-  auto on_tiles = tile_llm_backend::make(std::move(deployed), "tiles");
+  // --trace: every step the replicas run, recorded as the profiler's batches (written at the end).
+  std::unique_ptr<profiler> prof;
+  if (!o.trace_path.empty()) {
+    auto p = profiler::create(deployed->compiled(), {.preset = o.timing_preset});
+    if (!p) return fail(p.error());
+    prof = std::move(*p);
+  }
+  auto on_tiles = tile_llm_backend::make(std::move(deployed), "tiles", {.trace = prof.get()});
   if (!on_tiles) return fail(on_tiles.error());
   std::vector<std::shared_ptr<backends::llm_backend>> all(on_tiles->begin(), on_tiles->end());
   auto shared_model = std::make_shared<const models::decoder_model>(model);
@@ -143,6 +150,13 @@ int serve_decoder(std::unique_ptr<tile_decoder> deployed, const models::decoder_
   }
   std::fprintf(stderr, "tessera-host: %lld decoder steps on the tiles, %lld tile recoveries\n", (long long)steps,
                (long long)recoveries);
+  if (prof) {
+    if (auto st = prof->write_trace(o.trace_path); !st.ok()) return fail(st);
+    const int64_t traced = on_tiles->front()->traced_steps();
+    std::fprintf(stderr, "tessera-host: trace %s, %lld decoder steps%s (open in https://ui.perfetto.dev or chrome://tracing)\n",
+                 o.trace_path.c_str(), (long long)traced,
+                 traced < steps ? (", the first of " + std::to_string(steps)).c_str() : "");
+  }
   return rc;
 }
 
@@ -236,27 +250,11 @@ int check_generation(tile_decoder& dec, const models::decoder_model& m, const mo
       auto out = runs[r].get();
       if (!out) return fail(out.error().with_context("step " + std::to_string(n) + " on replica " + std::to_string(r)));
       if (prof) {
-        // The step's mix and the KV blocks its sequences hold, on every tile of the replica.
-        batch_record rec{"decoder", static_cast<int>(r), out->batch_id, {}, t_step, out->wall_seconds, out->counters,
-                         out->memory_high_water};
-        int64_t prefill_chunks = 0, prefill_tokens = 0, decodes = 0, blocks = 0;
-        for (size_t k = 0; k < batches[r].seqs.size(); ++k) {
-          const auto& st = batches[r].seqs[k];
-          rec.seq_lengths.push_back(static_cast<int32_t>(st.tokens.size()));
-          const bool decode = st.tokens.size() == 1 && st.start_pos >= static_cast<int>(members[r][k]->prompt.size());
-          decodes += decode ? 1 : 0;
-          prefill_chunks += decode ? 0 : 1;
-          prefill_tokens += decode ? 0 : static_cast<int64_t>(st.tokens.size());
-          blocks += c.kv.blocks_for(st.start_pos + static_cast<int>(st.tokens.size()));
-        }
-        nlohmann::json per_tile = nlohmann::json::object();
-        for (uint32_t t : dec.replica_tiles(static_cast<int>(r))) {
-          const uint64_t kv = c.tiles[t].bytes_of("kv");
-          per_tile[std::to_string(t)] = {{"kv_blocks", blocks},
-                                         {"kv_bytes", kv / static_cast<uint64_t>(c.kv.num_blocks) * static_cast<uint64_t>(blocks)}};
-        }
-        rec.args = {{"step", n}, {"prefill_chunks", prefill_chunks}, {"prefill_tokens", prefill_tokens}, {"decodes", decodes},
-                    {"kv_blocks_used", blocks}, {"kv_blocks_total", c.kv.num_blocks}, {"tiles", per_tile}};
+        std::vector<bool> decode;
+        for (size_t k = 0; k < batches[r].seqs.size(); ++k)
+          decode.push_back(batches[r].seqs[k].tokens.size() == 1 &&
+                           batches[r].seqs[k].start_pos >= static_cast<int>(members[r][k]->prompt.size()));
+        auto rec = dec.step_record(static_cast<int>(r), batches[r], *out, t_step, decode, n);
         if (auto st = prof->record(std::move(rec)); st.code() != errc::ok) return fail(st);
       }
       ++steps;

@@ -1,5 +1,7 @@
 #include "tessera/host/tile_decoder.hpp"
 
+#include <set>
+
 #include "tessera/host/tile_model.hpp"
 
 namespace tessera::host {
@@ -26,6 +28,33 @@ result<std::unique_ptr<tile_decoder>> tile_decoder::deploy(tile_group& group, co
 status tile_decoder::restore_tile(uint32_t tile) {
   return restore_shards_and_programs(group_, compiled_, tile,
                                      [this](const weight_shard& s) { return materialize(*model_, s); });
+}
+
+batch_record tile_decoder::step_record(int replica, const models::step_batch& batch, const tile_step_result& out,
+                                       double start_seconds, const std::vector<bool>& decode, int64_t step) const {
+  batch_record rec{"decoder", replica, out.batch_id, {}, start_seconds, out.wall_seconds, out.counters,
+                   out.memory_high_water};
+  int64_t prefill_chunks = 0, prefill_tokens = 0, decodes = 0;
+  std::set<int32_t> blocks;
+  for (size_t k = 0; k < batch.seqs.size(); ++k) {
+    const auto& st = batch.seqs[k];
+    rec.seq_lengths.push_back(static_cast<int32_t>(st.tokens.size()));
+    const bool d = k < decode.size() && decode[k];
+    decodes += d ? 1 : 0;
+    prefill_chunks += d ? 0 : 1;
+    prefill_tokens += d ? 0 : static_cast<int64_t>(st.tokens.size());
+    blocks.insert(st.block_table.begin(), st.block_table.end());
+  }
+  const auto used = static_cast<uint64_t>(blocks.size());
+  nlohmann::json per_tile = nlohmann::json::object();
+  for (uint32_t t : replica_tiles(replica)) {
+    const uint64_t kv = compiled_.tiles[t].bytes_of("kv");
+    per_tile[std::to_string(t)] = {{"kv_blocks", used},
+                                   {"kv_bytes", kv / static_cast<uint64_t>(compiled_.kv.num_blocks) * used}};
+  }
+  rec.args = {{"step", step}, {"prefill_chunks", prefill_chunks}, {"prefill_tokens", prefill_tokens}, {"decodes", decodes},
+              {"kv_blocks_used", used}, {"kv_blocks_total", compiled_.kv.num_blocks}, {"tiles", per_tile}};
+  return rec;
 }
 
 std::vector<uint32_t> tile_decoder::replica_tiles(int replica) const {

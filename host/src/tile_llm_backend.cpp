@@ -1,6 +1,7 @@
 #include "tessera/host/tile_llm_backend.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 
 #include "tessera/common/log.hpp"
@@ -14,6 +15,7 @@ using steady = std::chrono::steady_clock;
 // which hands a tile's failure to every member (each keeps those of its own tiles).
 struct tile_llm_backend::shared_decoder {
   std::unique_ptr<tile_decoder> dec;
+  std::atomic<int64_t> traced{0};  // steps recorded in the trace by all replicas
   std::mutex mu;
   std::vector<tile_llm_backend*> members;
   explicit shared_decoder(std::unique_ptr<tile_decoder> d) : dec(std::move(d)) {
@@ -66,6 +68,19 @@ void tile_llm_backend::on_tile_failed(const tile_event& ev) {
 }
 
 tile_llm_backend::~tile_llm_backend() { stop(); }
+
+int64_t tile_llm_backend::traced_steps() const {
+  return std::min(shared_->traced.load(), cfg_.trace ? cfg_.max_traced_steps : 0);
+}
+
+void tile_llm_backend::trace(const backends::step_batch& batch, const tile_step_result& r, double start) {
+  // A single token that asks for logits is a decode (a one-token last prompt chunk looks the same).
+  std::vector<bool> decode;
+  for (const auto& s : batch.seqs) decode.push_back(s.tokens.size() == 1 && s.want_logits);
+  auto rec = dec_->step_record(replica_, batch, r, start, decode, steps_.load());
+  if (auto st = cfg_.trace->record(std::move(rec)); !st.ok())
+    TESSERA_LOG_WARN(info_.name << ": a step was not traced: " << st.message());
+}
 
 bool tile_llm_backend::healthy() const {
   std::lock_guard lk(mu_);
@@ -157,9 +172,11 @@ void tile_llm_backend::work() {
     };
     // A step that fails without a failed tile (a lost slice, an exchange timeout) runs again: its
     // new positions' K/V are written again, earlier ones were not touched.
+    const double trace_start = cfg_.trace ? cfg_.trace->now() : 0;
     for (int attempt = 0; !lost && attempt < 3; ++attempt) {
       auto r = dec_->step(replica_, j.batch);
       if (r) {
+        if (cfg_.trace && shared_->traced.fetch_add(1) < cfg_.max_traced_steps) trace(j.batch, *r, trace_start);
         res.st = ok_status();
         res.logits = std::move(r->logits);
         ++steps_;

@@ -9,7 +9,10 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <future>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -384,4 +387,52 @@ TEST(DecoderServeOnTiles, GpuProcessesForDecodersAreRefused) {
   served_process p(args);
   EXPECT_EQ(p.port(), 0);
   EXPECT_NE(p.stop(), 0);
+}
+
+// --serve --trace: every step both replicas ran is a batch slice of the trace, with its mix and
+// KV blocks per tile; the tokens of the slices add up to the prompts plus the decodes asked for,
+// and the slices are the engine's steps (tessera_llm_steps_total).
+TEST(DecoderServeOnTiles, TraceRecordsEveryServedStepOfBothReplicas) {
+  const std::string trace = "/tmp/tessera-serve-trace-" + std::to_string(getpid()) + ".json";
+  auto args = two_replica_args();
+  args.insert(args.end(), {"--trace", trace});
+  server tiles(args);
+  ASSERT_NE(tiles.port(), 0) << tiles.p.line();
+  const std::vector<int> lengths = {9, 70, 33, 130, 17, 48};
+  constexpr int kTokens = 12;
+  std::vector<std::future<stream_result>> streams;
+  for (size_t i = 0; i < lengths.size(); ++i)
+    streams.push_back(std::async(std::launch::async, [&, i] {
+      json body = request_of(lengths[i], kTokens, 300 + static_cast<int>(i));
+      body["stream"] = true;
+      return stream_completion(tiles.port(), body);
+    }));
+  for (auto& f : streams) EXPECT_TRUE(f.get().done);
+  const std::string m = tiles.get("/metrics");
+  const double steps_total = gauge(m, "tessera_llm_steps_total");
+  ASSERT_EQ(tiles.p.stop(), 0);
+  std::ifstream f(trace);
+  auto j = json::parse(f, nullptr, false);
+  std::remove(trace.c_str());
+  ASSERT_TRUE(j.is_object() && j.contains("traceEvents"));
+  int slices = 0;
+  int64_t tokens = 0;
+  std::set<int> replicas;
+  for (const auto& e : j["traceEvents"]) {
+    if (e.value("cat", "") != "batch" || e["tid"].get<int>() % 2 == 1) continue;  // odd: the modelled track
+    const auto& a = e["args"];
+    ++slices;
+    replicas.insert(a["replica"].get<int>());
+    EXPECT_EQ(a["prefill_chunks"].get<int>() + a["decodes"].get<int>(), a["sequences"].get<int>()) << a.dump();
+    tokens += a["prefill_tokens"].get<int64_t>() + a["decodes"].get<int64_t>();
+    EXPECT_GT(a["kv_blocks_used"].get<int>(), 0);
+    EXPECT_LE(a["kv_blocks_used"].get<int>(), 64);
+    EXPECT_EQ(a["kv_blocks_total"].get<int>(), 64);
+    ASSERT_EQ(a["tiles"].size(), 1u) << a.dump();  // plan 2,1,1: one tile per replica
+  }
+  int64_t want = 0;
+  for (int n : lengths) want += n + kTokens - 1;  // the first token comes from the prompt's last chunk
+  EXPECT_EQ(tokens, want);
+  EXPECT_EQ(replicas, (std::set<int>{0, 1}));
+  EXPECT_EQ(slices, static_cast<int>(steps_total)) << m;
 }

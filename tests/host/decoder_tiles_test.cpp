@@ -293,10 +293,10 @@ TEST(HostCheck, TraceShowsEveryDecoderStepsMixAndKvBlocksPerTile) {
   EXPECT_NE(r.out.find("check: " + std::to_string(steps) + " steps"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(std::to_string(steps) + " decoder steps"), std::string::npos) << r.out;
   EXPECT_GT(superstep_slices, steps);
-  // Without --check there are no steps to trace (--serve has --llm-step-log): refused, not ignored.
-  auto s = run("--model llama-tiny --tiles 1 --serve --port 0 --trace " + trace.string());
+  // --check and --serve would both write the trace: refused, not one of them silently lost.
+  auto s = run("--model llama-tiny --tiles 1 --check 1 --serve --port 0 --trace " + trace.string());
   EXPECT_EQ(s.rc, 2) << s.out;
-  EXPECT_NE(s.out.find("--llm-step-log"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("not both"), std::string::npos) << s.out;
   EXPECT_FALSE(fs::exists(trace));
 }
 

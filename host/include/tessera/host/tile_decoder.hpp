@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "tessera/host/placement.hpp"
+#include "tessera/host/profiler.hpp"
 #include "tessera/host/tile_group.hpp"
 #include "tessera/models/decoder.hpp"
 
@@ -48,6 +49,12 @@ class tile_decoder {
   /// caller recomputes the sequences that lived there).
   status restore_tile(uint32_t tile);
   std::vector<uint32_t> replica_tiles(int replica) const;
+  /// A step as a profiler's batch ("decoder" backend): its sequences' token counts, and in its
+  /// args the step's mix (prefill chunks and their tokens, decodes: `decode[i]` says which
+  /// sequences are single decode tokens) and the KV blocks its sequences hold (distinct block
+  /// ids of their tables), on every tile of the replica with the bytes they take there.
+  batch_record step_record(int replica, const models::step_batch& batch, const tile_step_result& out,
+                           double start_seconds, const std::vector<bool>& decode, int64_t step) const;
   const compiled_model& compiled() const { return compiled_; }
   const models::decoder_model& model() const { return *model_; }
   tile_group& group() { return group_; }

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "tessera/backends/llm_backend.hpp"
+#include "tessera/host/profiler.hpp"
 #include "tessera/host/tile_decoder.hpp"
 
 namespace tessera::host {
@@ -30,6 +31,11 @@ namespace tessera::host {
 struct tile_llm_backend_config {
   /// How long a step waits for a failed tile to come back before it fails (peer_failed).
   std::chrono::milliseconds max_recovery{60000};
+  /// Set (tessera-host --serve --trace): every step each replica runs is recorded there
+  /// (tile_decoder::step_record: its mix and KV blocks per tile), up to max_traced_steps in all;
+  /// later steps are counted, not recorded (a server runs for long).
+  profiler* trace = nullptr;
+  int64_t max_traced_steps = 20000;
 };
 
 class tile_llm_backend final : public backends::llm_backend {
@@ -47,6 +53,8 @@ class tile_llm_backend final : public backends::llm_backend {
   int replica() const { return replica_; }
   int64_t recoveries() const { return recoveries_.load(); }
   int64_t steps() const { return steps_.load(); }
+  /// Steps recorded in the trace (tile_llm_backend_config::trace), over all replicas sharing it.
+  int64_t traced_steps() const;
   /// Supersteps and bytes exchanged between tiles, summed over the steps run.
   int64_t supersteps() const { return supersteps_.load(); }
   uint64_t bytes_exchanged() const { return bytes_.load(); }
@@ -55,6 +63,7 @@ class tile_llm_backend final : public backends::llm_backend {
   struct shared_decoder;  // the decoder, and the tile group's events passed to its replicas' backends
   tile_llm_backend(std::shared_ptr<shared_decoder> shared, int replica, std::string name, tile_llm_backend_config cfg);
   void on_tile_failed(const tile_event& ev);
+  void trace(const backends::step_batch& batch, const tile_step_result& r, double start);
   void work();
   /// Restarts and restores every failed tile of the replica; ok when all are back.
   status recover();
