@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# scripts/bench-llm-delay from the user's side, small and on local tiles (the namespace launcher
-# is the cluster label's business): a row per delay in the CSV with the load generator's TTFT and
+# scripts/bench-llm-delay from the user's side, small, on local tiles (BENCH_LAUNCHER=ssh: in two
+# network namespaces by the ssh launcher; tests/cluster/llm_delay_netns.sh runs it so): a row per delay in the CSV with the load generator's TTFT and
 # TPOT, a PNG, step logs; a step with a delay of D ms on the link between the two tensor-parallel
 # tiles takes at least D ms (a lower bound the injected delay guarantees, whatever the load); bad
 # options are refused, naming them.
@@ -10,7 +10,8 @@ tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export TESSERA_BUILD_DIR="$(dirname "$bin")"
 
-"$src/scripts/bench-llm-delay" --launcher local --delays "0 3" --clients 2 --requests 4 --prompt "U[16,32]" \
+launcher=${BENCH_LAUNCHER:-local}
+"$src/scripts/bench-llm-delay" --launcher "$launcher" --delays "0 3" --clients 2 --requests 4 --prompt "U[16,32]" \
   --output "U[4,8]" --out-dir "$tmp/out" >"$tmp/ok.out" 2>"$tmp/ok.err" ||
   { tail -20 "$tmp/ok.err" >&2; fail "bench-llm-delay exited $?"; }
 csv=$tmp/out/bench-llm-delay.csv
@@ -30,6 +31,10 @@ for r in rows:
 assert float(rows[1]["backend_ms_per_step"]) >= 3, rows[1]
 PY
 grep -q "TTFT p50" "$tmp/ok.out" || fail "no table printed"
+if [ "$launcher" = ssh ]; then
+  grep -q "network namespaces" "$tmp/ok.out" || fail "the ssh run does not say it ran in namespaces"
+  [ -z "$(ip netns list | grep "^${TS_PREFIX:-tbld}[0-9]")" ] || fail "namespaces left behind"
+fi
 [ -s "$tmp/out/bench-llm-delay/delay-3.steps.csv" ] || fail "no step log for delay 3"
 
 set +e
@@ -39,4 +44,4 @@ set -e
 grep -q "not 'x'" "$tmp/bad.out" || fail "the bad delay is not named: $(cat "$tmp/bad.out")"
 "$src/scripts/bench-llm-delay" --launcher nowhere >"$tmp/bad2.out" 2>&1 && fail "--launcher nowhere accepted"
 grep -q "auto|ssh|local" "$tmp/bad2.out" || fail "the launchers are not listed"
-echo "bench-llm-delay: ok"
+echo "bench-llm-delay ($launcher): ok"
