@@ -8,7 +8,8 @@
 //            (prompts cut into chunks at the budget, as a serving scheduler does);
 //   decode:  --decode greedy steps of one token for each of the B sequences.
 // With R replicas, sequence i lives on replica i % R and the replicas' steps run at once (one
-// thread each). Per row it prints prefill and decode tokens/s (wall), and per decode step or
+// thread each). Per row it prints prefill and decode tokens/s, of wall time and of CPU time (this
+// process and its tiles: on a shared machine, what dedicated cores would give), and per decode step or
 // generated token what the tiles did: supersteps, barriers, bytes exchanged between tiles, and
 // the time split from the tiles' counters (compute of the busiest tile; waiting at barriers and
 // for slices, averaged over tiles; the host's round trip = step wall - the slowest tile's own
@@ -27,6 +28,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
+#include <time.h>
+#include <unistd.h>
 
 #include "tessera/common/cli.hpp"
 #include "tessera/common/random.hpp"
@@ -67,12 +71,35 @@ struct engine {
   int supersteps = 0; // per replica step
   int max_seqs = 0, token_budget = 0, block_tokens = 16;
   step_fn step;
+  std::vector<pid_t> tiles;  // their CPU time counts with this process's
 };
+
+// CPU seconds of this process and the engine's tile processes so far (on a shared machine,
+// tokens per CPU-second estimate what dedicated cores would give).
+double cpu_seconds(const engine& e) {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  double s = double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+  static const double tick = double(sysconf(_SC_CLK_TCK));
+  for (pid_t pid : e.tiles) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 13 && rest >> field; ++i) {
+    }
+    double utime = 0, stime = 0;
+    rest >> utime >> stime;  // fields 14 and 15
+    s += (utime + stime) / tick;
+  }
+  return s;
+}
 
 struct row {
   std::string model, mode, plan;
   int tiles = 0, prompt = 0, batch = 0, decode = 0;
-  double prefill_s = 0, decode_s = 0;
+  double prefill_s = 0, decode_s = 0, prefill_cpu_s = 0, decode_cpu_s = 0;
   int64_t prefill_tokens = 0, decode_tokens = 0, prefill_steps = 0, decode_steps = 0;
   int64_t decode_supersteps = 0, decode_barriers = 0;
   uint64_t decode_bytes = 0, prefill_bytes = 0;
@@ -81,6 +108,8 @@ struct row {
 
   double prefill_tps() const { return prefill_tokens / std::max(prefill_s, 1e-12); }
   double decode_tps() const { return decode_tokens / std::max(decode_s, 1e-12); }
+  double prefill_cpu_tps() const { return prefill_tokens / std::max(prefill_cpu_s, 1e-12); }
+  double decode_cpu_tps() const { return decode_tokens / std::max(decode_cpu_s, 1e-12); }
   double per_step(double v) const { return v / std::max<int64_t>(1, decode_steps); }
   double per_token(double v) const { return v / std::max<int64_t>(1, decode_tokens); }
 };
@@ -166,6 +195,7 @@ result<row> run_row(const engine& e, const models::model_shape& shape, const mod
   r.batch = B;
   r.decode = decode;
   // Prefill: each round packs, per replica, prompt chunks up to the token budget and sequence limit.
+  const double cpu0 = cpu_seconds(e);
   for (;;) {
     std::vector<models::step_batch> batches(static_cast<size_t>(R));
     std::vector<std::vector<seq*>> ends(static_cast<size_t>(R));  // sequences whose prompt this round ends
@@ -203,6 +233,8 @@ result<row> run_row(const engine& e, const models::model_shape& shape, const mod
     }
   }
   // Decode: every sequence one token a step, greedy.
+  const double cpu1 = cpu_seconds(e);
+  r.prefill_cpu_s = cpu1 - cpu0;
   for (int n = 0; n < decode; ++n) {
     std::vector<models::step_batch> batches(static_cast<size_t>(R));
     std::vector<std::vector<seq*>> members(static_cast<size_t>(R));
@@ -247,6 +279,7 @@ result<row> run_row(const engine& e, const models::model_shape& shape, const mod
     r.decode_sync_s += tiles > 0 ? sync / tiles : 0;
     r.decode_host_s += tiles > 0 ? std::max(0.0, out->wall - busiest) : 0;
   }
+  r.decode_cpu_s = cpu_seconds(e) - cpu1;
   return r;
 }
 
@@ -283,15 +316,15 @@ struct options {
 
 void print_table(const std::vector<row>& rows, const std::string& system) {
   std::printf(
-      "\n| model | N | plan | prompt | B | prefill tok/s | decode tok/s | decode ms/step | supersteps/token | "
+      "\n| model | N | plan | prompt | B | prefill tok/s | decode tok/s | prefill tok/CPU-s | decode tok/CPU-s | decode ms/step | supersteps/token | "
       "barriers/step | KiB exchanged/token | compute ms/step | barrier+exchange wait ms/step | barrier wait ms/step | "
       "host round trip ms/step | modelled us/token (%s) | modelled prefill tok/s |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       system.c_str());
   for (const auto& r : rows)
-    std::printf("| %s | %d | %s %s | %d | %d | %.0f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |\n",
+    std::printf("| %s | %d | %s %s | %d | %d | %.0f | %.1f | %.0f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |\n",
                 r.model.c_str(), r.tiles, r.mode.c_str(), r.plan.c_str(), r.prompt, r.batch, r.prefill_tps(),
-                r.decode_tps(), r.per_step(r.decode_s) * 1e3, r.per_token(double(r.decode_supersteps)),
+                r.decode_tps(), r.prefill_cpu_tps(), r.decode_cpu_tps(), r.per_step(r.decode_s) * 1e3, r.per_token(double(r.decode_supersteps)),
                 r.per_step(double(r.decode_barriers)), r.per_token(double(r.decode_bytes)) / 1024.0,
                 r.per_step(r.decode_compute_s) * 1e3, r.per_step(r.decode_wait_s) * 1e3,
                 r.per_step(r.decode_sync_s) * 1e3, r.per_step(r.decode_host_s) * 1e3,
@@ -311,11 +344,15 @@ nlohmann::ordered_json to_json(const row& r) {
           {"prefill_seconds", r.prefill_s},
           {"prefill_steps", r.prefill_steps},
           {"prefill_tokens_per_s", r.prefill_tps()},
+          {"prefill_cpu_seconds", r.prefill_cpu_s},
+          {"prefill_tokens_per_cpu_s", r.prefill_cpu_tps()},
           {"prefill_bytes_exchanged", r.prefill_bytes},
           {"decode_tokens", r.decode_tokens},
           {"decode_seconds", r.decode_s},
           {"decode_steps", r.decode_steps},
           {"decode_tokens_per_s", r.decode_tps()},
+          {"decode_cpu_seconds", r.decode_cpu_s},
+          {"decode_tokens_per_cpu_s", r.decode_cpu_tps()},
           {"decode_ms_per_step", r.per_step(r.decode_s) * 1e3},
           {"supersteps_per_token", r.per_token(double(r.decode_supersteps))},
           {"barriers_per_step", r.per_step(double(r.decode_barriers))},
@@ -490,6 +527,7 @@ int main(int argc, char** argv) {
         e.token_budget = cm.token_budget;
         e.block_tokens = cm.kv.block_tokens;
         e.step = tile_steps(**dec);
+        for (const auto& t : (*group)->tiles()) e.tiles.push_back(t.pid);
         std::fprintf(stderr, "%s on %d tiles, --plan %s: %s, %d supersteps (%d barriers) a step, %d KV blocks a replica\n",
                      name.c_str(), n, mode.c_str(), e.plan_text.c_str(), e.supersteps, e.barriers, cm.kv.num_blocks);
         const status st = measure(e, name, shape, n, mode);

@@ -57,6 +57,8 @@ TEST(DecoderTilesBench, RowsForOneProcessAndTilesAreSane) {
     EXPECT_EQ(row["decode_steps"], decode);
     EXPECT_GT(row["prefill_tokens_per_s"].get<double>(), 0);
     EXPECT_GT(row["decode_tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(row["prefill_cpu_seconds"].get<double>(), 0);
+    EXPECT_GT(row["decode_cpu_seconds"].get<double>(), 0);
     EXPECT_GT(row["modelled_us_per_token"].get<double>(), 0);
     EXPECT_GT(row["modelled_prefill_tokens_per_s"].get<double>(), 0);
     if (row["tiles"] == 0) {
