@@ -13,6 +13,7 @@
 // run it with OMP_WAIT_POLICY=passive: libgomp's spinning threads otherwise lose whole time slices
 // to each other (gpt2 decode at batch 1 on 2 threads under load: 0.7 s passive vs 14 s active for
 // 8 tokens). Prints a table and RESULT lines.
+// The same workload on tile processes: tessera-bench-decoder-tiles (bench_decoder_tiles.cpp).
 #include <algorithm>
 #include <array>
 #include <boost/program_options.hpp>
