@@ -1,5 +1,6 @@
 // The request-trace CSV. See trace_csv.hpp.
 #include "tessera/common/trace_csv.hpp"
+#include "tessera/common/text.hpp"
 
 #include <charconv>
 #include <cmath>
@@ -20,15 +21,9 @@ status bad_line(int line, const std::string& what) {
 
 result<std::vector<trace_row>> parse_trace_csv(std::string_view csv) {
   std::vector<trace_row> out;
-  int line_no = 0;
-  size_t pos = 0;
-  while (pos < csv.size()) {
-    size_t end = csv.find('\n', pos);
-    if (end == std::string_view::npos) end = csv.size();
-    std::string_view line = csv.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  line_reader lines(csv);
+  for (std::string_view line; lines.next(line);) {
+    const int line_no = lines.number();
     if (line.empty() || line.front() == '#') continue;
     const size_t comma = line.find(',');
     if (comma == std::string_view::npos) return bad_line(line_no, "expected arrival_seconds,text_or_length");
@@ -77,11 +72,9 @@ result<std::vector<trace_row>> parse_trace_csv(std::string_view csv) {
 }
 
 result<std::vector<trace_row>> read_trace_csv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return status::not_found("cannot open trace file " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto r = parse_trace_csv(ss.str());
+  const auto text = read_file(path);
+  if (!text) return status::not_found("cannot open trace file " + path);
+  auto r = parse_trace_csv(*text);
   if (!r.ok()) return r.error().with_context(path);
   return r;
 }

@@ -2,6 +2,7 @@
 // pipeline: added tokens -> normalizer -> pre-tokenizer -> BPE model -> post-processor, and the
 // decoders (ByteLevel; Replace + ByteFallback + Fuse + Strip; Metaspace).
 #include "tessera/models/bpe_tokenizer.hpp"
+#include "tessera/common/text.hpp"
 
 #include <algorithm>
 #include <array>
@@ -180,14 +181,6 @@ struct bpe_tokenizer_impl {
 };
 
 namespace {
-
-result<std::string> read_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return status::not_found(p.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 std::array<char32_t, 256> bytes_to_unicode() {
   std::array<char32_t, 256> m{};
@@ -864,18 +857,11 @@ result<std::shared_ptr<bpe_tokenizer_impl>> vocab_merges(std::string_view vocab_
   if (!parsed) return parsed.error();
   auto t = std::make_shared<bpe_tokenizer_impl>();
   TESSERA_RETURN_IF_ERROR(load_vocab(*t, *parsed, source));
-  size_t pos = 0;
-  int line = 0;
-  while (pos < merges_txt.size()) {
-    size_t end = merges_txt.find('\n', pos);
-    if (end == std::string_view::npos) end = merges_txt.size();
-    std::string_view l = merges_txt.substr(pos, end - pos);
-    pos = end + 1;
-    ++line;
-    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+  line_reader lines(merges_txt);
+  for (std::string_view l; lines.next(l);) {
     if (l.empty() || l.starts_with("#version")) continue;
     const size_t sp = l.find(' ');
-    const std::string where = source + " merges line " + std::to_string(line);
+    const std::string where = source + " merges line " + std::to_string(lines.number());
     if (sp == std::string_view::npos || l.find(' ', sp + 1) != std::string_view::npos)
       return status::invalid(where + ": \"" + std::string(l) + "\" is not two tokens separated by one space");
     TESSERA_RETURN_IF_ERROR(add_merge(*t, l.substr(0, sp), l.substr(sp + 1), where));
@@ -915,7 +901,7 @@ result<bpe_tokenizer> bpe_tokenizer::from_dir(const std::string& dir) {
   if (!fs::is_directory(d)) return status::not_found(dir + ": not a folder (a tokenizer is a folder with tokenizer.json, or vocab.json and merges.txt)");
   json config = json::object();
   if (fs::exists(d / "tokenizer_config.json")) {
-    auto text = read_file(d / "tokenizer_config.json");
+    auto text = read_text_file(d / "tokenizer_config.json");
     if (!text) return text.error();
     auto parsed = parse_json(*text, (d / "tokenizer_config.json").string());
     if (!parsed) return parsed.error();
@@ -923,13 +909,13 @@ result<bpe_tokenizer> bpe_tokenizer::from_dir(const std::string& dir) {
   }
   result<std::shared_ptr<bpe_tokenizer_impl>> t = status::internal("unset");
   if (fs::exists(d / "tokenizer.json")) {
-    auto text = read_file(d / "tokenizer.json");
+    auto text = read_text_file(d / "tokenizer.json");
     if (!text) return text.error();
     t = tokenizer_json(*text, (d / "tokenizer.json").string(), config);
   } else if (fs::exists(d / "vocab.json") && fs::exists(d / "merges.txt")) {
-    auto v = read_file(d / "vocab.json");
+    auto v = read_text_file(d / "vocab.json");
     if (!v) return v.error();
-    auto m = read_file(d / "merges.txt");
+    auto m = read_text_file(d / "merges.txt");
     if (!m) return m.error();
     t = vocab_merges(*v, *m, dir + "/{vocab.json,merges.txt}", config);
   } else {

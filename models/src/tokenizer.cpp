@@ -3,6 +3,7 @@
 // its JS port): clean -> space out CJK -> lower-case -> NFD + drop Mn -> split on whitespace and
 // punctuation. Pair truncation follows BertTokenizer's longest_first (one token at a time).
 #include "tessera/models/tokenizer.hpp"
+#include "tessera/common/text.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -45,31 +46,22 @@ bool is_final_sigma(const std::u32string& t, size_t i) {
 
 result<vocabulary> vocabulary::from_text(std::string_view text, std::string_view source) {
   vocabulary v;
-  size_t pos = 0;
-  int line = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view tok = text.substr(pos, end - pos);
-    if (!tok.empty() && tok.back() == '\r') tok.remove_suffix(1);
-    ++line;
+  line_reader lines(text);
+  for (std::string_view tok; lines.next(tok);) {
     auto dec = decode_utf8(tok);
-    if (!dec) return dec.error().with_context(std::string(source) + " line " + std::to_string(line));
+    if (!dec) return dec.error().with_context(std::string(source) + " line " + std::to_string(lines.number()));
     // A duplicated token maps to its last line, as HF's load_vocab.
     v.ids_[std::string(tok)] = static_cast<int32_t>(v.tokens_.size());
     v.tokens_.emplace_back(tok);
-    pos = end + 1;
   }
   if (v.tokens_.empty()) return status::invalid(std::string(source) + ": empty vocab");
   return v;
 }
 
 result<vocabulary> vocabulary::from_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return status::not_found(path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return from_text(ss.str(), path);
+  auto text = read_text_file(path);
+  if (!text) return text.error();
+  return from_text(*text, path);
 }
 
 int32_t vocabulary::id(std::string_view token) const {

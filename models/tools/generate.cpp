@@ -83,11 +83,7 @@ int generate_main(int argc, char** argv) {
       std::cout << spec.name << " " << shape_string(spec.shape) << "\n";
   }
   if (!save_dir.empty()) {
-    auto st = save_decoder(*model, save_dir);
-    if (!st.ok()) {
-      std::cerr << st.to_string() << "\n";
-      return 2;
-    }
+    if (auto st = save_decoder(*model, save_dir); !st.ok()) return tessera::exit_refused(st.to_string());
     std::cout << "wrote " << save_dir << "\n";
   }
   if (!vm.count("prompt-ids") && !vm.count("prompt")) {

@@ -99,11 +99,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!save_dir.empty()) {
-    auto st = save_model(*model, save_dir);
-    if (!st.ok()) {
-      std::cerr << st.to_string() << "\n";
-      return 2;
-    }
+    if (auto st = save_model(*model, save_dir); !st.ok()) return tessera::exit_refused(st.to_string());
     std::cout << "wrote " << save_dir << "\n";
   }
   return 0;

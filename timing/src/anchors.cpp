@@ -1,4 +1,6 @@
 #include "tessera/timing/anchors.hpp"
+#include "tessera/common/text.hpp"
+#include "anchor_fields.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -24,13 +26,6 @@ result<anchor_row> parse_row(const json& j, size_t index, const std::string& ori
   const std::string where = origin + ": rows[" + std::to_string(index) + "]";
   if (!j.is_object()) return status::invalid(where + " is not an object");
   anchor_row r;
-  auto str = [&](const char* key, std::string& out) -> status {
-    auto it = j.find(key);
-    if (it == j.end() || !it->is_string() || it->get<std::string>().empty())
-      return status::invalid(where + ": field '" + key + "' is missing or not a non-empty string");
-    out = it->get<std::string>();
-    return ok_status();
-  };
   auto num = [&](const char* key, auto& out) -> status {
     auto it = j.find(key);
     if (it == j.end() || !it->is_number() || it->template get<double>() <= 0)
@@ -38,11 +33,10 @@ result<anchor_row> parse_row(const json& j, size_t index, const std::string& ori
     out = it->template get<std::remove_reference_t<decltype(out)>>();
     return ok_status();
   };
-  for (auto [key, field] : {std::pair{"id", &r.id}, {"device", &r.device}, {"preset", &r.preset}, {"model", &r.model},
-                            {"precision", &r.precision}, {"lengths", &r.lengths}, {"metric", &r.metric},
-                            {"split", &r.split}, {"source_title", &r.source_title}, {"source_url", &r.source_url},
-                            {"source_date", &r.source_date}})
-    TESSERA_RETURN_IF_ERROR(str(key, *field));
+  TESSERA_RETURN_IF_ERROR(detail::read_text_fields(
+      j, where, {{"id", &r.id}, {"device", &r.device}, {"preset", &r.preset}, {"model", &r.model},
+                 {"precision", &r.precision}, {"lengths", &r.lengths}, {"metric", &r.metric}, {"split", &r.split},
+                 {"source_title", &r.source_title}, {"source_url", &r.source_url}, {"source_date", &r.source_date}}));
   TESSERA_RETURN_IF_ERROR(num("batch", r.batch));
   TESSERA_RETURN_IF_ERROR(num("seq", r.seq));
   TESSERA_RETURN_IF_ERROR(num("value", r.value));
@@ -102,11 +96,9 @@ result<std::vector<anchor_row>> parse_anchors(std::string_view json_text, const 
 }
 
 result<std::vector<anchor_row>> load_anchors(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return status::not_found("anchors file " + path.string() + " cannot be opened (set TESSERA_ANCHORS)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_anchors(ss.str(), path.string());
+  const auto text = read_file(path);
+  if (!text) return status::not_found("anchors file " + path.string() + " cannot be opened (set TESSERA_ANCHORS)");
+  return parse_anchors(*text, path.string());
 }
 
 std::vector<int64_t> bytemlperf_mid_quantile_lengths(int64_t n, int64_t max_len) {

@@ -1,5 +1,7 @@
 // The LLM step model against published figures (all held out).
 #include "tessera/timing/llm_validation.hpp"
+#include "tessera/common/text.hpp"
+#include "anchor_fields.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -37,13 +39,6 @@ result<std::vector<llm_anchor>> parse_llm_anchors(std::string_view json_text, co
     const std::string where = origin + ": row " + std::to_string(i);
     if (!r.is_object()) return status::invalid(where + " is not an object");
     llm_anchor a;
-    auto str = [&](const char* k, std::string& dst) -> status {
-      auto it = r.find(k);
-      if (it == r.end() || !it->is_string() || it->get<std::string>().empty())
-        return status::invalid(where + ": field '" + k + "' is missing or not a non-empty string");
-      dst = it->get<std::string>();
-      return {};
-    };
     auto num = [&](const char* k, int64_t& dst, bool required) -> status {
       auto it = r.find(k);
       if (it == r.end()) return required ? status::invalid(where + ": field '" + k + "' is missing") : status{};
@@ -52,10 +47,10 @@ result<std::vector<llm_anchor>> parse_llm_anchors(std::string_view json_text, co
       dst = it->get<int64_t>();
       return {};
     };
-    for (auto [k, dst] : {std::pair{"id", &a.id}, {"device", &a.device}, {"system", &a.system}, {"model", &a.model},
-                          {"kind", &a.kind}, {"unit", &a.unit}, {"split", &a.split}, {"conditions", &a.conditions},
-                          {"source_title", &a.source_title}, {"source_url", &a.source_url}, {"source_date", &a.source_date}})
-      TESSERA_RETURN_IF_ERROR(str(k, *dst));
+    TESSERA_RETURN_IF_ERROR(detail::read_text_fields(
+        r, where, {{"id", &a.id}, {"device", &a.device}, {"system", &a.system}, {"model", &a.model}, {"kind", &a.kind},
+                   {"unit", &a.unit}, {"split", &a.split}, {"conditions", &a.conditions},
+                   {"source_title", &a.source_title}, {"source_url", &a.source_url}, {"source_date", &a.source_date}}));
     TESSERA_RETURN_IF_ERROR(num("batch", a.batch, true));
     TESSERA_RETURN_IF_ERROR(num("input", a.input, false));
     TESSERA_RETURN_IF_ERROR(num("output", a.output, false));
@@ -77,11 +72,9 @@ result<std::vector<llm_anchor>> parse_llm_anchors(std::string_view json_text, co
 }
 
 result<std::vector<llm_anchor>> load_llm_anchors(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return status::not_found("LLM anchors file " + path.string() + " cannot be opened");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_llm_anchors(ss.str(), path.string());
+  const auto text = read_file(path);
+  if (!text) return status::not_found("LLM anchors file " + path.string() + " cannot be opened");
+  return parse_llm_anchors(*text, path.string());
 }
 
 result<double> model_llm_anchor(const llm_anchor& a) {

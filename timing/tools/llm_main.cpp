@@ -24,10 +24,7 @@ using namespace tessera::timing;
 
 namespace {
 
-int fail(const tessera::status& s) {
-  std::cerr << "tessera-llm-timing: " << s.to_string() << "\n";
-  return 2;
-}
+int fail(const tessera::status& s) { return tessera::exit_refused(s.to_string(), "tessera-llm-timing"); }
 
 // "64x512,1x17" -> 64 entries of 512 and one of 17.
 tessera::result<std::vector<int64_t>> parse_counts(const std::string& flag, const std::string& csv) {

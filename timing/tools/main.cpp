@@ -13,6 +13,7 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tessera/common/cli.hpp"
 #include "tessera/timing/anchors.hpp"
 #include "tessera/timing/bert_model.hpp"
 #include "tessera/timing/estimator.hpp"
@@ -26,10 +27,7 @@ using namespace tessera::timing;
 
 namespace {
 
-int fail(const tessera::status& s) {
-  std::cerr << "tessera-timing: " << s.to_string() << "\n";
-  return 2;
-}
+int fail(const tessera::status& s) { return tessera::exit_refused(s.to_string(), "tessera-timing"); }
 
 tessera::result<std::vector<int64_t>> parse_lens(const std::string& csv) {
   std::vector<int64_t> lens;

@@ -148,17 +148,8 @@ class llm_runner {
 
  private:
   static llm_report::pct summarize(std::vector<double> v) {
-    llm_report::pct p;
-    if (v.empty()) return p;
-    std::sort(v.begin(), v.end());
-    auto at = [&](double q) { return nearest_rank(v, q) * 1e3; };
-    p.p50 = at(0.5);
-    p.p90 = at(0.9);
-    p.p99 = at(0.99);
-    double s = 0;
-    for (double x : v) s += x;
-    p.mean = s / static_cast<double>(v.size()) * 1e3;
-    return p;
+    const latency_summary s = summarize_ms(std::move(v));
+    return {s.p50, s.p90, s.p99, s.mean};
   }
 
   void schedule_arrivals() {

@@ -145,19 +145,31 @@ double nearest_rank(const std::vector<double>& sorted, double q) {
   return sorted[std::min(sorted.size() - 1, i == 0 ? 0 : i - 1)];
 }
 
+latency_summary summarize_ms(std::vector<double> v) {
+  latency_summary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return nearest_rank(v, q) * 1e3; };
+  s.p50 = at(0.50);
+  s.p90 = at(0.90);
+  s.p99 = at(0.99);
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size()) * 1e3;
+  s.max = v.back() * 1e3;
+  return s;
+}
+
 void summarize(run_report& r, std::vector<double> lat) {
   r.ok = static_cast<int64_t>(lat.size());
   r.throughput = r.duration_seconds > 0 ? static_cast<double>(r.ok) / r.duration_seconds : 0;
   if (lat.empty()) return;
-  std::sort(lat.begin(), lat.end());
-  auto pct = [&](double p) { return nearest_rank(lat, p) * 1e3; };
-  r.p50_ms = pct(0.50);
-  r.p90_ms = pct(0.90);
-  r.p99_ms = pct(0.99);
-  double sum = 0;
-  for (double v : lat) sum += v;
-  r.mean_ms = sum / static_cast<double>(lat.size()) * 1e3;
-  r.max_ms = lat.back() * 1e3;
+  const latency_summary s = summarize_ms(std::move(lat));
+  r.p50_ms = s.p50;
+  r.p90_ms = s.p90;
+  r.p99_ms = s.p99;
+  r.mean_ms = s.mean;
+  r.max_ms = s.max;
 }
 
 std::string to_table(const run_report& r) {

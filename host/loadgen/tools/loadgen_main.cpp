@@ -15,6 +15,22 @@ namespace po = boost::program_options;
 using namespace tessera;
 using namespace tessera::loadgen;
 
+namespace {
+
+// The report as a table on stdout, and appended to the CSV at `csv_path` when one is named (with
+// `header` first when the file is new or empty).
+template <class Report>
+void print_report(const Report& report, const std::string& csv_path, const std::string& header) {
+  std::cout << to_table(report);
+  if (csv_path.empty()) return;
+  bool fresh = !std::filesystem::exists(csv_path) || std::filesystem::file_size(csv_path) == 0;
+  std::ofstream out(csv_path, std::ios::app);
+  if (fresh) out << header;
+  out << to_csv_row(report);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   driver_config cfg;
   std::string mode, mix_name, trace, csv_path, json_path;
@@ -99,17 +115,8 @@ int main(int argc, char** argv) {
     lc.request_timeout_seconds = vm["timeout"].defaulted() ? 600 : cfg.request_timeout_seconds;
     lc.progress = !quiet;
     auto report = run_llm_load(lc);
-    if (!report) {
-      std::cerr << "tessera-loadgen: " << report.error().message() << "\n";
-      return 2;
-    }
-    std::cout << to_table(*report);
-    if (!csv_path.empty()) {
-      bool fresh = !std::filesystem::exists(csv_path) || std::filesystem::file_size(csv_path) == 0;
-      std::ofstream out(csv_path, std::ios::app);
-      if (fresh) out << llm_csv_header();
-      out << to_csv_row(*report);
-    }
+    if (!report) return tessera::exit_refused(report.error().message(), "tessera-loadgen");
+    print_report(*report, csv_path, llm_csv_header());
     return report->ok > 0 && report->errors == 0 ? 0 : 1;
   }
   if (port < 1 || port > 65535 || (mode == "open" && trace.empty() && rate <= 0) ||
@@ -150,17 +157,8 @@ int main(int argc, char** argv) {
     cfg.offered_rate = cfg.mode == loop_mode::open ? rate : 0.0;
   }
   auto report = run_load(cfg, plan);
-  if (!report) {
-    std::cerr << "tessera-loadgen: " << report.error().to_string() << "\n";
-    return 2;
-  }
-  std::cout << to_table(*report);
-  if (!csv_path.empty()) {
-    bool fresh = !std::filesystem::exists(csv_path) || std::filesystem::file_size(csv_path) == 0;
-    std::ofstream out(csv_path, std::ios::app);
-    if (fresh) out << csv_header();
-    out << to_csv_row(*report);
-  }
+  if (!report) return tessera::exit_refused(report.error().to_string(), "tessera-loadgen");
+  print_report(*report, csv_path, csv_header());
   if (!json_path.empty()) std::ofstream(json_path) << to_json(*report);
   return report->ok > 0 ? 0 : 1;
 }

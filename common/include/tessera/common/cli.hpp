@@ -6,6 +6,8 @@
 // --help prints the options to stdout and ends the program with 0, before any required option is
 // checked; a parse or validation error prints "<program>: <what>; see <program> --help" to
 // stderr and ends it with 2 (a user's mistake). Otherwise vm holds the options, notified.
+// A later refusal (a file that does not parse, a model that does not load) is
+//   if (!st.ok()) return tessera::exit_refused(st.to_string(), "tessera-loadgen");
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -36,6 +38,14 @@ inline std::optional<int> parse_command_line(std::string_view program, int argc,
     return 2;
   }
   return std::nullopt;
+}
+
+/// Prints `what` as a line to stderr, after "<program>: " when a program is named; returns 2, the
+/// exit code of a run refused for the user's input.
+inline int exit_refused(std::string_view what, std::string_view program = {}) {
+  if (!program.empty()) std::cerr << program << ": ";
+  std::cerr << what << "\n";
+  return 2;
 }
 
 }  // namespace tessera

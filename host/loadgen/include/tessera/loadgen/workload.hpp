@@ -59,6 +59,12 @@ struct run_report {
 /// The q-quantile (0 < q <= 1, nearest rank) of sorted, non-empty values.
 double nearest_rank(const std::vector<double>& sorted, double q);
 
+/// Latencies in milliseconds: nearest-rank percentiles, mean and max (all 0 for no values).
+struct latency_summary {
+  double p50 = 0, p90 = 0, p99 = 0, mean = 0, max = 0;
+};
+latency_summary summarize_ms(std::vector<double> seconds);
+
 /// Fills throughput and percentiles from per-request latencies (seconds) of the ok answers.
 void summarize(run_report& r, std::vector<double> latencies_seconds);
 
