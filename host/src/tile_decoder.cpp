@@ -79,16 +79,8 @@ status tile_decoder::validate(int replica, const models::step_batch& batch) cons
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     const auto& s = batch.seqs[i];
     const std::string where = "sequence " + std::to_string(s.seq_id) + " (step entry " + std::to_string(i) + ")";
-    if (s.tokens.empty()) return status::invalid(where + " has no tokens");
-    if (s.start_pos < 0) return status::invalid(where + ": negative start_pos " + std::to_string(s.start_pos));
+    TESSERA_RETURN_IF_ERROR(models::check_step_entry(s, shape, where));
     const int64_t end = int64_t{s.start_pos} + static_cast<int64_t>(s.tokens.size());
-    if (end > shape.max_position_embeddings)
-      return status::invalid(where + ": positions up to " + std::to_string(end - 1) +
-                             " reach beyond max_position_embeddings " + std::to_string(shape.max_position_embeddings));
-    for (int32_t t : s.tokens)
-      if (t < 0 || t >= shape.vocab_size)
-        return status::invalid(where + ": token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                               std::to_string(shape.vocab_size) + ")");
     const int64_t need = (end + bt - 1) / bt;
     if (static_cast<int64_t>(s.block_table.size()) < need)
       return status::invalid(where + ": block table has " + std::to_string(s.block_table.size()) + " blocks of " +

@@ -132,6 +132,17 @@ status check_token(const model_shape& c, int32_t id, const std::string& where) {
 
 }  // namespace
 
+status check_step_entry(const seq_step& s, const model_shape& c, const std::string& where) {
+  if (s.tokens.empty()) return status::invalid(where + " has no tokens");
+  if (s.start_pos < 0) return status::invalid(where + ": negative start_pos " + std::to_string(s.start_pos));
+  const int64_t end = int64_t{s.start_pos} + static_cast<int64_t>(s.tokens.size());
+  if (end > c.max_position_embeddings)
+    return status::invalid(where + ": positions up to " + std::to_string(end - 1) +
+                           " reach beyond max_position_embeddings " + std::to_string(c.max_position_embeddings));
+  for (int32_t t : s.tokens) TESSERA_RETURN_IF_ERROR(check_token(c, t, where));
+  return ok_status();
+}
+
 result<std::vector<std::vector<float>>> decoder_model::step(const step_batch& batch, paged_kv_cache& cache) const {
   std::vector<std::vector<float>> logits;
   TESSERA_RETURN_IF_ERROR(step(batch, cache, logits));
@@ -152,12 +163,8 @@ status decoder_model::step(const step_batch& batch, paged_kv_cache& cache,
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     const seq_step& s = batch.seqs[i];
     const std::string where = "sequence " + std::to_string(s.seq_id) + " (batch entry " + std::to_string(i) + ")";
-    if (s.tokens.empty()) return status::invalid(where + " has no tokens");
-    if (s.start_pos < 0) return status::invalid(where + ": negative start_pos " + std::to_string(s.start_pos));
+    TESSERA_RETURN_IF_ERROR(check_step_entry(s, c, where));
     const int64_t end = int64_t{s.start_pos} + static_cast<int64_t>(s.tokens.size());
-    if (end > c.max_position_embeddings)
-      return status::invalid(where + ": positions up to " + std::to_string(end - 1) +
-                             " reach beyond max_position_embeddings " + std::to_string(c.max_position_embeddings));
     const int64_t need = (end + bt - 1) / bt;
     if (static_cast<int64_t>(s.block_table.size()) < need)
       return status::invalid(where + ": block table has " + std::to_string(s.block_table.size()) + " blocks of " +
@@ -169,7 +176,6 @@ status decoder_model::step(const step_batch& batch, paged_kv_cache& cache,
         return status::invalid(where + ": block_table[" + std::to_string(b) + "] = " +
                                std::to_string(s.block_table[static_cast<size_t>(b)]) + " is outside the cache's " +
                                std::to_string(nblocks) + " blocks");
-    for (int32_t t : s.tokens) TESSERA_RETURN_IF_ERROR(check_token(c, t, where));
     seqs.push_back({static_cast<int32_t>(tokens.size()), static_cast<int32_t>(s.tokens.size()), s.start_pos,
                     s.block_table.data()});
     for (size_t k = 0; k < s.tokens.size(); ++k) {

@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "tessera/models/decoder.hpp"
+#include "tessera/common/text.hpp"
+#include "model_folder.hpp"
 #include "tessera/models/safetensors.hpp"
 
 namespace tessera::models {
@@ -88,14 +90,6 @@ std::string gigabytes(int64_t b) {
   s.precision(1);
   s << std::fixed << static_cast<double>(b) / 1e9 << " GB";
   return s.str();
-}
-
-result<std::string> read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return status::not_found(p.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 }  // namespace
@@ -209,7 +203,7 @@ result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t see
 }
 
 result<decoder_model> make_decoder_from_config(const std::string& config_path, uint64_t seed) {
-  auto text = read_text(config_path);
+  auto text = read_text_file(config_path);
   if (!text) return status::not_found(config_path + ": cannot read");
   auto shape = parse_decoder_config_json(*text);
   if (!shape) return shape.error().with_context(config_path);
@@ -234,17 +228,15 @@ result<decoder_model> load_decoder(std::string_view path_or_preset, uint64_t pre
   const fs::path dir{std::string(path_or_preset)};
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
+    if (detail::is_preset_name(path_or_preset)) return make_preset_decoder(path_or_preset, preset_seed);
+    std::vector<std::string> decoders;
     for (const auto& n : preset_names())
-      if (n == path_or_preset) return make_preset_decoder(path_or_preset, preset_seed);
-    std::string known;
-    for (const auto& n : preset_names())
-      if (shape_preset(n)->is_decoder()) known += (known.empty() ? "" : ", ") + n;
-    return status::not_found("\"" + std::string(path_or_preset) +
-                             "\" is neither a model folder (config.json, model.safetensors) nor a decoder preset (" +
-                             known + ")");
+      if (shape_preset(n)->is_decoder()) decoders.push_back(n);
+    return detail::neither_folder_nor_preset(path_or_preset, "config.json, model.safetensors", "decoder preset",
+                                             decoders);
   }
   const fs::path config_path = dir / "config.json";
-  auto text = read_text(config_path);
+  auto text = read_text_file(config_path);
   if (!text) return text.error();
   auto shape = parse_decoder_config_json(*text);
   if (!shape) return shape.error().with_context(config_path.string());
@@ -261,7 +253,7 @@ result<decoder_model> load_decoder(std::string_view path_or_preset, uint64_t pre
     keep.push_back(st->storage);
   } else if (fs::exists(index, ec)) {
     source = index.string();
-    auto itext = read_text(index);
+    auto itext = read_text_file(index);
     if (!itext) return itext.error();
     std::map<std::string, std::string> weight_map;
     try {
@@ -319,14 +311,7 @@ result<decoder_model> load_decoder(std::string_view path_or_preset, uint64_t pre
 
 status save_decoder(const decoder_model& model, const std::string& dir_str) {
   const fs::path dir{dir_str};
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return status::io_error(dir_str + ": cannot create: " + ec.message());
-  {
-    std::ofstream f(dir / "config.json");
-    f << decoder_config_json(model.shape());
-    if (!f) return status::io_error((dir / "config.json").string() + ": write failed");
-  }
+  TESSERA_RETURN_IF_ERROR(detail::start_model_folder(dir, decoder_config_json(model.shape())));
   std::map<std::string, tensor_view> tensors;
   const bool gpt2 = model.shape().arch == architecture::gpt2;
   for (const auto& spec : expected_decoder_tensors(model.shape())) {

@@ -1,5 +1,7 @@
 // Loading a model from a Hugging Face folder or a preset; saving one as a folder.
 #include "tessera/models/model.hpp"
+#include "tessera/common/text.hpp"
+#include "model_folder.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -10,18 +12,6 @@
 
 namespace tessera::models {
 namespace fs = std::filesystem;
-
-namespace {
-
-result<std::string> read_text_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return status::not_found(p.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 result<wordpiece_tokenizer> bert_model::make_tokenizer() const {
   if (!vocab) return status::invalid(source + ": the model has no vocab.txt; add one to tokenize text");
@@ -49,13 +39,9 @@ result<bert_model> load_model(std::string_view path_or_preset, uint64_t preset_s
   const fs::path dir{std::string(path_or_preset)};
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    for (const auto& n : preset_names())
-      if (n == path_or_preset) return make_preset_model(path_or_preset, preset_seed);
-    std::string known;
-    for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
-    return status::not_found("\"" + std::string(path_or_preset) +
-                             "\" is neither a model folder (config.json, model.safetensors, vocab.txt) nor a "
-                             "preset (" + known + ")");
+    if (detail::is_preset_name(path_or_preset)) return make_preset_model(path_or_preset, preset_seed);
+    return detail::neither_folder_nor_preset(path_or_preset, "config.json, model.safetensors, vocab.txt", "preset",
+                                             preset_names());
   }
   bert_model m;
   m.source = dir.string();
@@ -105,14 +91,7 @@ result<bert_model> load_model(std::string_view path_or_preset, uint64_t preset_s
 
 status save_model(const bert_model& model, const std::string& dir_str) {
   const fs::path dir{dir_str};
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return status::io_error(dir_str + ": cannot create: " + ec.message());
-  {
-    std::ofstream f(dir / "config.json");
-    f << to_config_json(model.config);
-    if (!f) return status::io_error((dir / "config.json").string() + ": write failed");
-  }
+  TESSERA_RETURN_IF_ERROR(detail::start_model_folder(dir, to_config_json(model.config)));
   std::map<std::string, tensor_view> tensors;
   for (const auto& spec : expected_tensors(model.config)) {
     const std::string stored = spec.name.rfind("classifier", 0) == 0 ? spec.name : "bert." + spec.name;

@@ -68,6 +68,11 @@ struct seq_step {
   bool want_logits = true;
 };
 
+/// The checks of one step entry that need only the shape (decoder_model::step and the tile
+/// decoder make them alike): tokens present, each id in the vocabulary, start_pos >= 0, positions
+/// within max_position_embeddings. `where` starts the message ("sequence 7 (batch entry 0)").
+status check_step_entry(const seq_step& s, const model_shape& shape, const std::string& where);
+
 /// A mixed batch: prefill chunks and decode tokens together, in any order.
 struct step_batch {
   std::vector<seq_step> seqs;
