@@ -17,7 +17,7 @@ using namespace tessera::exchange;
 namespace ids = tensor_ids;
 using detail::arena_bytes;
 using detail::f32;
-using detail::part_of;
+using detail::lanes_of;
 
 namespace {
 
@@ -75,32 +75,25 @@ void plan_tile(const dlayout& L, dtile& d, std::vector<weight_shard>& shards, st
   t.ffn_begin = static_cast<int>(ffn.begin), t.ffn_end = static_cast<int>(ffn.end);
   const int64_t qw = (d.heads.q1 - d.heads.q0) * hd, kw = (d.heads.k1 - d.heads.k0) * hd, fw = ffn.end - ffn.begin;
   const bool bias = c.arch == models::architecture::gpt2, layer_norm = c.norm != models::norm_kind::rms_norm;
-  auto weight = [&](tensor_desc desc, shard_kind kind, std::string source, int b = 0, int e = 0) {
-    t.memory.push_back({desc.name, "weights", arena_bytes(desc.bytes())});
-    shards.push_back({t.tile, std::move(desc), kind, std::move(source), b, e});
-  };
-  auto act = [&](tensor_desc desc, const char* kind = "activations") {
-    t.memory.push_back({desc.name, kind, arena_bytes(desc.bytes())});
-    temps.push_back(std::move(desc));
-  };
+  detail::tile_contents add{t, shards, temps};
   const bool first = t.stage == 0, last = t.stage == L.p.stages - 1;
   if (first) {
-    weight(f32(ids::word, "token_embedding", {c.vocab_size, H}), shard_kind::whole, "token_embedding");
+    add.weight(f32(ids::word, "token_embedding", {c.vocab_size, H}), shard_kind::whole, "token_embedding");
     if (c.positions == models::position_kind::learned)
-      weight(f32(ids::position, "position_embedding", {c.max_position_embeddings, H}), shard_kind::whole,
+      add.weight(f32(ids::position, "position_embedding", {c.max_position_embeddings, H}), shard_kind::whole,
              "position_embedding");
   }
   for (int l = t.layer_begin; l < t.layer_end; ++l) {
     const std::string tag = "L" + std::to_string(l) + ".";
     auto vec = [&](uint32_t what, const char* name, int64_t n) {
-      weight(f32(ids::dec_layer(l, what), tag + name, {n}), shard_kind::whole, lname(l, name));
+      add.weight(f32(ids::dec_layer(l, what), tag + name, {n}), shard_kind::whole, lname(l, name));
     };
     auto rows = [&](uint32_t what, const char* name, int64_t r0, int64_t r1, int64_t in) {
-      weight(f32(ids::dec_layer(l, what), tag + name, in ? std::vector<int64_t>{r1 - r0, in} : std::vector<int64_t>{r1 - r0}),
+      add.weight(f32(ids::dec_layer(l, what), tag + name, in ? std::vector<int64_t>{r1 - r0, in} : std::vector<int64_t>{r1 - r0}),
              shard_kind::rows, lname(l, name), static_cast<int>(r0), static_cast<int>(r1));
     };
     auto cols = [&](uint32_t what, const char* name, int64_t c0, int64_t c1) {
-      weight(f32(ids::dec_layer(l, what), tag + name, {H, c1 - c0}), shard_kind::columns, lname(l, name),
+      add.weight(f32(ids::dec_layer(l, what), tag + name, {H, c1 - c0}), shard_kind::columns, lname(l, name),
              static_cast<int>(c0), static_cast<int>(c1));
     };
     vec(ids::norm1_w, "norm1_w", H);
@@ -125,31 +118,31 @@ void plan_tile(const dlayout& L, dtile& d, std::vector<weight_shard>& shards, st
   }
   const bool out_tile = last && t.lane == 0;
   if (out_tile) {
-    weight(f32(ids::final_norm_w, "final_norm_w", {H}), shard_kind::whole, "final_norm_w");
-    if (layer_norm) weight(f32(ids::final_norm_b, "final_norm_b", {H}), shard_kind::whole, "final_norm_b");
-    if (!L.lm_head_is_embedding(t)) weight(f32(ids::lm_head, "lm_head", {c.vocab_size, H}), shard_kind::whole, "lm_head");
+    add.weight(f32(ids::final_norm_w, "final_norm_w", {H}), shard_kind::whole, "final_norm_w");
+    if (layer_norm) add.weight(f32(ids::final_norm_b, "final_norm_b", {H}), shard_kind::whole, "final_norm_b");
+    if (!L.lm_head_is_embedding(t)) add.weight(f32(ids::lm_head, "lm_head", {c.vocab_size, H}), shard_kind::whole, "lm_head");
   }
-  if (first) act({ids::token_ids, "token_ids", dtype::i32, {T}});
-  act({ids::step_meta, "step_meta", dtype::i32, {L.meta}});
-  act(f32(ids::hidden, "hidden", {T, H}));
+  if (first) add.act({ids::token_ids, "token_ids", dtype::i32, {T}});
+  add.act({ids::step_meta, "step_meta", dtype::i32, {L.meta}});
+  add.act(f32(ids::hidden, "hidden", {T, H}));
   if (t.layer_end > t.layer_begin) {
-    act(f32(ids::normed, "normed", {T, H}));
-    act(f32(ids::dec_q, "q", {T, qw}));
-    act(f32(ids::dec_k, "k", {T, kw}));
-    act(f32(ids::dec_v, "v", {T, kw}));
-    act(f32(ids::context, "context", {T, qw}));
-    act(f32(ids::partial, "partial_sum", {T, H}));
-    act(f32(ids::dec_up, "mlp_up", {T, fw}));
-    if (c.gated_mlp) act(f32(ids::dec_gate, "mlp_gate", {T, fw}));
+    add.act(f32(ids::normed, "normed", {T, H}));
+    add.act(f32(ids::dec_q, "q", {T, qw}));
+    add.act(f32(ids::dec_k, "k", {T, kw}));
+    add.act(f32(ids::dec_v, "v", {T, kw}));
+    add.act(f32(ids::context, "context", {T, qw}));
+    add.act(f32(ids::partial, "partial_sum", {T, H}));
+    add.act(f32(ids::dec_up, "mlp_up", {T, fw}));
+    if (c.gated_mlp) add.act(f32(ids::dec_gate, "mlp_gate", {T, fw}));
   }
   if (out_tile) {
-    act(f32(ids::last_rows, "last_rows", {L.max_seqs, H}));
-    act(f32(ids::logits, "logits", {L.max_seqs, c.vocab_size}));
+    add.act(f32(ids::last_rows, "last_rows", {L.max_seqs, H}));
+    add.act(f32(ids::logits, "logits", {L.max_seqs, c.vocab_size}));
   }
   const int64_t W = L.p.width;
   int64_t inbound = (W - 1) * ((T + W - 1) / W) * H;
   if (t.stage > 0) inbound = std::max<int64_t>(inbound, T * H);
-  if (inbound > 0) act(f32(ids::exchange_buffer, "exchange_buffer", {inbound}), "exchange");
+  if (inbound > 0) add.act(f32(ids::exchange_buffer, "exchange_buffer", {inbound}), "exchange");
   d.kv_bytes_per_block = static_cast<uint64_t>(models::kv_layout::bytes_per_block(
       L.block_tokens, t.layer_end - t.layer_begin, d.heads.k1 - d.heads.k0, L.hd()));
 }
@@ -188,16 +181,8 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
   }
   const int K = 4 * max_layers + 1;
   const int clocks = M + S - 1;
-  std::vector<uint32_t> members;
-  for (int s = 0; s < S; ++s)
-    for (int w = 0; w < W; ++w) members.push_back(L.tile_of(r, s, w));
-  for (uint32_t t : members) {
-    auto& p = b.progs[t];
-    p.id = 1;
-    p.tiles = members;
-    p.temporaries = temps[t];
-    p.steps.resize(static_cast<size_t>(clocks * K));
-  }
+  const std::vector<uint32_t> members = detail::replica_tiles(L, r);
+  b.open(members, temps, static_cast<size_t>(clocks * K));
   auto with = [](std::vector<uint32_t> v, bool cond, uint32_t id) {
     if (cond) v.push_back(id);
     return v;
@@ -211,10 +196,6 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
       for (int w = 0; w < W; ++w) {
         const uint32_t t = L.tile_of(r, s, w);
         const dtile& d = tiles[t];
-        auto stage_lanes = [&](auto&& fn) {
-          for (int q = 0; q < W; ++q)
-            if (q != w) fn(q, L.tile_of(r, s, q));
-        };
         for (int l = static_cast<int>(lr.begin); l < lr.end; ++l) {
           const size_t base = static_cast<size_t>(cl * K + 4 * (l - lr.begin));
           auto& a = b.step(t, base).compute;
@@ -251,19 +232,10 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
           f.push_back({"linear", {ids::dec_up, ids::dec_layer(l, ids::down_w)}, {ids::partial}, {m, M, 0}, {}});
           b.step(t, base + 3).compute.push_back({"dec_residual",
               with({ids::partial, ids::hidden}, bias, ids::dec_layer(l, ids::down_b)), {ids::hidden}, {m, M, w, W}, {}});
-          // Reduce-scatter the partial sums by token rows; all-gather the updated rows.
-          for (size_t sub : {size_t{0}, size_t{2}}) {
-            stage_lanes([&](int q, uint32_t peer) {
-              b.connect(t, peer, base + sub, part_of(ids::partial, H, q, W, m, M), part_of(ids::partial, H, q, W, m, M), true);
-            });
-            stage_lanes([&](int q, uint32_t peer) {
-              b.connect(t, peer, base + sub + 1, part_of(ids::hidden, H, w, W, m, M), part_of(ids::hidden, H, w, W, m, M), false);
-            });
-          }
-          if (l == lr.end - 1 && s + 1 < S)
-            for (int q = 0; q < W; ++q)
-              b.connect(t, L.tile_of(r, s + 1, q), base + 3, part_of(ids::hidden, H, w, W, m, M),
-                        part_of(ids::hidden, H, w, W, m, M), false);
+          // Reduce-scatter the partial sums by token rows, all-gather the updated rows; the stage's
+          // last layer hands its rows of the micro-batch to every lane of the next stage.
+          b.layer_exchange(t, base, H, w, m, M, lanes_of(L, r, s, W),
+                           l == lr.end - 1 && s + 1 < S ? lanes_of(L, r, s + 1, W) : std::vector<uint32_t>{});
         }
         if (s == S - 1 && w == 0) {
           const uint32_t head = L.lm_head_is_embedding(d.plan) ? ids::word : ids::lm_head;
@@ -289,17 +261,13 @@ struct dlayout_result {
 
 dlayout_result lay_out(const dlayout& L, uint64_t cap, int forced_blocks, int min_blocks, int auto_cap_blocks) {
   dlayout_result out;
-  const int n = L.p.tiles();
-  out.tiles.resize(static_cast<size_t>(n));
-  out.temps.resize(static_cast<size_t>(n));
-  for (int r = 0; r < L.p.replicas; ++r)
-    for (int s = 0; s < L.p.stages; ++s)
-      for (int w = 0; w < L.p.width; ++w) {
-        const uint32_t id = L.tile_of(r, s, w);
-        dtile& d = out.tiles[id];
-        d.plan.tile = id, d.plan.replica = r, d.plan.stage = s, d.plan.lane = w;
-        plan_tile(L, d, out.shards, out.temps[id]);
-      }
+  out.tiles.resize(static_cast<size_t>(L.p.tiles()));
+  out.temps.resize(out.tiles.size());
+  detail::for_each_place(L, [&](const tile_plan& place) {
+    dtile& d = out.tiles[place.tile];
+    d.plan = place;
+    plan_tile(L, d, out.shards, out.temps[place.tile]);
+  });
   // Blocks every tile can hold after its weights and activations (the fullest decides).
   int64_t fit = INT32_MAX;
   for (const auto& d : out.tiles) {

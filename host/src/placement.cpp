@@ -16,8 +16,8 @@ namespace ids = tensor_ids;
 using detail::plans_for;
 using detail::arena_bytes;
 using detail::f32;
+using detail::lanes_of;
 using detail::memory_table;
-using detail::part_of;
 using detail::program_builder;
 
 std::string plan::to_string() const {
@@ -112,64 +112,57 @@ void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards,
   t.head_begin = static_cast<int>(heads.begin), t.head_end = static_cast<int>(heads.end);
   t.ffn_begin = static_cast<int>(ffn.begin), t.ffn_end = static_cast<int>(ffn.end);
   const int64_t hw = (heads.end - heads.begin) * L.hd(), fw = ffn.end - ffn.begin;
-  auto weight = [&](tensor_desc d, shard_kind kind, std::string source, int b = 0, int e = 0) {
-    t.memory.push_back({d.name, "weights", arena_bytes(d.bytes())});
-    shards.push_back({t.tile, std::move(d), kind, std::move(source), b, e});
-  };
-  auto act = [&](tensor_desc d, const char* kind = "activations") {
-    t.memory.push_back({d.name, kind, arena_bytes(d.bytes())});
-    temps.push_back(std::move(d));
-  };
+  detail::tile_contents add{t, shards, temps};
   const bool first = t.stage == 0, last = t.stage == L.p.stages - 1;
   if (first) {
-    weight(L.mat(ids::word, "word_embeddings", {L.cfg.vocab_size, H}), shard_kind::whole, "embeddings.word_embeddings.weight");
-    weight(L.mat(ids::position, "position_embeddings", {L.cfg.max_position_embeddings, H}), shard_kind::whole,
+    add.weight(L.mat(ids::word, "word_embeddings", {L.cfg.vocab_size, H}), shard_kind::whole, "embeddings.word_embeddings.weight");
+    add.weight(L.mat(ids::position, "position_embeddings", {L.cfg.max_position_embeddings, H}), shard_kind::whole,
            "embeddings.position_embeddings.weight");
-    weight(L.mat(ids::token_type, "token_type_embeddings", {L.cfg.type_vocab_size, H}), shard_kind::whole,
+    add.weight(L.mat(ids::token_type, "token_type_embeddings", {L.cfg.type_vocab_size, H}), shard_kind::whole,
            "embeddings.token_type_embeddings.weight");
-    weight(f32(ids::emb_gamma, "embeddings.ln.gamma", {H}), shard_kind::whole, "embeddings.LayerNorm.weight");
-    weight(f32(ids::emb_beta, "embeddings.ln.beta", {H}), shard_kind::whole, "embeddings.LayerNorm.bias");
+    add.weight(f32(ids::emb_gamma, "embeddings.ln.gamma", {H}), shard_kind::whole, "embeddings.LayerNorm.weight");
+    add.weight(f32(ids::emb_beta, "embeddings.ln.beta", {H}), shard_kind::whole, "embeddings.LayerNorm.bias");
   }
   for (int l = t.layer_begin; l < t.layer_end; ++l) {
     const std::string pre = "encoder.layer." + std::to_string(l) + ".";
     const std::string tag = "L" + std::to_string(l) + ".";
-    weight(L.mat(ids::layer(l, ids::qkv_w), tag + "qkv.w", {3 * hw, H}), shard_kind::qkv_w, pre, t.head_begin, t.head_end);
-    weight(f32(ids::layer(l, ids::qkv_b), tag + "qkv.b", {3 * hw}), shard_kind::qkv_b, pre, t.head_begin, t.head_end);
-    weight(L.mat(ids::layer(l, ids::attn_out_w), tag + "attn_out.w", {H, hw}), shard_kind::columns,
+    add.weight(L.mat(ids::layer(l, ids::qkv_w), tag + "qkv.w", {3 * hw, H}), shard_kind::qkv_w, pre, t.head_begin, t.head_end);
+    add.weight(f32(ids::layer(l, ids::qkv_b), tag + "qkv.b", {3 * hw}), shard_kind::qkv_b, pre, t.head_begin, t.head_end);
+    add.weight(L.mat(ids::layer(l, ids::attn_out_w), tag + "attn_out.w", {H, hw}), shard_kind::columns,
            pre + "attention.output.dense.weight", t.head_begin * L.hd(), t.head_end * L.hd());
-    weight(f32(ids::layer(l, ids::attn_out_b), tag + "attn_out.b", {H}), shard_kind::whole, pre + "attention.output.dense.bias");
-    weight(f32(ids::layer(l, ids::attn_gamma), tag + "attn_ln.gamma", {H}), shard_kind::whole, pre + "attention.output.LayerNorm.weight");
-    weight(f32(ids::layer(l, ids::attn_beta), tag + "attn_ln.beta", {H}), shard_kind::whole, pre + "attention.output.LayerNorm.bias");
-    weight(L.mat(ids::layer(l, ids::ffn_in_w), tag + "ffn_in.w", {fw, H}), shard_kind::rows, pre + "intermediate.dense.weight",
+    add.weight(f32(ids::layer(l, ids::attn_out_b), tag + "attn_out.b", {H}), shard_kind::whole, pre + "attention.output.dense.bias");
+    add.weight(f32(ids::layer(l, ids::attn_gamma), tag + "attn_ln.gamma", {H}), shard_kind::whole, pre + "attention.output.LayerNorm.weight");
+    add.weight(f32(ids::layer(l, ids::attn_beta), tag + "attn_ln.beta", {H}), shard_kind::whole, pre + "attention.output.LayerNorm.bias");
+    add.weight(L.mat(ids::layer(l, ids::ffn_in_w), tag + "ffn_in.w", {fw, H}), shard_kind::rows, pre + "intermediate.dense.weight",
            t.ffn_begin, t.ffn_end);
-    weight(f32(ids::layer(l, ids::ffn_in_b), tag + "ffn_in.b", {fw}), shard_kind::rows, pre + "intermediate.dense.bias",
+    add.weight(f32(ids::layer(l, ids::ffn_in_b), tag + "ffn_in.b", {fw}), shard_kind::rows, pre + "intermediate.dense.bias",
            t.ffn_begin, t.ffn_end);
-    weight(L.mat(ids::layer(l, ids::ffn_out_w), tag + "ffn_out.w", {H, fw}), shard_kind::columns, pre + "output.dense.weight",
+    add.weight(L.mat(ids::layer(l, ids::ffn_out_w), tag + "ffn_out.w", {H, fw}), shard_kind::columns, pre + "output.dense.weight",
            t.ffn_begin, t.ffn_end);
-    weight(f32(ids::layer(l, ids::ffn_out_b), tag + "ffn_out.b", {H}), shard_kind::whole, pre + "output.dense.bias");
-    weight(f32(ids::layer(l, ids::out_gamma), tag + "out_ln.gamma", {H}), shard_kind::whole, pre + "output.LayerNorm.weight");
-    weight(f32(ids::layer(l, ids::out_beta), tag + "out_ln.beta", {H}), shard_kind::whole, pre + "output.LayerNorm.bias");
+    add.weight(f32(ids::layer(l, ids::ffn_out_b), tag + "ffn_out.b", {H}), shard_kind::whole, pre + "output.dense.bias");
+    add.weight(f32(ids::layer(l, ids::out_gamma), tag + "out_ln.gamma", {H}), shard_kind::whole, pre + "output.LayerNorm.weight");
+    add.weight(f32(ids::layer(l, ids::out_beta), tag + "out_ln.beta", {H}), shard_kind::whole, pre + "output.LayerNorm.bias");
   }
   const bool head_tile = last && t.lane == 0;
   if (head_tile) {
-    weight(L.mat(ids::pooler_w, "pooler.w", {H, H}), shard_kind::whole, "pooler.dense.weight");
-    weight(f32(ids::pooler_b, "pooler.b", {H}), shard_kind::whole, "pooler.dense.bias");
-    weight(L.mat(ids::cls_w, "classifier.w", {L.cfg.num_labels, H}), shard_kind::whole, "classifier.weight");
-    weight(f32(ids::cls_b, "classifier.b", {L.cfg.num_labels}), shard_kind::whole, "classifier.bias");
+    add.weight(L.mat(ids::pooler_w, "pooler.w", {H, H}), shard_kind::whole, "pooler.dense.weight");
+    add.weight(f32(ids::pooler_b, "pooler.b", {H}), shard_kind::whole, "pooler.dense.bias");
+    add.weight(L.mat(ids::cls_w, "classifier.w", {L.cfg.num_labels, H}), shard_kind::whole, "classifier.weight");
+    add.weight(f32(ids::cls_b, "classifier.b", {L.cfg.num_labels}), shard_kind::whole, "classifier.bias");
   }
   // Activations at the token budget.
   if (first) {
-    act({ids::token_ids, "token_ids", dtype::i32, {T}});
-    act({ids::token_types, "token_types", dtype::i32, {T}});
+    add.act({ids::token_ids, "token_ids", dtype::i32, {T}});
+    add.act({ids::token_types, "token_types", dtype::i32, {T}});
   }
-  act(L.mat(ids::hidden, "hidden", {T, H}));
+  add.act(L.mat(ids::hidden, "hidden", {T, H}));
   if (t.layer_end > t.layer_begin) {
-    act(L.mat(ids::qkv, "qkv", {T, 3 * hw}));
-    act(L.mat(ids::context, "context", {T, hw}));
-    act(f32(ids::partial, "partial_sum", {T, H}));
-    act(L.mat(ids::ffn, "ffn", {T, fw}));
+    add.act(L.mat(ids::qkv, "qkv", {T, 3 * hw}));
+    add.act(L.mat(ids::context, "context", {T, hw}));
+    add.act(f32(ids::partial, "partial_sum", {T, H}));
+    add.act(L.mat(ids::ffn, "ffn", {T, fw}));
   }
-  if (head_tile) act(f32(ids::logits, "logits", {L.max_seqs, L.cfg.num_labels}));
+  if (head_tile) add.act(f32(ids::logits, "logits", {L.max_seqs, L.cfg.num_labels}));
   // Exchange: the most this tile receives in one superstep (reduce-scatter / all-gather parts
   // of the stage, or a whole micro-batch from the previous stage), reserved in tile memory as
   // the emulated hardware would.
@@ -178,7 +171,7 @@ void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards,
   // Partial sums arrive as f32, hidden rows in the model's dtype (a bf16 row is half an f32 one).
   int64_t inbound = (W - 1) * part_rows * H;
   if (t.stage > 0) inbound = std::max<int64_t>(inbound, L.dt == models::dtype::bf16 ? (T * H + 1) / 2 : T * H);
-  if (inbound > 0) act(f32(ids::exchange_buffer, "exchange_buffer", {inbound}), "exchange");
+  if (inbound > 0) add.act(f32(ids::exchange_buffer, "exchange_buffer", {inbound}), "exchange");
 }
 
 std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vector<tile_plan>& plans,
@@ -194,16 +187,8 @@ std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vec
   const int K = 4 * max_layers + 1;  // supersteps per pipeline clock
   const int clocks = M + S - 1;
   const float eps = L.cfg.norm_eps;
-  std::vector<uint32_t> members;
-  for (int s = 0; s < S; ++s)
-    for (int w = 0; w < W; ++w) members.push_back(L.tile_of(r, s, w));
-  for (uint32_t t : members) {
-    auto& p = b.progs[t];
-    p.id = 1;
-    p.tiles = members;
-    p.temporaries = temps[t];
-    p.steps.resize(static_cast<size_t>(clocks * K));
-  }
+  const std::vector<uint32_t> members = detail::replica_tiles(L, r);
+  b.open(members, temps, static_cast<size_t>(clocks * K));
   auto mp = [&](int m) { return std::vector<int64_t>{m, M}; };
   for (int c = 0; c < clocks; ++c) {
     for (int s = 0; s < S; ++s) {
@@ -214,10 +199,6 @@ std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vec
         const uint32_t t = L.tile_of(r, s, w);
         const tile_plan& tp = plans[t];
         const int heads = tp.head_end - tp.head_begin;
-        auto stage_lanes = [&](auto&& fn) {
-          for (int q = 0; q < W; ++q)
-            if (q != w) fn(q, L.tile_of(r, s, q));
-        };
         for (int l = static_cast<int>(lr.begin); l < lr.end; ++l) {
           const size_t base = static_cast<size_t>(c * K + 4 * (l - lr.begin));
           auto& a = b.step(t, base).compute;
@@ -236,20 +217,10 @@ std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vec
           b.step(t, base + 3).compute.push_back({"bias_residual_ln",
               {ids::partial, ids::layer(l, ids::ffn_out_b), ids::hidden, ids::layer(l, ids::out_gamma), ids::layer(l, ids::out_beta)},
               {ids::hidden}, {m, M, w, W}, {eps}});
-          // Reduce-scatter the partial sums by token rows; all-gather the normalised rows.
-          for (size_t sub : {size_t{0}, size_t{2}}) {
-            stage_lanes([&](int q, uint32_t peer) {
-              b.connect(t, peer, base + sub, part_of(ids::partial, H, q, W, m, M), part_of(ids::partial, H, q, W, m, M), true);
-            });
-            stage_lanes([&](int q, uint32_t peer) {
-              b.connect(t, peer, base + sub + 1, part_of(ids::hidden, H, w, W, m, M), part_of(ids::hidden, H, w, W, m, M), false);
-            });
-          }
-          // The stage's last layer hands its rows of the micro-batch to every lane of the next stage.
-          if (l == lr.end - 1 && s + 1 < S)
-            for (int q = 0; q < W; ++q)
-              b.connect(t, L.tile_of(r, s + 1, q), base + 3, part_of(ids::hidden, H, w, W, m, M),
-                        part_of(ids::hidden, H, w, W, m, M), false);
+          // Reduce-scatter the partial sums by token rows, all-gather the updated rows; the stage's
+          // last layer hands its rows of the micro-batch to every lane of the next stage.
+          b.layer_exchange(t, base, H, w, m, M, lanes_of(L, r, s, W),
+                           l == lr.end - 1 && s + 1 < S ? lanes_of(L, r, s + 1, W) : std::vector<uint32_t>{});
         }
         if (s == S - 1 && w == 0)
           b.step(t, static_cast<size_t>(c * K + K - 1)).compute.push_back(
@@ -270,18 +241,13 @@ struct layout_result {
 
 layout_result lay_out(const layout& L) {
   layout_result out;
-  const int n = L.p.tiles();
-  out.tiles.resize(static_cast<size_t>(n));
-  out.temps.resize(static_cast<size_t>(n));
-  for (int r = 0; r < L.p.replicas; ++r)
-    for (int s = 0; s < L.p.stages; ++s)
-      for (int w = 0; w < L.p.width; ++w) {
-        uint32_t id = L.tile_of(r, s, w);
-        tile_plan& t = out.tiles[id];
-        t.tile = id, t.replica = r, t.stage = s, t.lane = w;
-        plan_tile(L, t, out.shards, out.temps[id]);
-        out.max_bytes = std::max(out.max_bytes, t.total_bytes());
-      }
+  out.tiles.resize(static_cast<size_t>(L.p.tiles()));
+  out.temps.resize(out.tiles.size());
+  detail::for_each_place(L, [&](const tile_plan& place) {
+    tile_plan& t = out.tiles[place.tile] = place;
+    plan_tile(L, t, out.shards, out.temps[place.tile]);
+    out.max_bytes = std::max(out.max_bytes, t.total_bytes());
+  });
   return out;
 }
 

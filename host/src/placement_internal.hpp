@@ -22,10 +22,77 @@ inline exchange::tensor_desc f32(uint32_t id, std::string name, std::vector<int6
   return {id, std::move(name), exchange::dtype::f32, std::move(shape)};
 }
 
+/// Part `part` of `parts` of the token rows of micro-batch `micro`, rows `width` wide.
+inline exchange::slice_ref part_of(uint32_t id, int64_t width, int part, int parts, int micro, int micros) {
+  return {id, exchange::slice_kind::token_part, 0, static_cast<uint64_t>(width), static_cast<uint32_t>(part),
+          static_cast<uint32_t>(parts), static_cast<uint32_t>(micro), static_cast<uint32_t>(micros)};
+}
+
+/// What a tile is given while its plan is made: each tensor enters its memory table and becomes a
+/// weight shard (cut from the model when the tile is loaded) or a program temporary.
+struct tile_contents {
+  tile_plan& t;
+  std::vector<weight_shard>& shards;
+  std::vector<exchange::tensor_desc>& temps;
+
+  void weight(exchange::tensor_desc d, shard_kind kind, std::string source, int b = 0, int e = 0) {
+    t.memory.push_back({d.name, "weights", arena_bytes(d.bytes())});
+    shards.push_back({t.tile, std::move(d), kind, std::move(source), b, e});
+  }
+  /// An activation (or, by `kind`, a buffer such as "exchange" or "kv").
+  void act(exchange::tensor_desc d, const char* kind = "activations") {
+    t.memory.push_back({d.name, kind, arena_bytes(d.bytes())});
+    temps.push_back(std::move(d));
+  }
+};
+
+/// The tiles of the `lanes` lanes of stage `s` in replica `r` (`L`: a layout with tile_of(r, s, w)).
+template <class Layout>
+std::vector<uint32_t> lanes_of(const Layout& L, int r, int s, int lanes) {
+  std::vector<uint32_t> v;
+  for (int q = 0; q < lanes; ++q) v.push_back(L.tile_of(r, s, q));
+  return v;
+}
+
+/// Calls place(t) for every tile of layout `L`, in tile id order, with a tile_plan that names
+/// where the tile sits (id, replica, stage, lane).
+template <class Layout, class Fn>
+void for_each_place(const Layout& L, Fn place) {
+  for (int r = 0; r < L.p.replicas; ++r)
+    for (int s = 0; s < L.p.stages; ++s)
+      for (int w = 0; w < L.p.width; ++w) {
+        tile_plan t;
+        t.tile = L.tile_of(r, s, w), t.replica = r, t.stage = s, t.lane = w;
+        place(t);
+      }
+}
+
+/// Every tile of replica `r`, stage by stage, lane by lane.
+template <class Layout>
+std::vector<uint32_t> replica_tiles(const Layout& L, int r) {
+  std::vector<uint32_t> v;
+  for (int s = 0; s < L.p.stages; ++s)
+    for (uint32_t t : lanes_of(L, r, s, L.p.width)) v.push_back(t);
+  return v;
+}
+
 /// Builds one replica's programs: sends and their matching receives land in the same superstep.
 struct program_builder {
   std::map<uint32_t, exchange::program> progs;
   uint32_t next_tag = 1;
+
+  /// Program 1 on each of `members` (a replica's tiles, the barrier members): the tile's
+  /// temporaries (temps[tile]) and `steps` supersteps.
+  void open(const std::vector<uint32_t>& members, const std::vector<std::vector<exchange::tensor_desc>>& temps,
+            size_t steps) {
+    for (uint32_t t : members) {
+      auto& p = progs[t];
+      p.id = 1;
+      p.tiles = members;
+      p.temporaries = temps[t];
+      p.steps.resize(steps);
+    }
+  }
 
   exchange::superstep& step(uint32_t tile, size_t index) {
     auto& p = progs[tile];
@@ -38,6 +105,26 @@ struct program_builder {
     step(from, index).sends.push_back({to, tag, src});
     step(to, index).recvs.push_back({from, tag, dst, accumulate});
   }
+  /// One layer's exchange on tile `t`, lane `w` of a stage, for micro-batch `m` of `M` (rows `H`
+  /// wide), in the layer's 4 supersteps from `base`: after the attention (base) and after the
+  /// FFN (base + 2) the stage's lanes reduce-scatter their partial sums by token rows, then
+  /// (base + 1, base + 3) all-gather the updated rows. `lanes[q]` is the tile of lane q of this
+  /// stage; `next`, the next stage's lanes at the stage's last layer (each gets this lane's rows
+  /// of the micro-batch), else empty.
+  void layer_exchange(uint32_t t, size_t base, int64_t H, int w, int m, int M, const std::vector<uint32_t>& lanes,
+                      const std::vector<uint32_t>& next) {
+    namespace ids = tensor_ids;
+    const int W = static_cast<int>(lanes.size());
+    auto part = [&](uint32_t id, int q) { return part_of(id, H, q, W, m, M); };
+    for (size_t sub : {size_t{0}, size_t{2}}) {
+      for (int q = 0; q < W; ++q)
+        if (q != w) connect(t, lanes[q], base + sub, part(ids::partial, q), part(ids::partial, q), true);
+      for (int q = 0; q < W; ++q)
+        if (q != w) connect(t, lanes[q], base + sub + 1, part(ids::hidden, w), part(ids::hidden, w), false);
+    }
+    for (uint32_t peer : next) connect(t, peer, base + 3, part(ids::hidden, w), part(ids::hidden, w), false);
+  }
+
   /// A superstep synchronises only where some member exchanges in it; the flag must be the same
   /// on every member (they all take part in the barrier).
   void set_sync_flags(const std::vector<uint32_t>& members) {
@@ -51,12 +138,6 @@ struct program_builder {
     }
   }
 };
-
-/// Part `part` of `parts` of the token rows of micro-batch `micro`, rows `width` wide.
-inline exchange::slice_ref part_of(uint32_t id, int64_t width, int part, int parts, int micro, int micros) {
-  return {id, exchange::slice_kind::token_part, 0, static_cast<uint64_t>(width), static_cast<uint32_t>(part),
-          static_cast<uint32_t>(parts), static_cast<uint32_t>(micro), static_cast<uint32_t>(micros)};
-}
 
 /// Plans R x S x W (x M) for n tiles: S at most the layers, W at most the heads.
 std::vector<plan> plans_for(const models::model_shape& cfg, int n);
