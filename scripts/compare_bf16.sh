@@ -10,15 +10,9 @@
 # OpenMP waits passively (a shared machine: spinning threads steal the cores other processes need);
 # the load average is printed before each step. Results: $OUT (default /tmp/tessera-bf16)/*.txt.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${BUILD_DIR:-$root/build}
-bench=$build/bin/tessera-bench-models
-peers=${PEERS_DIR:-$root/../shared/peers}
-threads=${THREADS:-2}
-out=${OUT:-/tmp/tessera-bf16}
+source "$(dirname "$0")/lib/compare_env.sh" /tmp/tessera-bf16
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
-[ -x "$bench" ] || { echo "missing $bench; build it: cmake --build $build --target tessera-bench-models" >&2; exit 2; }
 [ -f "$peers/bert_bench.py" ] || { echo "missing $peers/bert_bench.py (set PEERS_DIR)" >&2; exit 2; }
 mkdir -p "$out"
 load() { cut -d' ' -f1-3 /proc/loadavg; }

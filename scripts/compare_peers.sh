@@ -8,16 +8,7 @@
 # Prints both tables, then the ratio of tessera's packed req/s to ORT's best case (median over reps).
 # Results: $OUT (default /tmp/tessera-compare)/{tessera,ort}.txt. Takes ~15 min (ORT ~10 min).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${BUILD_DIR:-$root/build}
-bench=$build/bin/tessera-bench-models
-peers=${PEERS_DIR:-$root/../shared/peers}
-threads=${THREADS:-2}
-out=${OUT:-/tmp/tessera-compare}
-if [ ! -x "$bench" ]; then
-  echo "missing $bench; build it: cmake --build $build --target tessera-bench-models" >&2
-  exit 2
-fi
+source "$(dirname "$0")/lib/compare_env.sh" /tmp/tessera-compare
 [ -x "$peers/run.sh" ] || { echo "missing $peers/run.sh (set PEERS_DIR)" >&2; exit 2; }
 mkdir -p "$out"
 

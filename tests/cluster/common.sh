@@ -27,6 +27,16 @@ need_bins() {
 # them, and TS_SLURMCTLD_PORT, to run beside another checkout's cluster tests).
 export TS_DIR=${TS_DIR:-/tmp/tessera-cluster-test} TS_PREFIX=${TS_PREFIX:-tst} TS_NET=${TS_NET:-10.211.0}
 cluster_down() { "$src/scripts/cluster/netns" down >/dev/null 2>&1 || true; }
+# What every namespace test starts with: root, the packages, the binaries, and 3 fresh "machines"
+# (network namespaces) that go away when the test exits.
+three_machines_up() {
+  require_root_and_netns
+  timeout 600 "$src/scripts/cluster/setup-deps" || fail "setup-deps failed"
+  need_bins tessera-host tessera-tile tessera-loadgen
+  trap cluster_down EXIT
+  cluster_down
+  timeout 60 "$src/scripts/cluster/netns" up 3
+}
 # tessera-tile processes whose network namespace is test machine $1 (the pid namespace is shared,
 # so pgrep would also count other people's tiles).
 tiles_in_ns() {

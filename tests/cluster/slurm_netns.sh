@@ -7,12 +7,7 @@
 # and the host takes it back with no failed request; killed past --max-tile-restarts, the job
 # stops, naming the tile.
 source "$(dirname "$0")/common.sh"
-require_root_and_netns
-timeout 600 "$src/scripts/cluster/setup-deps" || fail "setup-deps failed"
-need_bins tessera-host tessera-tile tessera-loadgen
-trap cluster_down EXIT
-cluster_down
-timeout 60 "$src/scripts/cluster/netns" up 3
+three_machines_up
 timeout 90 "$src/scripts/cluster/netns" slurm
 export SLURM_CONF=$TS_DIR/slurm/slurm.conf
 out=$TS_DIR/out; rm -rf "$out"; mkdir -p "$out"; cd "$out"

@@ -6,12 +6,7 @@
 # launcher (the host takes them back, no request fails) until --max-tile-restarts, when the job
 # stops, naming the tile, with every remote tile cleaned up.
 source "$(dirname "$0")/common.sh"
-require_root_and_netns
-timeout 600 "$src/scripts/cluster/setup-deps" || fail "setup-deps failed"
-need_bins tessera-host tessera-tile tessera-loadgen
-trap cluster_down EXIT
-cluster_down
-timeout 60 "$src/scripts/cluster/netns" up 3
+three_machines_up
 timeout 180 "$src/scripts/cluster/netns" sshd   # ssh handshakes are slow on a busy 2-core machine
 hf=$TS_DIR/hostfile; cfg=$TS_DIR/ssh/ssh_config; out=$TS_DIR/out; rm -rf "$out"; mkdir -p "$out"
 
