@@ -16,7 +16,7 @@
 #include "tessera/timing/llm_system.hpp"
 #include "tessera/timing/llm_validation.hpp"
 #include "tessera/timing/preset.hpp"
-#include "run_tool.hpp"
+#include "tessera/test/run_tool.hpp"
 
 namespace tessera::timing {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "run_tool.hpp"
+#include "tessera/test/run_tool.hpp"
 
 namespace {
 
