@@ -1,10 +1,10 @@
 // Hugging Face's own JS client (@huggingface/inference, from npm, unmodified) against a real
 // tessera-serve, given nothing but tessera's base URL, as a user switching from a Hugging Face
 // endpoint or TEI would point it. Every answer is checked against the reference forward.
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { InferenceClient, request, textClassification } from "@huggingface/inference";
-import { referenceBatch, referenceLogits, scores, startServer } from "./lib/tessera.mjs";
+import { referenceBatch, referenceLogits, scores, serverForSuite } from "./lib/tessera.mjs";
 
 const model = "bert-tiny";
 // Reference logits are printed with 5 decimals; batched forwards differ by up to 2e-4.
@@ -21,13 +21,7 @@ function expectScores(got, want, what) {
 }
 
 describe("@huggingface/inference against tessera-serve", () => {
-  let server;
-  before(async () => {
-    server = await startServer(["--model", model]);
-  });
-  after(async () => {
-    await server?.stop();
-  });
+  const server = serverForSuite(["--model", model]);
 
   test("textClassification given only the base URL", async () => {
     const texts = ["I like you. I love you", "The tile emulator answered.", "Café naïve 中文"];
@@ -78,13 +72,7 @@ describe("@huggingface/inference against tessera-serve", () => {
 });
 
 describe("@huggingface/inference with an API key", () => {
-  let server;
-  before(async () => {
-    server = await startServer(["--model", model, "--api-key", "client-test-key-0123456789"]);
-  });
-  after(async () => {
-    await server?.stop();
-  });
+  const server = serverForSuite(["--model", model, "--api-key", "client-test-key-0123456789"]);
 
   test("accessToken is sent as the bearer token tessera checks", async () => {
     const text = "keyed request";

@@ -2,12 +2,12 @@
 // REST schemas (oip/rest_predict_v2.schemas.yaml): requests in JSON and in the binary tensor data
 // form Triton's clients send by default, every response validated against the schema with ajv,
 // logits checked against the reference forward.
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import Ajv from "ajv";
 import YAML from "yaml";
-import { referenceBatch, startServer } from "./lib/tessera.mjs";
+import { referenceBatch, serverForSuite } from "./lib/tessera.mjs";
 
 const model = "bert-tiny";
 const tolerance = 5e-4;
@@ -105,13 +105,7 @@ function expectReference(got, sequences) {
 }
 
 describe("Open Inference Protocol conformance", () => {
-  let server;
-  before(async () => {
-    server = await startServer(["--model", model]);
-  });
-  after(async () => {
-    await server?.stop();
-  });
+  const server = serverForSuite(["--model", model]);
 
   test("server metadata, health and model metadata", async () => {
     const meta = await (await fetch(`${server.url}/v2`)).json();

@@ -4,11 +4,11 @@
 // not. Greedy answers must equal the reference generation of `tessera-models generate` (the
 // models library's greedy_generate in another process, sharing no code with the server's
 // scheduler, sampling, detokenizer or HTTP path).
-import { after, before, describe, test } from "node:test";
+import { before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import OpenAI from "openai";
-import { bin, startServer } from "./lib/tessera.mjs";
+import { bin, serverForSuite } from "./lib/tessera.mjs";
 
 /// The reference's greedy continuation of a text prompt: {ids, text}.
 function reference(model, prompt, maxTokens) {
@@ -30,13 +30,10 @@ const servers = [
 ];
 for (const { program, model, args } of servers) {
   describe(`openai client against ${program} --model ${model} ${args.join(" ")}`, () => {
-    let server, client;
-    before(async () => {
-      server = await startServer(["--model", model, "--kv-memory-mb", "32", ...args], program);
+    const server = serverForSuite(["--model", model, "--kv-memory-mb", "32", ...args], program);
+    let client;
+    before(() => {
       client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
-    });
-    after(async () => {
-      await server?.stop();
     });
 
     test("models.list names the model", async () => {

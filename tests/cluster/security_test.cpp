@@ -40,6 +40,7 @@ using namespace tessera::host;
 using namespace tessera::backends;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
+using tessera::test_support::slurp;
 
 namespace {
 
@@ -109,6 +110,35 @@ handshake watch_handshake(zmq::context_t& ctx, zmq::socket_t& s, const std::stri
   }
   zmq_socket_monitor(s.handle(), nullptr, 0);
   return out;
+}
+
+// `data` as tensor `id` ("name", f32) on tile `tile` of the group, and fetched back.
+result<std::vector<float>> round_trip(tile_group& g, uint32_t tile, uint32_t id, const std::string& name,
+                                      const std::vector<float>& data) {
+  exchange::tensor_desc desc{id, name, exchange::dtype::f32, {static_cast<int64_t>(data.size())}};
+  TESSERA_RETURN_IF_ERROR(g.alloc(tile, desc, data.data()));
+  exchange::slice_ref ref{};
+  ref.tensor_id = id;
+  ref.count = data.size();
+  return g.fetch(tile, ref);
+}
+
+// A socket that drops what it has not sent when it closes (linger 0).
+zmq::socket_t lingerless(zmq::context_t& ctx, zmq::socket_type type) {
+  zmq::socket_t s(ctx, type);
+  s.set(zmq::sockopt::linger, 0);
+  return s;
+}
+
+// A client on dealer `d` (routing id "tile-T-I") that connects to the host's control `endpoint`
+// and registers as tile T, incarnation I: how its handshake ended.
+handshake try_register(zmq::context_t& ctx, zmq::socket_t& d, const std::string& endpoint, uint32_t tile,
+                       uint32_t incarnation) {
+  d.set(zmq::sockopt::routing_id, "tile-" + std::to_string(tile) + "-" + std::to_string(incarnation));
+  return watch_handshake(ctx, d, endpoint, [&] {
+    exchange::register_tile reg{tile, incarnation, 4242, "tcp://127.0.0.1:1", "rogue", 1 << 20};
+    exchange::send_envelope(d, exchange::encode(reg), zmq::send_flags::dontwait);
+  });
 }
 
 void make_rogue_client(zmq::socket_t& s, const std::string& server_public) {
@@ -188,13 +218,6 @@ pid_t spawn_tile(const std::vector<std::string>& args) {
   pid_t pid = 0;
   EXPECT_EQ(posix_spawn(&pid, bin.c_str(), nullptr, nullptr, argv.data(), environ), 0);
   return pid;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // A process started by the test: stdout on a pipe, stderr into a file; killed when dropped.
@@ -336,31 +359,18 @@ TEST(Security, KeyedTilesJoinButStrangersCannotRegisterOrSendTensors) {
   zmq::context_t ctx(1);
   // 1. A client with a key pair of its own (knowing the host's public key) cannot register.
   {
-    zmq::socket_t d(ctx, zmq::socket_type::dealer);
-    d.set(zmq::sockopt::linger, 0);
-    d.set(zmq::sockopt::routing_id, "tile-1-7");
+    auto d = lingerless(ctx, zmq::socket_type::dealer);
     make_rogue_client(d, exchange::process_security().host_public);
-    auto h = watch_handshake(ctx, d, (*g)->control_endpoint(), [&] {
-      exchange::register_tile reg{1, 7, 4242, "tcp://127.0.0.1:1", "rogue", 1 << 20};
-      exchange::send_envelope(d, exchange::encode(reg), zmq::send_flags::dontwait);
-    });
-    EXPECT_EQ(h, handshake::failed);
+    EXPECT_EQ(try_register(ctx, d, (*g)->control_endpoint(), 1, 7), handshake::failed);
   }
   // 2. A plain (unencrypted) client cannot either.
   {
-    zmq::socket_t d(ctx, zmq::socket_type::dealer);
-    d.set(zmq::sockopt::linger, 0);
-    d.set(zmq::sockopt::routing_id, "tile-0-9");
-    auto h = watch_handshake(ctx, d, (*g)->control_endpoint(), [&] {
-      exchange::register_tile reg{0, 9, 4243, "tcp://127.0.0.1:1", "rogue", 1 << 20};
-      exchange::send_envelope(d, exchange::encode(reg), zmq::send_flags::dontwait);
-    });
-    EXPECT_NE(h, handshake::succeeded);
+    auto d = lingerless(ctx, zmq::socket_type::dealer);
+    EXPECT_NE(try_register(ctx, d, (*g)->control_endpoint(), 0, 9), handshake::succeeded);
   }
   // 3. A stranger cannot push tensors into a tile's exchange socket.
   {
-    zmq::socket_t p(ctx, zmq::socket_type::push);
-    p.set(zmq::sockopt::linger, 0);
+    auto p = lingerless(ctx, zmq::socket_type::push);
     make_rogue_client(p, exchange::process_security().tile.public_key);
     auto h = watch_handshake(ctx, p, before[0].exchange_endpoint, [&] {
       exchange::exchange_data m{1, 1, 0, 1, 0, 0, 4};
@@ -371,8 +381,7 @@ TEST(Security, KeyedTilesJoinButStrangersCannotRegisterOrSendTensors) {
   }
   // 4. The right keys do get through (the checks above are not vacuous).
   {
-    zmq::socket_t p(ctx, zmq::socket_type::push);
-    p.set(zmq::sockopt::linger, 0);
+    auto p = lingerless(ctx, zmq::socket_type::push);
     auto tile = exchange::load_security(key_dir(), exchange::security_role::tile);
     p.set(zmq::sockopt::curve_serverkey, tile->tile.public_key);
     p.set(zmq::sockopt::curve_publickey, tile->self.public_key);
@@ -392,12 +401,7 @@ TEST(Security, KeyedTilesJoinButStrangersCannotRegisterOrSendTensors) {
   // The group still works: a tensor goes to a tile and comes back.
   std::vector<float> data(64);
   for (size_t i = 0; i < data.size(); ++i) data[i] = float(i);
-  exchange::tensor_desc desc{1, "x", exchange::dtype::f32, {64}};
-  ASSERT_TRUE((*g)->alloc(1, desc, data.data()).ok());
-  exchange::slice_ref ref{};
-  ref.tensor_id = 1;
-  ref.count = 64;
-  auto back = (*g)->fetch(1, ref);
+  auto back = round_trip(**g, 1, 1, "x", data);
   ASSERT_TRUE(back) << back.error().to_string();
   EXPECT_EQ(*back, data);
   (*g)->shutdown();
@@ -448,12 +452,7 @@ TEST(Security, AWireTapSeesOnlyCiphertext) {
   std::vector<float> data(256);
   const char pattern[] = "TESSERA-SECRET!";  // 16 bytes incl. NUL = 4 floats, repeated
   for (size_t i = 0; i < data.size(); i += 4) std::memcpy(&data[i], pattern, 16);
-  exchange::tensor_desc desc{7, "secret", exchange::dtype::f32, {256}};
-  ASSERT_TRUE((*g)->alloc(0, desc, data.data()).ok());
-  exchange::slice_ref ref{};
-  ref.tensor_id = 7;
-  ref.count = 256;
-  auto back = (*g)->fetch(0, ref);
+  auto back = round_trip(**g, 0, 7, "secret", data);
   ASSERT_TRUE(back) << back.error().to_string();
   EXPECT_EQ(0, std::memcmp(back->data(), data.data(), data.size() * 4));
   (*g)->shutdown();

@@ -61,32 +61,52 @@ TEST(Inproc, CloseWakesReceivers) {
   EXPECT_EQ(r.error().code(), errc::cancelled);
 }
 
+namespace {
+
+// Tiles 0 and 1 as zmq_transports bound on ipc (in a folder of their own) or tcp (loopback, any
+// port), each connected to both.
+struct zmq_pair {
+  explicit zmq_pair(const std::string& scheme) {
+    static int made = 0;
+    dir = std::filesystem::temp_directory_path() /
+          ("tessera-tt-" + std::to_string(getpid()) + "-" + std::to_string(made++));
+    std::filesystem::create_directories(dir);
+    auto ep = [&](int i) {
+      return scheme == "ipc" ? "ipc://" + (dir / ("t" + std::to_string(i))).string() : std::string("tcp://127.0.0.1:0");
+    };
+    auto ra = zmq_transport::bind(ctx, 0, ep(0));
+    auto rb = zmq_transport::bind(ctx, 1, ep(1));
+    if (!ra || !rb) return;
+    a = std::move(*ra);
+    b = std::move(*rb);
+    std::vector<std::string> eps{a->endpoint(), b->endpoint()};
+    connected = a->connect_peers(eps).ok() && b->connect_peers(eps).ok();
+  }
+  ~zmq_pair() { std::filesystem::remove_all(dir); }
+
+  zmq::context_t ctx;  // outlives the transports (declared first)
+  std::filesystem::path dir;
+  std::unique_ptr<zmq_transport> a, b;
+  bool connected = false;
+};
+
+}  // namespace
+
 class ZmqTransport : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ZmqTransport, PointToPoint) {
-  zmq::context_t ctx;
-  auto dir = std::filesystem::temp_directory_path() / ("tessera-tt-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  auto ep = [&](int i) {
-    return GetParam() == "ipc" ? "ipc://" + (dir / ("t" + std::to_string(i))).string() : std::string("tcp://127.0.0.1:0");
-  };
-  auto a = zmq_transport::bind(ctx, 0, ep(0));
-  auto b = zmq_transport::bind(ctx, 1, ep(1));
-  ASSERT_TRUE(a && b);
-  std::vector<std::string> eps{(*a)->endpoint(), (*b)->endpoint()};
-  ASSERT_TRUE((*a)->connect_peers(eps).ok());
-  ASSERT_TRUE((*b)->connect_peers(eps).ok());
-  ping_pong(**a, **b);
-  ping_pong(**b, **a);
+  zmq_pair z(GetParam());
+  ASSERT_TRUE(z.connected);
+  ping_pong(*z.a, *z.b);
+  ping_pong(*z.b, *z.a);
   // A message to itself loops back in the process (no socket to its own PULL).
-  ASSERT_TRUE((*a)->send(0, encode(sync_token{1, 2, 3, 0, 0})).ok());
+  ASSERT_TRUE(z.a->send(0, encode(sync_token{1, 2, 3, 0, 0})).ok());
   envelope e;
-  auto got = (*a)->recv(e, 0ms);
+  auto got = z.a->recv(e, 0ms);
   ASSERT_TRUE(got && *got);
   sync_token s;
   ASSERT_TRUE(decode(e, s).ok());
   EXPECT_EQ(s.superstep, 3u);
-  std::filesystem::remove_all(dir);
 }
 
 // ZeroMQ releases a borrowed frame once its I/O thread has written it: in_flight returns to 0
@@ -94,30 +114,23 @@ TEST_P(ZmqTransport, PointToPoint) {
 // not change what arrives.
 TEST_P(ZmqTransport, BorrowedFrameIsReleasedAfterTheWriteAndArrivesIntact) {
   std::atomic<uint32_t> in_flight{0};  // outlives the context (declared first)
-  zmq::context_t ctx;
-  auto dir = std::filesystem::temp_directory_path() / ("tessera-tb-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  auto ep = [&](int i) {
-    return GetParam() == "ipc" ? "ipc://" + (dir / ("t" + std::to_string(i))).string() : std::string("tcp://127.0.0.1:0");
-  };
-  auto a = zmq_transport::bind(ctx, 0, ep(0));
-  auto b = zmq_transport::bind(ctx, 1, ep(1));
-  ASSERT_TRUE(a && b);
-  std::vector<std::string> eps{(*a)->endpoint(), (*b)->endpoint()};
-  ASSERT_TRUE((*a)->connect_peers(eps).ok());
+  zmq_pair z(GetParam());
+  ASSERT_TRUE(z.connected);
+  auto& a = z.a;
+  auto& b = z.b;
   const size_t n = 1 << 18;  // 1 MiB: larger than ZeroMQ's batches, written straight from the source
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = float(i % 4093);
   for (int m = 0; m < 3; ++m)
-    ASSERT_TRUE((*a)->send(1, encode(exchange_data{1, 1, uint32_t(m), 0, 1, 3, n}, borrow_frame(v.data(), n * 4, &in_flight))).ok());
-  EXPECT_EQ((*a)->bytes_sent(), 3 * n * 4);
+    ASSERT_TRUE(a->send(1, encode(exchange_data{1, 1, uint32_t(m), 0, 1, 3, n}, borrow_frame(v.data(), n * 4, &in_flight))).ok());
+  EXPECT_EQ(a->bytes_sent(), 3 * n * 4);
   auto deadline = std::chrono::steady_clock::now() + 5s;
   while (in_flight.load() != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
   ASSERT_EQ(in_flight.load(), 0u) << "ZeroMQ did not release the borrowed frames";
   std::fill(v.begin(), v.end(), -1.f);  // allowed now: nothing refers to v any more
   for (int m = 0; m < 3; ++m) {
     envelope e;
-    auto got = (*b)->recv(e, 5000ms);
+    auto got = b->recv(e, 5000ms);
     ASSERT_TRUE(got && *got);
     exchange_data d;
     ASSERT_TRUE(decode(e, d).ok());
@@ -126,7 +139,6 @@ TEST_P(ZmqTransport, BorrowedFrameIsReleasedAfterTheWriteAndArrivesIntact) {
     for (size_t i = 0; i < n; i += 997) ASSERT_EQ(p[i], float(i % 4093)) << i;
     EXPECT_EQ(p[n - 1], float((n - 1) % 4093));
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(BorrowFrame, CallbackFiresWhenTheLastReferenceGoesInProcess) {

@@ -16,14 +16,12 @@ using namespace tessera::experiment;
 namespace {
 
 experiment_options small_gpu_rows() {
-  experiment_options o;
-  o.saturation_requests = 60;
-  o.latency_requests = 60;
-  o.slo_points = 2;
-  o.computed_requests = 12;
-  o.long_shares = {0.4};
-  o.configs = {"gpu-dynamic", "gpu-packed", "hybrid"};
-  return o;
+  return {.long_shares = {0.4},
+          .saturation_requests = 60,
+          .latency_requests = 60,
+          .computed_requests = 12,
+          .configs = {"gpu-dynamic", "gpu-packed", "hybrid"},
+          .slo_points = 2};
 }
 
 compute_options tiny() {

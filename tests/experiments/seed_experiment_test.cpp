@@ -16,12 +16,7 @@ using namespace tessera::experiment;
 namespace {
 
 experiment_options small() {
-  experiment_options o;
-  o.saturation_requests = 200;
-  o.latency_requests = 200;
-  o.computed_requests = 0;
-  o.timing_only = true;
-  return o;
+  return {.saturation_requests = 200, .latency_requests = 200, .computed_requests = 0, .timing_only = true};
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/safetensors.hpp"
+#include "../models/step_oracle.hpp"
 
 using namespace tessera::models;
 
@@ -101,13 +102,7 @@ void fuzz_step(const uint8_t* data, size_t size) {
     st.start_pos = r.next(-1, c.max_position_embeddings);
     for (int i = r.next(0, 11); i > 0; --i) st.block_table.push_back(r.next(-1, nblocks));
     st.want_logits = r.next(0, 3) != 0;
-    const int64_t end = int64_t{st.start_pos} + n;
-    bool v = n > 0 && st.start_pos >= 0 && end <= c.max_position_embeddings;
-    for (int32_t t : st.tokens) v = v && t >= 0 && t < c.vocab_size;
-    const int64_t need = (end + bt - 1) / bt;
-    v = v && static_cast<int64_t>(st.block_table.size()) >= need;
-    for (int64_t i = 0; v && i < need; ++i) v = st.block_table[i] >= 0 && st.block_table[i] < nblocks;
-    valid = valid && v;
+    valid = valid && testing::step_entry_valid(st, c, bt, nblocks);
     wants += st.want_logits;
     b.seqs.push_back(std::move(st));
   }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tessera/models/bpe_tokenizer.hpp"
+#include "../models/byte_vocab.hpp"
 
 using namespace tessera::models;
 
@@ -35,15 +36,7 @@ bpe_tokenizer must(tessera::result<bpe_tokenizer> t, const char* what) {
 
 bpe_tokenizer small_metaspace() {
   using json = nlohmann::json;
-  json vocab = json::object();
-  vocab["<unk>"] = 0;
-  vocab["<s>"] = 1;
-  vocab["</s>"] = 2;
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof name, "<0x%02X>", b);
-    vocab[name] = 3 + b;
-  }
+  json vocab = tessera::models::testing::byte_fallback_vocab();
   for (const char* t : {"\u2581", "a", "b", "c", "\u2581a", "ab", "\u2581ab", "bc", "abc"}) vocab[t] = static_cast<int>(vocab.size());
   json j = {
       {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}, {"normalized", false}},

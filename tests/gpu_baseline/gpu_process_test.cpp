@@ -128,6 +128,13 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 #define REQUIRE_GPU_BINARY()                                                                  \
   if (!std::filesystem::exists(bin("tessera-gpu"))) GTEST_FAIL() << bin("tessera-gpu") << " not built (build the tessera-gpu target)"
 
+// A tessera-gpu process `p` (extra flags in braces, or none) serving on p.endpoint; the test
+// fails here when the binary is missing or the process does not come up.
+#define START_GPU_PROCESS(p, ...) \
+  REQUIRE_GPU_BINARY();           \
+  gpu_process p{__VA_ARGS__};     \
+  ASSERT_FALSE(p.endpoint.empty())
+
 }  // namespace
 
 TEST(GpuProcess, HelpExitsZero) {
@@ -162,9 +169,7 @@ TEST(GpuProcess, ServeFlagsAreRefusedWhereTheyMeanNothing) {
 }
 
 TEST(GpuProcess, PackedAndPaddedLogitsMatchTheReference) {
-  REQUIRE_GPU_BINARY();
-  gpu_process p({"--threads", "2"});
-  ASSERT_FALSE(p.endpoint.empty());
+  START_GPU_PROCESS(p, {"--threads", "2"});
   auto b = host::remote_backend::start(config_for(p.endpoint));
   ASSERT_TRUE(b) << b.error().to_string();
   ASSERT_TRUE((*b)->wait_ready(10s));
@@ -202,9 +207,7 @@ TEST(GpuProcess, PackedAndPaddedLogitsMatchTheReference) {
 }
 
 TEST(GpuProcess, MalformedMessagesAreAnsweredOrDroppedNeverFatal) {
-  REQUIRE_GPU_BINARY();
-  gpu_process p;
-  ASSERT_FALSE(p.endpoint.empty());
+  START_GPU_PROCESS(p);
   zmq::context_t ctx;
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   exchange::apply_socket_defaults(s);
@@ -215,24 +218,28 @@ TEST(GpuProcess, MalformedMessagesAreAnsweredOrDroppedNeverFatal) {
     return got && *got;
   };
 
+  // Sends `b` with these token frames; the infer_result that answers it (a failed expectation
+  // and an empty result when none does).
+  auto ask = [&](const exchange::infer_batch& b, zmq::message_t id_frame, zmq::message_t type_frame) {
+    exchange::infer_result out;
+    exchange::envelope e;
+    EXPECT_TRUE(exchange::send_envelope(s, exchange::encode(b, std::move(id_frame), std::move(type_frame))));
+    EXPECT_TRUE(recv(e) && exchange::decode(e, out).ok()) << "no infer_result for batch " << b.batch_id;
+    return out;
+  };
+  auto frame = [](const std::vector<int32_t>& v) { return exchange::copy_frame(v.data(), v.size() * 4); };
+
   // Garbage header: counted and dropped.
   s.send(zmq::str_buffer("not msgpack at all"), zmq::send_flags::none);
   // An infer_batch whose token frames do not match its lengths: answered bad_message, by id.
   exchange::infer_batch m{.batch_id = 77, .seq_lengths = {3}};
-  ASSERT_TRUE(exchange::send_envelope(s, exchange::encode(m, zmq::message_t(8), zmq::message_t(8))));
-  exchange::envelope e;
-  ASSERT_TRUE(recv(e));
-  exchange::infer_result r;
-  ASSERT_TRUE(exchange::decode(e, r).ok());
+  exchange::infer_result r = ask(m, zmq::message_t(8), zmq::message_t(8));
   EXPECT_EQ(r.batch_id, 77u);
   EXPECT_EQ(r.code, errc::bad_message);
   // Token ids beyond the vocab: well-formed, refused with invalid_argument.
   std::vector<int32_t> ids{101, 1 << 30, 102}, types{0, 0, 0};
   m.batch_id = 78;
-  ASSERT_TRUE(exchange::send_envelope(
-      s, exchange::encode(m, exchange::copy_frame(ids.data(), 12), exchange::copy_frame(types.data(), 12))));
-  ASSERT_TRUE(recv(e));
-  ASSERT_TRUE(exchange::decode(e, r).ok());
+  r = ask(m, frame(ids), frame(types));
   EXPECT_EQ(r.batch_id, 78u);
   EXPECT_EQ(r.code, errc::invalid_argument);
   // A padded length shorter than the longest sequence.
@@ -240,24 +247,19 @@ TEST(GpuProcess, MalformedMessagesAreAnsweredOrDroppedNeverFatal) {
   m.layout = 1;
   m.padded_length = 2;
   ids[1] = 2000;
-  ASSERT_TRUE(exchange::send_envelope(
-      s, exchange::encode(m, exchange::copy_frame(ids.data(), 12), exchange::copy_frame(types.data(), 12))));
-  ASSERT_TRUE(recv(e));
-  ASSERT_TRUE(exchange::decode(e, r).ok());
+  r = ask(m, frame(ids), frame(types));
   EXPECT_EQ(r.batch_id, 79u);
   EXPECT_EQ(r.code, errc::invalid_argument);
   // A message of another type: dropped. Then a ping: the pong counts what was dropped.
   ASSERT_TRUE(exchange::send_envelope(s, exchange::encode(exchange::sync_token{})));
   ASSERT_TRUE(exchange::send_envelope(s, exchange::encode(exchange::heartbeat{})));
+  exchange::envelope e;
   ASSERT_TRUE(recv(e));
   exchange::heartbeat pong;
   ASSERT_TRUE(exchange::decode(e, pong).ok());
   EXPECT_GE(pong.bad_messages, 3u);
   // A zero-sequence infer_batch is a ping too.
-  exchange::infer_batch ping{.batch_id = 5};
-  ASSERT_TRUE(exchange::send_envelope(s, exchange::encode(ping, zmq::message_t(), zmq::message_t())));
-  ASSERT_TRUE(recv(e));
-  ASSERT_TRUE(exchange::decode(e, r).ok());
+  r = ask(exchange::infer_batch{.batch_id = 5}, zmq::message_t(), zmq::message_t());
   EXPECT_EQ(r.batch_id, 5u);
   EXPECT_EQ(r.code, errc::ok);
   // Still serving correctly.
@@ -273,9 +275,7 @@ TEST(GpuProcess, MalformedMessagesAreAnsweredOrDroppedNeverFatal) {
 }
 
 TEST(GpuProcess, SilentProcessFailsPendingAndNewBatchesWithPeerFailed) {
-  REQUIRE_GPU_BINARY();
-  gpu_process p;
-  ASSERT_FALSE(p.endpoint.empty());
+  START_GPU_PROCESS(p);
   auto cfg = config_for(p.endpoint);
   cfg.silence_timeout = 600ms;
   auto b = host::remote_backend::start(cfg);
@@ -339,9 +339,7 @@ TEST(GpuProcess, KilledChildFailsPendingAndNewBatchesWithPeerFailed) {
 }
 
 TEST(GpuProcess, BatchDeadlineAnswersTimeoutAndLateRepliesAreIgnored) {
-  REQUIRE_GPU_BINARY();
-  gpu_process p;
-  ASSERT_FALSE(p.endpoint.empty());
+  START_GPU_PROCESS(p);
   auto cfg = config_for(p.endpoint);
   cfg.batch_timeout = 300ms;
   cfg.silence_timeout = 20s;
@@ -364,9 +362,7 @@ TEST(GpuProcess, BatchDeadlineAnswersTimeoutAndLateRepliesAreIgnored) {
 }
 
 TEST(GpuProcess, RouterAnswersEveryRequestExactlyOnce) {
-  REQUIRE_GPU_BINARY();
-  gpu_process p({"--threads", "2"});
-  ASSERT_FALSE(p.endpoint.empty());
+  START_GPU_PROCESS(p, {"--threads", "2"});
   auto b = host::remote_backend::start(config_for(p.endpoint));
   ASSERT_TRUE(b);
   ASSERT_TRUE((*b)->wait_ready(10s));
@@ -414,9 +410,7 @@ TEST(GpuProcess, RouterAnswersEveryRequestExactlyOnce) {
 }
 
 TEST(GpuProcess, SigtermAnswersAcceptedBatchesAndExitsZero) {
-  REQUIRE_GPU_BINARY();
-  gpu_process p({"--threads", "1"});
-  ASSERT_FALSE(p.endpoint.empty());
+  START_GPU_PROCESS(p, {"--threads", "1"});
   auto cfg = config_for(p.endpoint);
   cfg.silence_timeout = 1s;
   auto b = host::remote_backend::start(cfg);

@@ -11,20 +11,20 @@
 
 #include "tessera/host/tile_model.hpp"
 #include "tessera/models/forward.hpp"
+#include "tessera/test/run_tool.hpp"
+#include "tile_cases.hpp"
 
 using namespace tessera;
 using namespace tessera::host;
+using test_support::case_name;
+using test_support::case_t;
+using test_support::odd_checkpoint;
 
 namespace {
 
 // 0.05 for logits within +-1 (the random presets), scaled by the largest |logit| beyond that:
 // bf16's error is relative (tiny-odd's logits reach 4; its single-process bf16 differs by 0.075).
 constexpr double kMaxAbs = 0.05;
-
-std::string odd_checkpoint() {
-  const char* src = std::getenv("TESSERA_SOURCE_DIR");
-  return std::string(src ? src : TESSERA_TEST_SOURCE_DIR) + "/tests/data/models/tiny-odd";
-}
 
 models::packed_batch batch_of(const models::bert_config& cfg, int budget, uint64_t seed) {
   std::vector<int> lengths{1, cfg.max_position_embeddings, 2, 17, 3};
@@ -101,17 +101,6 @@ run_stats check_on_tiles(const models::bert_model& m, int tiles, plan p, int bud
   return out;
 }
 
-struct case_t {
-  int tiles;
-  plan p;
-};
-
-std::string case_name(const ::testing::TestParamInfo<case_t>& info) {
-  const plan& p = info.param.p;
-  return "N" + std::to_string(info.param.tiles) + "_R" + std::to_string(p.replicas) + "S" + std::to_string(p.stages) +
-         "W" + std::to_string(p.width) + "M" + std::to_string(p.micro_batches);
-}
-
 class Bf16MiniOnTiles : public ::testing::TestWithParam<case_t> {};
 
 TEST_P(Bf16MiniOnTiles, LogitsMatchFp32Reference) {
@@ -186,20 +175,8 @@ TEST(Bf16Tiles, DecodersRefuseBf16) {
 
 namespace {
 
-std::string host_tool() {
-  const char* dir = std::getenv("TESSERA_BIN_DIR");
-  return dir ? std::string(dir) + "/tessera-host" : std::string("build/bin/tessera-host");
-}
-
 int run_host(const std::string& args, std::string& out) {
-  out.clear();
-  FILE* f = ::popen((host_tool() + " " + args + " 2>&1").c_str(), "r");
-  if (!f) return -1;
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, k);
-  const int st = ::pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return test_support::run_tool(test_support::tool_path("tessera-host"), args, out, "2>&1");
 }
 
 }  // namespace

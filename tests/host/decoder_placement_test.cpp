@@ -6,33 +6,16 @@
 
 #include "tessera/host/placement.hpp"
 #include "tessera/host/program_timing.hpp"
+#include "tile_cases.hpp"
 
 using namespace tessera;
 using namespace tessera::host;
+using test_support::gqa3;
 
 namespace {
 
-models::model_shape gqa3() {
-  auto s = models::shape_preset("llama-tiny");
-  EXPECT_TRUE(s);
-  s->num_layers = 3;
-  s->hidden_size = 96;
-  s->num_heads = 6;
-  s->num_kv_heads = 2;
-  s->intermediate_size = 200;
-  s->vocab_size = 500;
-  s->max_position_embeddings = 256;
-  return *s;
-}
-
 placement_request request(int tiles, std::optional<plan> p, uint64_t memory = 64ull << 20) {
-  placement_request r;
-  r.tiles = tiles;
-  r.tile_memory = memory;
-  r.token_budget = 128;
-  r.max_sequences = 8;
-  r.forced = p;
-  return r;
+  return {.tiles = tiles, .tile_memory = memory, .token_budget = 128, .max_sequences = 8, .forced = p};
 }
 
 }  // namespace

@@ -19,6 +19,8 @@
 
 #include "tessera/test/child_process.hpp"
 #include "tessera/test/http_client.hpp"
+#include "tessera/test/json_post.hpp"
+#include "tessera/test/sse_client.hpp"
 
 using namespace tessera::test_support;
 using json = nlohmann::json;
@@ -31,10 +33,7 @@ struct server {
   explicit server(std::vector<std::string> a) : p(a) {}
   uint16_t port() const { return p.port(); }
   json post(const std::string& path, const json& body, unsigned* status = nullptr) {
-    http_connection c("127.0.0.1", port());
-    auto r = c.request("POST", path, body.dump());
-    if (status) *status = r.status;
-    return json::parse(r.body, nullptr, false);
+    return post_json(port(), path, body, status);
   }
   std::string get(const std::string& path) {
     http_connection c("127.0.0.1", port());
@@ -52,43 +51,19 @@ struct stream_result {
 
 stream_result stream_completion(uint16_t port, const json& body) {
   stream_result out;
-  int fd = connect_loopback(port);
-  if (fd < 0) return out;
-  const std::string b = body.dump();
-  std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                    "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
-  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
-    ::close(fd);
-    return out;
-  }
-  std::string buf;
-  size_t scan = 0;
-  char tmp[4096];
-  for (;;) {
-    auto at = buf.find("data: ", scan);
-    if (at != std::string::npos) {
-      auto end = buf.find("\n\n", at);
-      if (end != std::string::npos) {
-        scan = end + 2;
-        const std::string ev = buf.substr(at + 6, end - at - 6);
-        if (ev == "[DONE]") {
-          out.done = true;
-          break;
-        }
-        auto j = json::parse(ev, nullptr, false);
-        if (j.is_object() && j.contains("choices") && !j["choices"].empty()) {
-          out.text += j["choices"][0].value("text", "");
-          if (j["choices"][0].contains("finish_reason") && j["choices"][0]["finish_reason"].is_string())
-            out.finish_reason = j["choices"][0]["finish_reason"];
-        }
-        continue;
-      }
+  sse_client sse(port, "/v1/completions", body.dump());
+  for (std::string ev = sse.next(); !ev.empty(); ev = sse.next()) {
+    if (ev == "[DONE]") {
+      out.done = true;
+      break;
     }
-    ssize_t n = ::recv(fd, tmp, sizeof tmp, 0);
-    if (n <= 0) break;
-    buf.append(tmp, static_cast<size_t>(n));
+    auto j = json::parse(ev, nullptr, false);
+    if (j.is_object() && j.contains("choices") && !j["choices"].empty()) {
+      out.text += j["choices"][0].value("text", "");
+      if (j["choices"][0].contains("finish_reason") && j["choices"][0]["finish_reason"].is_string())
+        out.finish_reason = j["choices"][0]["finish_reason"];
+    }
   }
-  ::close(fd);
   return out;
 }
 

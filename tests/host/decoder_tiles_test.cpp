@@ -19,25 +19,14 @@
 
 #include "tessera/host/tile_decoder.hpp"
 #include "tessera/models/batch.hpp"
+#include "tile_cases.hpp"
 
 using namespace tessera;
 using namespace tessera::host;
+using test_support::gqa3;
 namespace fs = std::filesystem;
 
 namespace {
-
-models::model_shape gqa3() {
-  auto s = models::shape_preset("llama-tiny");
-  EXPECT_TRUE(s);
-  s->num_layers = 3;
-  s->hidden_size = 96;
-  s->num_heads = 6;
-  s->num_kv_heads = 2;
-  s->intermediate_size = 200;
-  s->vocab_size = 500;
-  s->max_position_embeddings = 256;
-  return *s;
-}
 
 struct deployment {
   std::unique_ptr<tile_group> group;

@@ -36,13 +36,6 @@ std::string quoted(const std::vector<std::string>& args) {
   return cmd;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 struct run_output {
   int rc = -1;
   std::string out, err;

@@ -9,19 +9,18 @@
 
 #include "tessera/host/tile_model.hpp"
 #include "tessera/models/forward.hpp"
+#include "tile_cases.hpp"
 
 using namespace tessera;
 using namespace tessera::host;
+using test_support::case_name;
+using test_support::case_t;
+using test_support::odd_checkpoint;
 using namespace std::chrono_literals;
 
 namespace {
 
 constexpr double tolerance = 1e-4;
-
-std::string odd_checkpoint() {
-  const char* src = std::getenv("TESSERA_SOURCE_DIR");
-  return std::string(src ? src : TESSERA_TEST_SOURCE_DIR) + "/tests/data/models/tiny-odd";
-}
 
 // Lengths 1..max, mixed, that fit the budget.
 models::packed_batch mixed_batch(const models::bert_config& cfg, int budget, uint64_t seed) {
@@ -84,44 +83,45 @@ void expect_equal_reference(const models::bert_model& m, int tiles, std::optiona
 
 }  // namespace
 
-struct case_t {
-  int tiles;
-  plan p;
+// A random BERT preset (its weights' seed) with a token budget, on one plan.
+struct preset_case {
+  const char* model;
+  uint64_t seed;
+  int budget;
+  case_t c;
 };
 
-std::string case_name(const ::testing::TestParamInfo<case_t>& info) {
-  const plan& p = info.param.p;
-  return "N" + std::to_string(info.param.tiles) + "_R" + std::to_string(p.replicas) + "S" + std::to_string(p.stages) +
-         "W" + std::to_string(p.width) + "M" + std::to_string(p.micro_batches);
+std::vector<preset_case> on_plans(const char* model, uint64_t seed, int budget, std::initializer_list<case_t> cs) {
+  std::vector<preset_case> v;
+  for (const case_t& c : cs) v.push_back({model, seed, budget, c});
+  return v;
 }
 
-class TinyOnTiles : public ::testing::TestWithParam<case_t> {};
+class PresetOnTiles : public ::testing::TestWithParam<preset_case> {};
 
-TEST_P(TinyOnTiles, LogitsEqualReference) {
-  auto m = models::make_preset_model("bert-tiny", 5);
+TEST_P(PresetOnTiles, LogitsEqualReference) {
+  auto m = models::make_preset_model(GetParam().model, GetParam().seed);
   ASSERT_TRUE(m);
-  expect_equal_reference(*m, GetParam().tiles, GetParam().p, 1024);
+  expect_equal_reference(*m, GetParam().c.tiles, GetParam().c.p, GetParam().budget);
 }
 
-INSTANTIATE_TEST_SUITE_P(Plans, TinyOnTiles,
-                         ::testing::Values(case_t{1, {1, 1, 1, 1}}, case_t{2, {1, 1, 2, 1}}, case_t{2, {1, 2, 1, 2}},
-                                           case_t{2, {2, 1, 1, 1}}, case_t{3, {3, 1, 1, 1}}, case_t{4, {1, 2, 2, 4}},
-                                           case_t{4, {2, 1, 2, 1}}, case_t{8, {4, 1, 2, 1}}, case_t{8, {2, 2, 2, 3}},
-                                           case_t{16, {8, 1, 2, 1}}),
-                         case_name);
-
-class MiniOnTiles : public ::testing::TestWithParam<case_t> {};
-
-TEST_P(MiniOnTiles, LogitsEqualReference) {
-  auto m = models::make_preset_model("bert-mini", 7);
-  ASSERT_TRUE(m);
-  expect_equal_reference(*m, GetParam().tiles, GetParam().p, 1536);
+std::string preset_case_name(const ::testing::TestParamInfo<preset_case>& info) {
+  return test_support::plan_name(info.param.c);
 }
 
-INSTANTIATE_TEST_SUITE_P(Plans, MiniOnTiles,
-                         ::testing::Values(case_t{3, {1, 1, 3, 1}}, case_t{3, {1, 3, 1, 5}}, case_t{4, {1, 1, 4, 1}},
-                                           case_t{8, {1, 2, 4, 4}}, case_t{16, {1, 4, 4, 8}}, case_t{16, {4, 1, 4, 1}}),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(TinyPlans, PresetOnTiles,
+                         ::testing::ValuesIn(on_plans("bert-tiny", 5, 1024,
+                                                      {{1, {1, 1, 1, 1}}, {2, {1, 1, 2, 1}}, {2, {1, 2, 1, 2}},
+                                                       {2, {2, 1, 1, 1}}, {3, {3, 1, 1, 1}}, {4, {1, 2, 2, 4}},
+                                                       {4, {2, 1, 2, 1}}, {8, {4, 1, 2, 1}}, {8, {2, 2, 2, 3}},
+                                                       {16, {8, 1, 2, 1}}})),
+                         preset_case_name);
+
+INSTANTIATE_TEST_SUITE_P(MiniPlans, PresetOnTiles,
+                         ::testing::ValuesIn(on_plans("bert-mini", 7, 1536,
+                                                      {{3, {1, 1, 3, 1}}, {3, {1, 3, 1, 5}}, {4, {1, 1, 4, 1}},
+                                                       {8, {1, 2, 4, 4}}, {16, {1, 4, 4, 8}}, {16, {4, 1, 4, 1}}})),
+                         preset_case_name);
 
 class OddCheckpointOnTiles : public ::testing::TestWithParam<case_t> {};
 

@@ -15,6 +15,7 @@
 #include "tessera/models/bf16_weights.hpp"
 #include "tessera/models/forward.hpp"
 #include "tessera/models/kernels_bf16.hpp"
+#include "tessera/test/run_tool.hpp"
 
 namespace tessera::models {
 namespace {
@@ -288,20 +289,11 @@ TEST(bf16, bert_base_logits_match_fp32) {
 
 // ---- tessera-models --dtype, a real process ----
 
-std::string tool() {
-  const char* dir = std::getenv("TESSERA_BIN_DIR");
-  return dir ? std::string(dir) + "/tessera-models" : std::string();
-}
+std::string tool() { return test_support::tool_path("tessera-models"); }
 
+// `env`: VAR=value settings for the tool's environment ("" for none).
 int run(const std::string& env, const std::string& args, std::string& out) {
-  out.clear();
-  FILE* f = ::popen((env + " " + tool() + " " + args + " 2>&1").c_str(), "r");
-  if (!f) return -1;
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, k);
-  const int st = ::pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return test_support::run_tool(env + " " + tool(), args, out, "2>&1");
 }
 
 std::vector<float> printed_logits(const std::string& out) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/models/bpe_tokenizer.hpp"
+#include "byte_vocab.hpp"
 #include "util.hpp"
 
 namespace tessera::models {
@@ -65,15 +66,7 @@ bpe_tokenizer byte_level(const std::vector<std::pair<std::string, std::string>>&
 
 /// A LLaMA-style tokenizer.json: <unk> <s> </s>, 256 byte tokens, the given tokens, merges.
 json llama_json(const std::vector<std::string>& tokens, const std::vector<std::string>& merges, bool byte_fallback = true) {
-  json vocab = json::object();
-  vocab["<unk>"] = 0;
-  vocab["<s>"] = 1;
-  vocab["</s>"] = 2;
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof name, "<0x%02X>", b);
-    vocab[name] = 3 + b;
-  }
+  json vocab = testing::byte_fallback_vocab();
   for (const auto& t : tokens)
     if (!vocab.contains(t)) vocab[t] = static_cast<int>(vocab.size());
   auto special = [](int id, const char* s) {

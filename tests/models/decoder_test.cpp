@@ -16,6 +16,7 @@
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/safetensors.hpp"
+#include "step_oracle.hpp"
 #include "util.hpp"
 
 namespace tessera::models {
@@ -428,13 +429,7 @@ TEST(decoder_step, random_batches_succeed_exactly_when_valid) {
       for (int i = static_cast<int>(r.uniform(0, 30)); i > 0; --i)
         st.block_table.push_back(static_cast<int32_t>(r.uniform(-1, nblocks)));
       st.want_logits = r.uniform(0, 3) != 0;
-      const int64_t end = int64_t{st.start_pos} + n;
-      bool v = n > 0 && st.start_pos >= 0 && end <= c.max_position_embeddings;
-      for (int32_t t : st.tokens) v = v && t >= 0 && t < c.vocab_size;
-      const int64_t need = (end + bt - 1) / bt;
-      v = v && static_cast<int64_t>(st.block_table.size()) >= need;
-      for (int64_t i = 0; v && i < need; ++i) v = st.block_table[i] >= 0 && st.block_table[i] < nblocks;
-      valid = valid && v;
+      valid = valid && testing::step_entry_valid(st, c, bt, nblocks);
       wants += st.want_logits;
       b.seqs.push_back(std::move(st));
     }

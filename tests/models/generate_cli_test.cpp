@@ -9,26 +9,15 @@
 
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/test/run_tool.hpp"
 #include "util.hpp"
 
 namespace tessera::models {
 namespace {
 
-std::string tool() {
-  const char* dir = std::getenv("TESSERA_BIN_DIR");
-  return dir ? std::string(dir) + "/tessera-models" : std::string();
-}
+std::string tool() { return test_support::tool_path("tessera-models"); }
 
-int run(const std::string& args, std::string& out) {
-  out.clear();
-  FILE* f = ::popen((tool() + " " + args + " 2>&1").c_str(), "r");
-  if (!f) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  const int st = ::pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+int run(const std::string& args, std::string& out) { return test_support::run_tool(tool(), args, out, "2>&1"); }
 
 std::string generated_line(const std::vector<int32_t>& ids) {
   std::string s = "generated ids:";

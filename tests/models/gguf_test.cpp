@@ -16,6 +16,7 @@
 #include "tessera/models/bpe_tokenizer.hpp"
 #include "tessera/models/gguf.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/test/run_tool.hpp"
 #include "util.hpp"
 
 namespace tessera::models {
@@ -147,21 +148,26 @@ void expect_rows(const float* got, const float* want, int64_t cols, const std::s
     }
 }
 
+// `m` written as GGUF with the tokenizer preset `tok` into a fresh folder, read back.
+gguf_file exported(const decoder_model& m, const std::string& tok) {
+  const std::string path = make_temp_dir("gguf") + "/" + tok + ".gguf";
+  EXPECT_TRUE(write_gguf(m, tokenizer(tok), path).ok());
+  return read_gguf(path);
+}
+
+void expect_uints(const gguf_file& g, std::initializer_list<std::pair<const char*, uint64_t>> want) {
+  for (const auto& [key, value] : want) EXPECT_EQ(g.u(key), value) << key;
+}
+
 TEST(gguf_export, llama_metadata_and_rotary_row_order) {
   const auto m = config_model("llama-odd.config.json", 0);
   const auto& c = m.shape();
-  const std::string path = make_temp_dir("gguf") + "/llama-odd.gguf";
-  ASSERT_TRUE(write_gguf(m, tokenizer("llama"), path).ok());
-  const auto g = read_gguf(path);
+  const auto g = exported(m, "llama");
   EXPECT_EQ(g.s("general.architecture"), "llama");
-  EXPECT_EQ(g.u("llama.embedding_length"), 100u);
-  EXPECT_EQ(g.u("llama.block_count"), 3u);
-  EXPECT_EQ(g.u("llama.feed_forward_length"), 200u);
-  EXPECT_EQ(g.u("llama.attention.head_count"), 6u);
-  EXPECT_EQ(g.u("llama.attention.head_count_kv"), 2u);
-  EXPECT_EQ(g.u("llama.attention.key_length"), 16u);
-  EXPECT_EQ(g.u("llama.rope.dimension_count"), 16u);
-  EXPECT_EQ(g.u("llama.context_length"), 128u);
+  expect_uints(g, {{"llama.embedding_length", 100}, {"llama.block_count", 3}, {"llama.feed_forward_length", 200},
+                   {"llama.attention.head_count", 6}, {"llama.attention.head_count_kv", 2},
+                   {"llama.attention.key_length", 16}, {"llama.rope.dimension_count", 16},
+                   {"llama.context_length", 128}});
   EXPECT_EQ(g.s("llama.rope.scaling.type"), "linear");
   EXPECT_FLOAT_EQ(g.f("llama.rope.scaling.factor"), 2.0);
   EXPECT_FLOAT_EQ(g.f("llama.rope.freq_base"), 10000.0);
@@ -197,14 +203,10 @@ TEST(gguf_export, llama_metadata_and_rotary_row_order) {
 
 TEST(gguf_export, gpt2_fused_qkv_and_tied_head) {
   const auto m = config_model("gpt2-odd.config.json", 0);
-  const std::string path = make_temp_dir("gguf") + "/gpt2-odd.gguf";
-  ASSERT_TRUE(write_gguf(m, tokenizer("gpt2"), path).ok());
-  const auto g = read_gguf(path);
+  const auto g = exported(m, "gpt2");
   EXPECT_EQ(g.s("general.architecture"), "gpt2");
-  EXPECT_EQ(g.u("gpt2.embedding_length"), 72u);
-  EXPECT_EQ(g.u("gpt2.attention.head_count"), 6u);
-  EXPECT_EQ(g.u("gpt2.feed_forward_length"), 200u);
-  EXPECT_EQ(g.u("gpt2.context_length"), 96u);
+  expect_uints(g, {{"gpt2.embedding_length", 72}, {"gpt2.attention.head_count", 6},
+                   {"gpt2.feed_forward_length", 200}, {"gpt2.context_length", 96}});
   EXPECT_FLOAT_EQ(g.f("gpt2.attention.layer_norm_epsilon"), 1e-5);
   EXPECT_EQ(g.s("tokenizer.ggml.model"), "gpt2");
   const auto& merges = std::get<std::vector<std::string>>(g.kv.at("tokenizer.ggml.merges"));
@@ -246,15 +248,7 @@ TEST(gguf_export, errors_name_what_does_not_fit_and_leave_no_file) {
 }
 
 int run_tool(const std::string& args, std::string& out) {
-  const char* dir = std::getenv("TESSERA_BIN_DIR");
-  out.clear();
-  FILE* f = ::popen(((dir ? std::string(dir) : std::string("build/bin")) + "/tessera-models " + args + " 2>&1").c_str(), "r");
-  if (!f) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  const int st = ::pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return test_support::run_tool(test_support::tool_path("tessera-models"), args, out, "2>&1");
 }
 
 TEST(gguf_export, command_line) {

@@ -34,6 +34,12 @@ std::vector<int32_t> seq(int n, int32_t base = 1000) {
   return v;
 }
 
+// Dynamic batches of up to `max_batch_size`, at most one of them at the backend at a time.
+batching_config one_in_flight(int max_batch_size, std::chrono::milliseconds max_queue_delay) {
+  return {.kind = policy_kind::dynamic_padded, .max_batch_size = max_batch_size, .max_queue_delay = max_queue_delay,
+          .max_inflight_batches = 1};
+}
+
 }  // namespace
 
 TEST(Batcher, DynamicBatchAfterDelayAndAnswersRows) {
@@ -117,9 +123,7 @@ TEST(Batcher, QueueLimitRefusesWithOverloaded) {
 TEST(Batcher, DeadlinePassedInQueueIsATimeout) {
   manual_clock clk;
   auto be = std::make_shared<fake_backend>(backends::backend_info{.name = "f0"});
-  batcher b(be, {.kind = policy_kind::dynamic_padded, .max_batch_size = 8, .max_queue_delay = 10ms,
-                 .max_inflight_batches = 1},
-            clk);
+  batcher b(be, one_in_flight(8, 10ms), clk);
   answers a;
   auto r1 = make_request(seq(4), a, clk.now() + 5ms);
   ASSERT_TRUE(b.enqueue(r1).ok());
@@ -136,9 +140,7 @@ TEST(Batcher, DeadlinePassedInQueueIsATimeout) {
 TEST(Batcher, InflightLimitHoldsTheQueueUntilAnAnswer) {
   manual_clock clk;
   auto be = std::make_shared<fake_backend>(backends::backend_info{.name = "f0"});
-  batcher b(be, {.kind = policy_kind::dynamic_padded, .max_batch_size = 2, .max_queue_delay = 0ms,
-                 .max_inflight_batches = 1},
-            clk);
+  batcher b(be, one_in_flight(2, 0ms), clk);
   answers a;
   for (int i = 0; i < 5; ++i) {
     auto r = make_request(seq(4), a);

@@ -22,27 +22,12 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Batched forwards agree with a forward of the sequence alone to this absolute tolerance
-// (float32 GEMMs blocked differently for different batch shapes).
-constexpr float logits_tolerance = 2e-4f;
-
-class HttpApi : public ::testing::Test {
+class HttpApi : public server_suite {
  protected:
   static void SetUpTestSuite() {
-    test_server_options o;
-    o.api.max_client_batch_size = 8;
-    o.api.max_body_bytes = 64 << 10;
-    server_ = new test_server(o);
+    start_server({.api = {.max_client_batch_size = 8, .max_body_bytes = 64 << 10}});
     std::cout << "[ serving ] model under test: " << server_->info().model_id << "\n";
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  http_response post(const std::string& target, const std::string& body) {
-    return conn_.request("POST", target, body);
-  }
-  http_response get(const std::string& target) { return conn_.request("GET", target); }
   void expect_error(const http_response& r, unsigned status, const std::string& type) {
     EXPECT_EQ(r.status, status) << r.body << r.error;
     auto j = json::parse(r.body, nullptr, false);
@@ -50,12 +35,7 @@ class HttpApi : public ::testing::Test {
     EXPECT_EQ(j.value("error_type", ""), type) << r.body;
     EXPECT_FALSE(j.value("error", "").empty());
   }
-
-  static test_server* server_;
-  http_connection conn_{"127.0.0.1", server_->port()};
 };
-
-test_server* HttpApi::server_ = nullptr;
 
 std::string long_text(int words) {
   std::string s;
@@ -391,6 +371,35 @@ TEST_F(HttpApi, ThousandRequestsEachAnsweredOnceEqualToReference) {
 
 // --- Servers with special settings ---------------------------------------------------------
 
+namespace {
+
+struct tally {
+  int ok = 0;       ///< 200
+  int refused = 0;  ///< the status and error_type expected
+  int other = 0;    ///< anything else
+};
+
+// `clients` connections at once, each POSTing /predict `text` `per_client` times in a row.
+tally predict_at_once(uint16_t port, int clients, int per_client, const std::string& text, unsigned status,
+                      const std::string& error_type) {
+  std::atomic<int> ok{0}, refused{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c)
+    threads.emplace_back([&] {
+      http_connection conn("127.0.0.1", port);
+      for (int i = 0; i < per_client; ++i) {
+        auto r = conn.request("POST", "/predict", json{{"inputs", text}}.dump());
+        if (r.status == 200) ok++;
+        else if (r.status == status && json::parse(r.body)["error_type"] == error_type) refused++;
+        else other++;
+      }
+    });
+  for (auto& t : threads) t.join();
+  return {ok.load(), refused.load(), other.load()};
+}
+
+}  // namespace
+
 TEST(HttpServer, OverloadedQueueIs429) {
   test_server_options o;
   o.toy = true;
@@ -398,23 +407,11 @@ TEST(HttpServer, OverloadedQueueIs429) {
   o.batching = {.kind = policy_kind::dynamic_padded, .max_batch_size = 1,
                 .max_queue_delay = 0ms, .max_queue_requests = 1, .max_inflight_batches = 1};
   test_server s(o);
-  std::atomic<int> ok{0}, overloaded{0}, other{0};
-  std::vector<std::thread> threads;
-  for (int c = 0; c < 8; ++c)
-    threads.emplace_back([&] {
-      http_connection conn("127.0.0.1", s.port());
-      for (int i = 0; i < 5; ++i) {
-        auto r = conn.request("POST", "/predict", json{{"inputs", long_text(40)}}.dump());
-        if (r.status == 200) ok++;
-        else if (r.status == 429 && json::parse(r.body)["error_type"] == "Overloaded") overloaded++;
-        else other++;
-      }
-    });
-  for (auto& t : threads) t.join();
-  EXPECT_GT(ok.load(), 0);
-  EXPECT_GT(overloaded.load(), 0);
-  EXPECT_EQ(other.load(), 0);
-  EXPECT_EQ(s.metrics().failures("Overloaded"), static_cast<uint64_t>(overloaded.load()));
+  const auto t = predict_at_once(s.port(), 8, 5, long_text(40), 429, "Overloaded");
+  EXPECT_GT(t.ok, 0);
+  EXPECT_GT(t.refused, 0);
+  EXPECT_EQ(t.other, 0);
+  EXPECT_EQ(s.metrics().failures("Overloaded"), static_cast<uint64_t>(t.refused));
 }
 
 TEST(HttpServer, UnhealthyBackendIs503) {
@@ -441,20 +438,10 @@ TEST(HttpServer, DeadlineInQueueIs504Timeout) {
                 .max_queue_delay = 0ms, .max_inflight_batches = 1};
   o.api.request_timeout = 20ms;
   test_server s(o);
-  std::atomic<int> ok{0}, timeouts{0}, other{0};
-  std::vector<std::thread> threads;
-  for (int c = 0; c < 4; ++c)
-    threads.emplace_back([&] {
-      http_connection conn("127.0.0.1", s.port());
-      auto r = conn.request("POST", "/predict", json{{"inputs", long_text(48)}}.dump());
-      if (r.status == 200) ok++;
-      else if (r.status == 504 && json::parse(r.body)["error_type"] == "timeout") timeouts++;
-      else other++;
-    });
-  for (auto& t : threads) t.join();
-  EXPECT_GE(ok.load(), 1);
-  EXPECT_GE(timeouts.load(), 1);
-  EXPECT_EQ(other.load(), 0);
+  const auto t = predict_at_once(s.port(), 4, 1, long_text(48), 504, "timeout");
+  EXPECT_GE(t.ok, 1);
+  EXPECT_GE(t.refused, 1);
+  EXPECT_EQ(t.other, 0);
 }
 
 TEST(HttpServer, FailedBatchIsRetriedOnAnotherReplica) {

@@ -19,6 +19,8 @@
 
 #include "tessera/test/child_process.hpp"
 #include "tessera/test/http_client.hpp"
+#include "tessera/test/json_post.hpp"
+#include "tessera/test/sse_client.hpp"
 #include "tessera/serving/toy_llm.hpp"
 
 namespace tessera::serving {
@@ -26,46 +28,6 @@ namespace {
 
 using namespace tessera::test_support;
 using json = nlohmann::json;
-
-// Server-sent events over a raw socket: one request, events read as they come.
-class sse_client {
- public:
-  sse_client(uint16_t port, const std::string& path, const std::string& body) : fd_(connect_loopback(port)) {
-    std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                      "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-    if (fd_ >= 0 && ::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) close();
-  }
-  ~sse_client() { close(); }
-  void close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  bool connected() const { return fd_ >= 0; }
-  /// The payload of the next "data: ..." event, or "" at the end of the stream.
-  std::string next() {
-    for (;;) {
-      auto at = buf_.find("data: ", scan_);
-      if (at != std::string::npos) {
-        auto end = buf_.find("\n\n", at);
-        if (end != std::string::npos) {
-          scan_ = end + 2;
-          return buf_.substr(at + 6, end - at - 6);
-        }
-      }
-      char tmp[4096];
-      if (fd_ < 0) return "";
-      ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
-      if (n <= 0) return "";
-      buf_.append(tmp, static_cast<size_t>(n));
-    }
-  }
-  const std::string& raw() const { return buf_; }
-
- private:
-  int fd_;
-  std::string buf_;
-  size_t scan_ = 0;
-};
 
 std::vector<int32_t> byte_prompt(const std::string& text) {
   std::vector<int32_t> ids{toy_llm_bos};
@@ -93,10 +55,7 @@ struct llm_server {
         }()) {}
   uint16_t port() const { return p.port(); }
   json post(const std::string& path, const json& body, unsigned* status = nullptr) {
-    http_connection c("127.0.0.1", port());
-    auto r = c.request("POST", path, body.dump());
-    if (status) *status = r.status;
-    return json::parse(r.body, nullptr, false);
+    return post_json(port(), path, body, status);
   }
   std::string metrics() {
     http_connection c("127.0.0.1", port());

@@ -10,9 +10,7 @@ using namespace tessera::loadgen;
 using namespace tessera::serving::test_support;
 
 TEST(LoadgenHttp, ClosedLoopEveryRequestAnswered) {
-  test_server_options o;
-  o.toy = true;
-  test_server s(o);
+  test_server s(test_server_options{.toy = true});
   driver_config cfg{.port = s.port(), .mode = loop_mode::closed, .connections = 8,
                     .max_requests = 400, .progress = false};
   auto plan = synthesize(*mix_preset("seed-40"), 100, 0, 1);
@@ -27,9 +25,7 @@ TEST(LoadgenHttp, ClosedLoopEveryRequestAnswered) {
 }
 
 TEST(LoadgenHttp, OpenLoopSendsThePlanAtItsTimes) {
-  test_server_options o;
-  o.toy = true;
-  test_server s(o);
+  test_server s(test_server_options{.toy = true});
   auto plan = synthesize(*mix_preset("seed-0"), 200, 400.0, 2);  // ~0.5 s
   driver_config cfg{.port = s.port(), .mode = loop_mode::open, .connections = 16,
                     .progress = false};
@@ -42,9 +38,7 @@ TEST(LoadgenHttp, OpenLoopSendsThePlanAtItsTimes) {
 }
 
 TEST(LoadgenHttp, ErrorsAreCountedByKind) {
-  test_server_options o;
-  o.toy = true;
-  test_server s(o);
+  test_server s(test_server_options{.toy = true});
   std::vector<planned_request> plan{{0, 0, "fine"}, {0, 0, std::string(600 * 2, 'a') + " b"}};
   plan[1].text.clear();
   for (int i = 0; i < 600; ++i) plan[1].text += "word ";
@@ -77,9 +71,7 @@ TEST(LoadgenHttp, SyntheticTextsTokenizeToTheRequestedLength) {
 }
 
 TEST(LoadgenHttp, ManyConcurrentConnections) {
-  test_server_options o;
-  o.toy = true;
-  test_server s(o);
+  test_server s(test_server_options{.toy = true});
   driver_config cfg{.port = s.port(), .mode = loop_mode::closed, .connections = 256,
                     .max_requests = 3000, .progress = false};
   auto r = run_load(cfg, synthesize(*mix_preset("seed-0"), 500, 0, 5));

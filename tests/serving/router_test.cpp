@@ -27,6 +27,13 @@ request_ptr make_request(int len, collected& c) {
 const batching_config now_cfg{.kind = policy_kind::token_budget, .token_budget = 4096,
                               .max_queue_delay = 0ms};
 
+// A fake backend `name` (of `kind`) added to `r` with now_cfg.
+std::shared_ptr<fake_backend> add_fake(router& r, const std::string& name, const std::string& kind = "") {
+  auto b = std::make_shared<fake_backend>(backends::backend_info{.name = name, .kind = kind});
+  EXPECT_TRUE(r.add_backend(b, now_cfg).ok()) << name;
+  return b;
+}
+
 void pump(router& r) {
   for (size_t i = 0; i < r.num_backends(); ++i) r.backend_batcher(i).poll();
 }
@@ -42,10 +49,7 @@ TEST(Router, ParsesStrategies) {
 TEST(Router, LeastOutstandingWork) {
   manual_clock clk;
   router r({}, clk);
-  auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a", .kind = "gpu"});
-  auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b", .kind = "gpu"});
-  ASSERT_TRUE(r.add_backend(a, now_cfg).ok());
-  ASSERT_TRUE(r.add_backend(b, now_cfg).ok());
+  auto a = add_fake(r, "a", "gpu"), b = add_fake(r, "b", "gpu");
   a->extra_load = 100;
   EXPECT_EQ(*r.choose(10), 1u);
   b->extra_load = 200;
@@ -71,10 +75,7 @@ TEST(Router, LeastOutstandingWork) {
 TEST(Router, HybridSendsLongToTilesAndShortToGpu) {
   manual_clock clk;
   router r({.strategy = routing_strategy::hybrid_length, .long_threshold = 128}, clk);
-  auto gpu = std::make_shared<fake_backend>(backends::backend_info{.name = "gpu0", .kind = "gpu"});
-  auto tiles = std::make_shared<fake_backend>(backends::backend_info{.name = "tiles0", .kind = "tiles"});
-  ASSERT_TRUE(r.add_backend(gpu, now_cfg).ok());
-  ASSERT_TRUE(r.add_backend(tiles, now_cfg).ok());
+  auto gpu = add_fake(r, "gpu0", "gpu"), tiles = add_fake(r, "tiles0", "tiles");
   gpu->extra_load = 1'000'000;  // length wins over load
   EXPECT_EQ(*r.choose(128), 0u);
   EXPECT_EQ(*r.choose(129), 1u);
@@ -105,10 +106,7 @@ TEST(Router, ThresholdIsConfigurable) {
 TEST(Router, UnhealthyBackendsAreSkipped) {
   manual_clock clk;
   router r({}, clk);
-  auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
-  auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
-  ASSERT_TRUE(r.add_backend(a, now_cfg).ok());
-  ASSERT_TRUE(r.add_backend(b, now_cfg).ok());
+  auto a = add_fake(r, "a"), b = add_fake(r, "b");
   b->extra_load = 1000;
   a->healthy_flag = false;
   EXPECT_EQ(*r.choose(10), 1u);
@@ -118,10 +116,7 @@ TEST(Router, FailedBatchIsRetriedOnceElsewhere) {
   manual_clock clk;
   serving_metrics m;
   router r({}, clk, &m);
-  auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
-  auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
-  ASSERT_TRUE(r.add_backend(a, now_cfg).ok());
-  ASSERT_TRUE(r.add_backend(b, now_cfg).ok());
+  auto a = add_fake(r, "a"), b = add_fake(r, "b");
   b->extra_load = 1000;  // everything goes to a first
   collected c;
   std::vector<std::vector<float>> want;
@@ -148,12 +143,7 @@ TEST(Router, FailedBatchIsRetriedOnceElsewhere) {
 TEST(Router, SecondFailureIsAnsweredWithTheError) {
   manual_clock clk;
   router r({}, clk);
-  auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
-  auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
-  auto c3 = std::make_shared<fake_backend>(backends::backend_info{.name = "c"});
-  ASSERT_TRUE(r.add_backend(a, now_cfg).ok());
-  ASSERT_TRUE(r.add_backend(b, now_cfg).ok());
-  ASSERT_TRUE(r.add_backend(c3, now_cfg).ok());
+  auto a = add_fake(r, "a"), b = add_fake(r, "b"), c3 = add_fake(r, "c");
   b->extra_load = 1000;
   c3->extra_load = 2000;
   collected c;
@@ -172,10 +162,7 @@ TEST(Router, SecondFailureIsAnsweredWithTheError) {
 TEST(Router, FailureWithNoOtherHealthyBackendIsAnswered) {
   manual_clock clk;
   router r({}, clk);
-  auto a = std::make_shared<fake_backend>(backends::backend_info{.name = "a"});
-  auto b = std::make_shared<fake_backend>(backends::backend_info{.name = "b"});
-  ASSERT_TRUE(r.add_backend(a, now_cfg).ok());
-  ASSERT_TRUE(r.add_backend(b, now_cfg).ok());
+  auto a = add_fake(r, "a"), b = add_fake(r, "b");
   b->healthy_flag = false;
   collected c;
   auto req = make_request(10, c);

@@ -34,11 +34,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
 /// std::system's exit code.
 int run(const std::string& cmd) {
   int ws = std::system(cmd.c_str());
@@ -115,6 +110,13 @@ struct test_pki {
 #define REQUIRE_PKI(pki) \
   if (!(pki).ok) GTEST_FAIL() << (pki).error;                                      \
   if (!have("curl")) GTEST_FAIL() << "curl is not installed; scripts/setup installs it"
+
+// `s`: tessera-serve on TLS with the test PKI `pki` (certificate, key, API key file), listening.
+#define START_TLS_SERVER(pki, s)         \
+  test_pki pki;                          \
+  REQUIRE_PKI(pki);                      \
+  served_process s(pki.serve_args());    \
+  ASSERT_NE(s.port(), 0) << "did not start: '" << s.line() << "'"
 
 /// A TCP connection to 127.0.0.1:port that sends `bytes` (maybe none) and stays open.
 int open_raw(uint16_t port, const std::string& bytes) {
@@ -285,10 +287,7 @@ TEST(SecureServing, ApiKeyGuardsEveryRouteButTheProbes) {
 // ---- TLS ------------------------------------------------------------------------------------
 
 TEST(SecureServing, ClientsThatTrustTheCertificateGetAnswersOverTls) {
-  test_pki pki;
-  REQUIRE_PKI(pki);
-  served_process s(pki.serve_args());
-  ASSERT_NE(s.port(), 0) << "did not start: '" << s.line() << "'";
+  START_TLS_SERVER(pki, s);
   EXPECT_EQ(s.line().rfind("listening on https://127.0.0.1:", 0), 0u) << s.line();
   const std::string url = "https://127.0.0.1:" + std::to_string(s.port());
   const std::string body = " -H 'Content-Type: application/json' -d '{\"inputs\": \"hello over tls\"}'";
@@ -339,10 +338,7 @@ TEST(SecureServing, ClientsThatTrustTheCertificateGetAnswersOverTls) {
 }
 
 TEST(SecureServing, PlainHttpToTheTlsPortIsRefusedAndTheServerKeepsServing) {
-  test_pki pki;
-  REQUIRE_PKI(pki);
-  served_process s(pki.serve_args());
-  ASSERT_NE(s.port(), 0) << "did not start: '" << s.line() << "'";
+  START_TLS_SERVER(pki, s);
   const std::string url = "https://127.0.0.1:" + std::to_string(s.port());
 
   // Plain HTTP: a clear-text 400 that says to use https, then the connection is closed.
@@ -378,10 +374,7 @@ TEST(SecureServing, PlainHttpToTheTlsPortIsRefusedAndTheServerKeepsServing) {
 }
 
 TEST(SecureServing, StalledHandshakesDoNotBlockOtherClients) {
-  test_pki pki;
-  REQUIRE_PKI(pki);
-  served_process s(pki.serve_args());
-  ASSERT_NE(s.port(), 0) << "did not start: '" << s.line() << "'";
+  START_TLS_SERVER(pki, s);
   const std::string url = "https://127.0.0.1:" + std::to_string(s.port());
   // 24 connections that stop mid-handshake (silent, half a record header, half a ClientHello)
   // hold both io threads' worth of sessions while real clients come and go.

@@ -23,21 +23,11 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr float logits_tolerance = 2e-4f;
-
-class Tei : public ::testing::Test {
+class Tei : public server_suite {
  protected:
   static void SetUpTestSuite() {
-    test_server_options o;
-    o.api.max_client_batch_size = 8;
-    server_ = new test_server(o);
+    start_server({.api = {.max_client_batch_size = 8}});
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  http_response post(const std::string& target, const std::string& body) { return conn_.request("POST", target, body); }
-  http_response get(const std::string& target) { return conn_.request("GET", target); }
 
   /// The raw logits in a predict answer for one input, by label index.
   static std::vector<float> by_label(const json& predictions) {
@@ -58,12 +48,7 @@ class Tei : public ::testing::Test {
   static backends::sequence_input pair(const std::string& a, const std::string& b) {
     return server_->tok().encode_pair(a, b, 0).value();
   }
-
-  static test_server* server_;
-  http_connection conn_{"127.0.0.1", server_->port()};
 };
-
-test_server* Tei::server_ = nullptr;
 
 std::string words(int n) {
   std::string s;

@@ -2,7 +2,10 @@
 // It serves bert-tiny with the reference backend, or the toy model (test_server_options::toy).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tessera/backends/reference_backend.hpp"
@@ -11,6 +14,7 @@
 #include "tessera/serving/http_server.hpp"
 #include "tessera/serving/model_adapters.hpp"
 #include "tessera/serving/toy_model.hpp"
+#include "tessera/test/http_client.hpp"
 
 namespace tessera::serving::test_support {
 
@@ -82,6 +86,28 @@ class test_server {
   std::vector<std::shared_ptr<backends::thread_pool_backend>> backends_;
   std::unique_ptr<http_server> server_;
   std::shared_ptr<const models::bert_model> model_;
+};
+
+/// Batched forwards agree with a forward of the sequence alone to this absolute tolerance
+/// (float32 GEMMs blocked differently for different batch shapes).
+constexpr float logits_tolerance = 2e-4f;
+
+/// A test suite around one test_server that the suite's SetUpTestSuite starts (start_server);
+/// every test talks to it over a keep-alive connection of its own.
+class server_suite : public ::testing::Test {
+ protected:
+  using http_response = ::tessera::test_support::http_response;
+
+  static void start_server(const test_server_options& o) { server_ = new test_server(o); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  http_response post(const std::string& target, const std::string& body) { return conn_.request("POST", target, body); }
+  http_response get(const std::string& target) { return conn_.request("GET", target); }
+
+  static inline test_server* server_ = nullptr;
+  ::tessera::test_support::http_connection conn_{"127.0.0.1", server_->port()};
 };
 
 }  // namespace tessera::serving::test_support

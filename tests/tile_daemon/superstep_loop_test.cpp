@@ -80,20 +80,33 @@ TEST(SuperstepLoop, AllReduceEqualsSum) {
   }
 }
 
-TEST(SuperstepLoop, EarlyStaleAndDuplicateMessagesAreHandled) {
-  exchange::inproc_fabric fabric(2);
-  auto t0 = fabric.endpoint(0), t1 = fabric.endpoint(1);
-  tile_memory mem(1, 1 << 16);
-  ASSERT_TRUE(mem.allocate({1, "x", exchange::dtype::f32, {4}}));
+namespace {
+
+// Tile 1 of an in-process pair: tensor 1 ("x", 4 floats) in its memory, and program 1 (tiles 0
+// and 1) whose one superstep receives x from tile 0 under tag 7.
+struct receiving_tile {
+  explicit receiving_tile(bool sync) {
+    EXPECT_TRUE(mem.allocate({1, "x", exchange::dtype::f32, {4}}));
+    p.id = 1;
+    p.tiles = {0, 1};
+    exchange::superstep s;
+    s.recvs.push_back({0, 7, {1, exchange::slice_kind::fixed, 0, 4, 0, 1}, false});
+    s.sync = sync;
+    p.steps.push_back(s);
+  }
+  exchange::inproc_fabric fabric{2};
+  std::unique_ptr<exchange::transport> t0 = fabric.endpoint(0), t1 = fabric.endpoint(1);
+  tile_memory mem{1, 1 << 16};
   kernel_registry reg = kernel_registry::with_builtins();
-  superstep_runner runner(1, *t1, mem, reg, {.exchange_timeout = 2000ms, .poll_tick = 5ms});
   exchange::program p;
-  p.id = 1;
-  p.tiles = {0, 1};
-  exchange::superstep s;
-  s.recvs.push_back({0, 7, {1, exchange::slice_kind::fixed, 0, 4, 0, 1}, false});
-  s.sync = false;
-  p.steps.push_back(s);
+};
+
+}  // namespace
+
+TEST(SuperstepLoop, EarlyStaleAndDuplicateMessagesAreHandled) {
+  receiving_tile tile(/*sync=*/false);
+  auto& [fabric, t0, t1, mem, reg, p] = tile;
+  superstep_runner runner(1, *t1, mem, reg, {.exchange_timeout = 2000ms, .poll_tick = 5ms});
   std::vector<float> v{1, 2, 3, 4}, w{9, 9, 9, 9};
   // A message for a later batch arrives first, then the one for this batch, then a duplicate.
   ASSERT_TRUE(t0->send(1, exchange::encode(exchange::exchange_data{1, 6, 0, 0, 1, 7, 4, exchange::payload_checksum(w.data(), 16)}, exchange::copy_frame(w.data(), 16))).ok());
@@ -113,18 +126,9 @@ TEST(SuperstepLoop, EarlyStaleAndDuplicateMessagesAreHandled) {
 }
 
 TEST(SuperstepLoop, MissingPeerTimesOutWithNames) {
-  exchange::inproc_fabric fabric(2);
-  auto t1 = fabric.endpoint(1);
-  tile_memory mem(1, 1 << 16);
-  ASSERT_TRUE(mem.allocate({1, "x", exchange::dtype::f32, {4}}));
-  kernel_registry reg = kernel_registry::with_builtins();
+  receiving_tile tile(/*sync=*/true);  // tile 0 never sends
+  auto& [fabric, t0, t1, mem, reg, p] = tile;
   superstep_runner runner(1, *t1, mem, reg, {.exchange_timeout = 100ms, .poll_tick = 5ms});
-  exchange::program p;
-  p.id = 1;
-  p.tiles = {0, 1};
-  exchange::superstep s;
-  s.recvs.push_back({0, 7, {1, exchange::slice_kind::fixed, 0, 4, 0, 1}, false});
-  p.steps.push_back(s);
   auto r = runner.run(p, {1, 1, {}, 0, {}, {}, true}, {});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), errc::timeout);

@@ -378,8 +378,8 @@ TEST(llm_schedule, randomized_runs_keep_their_invariants) {
 }
 
 // tessera-llm-timing from the user's side.
-std::string tool() { return testing::tool_path("tessera-llm-timing"); }
-int run(const std::string& args, std::string& out) { return testing::run_tool(tool(), args, out, "2>&1"); }
+std::string tool() { return test_support::tool_path("tessera-llm-timing"); }
+int run(const std::string& args, std::string& out) { return test_support::run_tool(tool(), args, out, "2>&1"); }
 
 TEST(llm_tool, step_system_validate_and_mistakes) {
   if (tool().empty() || !std::filesystem::exists(tool())) GTEST_FAIL() << "tessera-llm-timing not built (TESSERA_BIN_DIR)";

@@ -12,10 +12,10 @@
 
 namespace {
 
-std::string tool() { return tessera::timing::testing::tool_path("tessera-timing"); }
+std::string tool() { return tessera::test_support::tool_path("tessera-timing"); }
 
 // Runs the tool with `args`; returns the exit code and fills `out` with stdout.
-int run(const std::string& args, std::string& out) { return tessera::timing::testing::run_tool(tool(), args, out); }
+int run(const std::string& args, std::string& out) { return tessera::test_support::run_tool(tool(), args, out); }
 
 class tool_test : public ::testing::Test {
  protected:

@@ -6,7 +6,9 @@
 //   const logits = referenceLogits("bert-tiny", "some text", "optional pair");
 //   const [a, b] = referenceBatch("bert-tiny", [["text"], ["question", "answer"]]);
 //   await server.stop();
+//   describe("...", () => { const server = serverForSuite(["--model", "bert-tiny"]); ... });
 import { spawn, execFileSync } from "node:child_process";
+import { after, before } from "node:test";
 import { createInterface } from "node:readline";
 import path from "node:path";
 
@@ -53,6 +55,19 @@ export function startServer(args = [], program = "tessera-serve") {
       });
     });
   });
+}
+
+/// A server for the tests of the describe block that calls this: started before them, stopped
+/// (its exit code checked) after them. Its url is there once the tests run.
+export function serverForSuite(args = [], program = "tessera-serve") {
+  const server = {};
+  before(async () => {
+    Object.assign(server, await startServer(args, program));
+  });
+  after(async () => {
+    await server.stop?.();
+  });
+  return server;
 }
 
 /// Logits of the reference forward for one text (or pair): {LABEL_0: x, LABEL_1: y, ...}.

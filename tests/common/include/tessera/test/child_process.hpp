@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -169,6 +170,12 @@ class served_process {
   int exit_code_ = -1;
 };
 
+/// A file's bytes ("" when it cannot be read): a child's stderr file, a key, /proc/PID/cmdline.
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
 /// A command run to its end: exit code (124 when it timed out, -1 when killed) and what it printed.
 struct run_output {
   int rc = -1;
@@ -189,12 +196,6 @@ inline run_output run_to_end(const std::vector<std::string>& args, int timeout_s
     cmd += " '" + q + "'";
   }
   const int ws = std::system((cmd + " < /dev/null > '" + (dir / "out").string() + "' 2> '" + (dir / "err").string() + "'").c_str());
-  auto slurp = [](const std::filesystem::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
   run_output r;
   r.rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
   r.out = slurp(dir / "out");

@@ -1,13 +1,13 @@
 // Runs a tool of $TESSERA_BIN_DIR from the shell, as a user would, capturing its output.
 #pragma once
 
+#include <sys/wait.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
-#include <sys/wait.h>
-
-namespace tessera::timing::testing {
+namespace tessera::test_support {
 
 /// $TESSERA_BIN_DIR/<name>, or "" when the variable is unset.
 inline std::string tool_path(const std::string& name) {
@@ -15,8 +15,9 @@ inline std::string tool_path(const std::string& name) {
   return dir == nullptr ? "" : std::string(dir) + "/" + name;
 }
 
-/// Runs `path args` with `redirect` appended (e.g. "2>/dev/null" or "2>&1"); returns the exit code
-/// (-1 when it could not run or was killed) and fills `out` with what it printed.
+/// Runs `path args` with `redirect` appended (e.g. "2>/dev/null" or "2>&1") through the shell
+/// (so `path` may start with VAR=value settings); returns the exit code (-1 when it could not run
+/// or was killed) and fills `out` with what it printed.
 inline int run_tool(const std::string& path, const std::string& args, std::string& out,
                     const std::string& redirect = "2>/dev/null") {
   out.clear();
@@ -29,4 +30,4 @@ inline int run_tool(const std::string& path, const std::string& args, std::strin
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-}  // namespace tessera::timing::testing
+}  // namespace tessera::test_support
