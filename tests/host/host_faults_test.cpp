@@ -36,26 +36,6 @@ std::string quoted(const std::vector<std::string>& args) {
   return cmd;
 }
 
-struct run_output {
-  int rc = -1;
-  std::string out, err;
-};
-
-// Runs a command to its end (bounded by `timeout` seconds), capturing stdout and stderr.
-run_output run(const std::vector<std::string>& args, int timeout = 60) {
-  const fs::path dir = fs::temp_directory_path() / ("tessera-host-faults-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  run_output r;
-  int ws = std::system(("timeout -k 5 " + std::to_string(timeout) + " " + quoted(args) + "< /dev/null > " +
-                        (dir / "out").string() + " 2> " + (dir / "err").string())
-                           .c_str());
-  r.rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
-  fs::remove_all(dir);
-  return r;
-}
-
 // Gone, or a zombie its parent has not reaped yet.
 bool process_gone(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
@@ -143,7 +123,7 @@ TEST(HostFaults, KillGpuKillsTheSpawnedProcessOnceItAnsweredTheBatch) {
 // Tile kinds pass through tessera-host to the tiles it launches; --check prints what each tile
 // reports injecting, and the answers still match the reference (tessera-host exits 1 otherwise).
 TEST(HostFaults, TileKindsReachTheLaunchedTilesAndAreReported) {
-  auto r = run({bin("tessera-host"), "--model", "bert-tiny", "--tiles", "2", "--plan", "1,1,2", "--check", "3",
+  auto r = run_to_end({bin("tessera-host"), "--model", "bert-tiny", "--tiles", "2", "--plan", "1,1,2", "--check", "3",
                 "--faults",
                 R"({"seed":5,"faults":[{"kind":"slow","tile":0,"factor":2},)"
                 R"({"kind":"stall","tile":1,"batch":2,"seconds":0.3},{"kind":"duplicate","fraction":0.3}]})"},
@@ -198,7 +178,7 @@ TEST(HostFaults, PlansTheRunCannotApplyAreRefusedNamingTheFault) {
     std::vector<std::string> args{host};
     args.insert(args.end(), c.args.begin(), c.args.end());
     const auto t0 = std::chrono::steady_clock::now();
-    auto r = run(args, 30);
+    auto r = run_to_end(args, 30);
     SCOPED_TRACE(quoted(args));
     EXPECT_EQ(r.rc, 2) << r.err;
     EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
@@ -210,7 +190,7 @@ TEST(HostFaults, PlansTheRunCannotApplyAreRefusedNamingTheFault) {
 
 // A tile started by hand with a kind only tessera-host applies refuses it at startup.
 TEST(HostFaults, ATileRefusesAKindItCannotApply) {
-  auto r = run({bin("tessera-tile"), "--host", "tcp://127.0.0.1:9", "--tile-id", "0", "--faults",
+  auto r = run_to_end({bin("tessera-tile"), "--host", "tcp://127.0.0.1:9", "--tile-id", "0", "--faults",
                 R"({"faults":[{"kind":"kill_gpu","batch":1}]})"},
                20);
   EXPECT_EQ(r.rc, 2) << r.err;
@@ -222,14 +202,14 @@ TEST(HostFaults, ATileRefusesAKindItCannotApply) {
 // dropped slice costs a served batch this long before it runs again elsewhere).
 TEST(HostFaults, ExchangeTimeoutReachesTheLaunchedTiles) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = run({bin("tessera-host"), "--model", "bert-tiny", "--tiles", "2", "--plan", "1,1,2", "--check", "1",
+  auto r = run_to_end({bin("tessera-host"), "--model", "bert-tiny", "--tiles", "2", "--plan", "1,1,2", "--check", "1",
                 "--exchange-timeout-ms", "700", "--faults",
                 R"({"faults":[{"kind":"partition","tiles":[0],"batch":1,"batches":1}]})"},
                60);
   EXPECT_EQ(r.rc, 1) << r.out << r.err;
   EXPECT_NE(r.err.find("waited 700 ms"), std::string::npos) << r.err;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 25s);
-  auto bad = run({bin("tessera-host"), "--model", "bert-tiny", "--tiles", "2", "--check", "1",
+  auto bad = run_to_end({bin("tessera-host"), "--model", "bert-tiny", "--tiles", "2", "--check", "1",
                   "--exchange-timeout-ms", "0"},
                  20);
   EXPECT_EQ(bad.rc, 2) << bad.err;
