@@ -41,13 +41,7 @@ models::packed_batch batch_of(const models::bert_config& cfg, int budget, uint64
 }
 
 placement_request request(int tiles, plan p, int budget, models::dtype dt, uint64_t memory = 128 << 20) {
-  placement_request req;
-  req.tiles = tiles;
-  req.tile_memory = memory;
-  req.token_budget = budget;
-  req.forced = p;
-  req.dtype = dt;
-  return req;
+  return {.tiles = tiles, .tile_memory = memory, .token_budget = budget, .forced = p, .dtype = dt};
 }
 
 struct run_stats {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -67,6 +68,38 @@ stream_result stream_completion(uint16_t port, const json& body) {
   return out;
 }
 
+// `n` completions streamed at once to `port`, request i with body_of(i) (made a stream here).
+std::vector<std::future<stream_result>> start_streams(uint16_t port, int n, const std::function<json(int)>& body_of) {
+  std::vector<std::future<stream_result>> streams;
+  for (int i = 0; i < n; ++i)
+    streams.push_back(std::async(std::launch::async, [port, body_of, i] {
+      json body = body_of(i);
+      body["stream"] = true;
+      return stream_completion(port, body);
+    }));
+  return streams;
+}
+
+// SIGKILLs one of the two tessera-tile children of `host`, picked by `pick`: its pid (-1 when
+// `host` has not two tiles, or the kill failed).
+pid_t kill_a_tile(pid_t host, std::mt19937& pick) {
+  auto tile_pids = children_named(host, "tessera-tile");
+  if (tile_pids.size() != 2) return -1;
+  const pid_t victim = tile_pids[std::uniform_int_distribution<size_t>(0, 1)(pick)];
+  return kill(victim, SIGKILL) == 0 ? victim : -1;
+}
+
+// Every stream ended with [DONE] after finish_reason "length", with the text want[i].
+void expect_streams_complete(std::vector<std::future<stream_result>>& streams, const std::vector<std::string>& want,
+                             unsigned seed) {
+  for (size_t i = 0; i < streams.size(); ++i) {
+    auto r = streams[i].get();
+    EXPECT_TRUE(r.done) << "stream " << i << " (seed " << seed << ")";
+    EXPECT_EQ(r.finish_reason, "length") << "stream " << i << " (seed " << seed << ")";
+    EXPECT_EQ(r.text, want[i]) << "stream " << i << " (seed " << seed << ")";
+  }
+}
+
 std::vector<std::string> host_args() {
   return {bin("tessera-host"), "--model", "llama-tiny", "--tiles", "2", "--plan", "1,1,2", "--serve", "--port", "0",
           "--tile-memory", "128MiB", "--step-token-budget", "64", "--max-running", "16", "--kv-blocks", "256"};
@@ -107,24 +140,11 @@ TEST(DecoderServeOnTiles, CompletionsEqualTheReferenceAndSurviveATileKill) {
   std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
   const unsigned seed = rng();
   std::mt19937 pick(seed);
-  std::vector<std::future<stream_result>> streams;
-  for (int i = 0; i < kStreams; ++i)
-    streams.push_back(std::async(std::launch::async, [&, i] {
-      json body = request(i, kTokens);
-      body["stream"] = true;
-      return stream_completion(tiles.port(), body);
-    }));
+  auto streams = start_streams(tiles.port(), kStreams, [](int i) { return request(i, kTokens); });
   std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(50, 600)(pick)));
-  auto tile_pids = children_named(tiles.p.pid(), "tessera-tile");
-  ASSERT_EQ(tile_pids.size(), 2u);
-  const pid_t victim = tile_pids[std::uniform_int_distribution<size_t>(0, 1)(pick)];
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
-  for (int i = 0; i < kStreams; ++i) {
-    auto r = streams[static_cast<size_t>(i)].get();
-    EXPECT_TRUE(r.done) << "stream " << i << " (seed " << seed << ")";
-    EXPECT_EQ(r.finish_reason, "length") << "stream " << i << " (seed " << seed << ")";
-    EXPECT_EQ(r.text, want[static_cast<size_t>(i)]) << "stream " << i << " (seed " << seed << ")";
-  }
+  const pid_t victim = kill_a_tile(tiles.p.pid(), pick);
+  ASSERT_GT(victim, 0) << "no tile to kill";
+  expect_streams_complete(streams, want, seed);
   // The tile came back (a new process), and the engine recomputed what was running.
   auto after = children_named(tiles.p.pid(), "tessera-tile");
   EXPECT_EQ(after.size(), 2u);
@@ -191,13 +211,8 @@ TEST(DecoderServeOnTiles, TwoReplicasShareMixedLengthsAndAFullReplicaGetsNoNewRe
     want.push_back(r["choices"][0]["text"]);
   }
   {
-    std::vector<std::future<stream_result>> streams;
-    for (size_t i = 0; i < lengths.size(); ++i)
-      streams.push_back(std::async(std::launch::async, [&, i] {
-        json body = request_of(lengths[i], 16, static_cast<int>(i));
-        body["stream"] = true;
-        return stream_completion(tiles.port(), body);
-      }));
+    auto streams = start_streams(tiles.port(), static_cast<int>(lengths.size()),
+                                 [&](int i) { return request_of(lengths[static_cast<size_t>(i)], 16, i); });
     for (size_t i = 0; i < lengths.size(); ++i) {
       auto r = streams[i].get();
       EXPECT_TRUE(r.done) << "request " << i;
@@ -281,13 +296,7 @@ TEST(DecoderServeOnTiles, TwoReplicasSurviveATileKill) {
   }
   const unsigned seed = std::random_device{}();
   std::mt19937 pick(seed);
-  std::vector<std::future<stream_result>> streams;
-  for (int i = 0; i < kStreams; ++i)
-    streams.push_back(std::async(std::launch::async, [&, i] {
-      json body = request_of(5 + 23 * i, kTokens, i);
-      body["stream"] = true;
-      return stream_completion(tiles.port(), body);
-    }));
+  auto streams = start_streams(tiles.port(), kStreams, [](int i) { return request_of(5 + 23 * i, kTokens, i); });
   // Mid-generation: once both replicas run requests, a seeded random moment later.
   std::string m;
   for (int tries = 0; tries < 3000; ++tries) {
@@ -298,16 +307,9 @@ TEST(DecoderServeOnTiles, TwoReplicasSurviveATileKill) {
     std::this_thread::sleep_for(5ms);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 150)(pick)));
-  auto tile_pids = children_named(tiles.p.pid(), "tessera-tile");
-  ASSERT_EQ(tile_pids.size(), 2u);
-  const pid_t victim = tile_pids[std::uniform_int_distribution<size_t>(0, 1)(pick)];
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
-  for (int i = 0; i < kStreams; ++i) {
-    auto r = streams[static_cast<size_t>(i)].get();
-    EXPECT_TRUE(r.done) << "stream " << i << " (seed " << seed << ")";
-    EXPECT_EQ(r.finish_reason, "length") << "stream " << i << " (seed " << seed << ")";
-    EXPECT_EQ(r.text, want[static_cast<size_t>(i)]) << "stream " << i << " (seed " << seed << ")";
-  }
+  const pid_t victim = kill_a_tile(tiles.p.pid(), pick);
+  ASSERT_GT(victim, 0) << "no tile to kill";
+  expect_streams_complete(streams, want, seed);
   // Afterwards both replicas serve as before (two at once: one each); a replica whose last step
   // ended before the kill brings its tile back at its next step.
   {
