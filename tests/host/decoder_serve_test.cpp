@@ -377,13 +377,9 @@ TEST(DecoderServeOnTiles, TraceRecordsEveryServedStepOfBothReplicas) {
   ASSERT_NE(tiles.port(), 0) << tiles.p.line();
   const std::vector<int> lengths = {9, 70, 33, 130, 17, 48};
   constexpr int kTokens = 12;
-  std::vector<std::future<stream_result>> streams;
-  for (size_t i = 0; i < lengths.size(); ++i)
-    streams.push_back(std::async(std::launch::async, [&, i] {
-      json body = request_of(lengths[i], kTokens, 300 + static_cast<int>(i));
-      body["stream"] = true;
-      return stream_completion(tiles.port(), body);
-    }));
+  auto streams = start_streams(tiles.port(), static_cast<int>(lengths.size()), [&](int i) {
+    return request_of(lengths[static_cast<size_t>(i)], kTokens, 300 + i);
+  });
   for (auto& f : streams) EXPECT_TRUE(f.get().done);
   const std::string m = tiles.get("/metrics");
   const double steps_total = gauge(m, "tessera_llm_steps_total");
