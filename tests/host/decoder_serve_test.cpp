@@ -100,6 +100,24 @@ void expect_streams_complete(std::vector<std::future<stream_result>>& streams, c
   }
 }
 
+// The texts of `n` completions by the reference server, request i with body_of(i) ("" for an
+// answer that is not a 200, which fails the test here and every comparison with it).
+std::vector<std::string> reference_texts(server& ref, int n, const std::function<json(int)>& body_of) {
+  std::vector<std::string> want;
+  for (int i = 0; i < n; ++i) {
+    unsigned st = 0;
+    json r = ref.post("/v1/completions", body_of(i), &st);
+    EXPECT_EQ(st, 200u) << r.dump();
+    want.push_back(st == 200u ? r["choices"][0]["text"].get<std::string>() : std::string());
+  }
+  return want;
+}
+
+// The reference: llama-tiny in one tessera-serve process.
+std::vector<std::string> reference_args() {
+  return {bin("tessera-serve"), "--model", "llama-tiny", "--port", "0", "--kv-blocks", "256"};
+}
+
 std::vector<std::string> host_args() {
   return {bin("tessera-host"), "--model", "llama-tiny", "--tiles", "2", "--plan", "1,1,2", "--serve", "--port", "0",
           "--tile-memory", "128MiB", "--step-token-budget", "64", "--max-running", "16", "--kv-blocks", "256"};
@@ -118,16 +136,10 @@ json request(int i, int max_tokens) {
 TEST(DecoderServeOnTiles, CompletionsEqualTheReferenceAndSurviveATileKill) {
   server tiles(host_args());
   ASSERT_NE(tiles.port(), 0) << tiles.p.line();
-  server ref({bin("tessera-serve"), "--model", "llama-tiny", "--port", "0", "--kv-blocks", "256"});
+  server ref(reference_args());
   ASSERT_NE(ref.port(), 0) << ref.p.line();
   constexpr int kStreams = 6, kTokens = 40;
-  std::vector<std::string> want;
-  for (int i = 0; i < kStreams; ++i) {
-    unsigned st = 0;
-    json r = ref.post("/v1/completions", request(i, kTokens), &st);
-    ASSERT_EQ(st, 200u) << r.dump();
-    want.push_back(r["choices"][0]["text"]);
-  }
+  const auto want = reference_texts(ref, kStreams, [](int i) { return request(i, kTokens); });
   // Not streamed, nothing killed: the same text.
   {
     unsigned st = 0;
@@ -188,7 +200,7 @@ std::string replica_label(int r) { return "{replica=\"tiles" + std::to_string(r)
 TEST(DecoderServeOnTiles, TwoReplicasShareMixedLengthsAndAFullReplicaGetsNoNewRequest) {
   server tiles(two_replica_args());
   ASSERT_NE(tiles.port(), 0) << tiles.p.line();
-  server ref({bin("tessera-serve"), "--model", "llama-tiny", "--port", "0", "--kv-blocks", "256"});
+  server ref(reference_args());
   ASSERT_NE(ref.port(), 0) << ref.p.line();
   // /info names both replicas and their KV blocks.
   {
@@ -203,13 +215,8 @@ TEST(DecoderServeOnTiles, TwoReplicasShareMixedLengthsAndAFullReplicaGetsNoNewRe
   }
   // Mixed lengths at once: both replicas get work, every answer is the single-replica reference's.
   const std::vector<int> lengths = {7, 180, 33, 95, 12, 240, 60, 21};
-  std::vector<std::string> want;
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    unsigned st = 0;
-    json r = ref.post("/v1/completions", request_of(lengths[i], 16, static_cast<int>(i)), &st);
-    ASSERT_EQ(st, 200u) << r.dump();
-    want.push_back(r["choices"][0]["text"]);
-  }
+  const auto want = reference_texts(ref, static_cast<int>(lengths.size()),
+                                    [&](int i) { return request_of(lengths[static_cast<size_t>(i)], 16, i); });
   {
     auto streams = start_streams(tiles.port(), static_cast<int>(lengths.size()),
                                  [&](int i) { return request_of(lengths[static_cast<size_t>(i)], 16, i); });
@@ -248,13 +255,8 @@ TEST(DecoderServeOnTiles, TwoReplicasShareMixedLengthsAndAFullReplicaGetsNoNewRe
   ASSERT_GE(full, 0) << "no replica reached 38 of 64 KV blocks used\n" << m;
   const double full_routed = gauge(m, "tessera_llm_replica_routed_requests" + replica_label(full));
   const double other_routed = gauge(m, "tessera_llm_replica_routed_requests" + replica_label(1 - full));
-  std::vector<std::string> short_want;
   constexpr int kShort = 6;
-  for (int i = 0; i < kShort; ++i) {
-    json r = ref.post("/v1/completions", request_of(20 + i, 8, 200 + i), &st);
-    ASSERT_EQ(st, 200u) << r.dump();
-    short_want.push_back(r["choices"][0]["text"]);
-  }
+  const auto short_want = reference_texts(ref, kShort, [](int i) { return request_of(20 + i, 8, 200 + i); });
   std::vector<std::future<json>> shorts;
   for (int i = 0; i < kShort; ++i)
     shorts.push_back(std::async(std::launch::async, [&, i] {
@@ -284,16 +286,10 @@ TEST(DecoderServeOnTiles, TwoReplicasShareMixedLengthsAndAFullReplicaGetsNoNewRe
 TEST(DecoderServeOnTiles, TwoReplicasSurviveATileKill) {
   server tiles(two_replica_args());
   ASSERT_NE(tiles.port(), 0) << tiles.p.line();
-  server ref({bin("tessera-serve"), "--model", "llama-tiny", "--port", "0", "--kv-blocks", "256"});
+  server ref(reference_args());
   ASSERT_NE(ref.port(), 0) << ref.p.line();
   constexpr int kStreams = 8, kTokens = 64;
-  std::vector<std::string> want;
-  for (int i = 0; i < kStreams; ++i) {
-    unsigned st = 0;
-    json r = ref.post("/v1/completions", request_of(5 + 23 * i, kTokens, i), &st);
-    ASSERT_EQ(st, 200u) << r.dump();
-    want.push_back(r["choices"][0]["text"]);
-  }
+  const auto want = reference_texts(ref, kStreams, [](int i) { return request_of(5 + 23 * i, kTokens, i); });
   const unsigned seed = std::random_device{}();
   std::mt19937 pick(seed);
   auto streams = start_streams(tiles.port(), kStreams, [](int i) { return request_of(5 + 23 * i, kTokens, i); });
@@ -334,7 +330,7 @@ TEST(DecoderServeOnTiles, HybridRoutingSendsShortPromptsToTheGpuReplica) {
   args.insert(args.end(), {"--gpu-replicas", "1", "--routing", "hybrid", "--long-threshold", "32"});
   server host(args);
   ASSERT_NE(host.port(), 0) << host.p.line();
-  server ref({bin("tessera-serve"), "--model", "llama-tiny", "--port", "0", "--kv-blocks", "256"});
+  server ref(reference_args());
   ASSERT_NE(ref.port(), 0) << ref.p.line();
   json info = json::parse(host.get("/info"), nullptr, false);
   ASSERT_EQ(info["llm_replicas"]["routing"], "hybrid") << info.dump();
