@@ -65,8 +65,8 @@ bool is_decoder_model(const std::string& name) {
   return models::parse_decoder_config_json(ss.str()).has_value();
 }
 
-int serve_decoder(std::unique_ptr<tile_decoder> deployed, const models::decoder_model& model, model_options& o,
-                  uint32_t tiles);
+int serve_decoder(std::unique_ptr<tile_decoder> deployed, std::shared_ptr<const models::decoder_model> shared_model,
+                  model_options& o, uint32_t tiles);
 int check_generation(tile_decoder& dec, const models::decoder_model& m, const model_options& o);
 
 int run_decoder_model(tile_group_config group_cfg, model_options o) {
@@ -110,11 +110,12 @@ int run_decoder_model(tile_group_config group_cfg, model_options o) {
   if (o.check_batches > 0)
     if (int rc = check_generation(**deployed, *model, o); rc != 0 || !o.serve) return rc;
   if (!o.serve) return 0;
-  return serve_decoder(std::move(*deployed), *model, o, group_cfg.tiles);
+  return serve_decoder(std::move(*deployed), model, o, group_cfg.tiles);
 }
 
-int serve_decoder(std::unique_ptr<tile_decoder> deployed, const models::decoder_model& model, model_options& o,
-                  uint32_t tiles) {
+int serve_decoder(std::unique_ptr<tile_decoder> deployed, std::shared_ptr<const models::decoder_model> shared_model,
+                  model_options& o, uint32_t tiles) {
+  const models::decoder_model& model = *shared_model;
   // One engine per replica of the plan (tiles0, tiles1, ...), then --gpu-replicas in-process
   // GPU-style decoders (gpu0, ...); the LLM router picks one per request (--routing).
   const int replicas = deployed->compiled().chosen.replicas;
@@ -128,7 +129,6 @@ int serve_decoder(std::unique_ptr<tile_decoder> deployed, const models::decoder_
   auto on_tiles = tile_llm_backend::make(std::move(deployed), "tiles", {.trace = prof.get()});
   if (!on_tiles) return fail(on_tiles.error());
   std::vector<std::shared_ptr<backends::llm_backend>> all(on_tiles->begin(), on_tiles->end());
-  auto shared_model = std::make_shared<const models::decoder_model>(model);
   for (int i = 0; i < o.gpu_replicas; ++i) {
     const int32_t blocks = o.lo.kv_blocks > 0 ? o.lo.kv_blocks
                                               : backends::kv_blocks_for_bytes(model.shape(), o.lo.block_tokens,

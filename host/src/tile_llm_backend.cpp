@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <utility>
 
 #include "tessera/common/log.hpp"
 #include "tessera/host/tile_backend.hpp"
@@ -65,6 +66,7 @@ void tile_llm_backend::on_tile_failed(const tile_event& ev) {
   if (std::find(tiles_.begin(), tiles_.end(), ev.tile) == tiles_.end()) return;
   if (std::find(lost_.begin(), lost_.end(), ev.tile) == lost_.end()) lost_.push_back(ev.tile);
   TESSERA_LOG_WARN(info_.name << ": tile " << ev.tile << " failed: " << ev.why);
+  cv_.notify_all();  // an idle worker brings it back now
 }
 
 tile_llm_backend::~tile_llm_backend() { stop(); }
@@ -84,7 +86,12 @@ void tile_llm_backend::trace(const backends::step_batch& batch, const tile_step_
 
 bool tile_llm_backend::healthy() const {
   std::lock_guard lk(mu_);
-  return !stopping_;  // a failed tile is brought back by the next step; steps wait for it
+  return !stopping_;  // a failed tile is brought back; steps wait for it
+}
+
+bool tile_llm_backend::recovering() const {
+  std::lock_guard lk(mu_);
+  return !lost_.empty();
 }
 
 void tile_llm_backend::submit(backends::step_batch batch, std::function<void(backends::step_result)> done) {
@@ -154,16 +161,42 @@ void tile_llm_backend::work() {
   for (;;) {
     job j;
     bool lost = false;
+    bool stale = false;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stopping_ || !jobs_.empty(); });
+      cv_.wait(lk, [&] { return stopping_ || !jobs_.empty() || !lost_.empty(); });
       if (stopping_) return;  // stop() answers what is queued
+      if (jobs_.empty()) {
+        // A tile failed while the replica had no step: bring it back now rather than at the next
+        // step (the router sends new requests elsewhere meanwhile, recovering()). Its KV is gone:
+        // the next step answers kv_lost so the engine recomputes and forgets its prefix cache.
+        lk.unlock();
+        status st = recover();
+        lk.lock();
+        if (st.ok()) {
+          ++recoveries_;
+          kv_stale_ = true;
+          TESSERA_LOG_WARN(info_.name << ": replica back after a tile failure while idle");
+        } else if (!stopping_) {
+          TESSERA_LOG_WARN(info_.name << ": " << st.message() << "; trying again");
+          cv_.wait_for(lk, std::chrono::milliseconds(200), [&] { return stopping_; });
+        }
+        continue;
+      }
       j = std::move(jobs_.front());
       jobs_.pop_front();
       lost = !lost_.empty();
+      stale = std::exchange(kv_stale_, false);
     }
     backends::step_result res;
     const auto t0 = steady::now();
+    if (stale) {
+      res.st = status::peer_failed(info_.name + ": a tile failed and was brought back; its KV cache is empty");
+      res.kv_lost = true;
+      res.wall_seconds = std::chrono::duration<double>(steady::now() - t0).count();
+      j.done(std::move(res));
+      continue;
+    }
     auto failed_tiles = [&] {
       std::vector<uint32_t> out;
       for (const auto& t : dec_->group().tiles())

@@ -306,8 +306,17 @@ TEST(DecoderServeOnTiles, TwoReplicasSurviveATileKill) {
   const pid_t victim = kill_a_tile(tiles.p.pid(), pick);
   ASSERT_GT(victim, 0) << "no tile to kill";
   expect_streams_complete(streams, want, seed);
-  // Afterwards both replicas serve as before (two at once: one each); a replica whose last step
-  // ended before the kill brings its tile back at its next step.
+  // The tile comes back without waiting for a step of its replica (a new process).
+  std::vector<pid_t> back;
+  for (int tries = 0; tries < 1200; ++tries) {
+    back = children_named(tiles.p.pid(), "tessera-tile");
+    if (back.size() == 2 && std::count(back.begin(), back.end(), victim) == 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(back.size(), 2u);
+  EXPECT_EQ(std::count(back.begin(), back.end(), victim), 0);
+  // Afterwards both replicas serve as before (two at once: one each), from an empty KV cache on
+  // the restored tile (its prefix cache forgotten).
   {
     auto a = std::async(std::launch::async, [&] { return tiles.post("/v1/completions", request_of(5, kTokens, 0)); });
     auto b = std::async(std::launch::async, [&] { return tiles.post("/v1/completions", request_of(28, kTokens, 1)); });

@@ -37,17 +37,17 @@ std::vector<size_t> llm_router::order(int32_t prompt_tokens, int64_t context) co
   for (size_t i = 0; i < engines_.size(); ++i)
     if (engines_[i]->healthy() && engines_[i]->max_context() >= context) fit.push_back(i);
   fit = prefer_kind_by_length(cfg_, prompt_tokens, std::move(fit), kinds_);
-  // (free blocks not promised to queued prompts, descending; queued tokens; index)
-  std::vector<std::tuple<int64_t, int64_t, size_t>> keyed;
+  // (recovering last; free blocks not promised to queued prompts, descending; queued tokens; index)
+  std::vector<std::tuple<bool, int64_t, int64_t, size_t>> keyed;
   for (size_t i : fit) {
     const llm_load l = engines_[i]->load();
     const int64_t bt = std::max(1, engines_[i]->backend_info().block_tokens);
     const int64_t promised = (l.queued_tokens + bt - 1) / bt;
-    keyed.emplace_back(-(l.kv_free - promised), l.queued_tokens, i);
+    keyed.emplace_back(engines_[i]->recovering(), -(l.kv_free - promised), l.queued_tokens, i);
   }
   std::sort(keyed.begin(), keyed.end());
   std::vector<size_t> out;
-  for (const auto& k : keyed) out.push_back(std::get<2>(k));
+  for (const auto& k : keyed) out.push_back(std::get<3>(k));
   return out;
 }
 
@@ -174,6 +174,7 @@ nlohmann::json llm_router::describe() const {
     replicas.push_back({{"name", info.name},
                         {"kind", info.kind},
                         {"healthy", engines_[i]->healthy()},
+                        {"recovering", engines_[i]->recovering()},
                         {"block_tokens", info.block_tokens},
                         {"kv_blocks_total", l.kv_total},
                         {"kv_blocks_used", l.kv_used},

@@ -64,6 +64,8 @@ class llm_backend {
   /// Queues a step. `done` is called exactly once (also on failure or shutdown), on any thread.
   virtual void submit(step_batch batch, std::function<void(step_result)> done) = 0;
   virtual bool healthy() const { return true; }
+  /// Healthy, but bringing a failed part back (steps wait for it): a router prefers others.
+  virtual bool recovering() const { return false; }
 };
 
 /// Runs one step synchronously (the backend's worker thread calls it, one step at a time).

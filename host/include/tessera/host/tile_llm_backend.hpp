@@ -9,8 +9,9 @@
 // worker brings it back the way tile_backend's supervisor does (bring_back_tile: restart, shards,
 // programs) and answers the step with kv_lost: the restored tile's part of the KV cache is empty,
 // so the engine preempts every running sequence of the replica and recomputes it (and forgets its
-// prefix cache), and every stream completes with the tokens it would have had. The other replicas
-// go on.
+// prefix cache), and every stream completes with the tokens it would have had. A tile that fails
+// while its replica has no step is brought back at once, and the next step answers kv_lost. The
+// other replicas go on.
 //
 //   auto replicas = tile_llm_backend::make(std::move(decoder), "tiles");   // tiles0, tiles1, ...
 //   serving::llm_engine engine(cfg, (*replicas)[0], tokenizer, &metrics);
@@ -47,6 +48,8 @@ class tile_llm_backend final : public backends::llm_backend {
   backends::llm_backend_info info() const override { return info_; }
   void submit(backends::step_batch batch, std::function<void(backends::step_result)> done) override;
   bool healthy() const override;
+  /// A tile of the replica failed and is not back yet.
+  bool recovering() const override;
   /// Answers queued steps with `cancelled` and ends the worker. Idempotent.
   void stop();
   tile_decoder& decoder() { return *dec_; }
@@ -81,6 +84,7 @@ class tile_llm_backend final : public backends::llm_backend {
   std::condition_variable cv_;
   std::deque<job> jobs_;
   std::vector<uint32_t> lost_;  // tiles that failed since their shards were last restored
+  bool kv_stale_ = false;       // brought back while idle: the next step answers kv_lost
   bool stopping_ = false;
   std::atomic<int64_t> recoveries_{0}, steps_{0}, supersteps_{0};
   std::atomic<uint64_t> bytes_{0};

@@ -137,6 +137,8 @@ class llm_engine final : public llm_endpoint {
   const backends::llm_backend_info& backend_info() const { return info_; }
   const llm_engine_config& config() const { return cfg_; }
   bool healthy() const override;
+  /// The backend is bringing a failed part back (llm_backend::recovering).
+  bool recovering() const { return backend_->recovering(); }
   /// Largest prompt + max_tokens a request may ask for.
   int64_t max_context() const override;
   /// The KV blocks and queued prompt tokens now (any thread; set after every schedule and step).

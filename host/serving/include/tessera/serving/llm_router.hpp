@@ -10,6 +10,7 @@
 //   * the replica with the most free KV blocks, counting the blocks its queued prompts (submitted,
 //     not yet scheduled) will take as taken, so that a burst arriving between two steps spreads;
 //     ties: the fewest queued prompt tokens, then the lower index;
+//   * a replica bringing a failed tile back (recovering) only when no other fits;
 //   * a replica that refuses (its queue is full) passes the request to the next.
 //
 //   std::vector<std::unique_ptr<llm_engine>> engines = ...;   // one per replica
