@@ -118,6 +118,18 @@ std::vector<std::string> reference_args() {
   return {bin("tessera-serve"), "--model", "llama-tiny", "--port", "0", "--kv-blocks", "256"};
 }
 
+// The host's tile processes once the killed one is gone and its replacement runs (the host reaps
+// and restarts it on its own; a minute at most).
+std::vector<pid_t> tiles_after_kill(pid_t host, pid_t victim) {
+  std::vector<pid_t> now;
+  for (int tries = 0; tries < 1200; ++tries) {
+    now = children_named(host, "tessera-tile");
+    if (now.size() == 2 && std::count(now.begin(), now.end(), victim) == 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  return now;
+}
+
 std::vector<std::string> host_args() {
   return {bin("tessera-host"), "--model", "llama-tiny", "--tiles", "2", "--plan", "1,1,2", "--serve", "--port", "0",
           "--tile-memory", "128MiB", "--step-token-budget", "64", "--max-running", "16", "--kv-blocks", "256"};
@@ -158,7 +170,7 @@ TEST(DecoderServeOnTiles, CompletionsEqualTheReferenceAndSurviveATileKill) {
   ASSERT_GT(victim, 0) << "no tile to kill";
   expect_streams_complete(streams, want, seed);
   // The tile came back (a new process), and the engine recomputed what was running.
-  auto after = children_named(tiles.p.pid(), "tessera-tile");
+  auto after = tiles_after_kill(tiles.p.pid(), victim);
   EXPECT_EQ(after.size(), 2u);
   EXPECT_EQ(std::count(after.begin(), after.end(), victim), 0);
   // Afterwards the replica serves as before.
@@ -307,12 +319,7 @@ TEST(DecoderServeOnTiles, TwoReplicasSurviveATileKill) {
   ASSERT_GT(victim, 0) << "no tile to kill";
   expect_streams_complete(streams, want, seed);
   // The tile comes back without waiting for a step of its replica (a new process).
-  std::vector<pid_t> back;
-  for (int tries = 0; tries < 1200; ++tries) {
-    back = children_named(tiles.p.pid(), "tessera-tile");
-    if (back.size() == 2 && std::count(back.begin(), back.end(), victim) == 0) break;
-    std::this_thread::sleep_for(50ms);
-  }
+  auto back = tiles_after_kill(tiles.p.pid(), victim);
   EXPECT_EQ(back.size(), 2u);
   EXPECT_EQ(std::count(back.begin(), back.end(), victim), 0);
   // Afterwards both replicas serve as before (two at once: one each), from an empty KV cache on
