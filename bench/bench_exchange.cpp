@@ -5,8 +5,10 @@
 //   (b) tessera's exchange goodput for the same sizes: exchange::zmq_transport, the sender doing
 //       encode(exchange_data, borrow_frame(slice, &in_flight)) (no copy; it waits for in_flight
 //       to drain before the slice may change) and the receiver a tile::superstep_runner, the
-//       tile's own receive path (decode, inbox, checksum check, memcpy into tile memory; the
-//       sender computes payload_checksum as exchange_phase does);
+//       tile's own receive path (decode, inbox, checksum check, then the slice received in
+//       place: the message kept as the tensor's storage; the sender computes payload_checksum
+//       as exchange_phase does). A diagnostic runs the same with the receive copying into the
+//       arena (run_limits::in_place_min_bytes = max, as tiles did before receiving in place);
 //   (c) tessera's superstep sync: a real tile group (tessera::host::tile_group) running a program
 //       of empty supersteps with sync = true (the tile's combining-tree barrier over the exchange
 //       sockets),
@@ -198,12 +200,14 @@ int raw_receiver(const std::string& dir, size_t size) {
 // Tessera: both ends are exchange::zmq_transport (tile 0 sends, tile 1 receives). The receiver
 // is the tile's own receive path: a tile::superstep_runner running batches of `ack_every`
 // supersteps, each receiving one slice from tile 0 into tile memory (accept: peek_type, decode
-// with checks, the inbox; exchange_phase: resolve the slice, size and checksum checks, memcpy).
+// with checks, the inbox; exchange_phase: resolve the slice, size and checksum checks, then the
+// message kept as the tensor's storage, or with `in_place` false a memcpy into the arena). The
+// tile's cap leaves room for a held slice beside its arena bytes, as it must on a real tile.
 // After each batch it acknowledges (a sync_token back over the same fabric, superstep = slices
 // received so far). The sender stops it with SIGUSR1, which the runner's `interrupted` sees.
 volatile sig_atomic_t receiver_stop = 0;
 
-int tessera_receiver(const std::string& dir, size_t size) {
+int tessera_receiver(const std::string& dir, size_t size, bool in_place) {
   receiver_stop = 0;
   signal(SIGUSR1, [](int) { receiver_stop = 1; });
   zmq::context_t ctx(1);
@@ -211,11 +215,13 @@ int tessera_receiver(const std::string& dir, size_t size) {
   if (!t) return 5;
   if (!(*t)->connect_peers({"ipc://" + dir + "/tile-0.sock", "ipc://" + dir + "/tile-1.sock"}).ok()) return 5;
   const credit c = credit_for(size);
-  tile::tile_memory memory(1, size + (1 << 20));
+  tile::tile_memory memory(1, 2 * size + (1 << 20));
   const exchange::tensor_desc slice{.id = 1, .name = "slice", .shape = {static_cast<int64_t>(size / 4)}};
   if (!memory.allocate(slice).ok()) return 5;
   const tile::kernel_registry registry = tile::kernel_registry::with_builtins();
-  tile::superstep_runner runner(1, **t, memory, registry, {.exchange_timeout = child_idle_limit});
+  const tile::run_limits limits{.exchange_timeout = child_idle_limit,
+                                .in_place_min_bytes = in_place ? tile::run_limits{}.in_place_min_bytes : UINT64_MAX};
+  tile::superstep_runner runner(1, **t, memory, registry, limits);
   exchange::program prog;
   prog.id = 1;
   prog.tiles = {0, 1};
@@ -225,12 +231,21 @@ int tessera_receiver(const std::string& dir, size_t size) {
   prog.steps.assign(c.ack_every, step);
   cpu_meter meter{dir + "/child-cpu.txt", c.window};
   uint64_t count = 0;
+  // The measurement is of the path it names: a slice big enough must have been received in place.
+  auto finish = [&] {
+    meter.finish(count);
+    const bool expected = in_place && size >= limits.in_place_min_bytes && count > 0;
+    if (expected == (runner.received_in_place() > 0)) return 0;
+    std::fprintf(stderr, "tessera receiver: %llu bytes received in place, expected %s\n",
+                 static_cast<unsigned long long>(runner.received_in_place()), expected ? "some" : "none");
+    return 8;
+  };
   for (uint64_t batch = 1;; ++batch) {
     auto ran = runner.run(prog, {.program_id = 1, .batch_id = batch, .collect_counters = false},
                           [] { return receiver_stop != 0; });
     if (!ran.ok()) {
       // Stopped: the runner saw the flag (cancelled), or SIGUSR1 cut ZeroMQ's wait short (EINTR).
-      if (ran.error().code() == errc::cancelled || receiver_stop) return meter.finish(count), 0;
+      if (ran.error().code() == errc::cancelled || receiver_stop) return finish();
       std::fprintf(stderr, "tessera receiver: %s\n", ran.error().to_string().c_str());
       return 7;
     }
@@ -250,8 +265,9 @@ struct throughput {
 
 // Sends for ~`seconds` after a warm-up window; the rate is payload bytes per second measured at
 // the sender from the first timed send until the receiver acknowledged the last message.
-// mode 0 = raw, 1 = tessera (borrow_frame + in-flight counter, as superstep_loop.cpp), 2 = tessera
-// with copy_frame per send (diagnostic: how slices were sent before borrow_frame).
+// mode 0 = raw, 1 = tessera (borrow_frame + in-flight counter, as superstep_loop.cpp; receive in
+// place), 2 = tessera with copy_frame per send (diagnostic: how slices were sent before
+// borrow_frame), 3 = tessera receiving by a copy into the arena (diagnostic: before receive in place).
 throughput measure_throughput(const options& o, int mode, size_t size) {
   const bool tessera_mode = mode != 0;
   std::filesystem::remove(o.dir + "/child-cpu.txt");
@@ -259,7 +275,8 @@ throughput measure_throughput(const options& o, int mode, size_t size) {
   std::filesystem::remove(o.dir + "/raw-ack.sock");
   std::filesystem::remove(o.dir + "/tile-0.sock");
   std::filesystem::remove(o.dir + "/tile-1.sock");
-  pid_t child = fork_child([&] { return tessera_mode ? tessera_receiver(o.dir, size) : raw_receiver(o.dir, size); });
+  pid_t child = fork_child(
+      [&] { return tessera_mode ? tessera_receiver(o.dir, size, mode != 3) : raw_receiver(o.dir, size); });
   const credit c = credit_for(size);
   throughput out;
   {
@@ -289,8 +306,8 @@ throughput measure_throughput(const options& o, int mode, size_t size) {
         // Slice `sent` is superstep sent % ack_every of batch sent / ack_every + 1 at the receiver.
         exchange::exchange_data d{1, sent / c.ack_every + 1, static_cast<uint32_t>(sent % c.ack_every), 0, 1, 0,
                                   size / 4, exchange::payload_checksum(src.data(), size)};  // as exchange_phase
-        zmq::message_t frame = mode == 1 ? exchange::borrow_frame(src.data(), size, &in_flight)
-                                         : exchange::copy_frame(src.data(), size);
+        zmq::message_t frame = mode == 2 ? exchange::copy_frame(src.data(), size)
+                                         : exchange::borrow_frame(src.data(), size, &in_flight);
         auto st = t->send(1, exchange::encode(d, std::move(frame)));
         if (!st.ok()) throw std::runtime_error(st.to_string());
       } else {
@@ -330,7 +347,7 @@ throughput measure_throughput(const options& o, int mode, size_t size) {
         send_one();
       }
     };
-    auto drain = [&] {  // every message acknowledged and (mode 1) every borrowed frame released
+    auto drain = [&] {  // every message acknowledged and (modes 1, 3) every borrowed frame released
       while (acked < sent) wait_ack();
       while (in_flight.load(std::memory_order_acquire) != 0) std::this_thread::yield();
     };
@@ -624,6 +641,7 @@ struct row {
   double base_cpu_us = 0, tessera_cpu_us = 0;  // diagnostics: CPU per message / per barrier
   barrier_figures dissemination, central;      // diagnostics: sync rows only
   throughput zero_copy;                        // diagnostics, goodput rows: the copy_frame variant
+  throughput copy_receive;                     // diagnostics, goodput rows: receiving by a copy
   std::string unit;
 };
 
@@ -734,14 +752,16 @@ int main(int argc, char** argv) {
   }
   for (size_t size : o.sizes) {
     double raw = 0, tes = 0;
-    throughput raw_best, tes_best, zc_best;
+    throughput raw_best, tes_best, zc_best, cr_best;
     for (int r = 0; r < o.repeats; ++r) {  // interleaved so background load hits both alike
       auto a = measure_throughput(o, 0, size);
       auto b = measure_throughput(o, 1, size);
       auto z = measure_throughput(o, 2, size);
+      auto k = measure_throughput(o, 3, size);
       if (a.rate > raw) raw = a.rate, raw_best = a;
       if (b.rate > tes) tes = b.rate, tes_best = b;
       if (z.rate > zc_best.rate) zc_best = z;
+      if (k.rate > cr_best.rate) cr_best = k;
     }
     row w;
     w.test = "exchange goodput";
@@ -753,6 +773,7 @@ int main(int argc, char** argv) {
     w.base_cpu_us = raw_best.sender_cpu_us + raw_best.receiver_cpu_us;
     w.tessera_cpu_us = tes_best.sender_cpu_us + tes_best.receiver_cpu_us;
     w.zero_copy = zc_best;
+    w.copy_receive = cr_best;
     w.baseline = fmt("%.0f MB/s", w.base_value);
     w.tessera = fmt("%.0f MB/s", w.tessera_value);
     w.ratio = fmt("%.0f%% of raw", 100 * w.ratio_value);
@@ -811,14 +832,18 @@ int main(int argc, char** argv) {
     std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", w.test.c_str(), w.param.c_str(), w.baseline.c_str(),
                 w.tessera.c_str(), w.ratio.c_str(), w.target.c_str(), w.verdict.c_str());
   if (!o.sizes.empty()) {
-    std::printf("\nDiagnostics: tessera's exchange sending a copy of the slice (copy_frame, as before\n"
-                "borrow_frame) instead of the zero-copy frame of row (b); everything else as row (b).\n\n");
-    std::printf("| size | raw | tessera (borrow_frame) | tessera (copy_frame) | copy_frame %% of raw |\n|---|---|---|---|---|\n");
+    std::printf("\nDiagnostics: row (b) with the receiver copying each slice into the arena (as before slices\n"
+                "were received in place), and with the sender sending a copy of the slice (copy_frame, as before\n"
+                "borrow_frame); everything else as row (b). CPU per message (sender + receiver) beside each.\n\n");
+    std::printf("| size | raw | tessera (b) | copy receive | copy receive %% of raw | copy_frame send | copy_frame %% of raw |\n"
+                "|---|---|---|---|---|---|---|\n");
+    auto cpu = [](const throughput& t) { return t.sender_cpu_us + t.receiver_cpu_us; };
     for (const auto& w : rows)
       if (w.test == "exchange goodput")
-        std::printf("| %s | %.0f MB/s | %.0f MB/s | %.0f MB/s | %.0f%% |\n", w.param.c_str(), w.base_value,
-                    w.tessera_value, w.zero_copy.rate / 1e6,
-                    w.base_value > 0 ? 100 * w.zero_copy.rate / 1e6 / w.base_value : 0.0);
+        std::printf("| %s | %.0f MB/s | %.0f MB/s (cpu %.0f us) | %.0f MB/s (cpu %.0f us) | %.0f%% | %.0f MB/s | %.0f%% |\n",
+                    w.param.c_str(), w.base_value, w.tessera_value, w.tessera_cpu_us, w.copy_receive.rate / 1e6,
+                    cpu(w.copy_receive), w.base_value > 0 ? 100 * w.copy_receive.rate / 1e6 / w.base_value : 0.0,
+                    w.zero_copy.rate / 1e6, w.base_value > 0 ? 100 * w.zero_copy.rate / 1e6 / w.base_value : 0.0);
   }
   if (!o.sizes.empty() || !o.tiles.empty()) {
   std::printf("\nDiagnostics: CPU time (user + system, every process and thread involved) per message (goodput rows)\n"
@@ -846,12 +871,12 @@ int main(int argc, char** argv) {
     std::ofstream f(o.csv);
     if (!f) return std::cerr << "tessera-bench-exchange: cannot write " << o.csv << "\n", 1;
     f << "test,param,unit,baseline,tessera,tessera_sync_counter_us,ratio,target,result,baseline_cpu_us,tessera_cpu_us,"
-         "transport_dissemination_us,transport_central_us,tessera_copy_frame_send\n";
+         "transport_dissemination_us,transport_central_us,tessera_copy_frame_send,tessera_copy_receive\n";
     for (const auto& w : rows)
       f << w.test << "," << w.param << "," << w.unit << "," << w.base_value << "," << w.tessera_value << ","
         << w.extra_value << "," << w.ratio_value << "," << w.target << "," << w.verdict << "," << w.base_cpu_us
         << "," << w.tessera_cpu_us << "," << w.dissemination.us << "," << w.central.us << ","
-        << w.zero_copy.rate / 1e6 << "\n";
+        << w.zero_copy.rate / 1e6 << "," << w.copy_receive.rate / 1e6 << "\n";
   }
   return all_ok ? 0 : 1;
 }

@@ -550,6 +550,36 @@ zmq::message_t borrow_frame(const void* data, size_t bytes, std::atomic<uint32_t
   }
 }
 
+namespace {
+struct owned_borrow {
+  std::atomic<uint32_t>* in_flight;
+  std::shared_ptr<void> owner;
+};
+void release_owned(void* /*data*/, void* hint) {
+  auto* b = static_cast<owned_borrow*>(hint);
+  auto* counter = b->in_flight;
+  delete b;  // drops the reference to the bytes' owner before the counter says they are free
+  counter->fetch_sub(1, std::memory_order_release);
+}
+}  // namespace
+
+zmq::message_t borrow_frame(const void* data, size_t bytes, std::atomic<uint32_t>* in_flight,
+                            std::shared_ptr<void> owner) {
+  if (!owner) return borrow_frame(data, bytes, in_flight);
+  TESSERA_CHECK(in_flight != nullptr) << "borrow_frame needs an in-flight counter";
+  if (bytes == 0) return zmq::message_t();
+  auto* hint = new owned_borrow{in_flight, std::move(owner)};
+  in_flight->fetch_add(1, std::memory_order_relaxed);
+  try {
+    return zmq::message_t(const_cast<void*>(data), bytes, &release_owned, hint);
+  } catch (const zmq::error_t& ex) {  // ENOMEM only; the callback is not called then
+    in_flight->fetch_sub(1, std::memory_order_relaxed);
+    delete hint;
+    TESSERA_CHECK(false) << "zmq_msg_init_data failed: " << ex.what();
+    return zmq::message_t();
+  }
+}
+
 status check_tile_id(uint32_t tile_id, uint32_t group_size, const char* field) {
   if (tile_id >= group_size) {
     return status::bad_message(std::string(field) + " " + std::to_string(tile_id) + " is outside the group of " +

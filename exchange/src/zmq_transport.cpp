@@ -131,6 +131,7 @@ result<bool> zmq_transport::recv(envelope& out, std::chrono::milliseconds timeou
   if (!loopback_.empty()) {
     out = std::move(loopback_.front());
     loopback_.pop_front();
+    out.private_payloads = false;  // may borrow this tile's own memory
     bytes_received_ += out.payload_bytes();
     return true;
   }
@@ -142,7 +143,12 @@ result<bool> zmq_transport::recv(envelope& out, std::chrono::milliseconds timeou
       if (zmq::poll(&item, 1, timeout) == 0) return false;
       got = recv_envelope(inbound_, out, nullptr, 0, zmq::recv_flags::dontwait);
     }
-    if (got && *got) bytes_received_ += out.payload_bytes();
+    if (got && *got) {
+      bytes_received_ += out.payload_bytes();
+      // Off an ipc/tcp socket, the bytes are ZeroMQ's own allocation; inproc passes the
+      // sender's frames through (borrowed memory of another tile in this process).
+      out.private_payloads = bound_.rfind("inproc://", 0) != 0;
+    }
     return got;
   } catch (const zmq::error_t& ex) {
     if (ex.num() == ETERM) return status{errc::cancelled, "exchange context terminated"};

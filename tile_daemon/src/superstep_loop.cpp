@@ -51,7 +51,7 @@ result<slice_span> resolve_slice(const slice_ref& s, tile_memory& memory, const 
   if (begin > n || count > n - begin)
     return status::invalid("slice [" + std::to_string(begin) + ", +" + std::to_string(count) + ") overruns tensor '" +
                            t->desc.name + "' of " + std::to_string(n) + " elements");
-  return slice_span{t->data + begin * dtype_size(t->desc.type), count, t->desc.type};
+  return slice_span{t->data + begin * dtype_size(t->desc.type), count, t->desc.type, t};
 }
 
 superstep_runner::superstep_runner(uint32_t self, transport& t, tile_memory& memory, const kernel_registry& registry,
@@ -238,8 +238,10 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
       const std::byte* end = src->data + bytes;
       const bool overwritten = std::any_of(written.begin(), written.end(),
                                            [&](const auto& w) { return begin < w.second && w.first < end; });
+      // A tensor received in place: the frame keeps the message alive (it may be replaced later).
       TESSERA_RETURN_IF_ERROR(transport_.send(
-          op.peer, encode(d, overwritten ? copy_frame(begin, bytes) : borrow_frame(begin, bytes, in_flight_))));
+          op.peer, encode(d, overwritten ? copy_frame(begin, bytes)
+                                         : borrow_frame(begin, bytes, in_flight_, src->tensor->held))));
       continue;
     }
     // Injected faults (fault_injector.hpp): the checksum above was taken before any corruption.
@@ -276,6 +278,18 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
       return status::bad_message("corrupt slice from tile " + std::to_string(op.peer) + " (tag " +
                                  std::to_string(op.tag) + ", superstep " + std::to_string(step) +
                                  "): checksum mismatch");
+    c.bytes_received += payload.size();
+    if (!op.accumulate && e->message.private_payloads && payload.size() >= limits_.in_place_min_bytes &&
+        dst->whole()) {
+      // Receive in place: the message becomes the tensor's storage. Held on the heap, so its
+      // bytes stay put (a very small message keeps them inside the message object).
+      auto owner = std::make_shared<zmq::message_t>(std::move(e->message.payloads[0]));
+      if (memory_.hold(op.dst.tensor_id, static_cast<std::byte*>(owner->data()), owner).ok()) {
+        in_place_ += owner->size();
+        continue;
+      }
+      e->message.payloads[0] = std::move(*owner);  // no room under the cap: copy it, as below
+    }
     // A small message's bytes live inside the message object, not 4-byte aligned: read by memcpy.
     const auto* in = static_cast<const unsigned char*>(payload.data());
     if (op.accumulate) {
@@ -288,7 +302,6 @@ status superstep_runner::exchange_phase(const program& prog, const run_program& 
     } else {
       std::memcpy(dst->data, in, payload.size());
     }
-    c.bytes_received += payload.size();
   }
   return ok_status();
 }

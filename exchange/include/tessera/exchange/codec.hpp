@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <vector>
 #include <zmq.hpp>
@@ -27,6 +28,11 @@ namespace tessera::exchange {
 struct envelope {
   zmq::message_t header;
   std::vector<zmq::message_t> payloads;
+  /// The payload frames came off an ipc/tcp socket (zmq_transport::recv): ZeroMQ allocated
+  /// their bytes for this envelope alone, so the receiver may keep and write them (a tile
+  /// receives a slice in place). False for anything built or looped back in this process,
+  /// whose frames may borrow another tile's memory (borrow_frame).
+  bool private_payloads = false;
   uint64_t payload_bytes() const;
 };
 
@@ -91,5 +97,10 @@ zmq::message_t copy_frame(const void* data, size_t bytes);
 ///   t.send(peer, encode(exchange_data{...}, borrow_frame(slice, n * 4, &in_flight)));
 ///   ... before writing the slice again: wait until in_flight.load(std::memory_order_acquire) == 0
 zmq::message_t borrow_frame(const void* data, size_t bytes, std::atomic<uint32_t>* in_flight);
+/// As above, and the frame also holds a reference to `owner` (the storage of the bytes, e.g. a
+/// received message a tile keeps as a slice) until ZeroMQ releases it, so the bytes outlive
+/// the frame even when their holder drops them first.
+zmq::message_t borrow_frame(const void* data, size_t bytes, std::atomic<uint32_t>* in_flight,
+                            std::shared_ptr<void> owner);
 
 }  // namespace tessera::exchange

@@ -9,7 +9,14 @@
 // Slices are sent without a copy (exchange::borrow_frame over tile memory). Tile memory must
 // not change while ZeroMQ may still read a sent slice, so the runner waits until every such
 // frame is released before each compute set and before a successful run() returns, and copies
-// a slice (copy_frame) that a receive of the same superstep overwrites. A failed run returns
+// a slice (copy_frame) that a receive of the same superstep overwrites.
+//
+// A received slice that is a whole tensor (not accumulated, at least run_limits::
+// in_place_min_bytes, off a socket, aligned for its elements) is received in place: the
+// ZeroMQ message becomes the tensor's storage (tile_memory::hold), counted against the tile's
+// cap, instead of being copied into the arena; when the cap has no room for it, it is copied.
+// Kernels, sends and the daemon reach the tensor through tile_tensor::data as before. A slice
+// sent from such a tensor keeps the message alive until ZeroMQ releases it. A failed run returns
 // at once: frames queued for a dead peer may never be released; they keep pointing into the
 // tile's arena (which must stay mapped until the ZeroMQ context is closed) and carry a batch
 // that failed, so a peer drops them or is gone.
@@ -41,6 +48,9 @@ struct run_limits {
   size_t max_inbox = 1u << 16;
   /// Children per node of the barrier tree; n <= fan-in is a central barrier at rank 0.
   uint32_t barrier_fan_in = 16;
+  /// Whole-tensor slices from this size up are received in place (the message is kept as the
+  /// tensor's storage) rather than copied into the arena; UINT64_MAX copies every slice.
+  uint64_t in_place_min_bytes = 64 << 10;
 };
 
 /// A resolved slice: a pointer into tile memory, a length in elements and their type.
@@ -48,6 +58,8 @@ struct slice_span {
   std::byte* data = nullptr;
   uint64_t elements = 0;
   exchange::dtype type = exchange::dtype::f32;
+  tile_tensor* tensor = nullptr;  ///< the tensor the slice is part of
+  bool whole() const { return tensor && data == tensor->data && bytes() == tensor->desc.bytes(); }
   uint64_t bytes() const { return elements * exchange::dtype_size(type); }
 };
 result<slice_span> resolve_slice(const exchange::slice_ref& s, tile_memory& memory, const exchange::batch_rows& rows);
@@ -89,6 +101,8 @@ class superstep_runner {
   uint32_t in_flight() const { return in_flight_->load(std::memory_order_acquire); }
   uint32_t retired_in_flight() const;
   uint64_t dropped_stale() const { return stale_; }
+  /// Payload bytes received in place (kept as a tensor's storage, not copied) so far.
+  uint64_t received_in_place() const { return in_place_; }
   /// Every batch with an id up to this one is over on this tile.
   uint64_t finished_batch() const { return finished_batch_; }
   bool has_finished_any() const { return finished_any_; }
@@ -126,6 +140,7 @@ class superstep_runner {
   bool finished_any_ = false;
   uint64_t bad_ = 0;
   uint64_t stale_ = 0;
+  uint64_t in_place_ = 0;
   wait_fn wait_;
   bool event_pending_ = false;
   std::chrono::steady_clock::time_point next_check_{};
