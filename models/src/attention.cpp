@@ -1,5 +1,5 @@
 // Multi-head attention, packed (per sequence, no padding) and padded (GPU style, masked).
-// Each (sequence, head) pair is two oneDNN sgemm calls (S = Q K^T, O = P V) around a row softmax;
+// fp32: each (sequence, head) pair is two oneDNN sgemm calls (S = Q K^T, O = P V) around a row softmax;
 // pairs run in parallel, longest first, and sgemm runs single-threaded inside the parallel loop.
 #include <omp.h>
 
@@ -78,10 +78,13 @@ void attention_packed(strided q, strided k, strided v, const int32_t* seq_offset
   run_items(items, q, k, v, out, head_dim);
 }
 
-// bf16: each (sequence, head) widens its q, k, v columns to fp32 once (O(L * head_dim)), runs the
-// fp32 products and softmax (O(L^2 * head_dim)) and rounds the context to bf16 once. oneDNN 2.6
-// has no fast bf16 GEMM for shapes known only at run time (gemm:jit, 50 GFLOP/s), and a fixed
-// shape per sequence length would be a primitive per length.
+// bf16: both products on oneDNN's bf16 brgemm with fp32 results: S = Q K^T, the softmax in fp32,
+// P rounded to bf16, O = P V. brgemm needs the row count fixed when the primitive is made (a
+// runtime count falls back to gemm:jit, slower than fp32 sgemm here), so a sequence of L rows runs
+// padded to Lp, L rounded up to a multiple of 32: at most 16 shapes up to 512, each primitive made
+// once and kept. The padding holds zeros; keys beyond L are masked to -inf before the softmax and
+// rows beyond L are not read back. Only one (sequence, head)'s Lp x Lp block lives at a time, per
+// thread.
 void attention_packed(bf16_strided q, bf16_strided k, bf16_strided v, const int32_t* seq_offsets, int num_seqs,
                       int num_heads, int head_dim, bf16_strided_out out) {
   const std::vector<work_item> items = packed_items(seq_offsets, num_seqs, num_heads);
@@ -89,20 +92,35 @@ void attention_packed(bf16_strided q, bf16_strided k, bf16_strided v, const int3
   const int64_t n = static_cast<int64_t>(items.size()), d = head_dim;
 #pragma omp parallel if (n > 1)
   {
-    std::vector<float> scores, qf, kf, vf, of;
+    std::vector<bfloat16> qb, kb, vt, pb;
+    std::vector<float> s, o;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n; ++i) {
       const auto& it = items[static_cast<size_t>(i)];
-      const int64_t col0 = int64_t{it.head} * d, len = it.len;
-      for (auto* buf : {&qf, &kf, &vf, &of}) buf->resize(static_cast<size_t>(len * d));
+      const int64_t col0 = int64_t{it.head} * d, len = it.len, lp = (len + 31) / 32 * 32;
+      qb.assign(static_cast<size_t>(lp * d), bfloat16{});
+      kb.assign(static_cast<size_t>(lp * d), bfloat16{});
+      vt.assign(static_cast<size_t>(d * lp), bfloat16{});
+      pb.assign(static_cast<size_t>(lp * lp), bfloat16{});
+      s.resize(static_cast<size_t>(lp * lp));
+      o.resize(static_cast<size_t>(lp * d));
       for (int64_t r = 0; r < len; ++r) {
-        to_float(q.data + (it.row0 + r) * q.ld + col0, d, qf.data() + r * d);
-        to_float(k.data + (it.row0 + r) * k.ld + col0, d, kf.data() + r * d);
-        to_float(v.data + (it.row0 + r) * v.ld + col0, d, vf.data() + r * d);
+        const bfloat16* vr = v.data + (it.row0 + r) * v.ld + col0;
+        std::copy_n(q.data + (it.row0 + r) * q.ld + col0, d, qb.data() + r * d);
+        std::copy_n(k.data + (it.row0 + r) * k.ld + col0, d, kb.data() + r * d);
+        for (int64_t c = 0; c < d; ++c) vt[static_cast<size_t>(c * lp + r)] = vr[c];  // V^T [d, lp]
       }
-      attend_one({qf.data(), d}, {kf.data(), d}, {vf.data(), d}, {of.data(), d}, 0, len, len, 0, head_dim, scale,
-                 scores);
-      for (int64_t r = 0; r < len; ++r) to_bf16(of.data() + r * d, d, out.data + (it.row0 + r) * out.ld + col0);
+      // S [lp, lp] = Q K^T: K's rows are the "weight" rows of a linear layer.
+      linear(qb.data(), lp, bf16_weight::view(kb.data(), lp, d), nullptr, s.data());
+      for (int64_t r = 0; r < len; ++r) {
+        float* row = s.data() + r * lp;
+        for (int64_t c = 0; c < len; ++c) row[c] *= scale;
+        detail::softmax_row(row, len);
+        to_bf16(row, len, pb.data() + r * lp);
+      }
+      // O [lp, d] = P V: V^T's rows are the weight rows.
+      linear(pb.data(), lp, bf16_weight::view(vt.data(), d, lp), nullptr, o.data());
+      for (int64_t r = 0; r < len; ++r) to_bf16(o.data() + r * d, d, out.data + (it.row0 + r) * out.ld + col0);
     }
   }
 }

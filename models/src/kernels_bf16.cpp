@@ -67,7 +67,7 @@ struct matmul_key_hash {
 
 struct matmul_entry {
   dnnl::matmul prim;
-  dnnl::memory::desc src, wei, bias, dst;
+  dnnl::memory::desc src, wei, bias, dst, scratchpad;
 };
 
 std::mutex cache_mutex;
@@ -95,13 +95,19 @@ std::shared_ptr<const matmul_entry> get_matmul(const matmul_key& k) {
   e->dst = dnnl::memory::desc(dims{k.rows, k.out}, k.f32_out ? dt::f32 : dt::bf16, dims{k.ldy, 1});
   if (k.bias) e->bias = dnnl::memory::desc(dims{1, k.out}, dt::f32, dims{k.out, 1});
   dnnl::primitive_attr attr;
+  // The caller's scratchpad (run_matmul: one per thread): with the library's, two threads running
+  // bf16 matmuls at once (attention's parallel loop, a server's concurrent forwards) corrupted
+  // each other's results (measured: logits that varied from run to run).
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (k.act != activation::none) {
     dnnl::post_ops ops;
     ops.append_eltwise(1.0f, eltwise_of(k.act), k.act == activation::silu ? 1.0f : 0.0f, 0.0f);
     attr.set_post_ops(ops);
   }
   auto desc = k.bias ? dnnl::matmul::desc(e->src, e->wei, e->bias, e->dst) : dnnl::matmul::desc(e->src, e->wei, e->dst);
-  e->prim = dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, detail::cpu_engine()));
+  const dnnl::matmul::primitive_desc pd(desc, attr, detail::cpu_engine());
+  e->scratchpad = pd.scratchpad_desc();
+  e->prim = dnnl::matmul(pd);
   std::lock_guard<std::mutex> lock(cache_mutex);
   return cache.emplace(k, std::move(e)).first->second;
 }
@@ -114,6 +120,11 @@ void run_matmul(const matmul_key& k, const bfloat16* x, const bf16_weight& W, co
       {DNNL_ARG_WEIGHTS, dnnl::memory(e->wei, eng, const_cast<void*>(W.data()))},
       {DNNL_ARG_DST, dnnl::memory(e->dst, eng, y)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(e->bias, eng, const_cast<float*>(bias)));
+  thread_local std::vector<char> scratch;
+  if (const size_t need = e->scratchpad.get_size(); need > 0) {
+    if (scratch.size() < need) scratch.resize(need);
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e->scratchpad, eng, scratch.data()));
+  }
   auto& s = detail::thread_stream();
   e->prim.execute(s, args);
   s.wait();
