@@ -15,7 +15,12 @@
 //   (d) a plain ZeroMQ barrier among as many processes: a ROUTER coordinator collects N
 //       "arrive" messages from N DEALER processes, then releases all of them;
 //   (e) the slice checksum alone (exchange::payload_checksum, in this process, on a warm slice of
-//       each size) against a memcpy of the same slice: the receiver pays for one of each.
+//       each size) against a memcpy of the same slice;
+//   (f) the tile's receive path alone, in this process, without sockets or a second process: a
+//       superstep_runner consuming prepared messages (ZeroMQ-allocated, as off a socket, more of
+//       them than the caches hold), received in place or copied into the arena, beside the
+//       checksum of the same messages: where a receiving tile's own time goes, with little of
+//       the noise of a shared machine (one thread, best of --repeats).
 // Both sides of a comparison run under the same flow control (a credit window of acks from the
 // receiver) and, for (c)/(d), the same process count, interleaved per size so background load
 // hits both alike. Prints a markdown table with the targets (goodput >= 80% of raw from 64 KiB;
@@ -24,6 +29,7 @@
 //   build-bench/bin/tessera-bench-exchange            # full run (~1-2 minutes)
 //   build-bench/bin/tessera-bench-exchange --quick --csv /tmp/exchange.csv
 //   build-bench/bin/tessera-bench-exchange --part checksum --sizes 1M
+//   build-bench/bin/tessera-bench-exchange --part receive --sizes 64K,1M,4M
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -37,6 +43,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -167,8 +174,9 @@ struct cpu_meter {
   void on_message(uint64_t count) {
     if (count == warm) start = process_cpu_seconds();
   }
-  void finish(uint64_t count) {
-    std::ofstream(path) << (process_cpu_seconds() - start) << " " << (count - warm) << "\n";
+  /// `in_place_share`: the share of payload bytes the receiver kept in place (tessera only).
+  void finish(uint64_t count, double in_place_share = 0) {
+    std::ofstream(path) << (process_cpu_seconds() - start) << " " << (count - warm) << " " << in_place_share << "\n";
   }
 };
 
@@ -231,14 +239,10 @@ int tessera_receiver(const std::string& dir, size_t size, bool in_place) {
   prog.steps.assign(c.ack_every, step);
   cpu_meter meter{dir + "/child-cpu.txt", c.window};
   uint64_t count = 0;
-  // The measurement is of the path it names: a slice big enough must have been received in place.
+  // The parent checks the path taken was the one it names (and the CSV says which).
   auto finish = [&] {
-    meter.finish(count);
-    const bool expected = in_place && size >= limits.in_place_min_bytes && count > 0;
-    if (expected == (runner.received_in_place() > 0)) return 0;
-    std::fprintf(stderr, "tessera receiver: %llu bytes received in place, expected %s\n",
-                 static_cast<unsigned long long>(runner.received_in_place()), expected ? "some" : "none");
-    return 8;
+    meter.finish(count, count > 0 ? static_cast<double>(runner.received_in_place()) / static_cast<double>(count * size) : 0);
+    return 0;
   };
   for (uint64_t batch = 1;; ++batch) {
     auto ran = runner.run(prog, {.program_id = 1, .batch_id = batch, .collect_counters = false},
@@ -261,6 +265,7 @@ struct throughput {
   double rate = 0;           // payload bytes per second
   double sender_cpu_us = 0;  // CPU per message, sender process (all threads)
   double receiver_cpu_us = 0;
+  double in_place_share = 0;  // of payload bytes the receiver kept in place
 };
 
 // Sends for ~`seconds` after a warm-up window; the rate is payload bytes per second measured at
@@ -374,8 +379,16 @@ throughput measure_throughput(const options& o, int mode, size_t size) {
   }
   if (!reap(child, tessera_mode ? "tessera receiver" : "raw receiver")) return {};
   double cpu = 0, msgs = 0;
-  std::ifstream(o.dir + "/child-cpu.txt") >> cpu >> msgs;
+  std::ifstream(o.dir + "/child-cpu.txt") >> cpu >> msgs >> out.in_place_share;
   if (msgs > 0) out.receiver_cpu_us = cpu * 1e6 / msgs;
+  // A tessera receiver must have taken the path its row names: every slice of at least
+  // in_place_min_bytes kept in place in row (b), none in the copy-receive diagnostic.
+  const bool expected = tessera_mode && mode != 3 && size >= tile::run_limits{}.in_place_min_bytes;
+  if (tessera_mode && (expected ? out.in_place_share < 0.999 : out.in_place_share != 0)) {
+    std::fprintf(stderr, "tessera-bench-exchange: mode %d at %zu B kept %.1f%% of slices in place, expected %s\n", mode,
+                 size, 100 * out.in_place_share, expected ? "all" : "none");
+    return {};
+  }
   return out;
 }
 
@@ -614,6 +627,88 @@ barrier_figures measure_transport_barrier(const options& o, uint32_t n, bool cen
   return f;
 }
 
+// ---- (f) the receive path in process ---------------------------------------------------------
+
+// Hands out prepared envelopes as a socket would (private payloads); sends nothing.
+class prepared_transport final : public exchange::transport {
+ public:
+  std::deque<exchange::envelope> queue;
+  uint32_t self() const override { return 1; }
+  status send(uint32_t, exchange::envelope&&) override { return status::invalid("the receive bench sends nothing"); }
+  result<bool> recv(exchange::envelope& out, std::chrono::milliseconds) override {
+    if (queue.empty()) return false;
+    out = std::move(queue.front());
+    queue.pop_front();
+    out.private_payloads = true;
+    return true;
+  }
+  uint64_t bytes_sent() const override { return 0; }
+  uint64_t bytes_received() const override { return 0; }
+};
+
+struct receive_figures {
+  double in_place_us = 0, copy_us = 0, checksum_us = 0;  // per message, best of repeats
+};
+
+// Per message: runner.run over batches of prepared slices (in place, then copied), and the
+// checksum alone over messages prepared the same way. Messages are filled when prepared
+// (untimed), cycling through more bytes than the caches hold, so each is cold when consumed
+// as a received one is (ZeroMQ's I/O thread wrote it on whichever core it ran).
+receive_figures measure_receive_path(const options& o, size_t size) {
+  const uint64_t per_batch = 16;
+  const uint64_t batches = std::clamp<uint64_t>((128ull << 20) / size / per_batch, 4, 256);
+  std::vector<float> src(size / 4);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 1000) * 0.5f;
+  const uint64_t sum = exchange::payload_checksum(src.data(), size);
+  auto prepare = [&](prepared_transport& t, uint64_t first_batch) {
+    for (uint64_t b = 0; b < batches; ++b)
+      for (uint32_t step = 0; step < per_batch; ++step)
+        t.queue.push_back(exchange::encode(exchange::exchange_data{1, first_batch + b, step, 0, 1, 0, size / 4, sum},
+                                           zmq::message_t(src.data(), size)));
+  };
+  exchange::program prog;
+  prog.id = 1;
+  prog.tiles = {0, 1};
+  exchange::superstep step;
+  step.recvs.push_back({.peer = 0, .tag = 0, .dst = {.tensor_id = 1, .offset = 0, .count = size / 4}});
+  step.sync = false;
+  prog.steps.assign(per_batch, step);
+  const tile::kernel_registry registry = tile::kernel_registry::with_builtins();
+  const double messages = static_cast<double>(batches * per_batch);
+  auto run_path = [&](bool in_place) {
+    prepared_transport t;
+    tile::tile_memory memory(1, 2 * size + (1 << 20));
+    if (!memory.allocate({.id = 1, .name = "slice", .shape = {static_cast<int64_t>(size / 4)}}).ok()) return 0.0;
+    tile::superstep_runner runner(1, t, memory, registry,
+                                  {.in_place_min_bytes = in_place ? tile::run_limits{}.in_place_min_bytes : UINT64_MAX});
+    double best = 0;
+    for (int r = 0; r < o.repeats; ++r) {
+      const uint64_t first = 1 + static_cast<uint64_t>(r) * batches;
+      prepare(t, first);
+      const auto t0 = steady::now();
+      for (uint64_t b = 0; b < batches; ++b)
+        if (!runner.run(prog, {.program_id = 1, .batch_id = first + b, .collect_counters = false}, {}).ok()) return 0.0;
+      const double us = seconds_since(t0) * 1e6 / messages;
+      if (best == 0 || us < best) best = us;
+    }
+    const bool kept = runner.received_in_place() > 0;
+    return kept == (in_place && size >= tile::run_limits{}.in_place_min_bytes) ? best : 0.0;
+  };
+  receive_figures f;
+  f.in_place_us = run_path(true);
+  f.copy_us = run_path(false);
+  for (int r = 0; r < o.repeats; ++r) {
+    prepared_transport t;
+    prepare(t, 1);
+    volatile uint64_t sink = 0;
+    const auto t0 = steady::now();
+    for (auto& e : t.queue) sink = sink + exchange::payload_checksum(e.payloads[0].data(), e.payloads[0].size());
+    const double us = seconds_since(t0) * 1e6 / messages;
+    if (f.checksum_us == 0 || us < f.checksum_us) f.checksum_us = us;
+  }
+  return f;
+}
+
 // ---- report ---------------------------------------------------------------------------------
 
 // (e): bytes per second of `body` over a warm slice, best of `repeats` runs of `seconds` each.
@@ -639,6 +734,8 @@ struct row {
   // CSV numbers
   double base_value = 0, tessera_value = 0, ratio_value = 0, extra_value = 0;
   double base_cpu_us = 0, tessera_cpu_us = 0;  // diagnostics: CPU per message / per barrier
+  double raw_receiver_cpu_us = 0, tessera_receiver_cpu_us = 0;  // goodput rows: the receiver's share
+  double in_place_share = 0;                                      // goodput rows: of (b)'s payload bytes
   barrier_figures dissemination, central;      // diagnostics: sync rows only
   throughput zero_copy;                        // diagnostics, goodput rows: the copy_frame variant
   throughput copy_receive;                     // diagnostics, goodput rows: receiving by a copy
@@ -687,7 +784,8 @@ int main(int argc, char** argv) {
     ("supersteps", po::value(&o.supersteps)->default_value(o.supersteps), "sync: supersteps per batch (= barrier rounds)")
     ("runs", po::value(&o.runs)->default_value(o.runs), "sync: timed batches per tile count")
     ("part", po::value(&o.part)->default_value(o.part),
-     "what to measure: all, exchange ((a)/(b)), sync ((c)/(d)) or checksum ((e))");
+     "what to measure: all, exchange ((a)/(b)), sync ((c)/(d)), checksum ((e)) or receive ((f): the tile's receive "
+     "path in process, in place vs copied)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -710,8 +808,8 @@ int main(int argc, char** argv) {
     if (s == 0 || s % 4 != 0) return std::cerr << "tessera-bench-exchange: --sizes must be positive multiples of 4\n", 2;
   for (uint32_t t : o.tiles)
     if (t < 2 || t > 256) return std::cerr << "tessera-bench-exchange: --tiles must be between 2 and 256\n", 2;
-  if (o.part != "all" && o.part != "exchange" && o.part != "sync" && o.part != "checksum")
-    return std::cerr << "tessera-bench-exchange: --part must be all, exchange, sync or checksum\n", 2;
+  if (o.part != "all" && o.part != "exchange" && o.part != "sync" && o.part != "checksum" && o.part != "receive")
+    return std::cerr << "tessera-bench-exchange: --part must be all, exchange, sync, checksum or receive\n", 2;
   if (o.seconds <= 0 || o.repeats <= 0 || o.supersteps == 0 || o.runs <= 0)
     return std::cerr << "tessera-bench-exchange: --seconds, --repeats, --supersteps and --runs must be positive\n", 2;
 
@@ -723,8 +821,17 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "tessera-bench-exchange: %ld cores online; measuring...\n", sysconf(_SC_NPROCESSORS_ONLN));
 
   const std::vector<size_t> checksum_sizes = o.part == "all" || o.part == "checksum" ? o.sizes : std::vector<size_t>{};
-  if (o.part == "sync" || o.part == "checksum") o.sizes.clear();
-  if (o.part == "exchange" || o.part == "checksum") o.tiles.clear();
+  const std::vector<size_t> receive_sizes = o.part == "all" || o.part == "receive" ? o.sizes : std::vector<size_t>{};
+  if (o.part == "sync" || o.part == "checksum" || o.part == "receive") o.sizes.clear();
+  if (o.part == "exchange" || o.part == "checksum" || o.part == "receive") o.tiles.clear();
+  std::vector<std::pair<size_t, receive_figures>> receive_rows;
+  for (size_t size : receive_sizes) {
+    receive_rows.emplace_back(size, measure_receive_path(o, size));
+    const auto& f = receive_rows.back().second;
+    all_ok &= f.in_place_us > 0 && f.copy_us > 0;
+    std::fprintf(stderr, "  receive path %zu B: in place %.1f us, copied %.1f us, checksum %.1f us per message\n", size,
+                 f.in_place_us, f.copy_us, f.checksum_us);
+  }
   for (size_t size : checksum_sizes) {
     std::vector<float> slice(size / 4), copy(size / 4);
     for (size_t i = 0; i < slice.size(); ++i) slice[i] = static_cast<float>(i % 1000) * 0.25f;
@@ -772,6 +879,9 @@ int main(int argc, char** argv) {
     w.unit = "MB/s";
     w.base_cpu_us = raw_best.sender_cpu_us + raw_best.receiver_cpu_us;
     w.tessera_cpu_us = tes_best.sender_cpu_us + tes_best.receiver_cpu_us;
+    w.raw_receiver_cpu_us = raw_best.receiver_cpu_us;
+    w.in_place_share = tes_best.in_place_share;
+    w.tessera_receiver_cpu_us = tes_best.receiver_cpu_us;
     w.zero_copy = zc_best;
     w.copy_receive = cr_best;
     w.baseline = fmt("%.0f MB/s", w.base_value);
@@ -822,28 +932,44 @@ int main(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::remove_all(o.dir, ec);
 
-  std::printf("\n(a)/(b): %.2f s per point, best of %d; (c)/(d): %u supersteps x %d batches, median batch (tessera: batch\n"
-              "wall / supersteps; sync_ns = mean over tiles of the tiles' own sync counter; plain: rounds of the same\n"
-              "size, median)\n\n",
-              o.seconds, o.repeats, o.supersteps, o.runs);
-  std::printf("| test | size / tiles | raw ZeroMQ / plain barrier | tessera | ratio | target | result |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
-  for (const auto& w : rows)
-    std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", w.test.c_str(), w.param.c_str(), w.baseline.c_str(),
-                w.tessera.c_str(), w.ratio.c_str(), w.target.c_str(), w.verdict.c_str());
+  if (!rows.empty()) {
+    std::printf("\n(a)/(b): %.2f s per point, best of %d; (c)/(d): %u supersteps x %d batches, median batch (tessera: batch\n"
+                "wall / supersteps; sync_ns = mean over tiles of the tiles' own sync counter; plain: rounds of the same\n"
+                "size, median)\n\n",
+                o.seconds, o.repeats, o.supersteps, o.runs);
+    std::printf("| test | size / tiles | raw ZeroMQ / plain barrier | tessera | ratio | target | result |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
+    for (const auto& w : rows)
+      std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", w.test.c_str(), w.param.c_str(), w.baseline.c_str(),
+                  w.tessera.c_str(), w.ratio.c_str(), w.target.c_str(), w.verdict.c_str());
+  }
   if (!o.sizes.empty()) {
     std::printf("\nDiagnostics: row (b) with the receiver copying each slice into the arena (as before slices\n"
                 "were received in place), and with the sender sending a copy of the slice (copy_frame, as before\n"
-                "borrow_frame); everything else as row (b). CPU per message (sender + receiver) beside each.\n\n");
-    std::printf("| size | raw | tessera (b) | copy receive | copy receive %% of raw | copy_frame send | copy_frame %% of raw |\n"
+                "borrow_frame); everything else as row (b). Beside each, the receiving process's CPU per message\n"
+                "(every thread, ZeroMQ's I/O thread included) in the best run.\n\n");
+    std::printf("| size | raw | tessera (b), in place | copy receive | copy receive %% of raw | copy_frame send | copy_frame %% of raw |\n"
                 "|---|---|---|---|---|---|---|\n");
-    auto cpu = [](const throughput& t) { return t.sender_cpu_us + t.receiver_cpu_us; };
     for (const auto& w : rows)
       if (w.test == "exchange goodput")
-        std::printf("| %s | %.0f MB/s | %.0f MB/s (cpu %.0f us) | %.0f MB/s (cpu %.0f us) | %.0f%% | %.0f MB/s | %.0f%% |\n",
-                    w.param.c_str(), w.base_value, w.tessera_value, w.tessera_cpu_us, w.copy_receive.rate / 1e6,
-                    cpu(w.copy_receive), w.base_value > 0 ? 100 * w.copy_receive.rate / 1e6 / w.base_value : 0.0,
-                    w.zero_copy.rate / 1e6, w.base_value > 0 ? 100 * w.zero_copy.rate / 1e6 / w.base_value : 0.0);
+        std::printf("| %s | %.0f MB/s (recv cpu %.0f us) | %.0f MB/s (recv cpu %.0f us) | %.0f MB/s (recv cpu %.0f us) "
+                    "| %.0f%% | %.0f MB/s | %.0f%% |\n",
+                    w.param.c_str(), w.base_value, w.raw_receiver_cpu_us, w.tessera_value, w.tessera_receiver_cpu_us,
+                    w.copy_receive.rate / 1e6, w.copy_receive.receiver_cpu_us,
+                    w.base_value > 0 ? 100 * w.copy_receive.rate / 1e6 / w.base_value : 0.0, w.zero_copy.rate / 1e6,
+                    w.base_value > 0 ? 100 * w.zero_copy.rate / 1e6 / w.base_value : 0.0);
+  }
+  if (!receive_rows.empty()) {
+    std::printf("\n(f) The tile's receive path alone, in this process (superstep_runner over prepared, cold, ZeroMQ-\n"
+                "allocated messages; no sockets, one thread; best of %d). Per message: the whole receive (decode, inbox,\n"
+                "checks, then the slice kept in place or copied into the arena, the message freed), and the checksum\n"
+                "of the same messages alone.\n\n", o.repeats);
+    std::printf("| size | received in place | copied into the arena | copy's share | checksum alone | in place GB/s |\n"
+                "|---|---|---|---|---|---|\n");
+    for (const auto& [size, f] : receive_rows)
+      std::printf("| %s | %.1f us | %.1f us | %.0f%% | %.1f us | %.1f |\n", size_name(size).c_str(), f.in_place_us,
+                  f.copy_us, f.copy_us > 0 ? 100 * (f.copy_us - f.in_place_us) / f.copy_us : 0.0, f.checksum_us,
+                  f.in_place_us > 0 ? static_cast<double>(size) / f.in_place_us / 1e3 : 0.0);
   }
   if (!o.sizes.empty() || !o.tiles.empty()) {
   std::printf("\nDiagnostics: CPU time (user + system, every process and thread involved) per message (goodput rows)\n"
@@ -871,12 +997,14 @@ int main(int argc, char** argv) {
     std::ofstream f(o.csv);
     if (!f) return std::cerr << "tessera-bench-exchange: cannot write " << o.csv << "\n", 1;
     f << "test,param,unit,baseline,tessera,tessera_sync_counter_us,ratio,target,result,baseline_cpu_us,tessera_cpu_us,"
-         "transport_dissemination_us,transport_central_us,tessera_copy_frame_send,tessera_copy_receive\n";
+         "transport_dissemination_us,transport_central_us,tessera_copy_frame_send,tessera_copy_receive,"
+         "tessera_in_place_share,copy_receive_in_place_share\n";
     for (const auto& w : rows)
       f << w.test << "," << w.param << "," << w.unit << "," << w.base_value << "," << w.tessera_value << ","
         << w.extra_value << "," << w.ratio_value << "," << w.target << "," << w.verdict << "," << w.base_cpu_us
         << "," << w.tessera_cpu_us << "," << w.dissemination.us << "," << w.central.us << ","
-        << w.zero_copy.rate / 1e6 << "," << w.copy_receive.rate / 1e6 << "\n";
+        << w.zero_copy.rate / 1e6 << "," << w.copy_receive.rate / 1e6 << "," << w.in_place_share << ","
+        << w.copy_receive.in_place_share << "\n";
   }
   return all_ok ? 0 : 1;
 }
