@@ -13,7 +13,8 @@
 // tiles: what dedicated cores would give on a shared machine), its ratio to its baseline (same
 // dtype), bytes exchanged per request (hidden rows and partial sums apart: bf16 sends hidden
 // rows in bf16, partial sums stay f32), the tiles' own counters per request (compute, waiting for
-// slices, waiting at barriers; summed over tiles), and the targets for the automatic plan
+// slices, waiting at barriers; wall time summed over tiles, so a tile descheduled by a busy core
+// counts) and this process's CPU while they ran, and the targets for the automatic plan
 // (bf16: N = 2 >= 0.9x, N = 8 >= 0.7x; fp32: 0.85x and 0.60x) marked met or missed.
 // Output: a Markdown table, RESULT lines (key=value), --csv and --json.
 //
@@ -100,6 +101,7 @@ struct row {
   double bytes = 0, hidden_bytes = 0, partial_bytes = 0;  // per request
   int64_t supersteps = 0;                                 // per batch
   double compute_ms = 0, exchange_ms = 0, barrier_ms = 0; // per request, summed over tiles
+  double host_cpu_ms = 0;  // per request: this process's CPU while the tiles ran
   double max_diff = 0;  // against the single process of the same dtype
   double load = 0;      // 1-minute load average when the row started
   double target = 0;    // 0: none
@@ -273,7 +275,7 @@ int main(int argc, char** argv) {
       size_t next = 0;
       uint64_t bytes = 0, hidden = 0, partial = 0, compute_ns = 0, exchange_ns = 0, sync_ns = 0;
       status failure;
-      const double c0 = self_cpu_seconds() + cpu_seconds_of(pids);
+      const double host0 = self_cpu_seconds(), c0 = host0 + cpu_seconds_of(pids);
       const auto t1 = clk::now();
       std::vector<std::thread> workers;
       for (int rep = 0; rep < replicas; ++rep)
@@ -313,7 +315,9 @@ int main(int argc, char** argv) {
         });
       for (auto& w : workers) w.join();
       r.seconds = std::chrono::duration<double>(clk::now() - t1).count();
-      r.cpu_seconds = self_cpu_seconds() + cpu_seconds_of(pids) - c0;
+      const double host1 = self_cpu_seconds();
+      r.cpu_seconds = host1 + cpu_seconds_of(pids) - c0;
+      r.host_cpu_ms = (host1 - host0) * 1e3 / requests;
       if (!failure.ok()) return std::cerr << failure.to_string() << "\n", 1;
       const row& base = *baseline.at(std::min(n, cores));
       r.req_per_s = requests / r.seconds;
@@ -355,8 +359,9 @@ int main(int argc, char** argv) {
               "same dtype; N > %d tiles share the cores: per CPU-second is the fair column\n\n", cores, cores);
   std::printf("| dtype | configuration | tiles | threads | plan R,S,W,M | seconds | req/s | req/CPU-s | vs single "
               "(threads) | per CPU-s vs single | bytes/req | hidden bytes/req | partial bytes/req | supersteps/batch | "
-              "tile compute ms/req | exchange wait ms/req | barrier wait ms/req | max abs logit diff | load | target |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "tile compute ms/req | exchange wait ms/req | barrier wait ms/req | host CPU ms/req | max abs logit diff | load | "
+              "target |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows) {
     std::string target = "-";
     if (r.target > 0) {
@@ -365,33 +370,34 @@ int main(int argc, char** argv) {
       target = buf;
     }
     std::printf("| %s | %s | %d | %d | %s | %.2f | %.2f | %.2f | %.2fx (%d) | %.2fx | %.0f | %.0f | %.0f | %lld | %.1f | "
-                "%.1f | %.1f | %.1e | %.2f | %s |\n",
+                "%.1f | %.1f | %.1f | %.1e | %.2f | %s |\n",
                 r.dtype.c_str(), r.what().c_str(), r.tiles, r.threads, r.plan.c_str(), r.seconds, r.req_per_s,
                 r.req_per_cpu_s, r.ratio, r.baseline_threads, r.cpu_ratio, r.bytes, r.hidden_bytes, r.partial_bytes,
-                (long long)r.supersteps, r.compute_ms, r.exchange_ms, r.barrier_ms, r.max_diff, r.load, target.c_str());
+                (long long)r.supersteps, r.compute_ms, r.exchange_ms, r.barrier_ms, r.host_cpu_ms, r.max_diff, r.load,
+                target.c_str());
   }
   std::printf("\n");
   for (const auto& r : rows)
     std::printf("RESULT bench=placement model=%s dtype=%s mode=%s tiles=%d threads=%d plan=%s cores=%d secs=%.3f "
                 "req_per_s=%.3f req_per_cpu_s=%.3f baseline_threads=%d ratio=%.3f cpu_ratio=%.3f bytes_per_req=%.0f "
                 "hidden_bytes_per_req=%.0f partial_bytes_per_req=%.0f compute_ms_per_req=%.2f exchange_ms_per_req=%.2f "
-                "barrier_ms_per_req=%.2f max_abs_diff=%.2e load1=%.2f target=%.2f verdict=%s cpu_verdict=%s\n",
+                "barrier_ms_per_req=%.2f host_cpu_ms_per_req=%.2f max_abs_diff=%.2e load1=%.2f target=%.2f verdict=%s cpu_verdict=%s\n",
                 model_name.c_str(), r.dtype.c_str(), r.mode.c_str(), r.tiles, r.threads, r.plan.c_str(), cores,
                 r.seconds, r.req_per_s, r.req_per_cpu_s, r.baseline_threads, r.ratio, r.cpu_ratio, r.bytes,
-                r.hidden_bytes, r.partial_bytes, r.compute_ms, r.exchange_ms, r.barrier_ms, r.max_diff, r.load,
+                r.hidden_bytes, r.partial_bytes, r.compute_ms, r.exchange_ms, r.barrier_ms, r.host_cpu_ms, r.max_diff, r.load,
                 r.target, r.verdict.empty() ? "-" : r.verdict.c_str(), r.cpu_verdict.empty() ? "-" : r.cpu_verdict.c_str());
   if (!csv.empty()) {
     std::ofstream f(csv);
     f << "dtype,mode,tiles,threads,plan,cores,seconds,cpu_seconds,req_per_s,req_per_cpu_s,baseline_threads,ratio,"
          "cpu_ratio,bytes_per_request,hidden_bytes_per_request,partial_bytes_per_request,supersteps_per_batch,"
-         "compute_ms_per_request,exchange_ms_per_request,barrier_ms_per_request,max_abs_diff,load1,target,verdict,"
+         "compute_ms_per_request,exchange_ms_per_request,barrier_ms_per_request,host_cpu_ms_per_request,max_abs_diff,load1,target,verdict,"
          "cpu_verdict\n";
     for (const auto& r : rows)
       f << r.dtype << ',' << r.mode << ',' << r.tiles << ',' << r.threads << ",\"" << r.plan << "\"," << cores << ','
         << r.seconds << ',' << r.cpu_seconds << ',' << r.req_per_s << ',' << r.req_per_cpu_s << ','
         << r.baseline_threads << ',' << r.ratio << ',' << r.cpu_ratio << ',' << r.bytes << ',' << r.hidden_bytes << ','
         << r.partial_bytes << ',' << r.supersteps << ',' << r.compute_ms << ',' << r.exchange_ms << ',' << r.barrier_ms
-        << ',' << r.max_diff << ',' << r.load << ',' << r.target << ',' << r.verdict << ',' << r.cpu_verdict << '\n';
+        << ',' << r.host_cpu_ms << ',' << r.max_diff << ',' << r.load << ',' << r.target << ',' << r.verdict << ',' << r.cpu_verdict << '\n';
     if (!f) return fail("cannot write " + csv);
   }
   if (!json.empty()) {
@@ -405,6 +411,7 @@ int main(int argc, char** argv) {
                    {"hidden_bytes_per_request", r.hidden_bytes}, {"partial_bytes_per_request", r.partial_bytes},
                    {"supersteps_per_batch", r.supersteps}, {"compute_ms_per_request", r.compute_ms},
                    {"exchange_ms_per_request", r.exchange_ms}, {"barrier_ms_per_request", r.barrier_ms},
+                   {"host_cpu_ms_per_request", r.host_cpu_ms},
                    {"max_abs_diff", r.max_diff}, {"load1", r.load}, {"target", r.target}, {"verdict", r.verdict},
                    {"cpu_verdict", r.cpu_verdict}});
     std::ofstream f(json);

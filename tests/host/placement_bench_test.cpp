@@ -93,6 +93,7 @@ TEST(PlacementBench, Bf16AndFp32RowsAreSaneAndAgree) {
     EXPECT_EQ(row["baseline_threads"], std::min(n, cores));
     EXPECT_GT(row["supersteps_per_batch"].get<int>(), 0);
     EXPECT_GT(row["compute_ms_per_request"].get<double>(), 0);
+    EXPECT_GE(row["host_cpu_ms_per_request"].get<double>(), 0);
     tiles[{dt, mode, n}] = row;
   }
   for (const std::string dt : {"fp32", "bf16"}) {
