@@ -215,6 +215,19 @@ int raw_receiver(const std::string& dir, size_t size) {
 // received so far). The sender stops it with SIGUSR1, which the runner's `interrupted` sees.
 volatile sig_atomic_t receiver_stop = 0;
 
+// The receiving tile's program in (b) and (f): `steps` supersteps of tiles 0 and 1, each
+// receiving one whole slice of `size` bytes from tile 0 into tensor 1, without a barrier.
+exchange::program receive_program(size_t size, uint64_t steps) {
+  exchange::program prog;
+  prog.id = 1;
+  prog.tiles = {0, 1};
+  exchange::superstep step;
+  step.recvs.push_back({.peer = 0, .tag = 0, .dst = {.tensor_id = 1, .offset = 0, .count = size / 4}});
+  step.sync = false;
+  prog.steps.assign(steps, step);
+  return prog;
+}
+
 int tessera_receiver(const std::string& dir, size_t size, bool in_place) {
   receiver_stop = 0;
   signal(SIGUSR1, [](int) { receiver_stop = 1; });
@@ -230,13 +243,7 @@ int tessera_receiver(const std::string& dir, size_t size, bool in_place) {
   const tile::run_limits limits{.exchange_timeout = child_idle_limit,
                                 .in_place_min_bytes = in_place ? tile::run_limits{}.in_place_min_bytes : UINT64_MAX};
   tile::superstep_runner runner(1, **t, memory, registry, limits);
-  exchange::program prog;
-  prog.id = 1;
-  prog.tiles = {0, 1};
-  exchange::superstep step;
-  step.recvs.push_back({.peer = 0, .tag = 0, .dst = {.tensor_id = 1, .offset = 0, .count = size / 4}});
-  step.sync = false;
-  prog.steps.assign(c.ack_every, step);
+  const exchange::program prog = receive_program(size, c.ack_every);
   cpu_meter meter{dir + "/child-cpu.txt", c.window};
   uint64_t count = 0;
   // The parent checks the path taken was the one it names (and the CSV says which).
@@ -666,13 +673,7 @@ receive_figures measure_receive_path(const options& o, size_t size) {
         t.queue.push_back(exchange::encode(exchange::exchange_data{1, first_batch + b, step, 0, 1, 0, size / 4, sum},
                                            zmq::message_t(src.data(), size)));
   };
-  exchange::program prog;
-  prog.id = 1;
-  prog.tiles = {0, 1};
-  exchange::superstep step;
-  step.recvs.push_back({.peer = 0, .tag = 0, .dst = {.tensor_id = 1, .offset = 0, .count = size / 4}});
-  step.sync = false;
-  prog.steps.assign(per_batch, step);
+  const exchange::program prog = receive_program(size, per_batch);
   const tile::kernel_registry registry = tile::kernel_registry::with_builtins();
   const double messages = static_cast<double>(batches * per_batch);
   auto run_path = [&](bool in_place) {
