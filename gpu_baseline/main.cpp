@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   log::init_from_env();
   log::set_prefix("gpu");
   gpu::gpu_server_config cfg;
-  std::string model_name = "bert-tiny", dtype_name = "fp16";
+  std::string model_name = "bert-tiny", dtype_name = "fp32", timing_dtype_name = "fp16";
   uint64_t seed = 0;
   std::string keys_dir;
   serving::llm_serve_options lo;
@@ -82,7 +82,10 @@ int main(int argc, char** argv) {
     ("threads", po::value(&cfg.threads)->default_value(cfg.threads), "worker threads (batches in parallel)")
     ("omp-threads", po::value(&cfg.omp_threads)->default_value(cfg.omp_threads), "oneDNN/OpenMP threads inside one forward")
     ("preset", po::value(&cfg.preset)->default_value(cfg.preset), "GPU preset of the timing model (modelled_seconds)")
-    ("dtype", po::value(&dtype_name)->default_value(dtype_name), "dtype of the timing model: fp16 or fp32")
+    ("dtype", po::value(&dtype_name)->default_value(dtype_name), "fp32 or bf16: what a BERT forward computes in "
+     "(bf16: weights converted once, packed and padded batches; a host in the other dtype is refused)")
+    ("timing-dtype", po::value(&timing_dtype_name)->default_value(timing_dtype_name),
+     "dtype of the modelled clock: fp16 (the 16-bit tensor-core rate, also bf16's) or fp32; independent of --dtype")
     ("parallel-forwards", "let worker threads run forwards at the same time (default: they take turns, see reference_backend.hpp)")
     ("max-queued-batches", po::value(&cfg.max_queued_batches)->default_value(cfg.max_queued_batches), "batches accepted at once; beyond, answered 'overloaded'")
     ("keys", po::value(&keys_dir), "CurveZMQ key directory (tessera-tile --make-keys DIR; this machine needs gpu.pub, "
@@ -104,8 +107,10 @@ int main(int argc, char** argv) {
     for (const char* f : {"bind", "threads", "parallel-forwards", "max-queued-batches", "keys", "die-with-parent"})
       if (vm.count(f) && !vm[f].defaulted())
         return std::cerr << "tessera-gpu: --" << f << " is a flag of the backend protocol, not of --serve\n", 2;
-    if (dtype_name != "fp16")
+    if (timing_dtype_name != "fp16")
       return std::cerr << "tessera-gpu: --serve costs steps with the LLM step model, which is fp16 only\n", 2;
+    if (dtype_name != "fp32")
+      return std::cerr << "tessera-gpu: --dtype " << dtype_name << " is for BERT models; decoders run in fp32\n", 2;
     so.insecure = vm.count("insecure") > 0;
     serving::take_stop_signals();  // before any thread starts
     return serve_decoder(model_name, seed, cfg, lo, so);
@@ -114,9 +119,15 @@ int main(int argc, char** argv) {
     const std::string& f = o->long_name();
     if (vm.count(f) && !vm[f].defaulted()) return std::cerr << "tessera-gpu: --" << f << " goes with --serve\n", 2;
   }
-  if (dtype_name == "fp16") cfg.dtype = timing::dtype::fp16;
-  else if (dtype_name == "fp32") cfg.dtype = timing::dtype::fp32;
-  else return std::cerr << "tessera-gpu: --dtype must be fp16 or fp32\n", 2;
+  auto timing_dtype = timing::parse_dtype(timing_dtype_name);
+  if (!timing_dtype) return std::cerr << "tessera-gpu: --timing-dtype: " << timing_dtype.error().message() << "\n", 2;
+  cfg.timing_dtype = *timing_dtype;
+  auto dtype = models::parse_dtype(dtype_name);
+  if (!dtype) {
+    std::cerr << "tessera-gpu: --dtype: " << dtype.error().message();
+    if (dtype_name == "fp16") std::cerr << " (the modelled clock's dtype is --timing-dtype fp16)";
+    return std::cerr << "\n", 2;
+  }
   cfg.serialize_forwards = !vm.count("parallel-forwards");
   if (!keys_dir.empty()) {
     auto sec = exchange::load_security(keys_dir, exchange::security_role::gpu);
@@ -138,6 +149,10 @@ int main(int argc, char** argv) {
 
   auto loaded = models::load_model(model_name, seed);
   if (!loaded) return std::cerr << "tessera-gpu: " << loaded.error().to_string() << "\n", 2;
+  // bf16: checks the CPU (refused with a message where bf16 would not run natively) and converts
+  // the weights once, before the socket is bound.
+  if (auto st = models::set_dtype(*loaded, *dtype); !st.ok())
+    return std::cerr << "tessera-gpu: " << st.message() << "\n", 2;
   auto model = std::make_shared<const models::bert_model>(std::move(*loaded));
   auto server = gpu::gpu_server::create(model, cfg);
   if (!server) return std::cerr << "tessera-gpu: " << server.error().to_string() << "\n", 2;

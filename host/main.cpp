@@ -56,7 +56,9 @@ int main(int argc, char** argv) {
      "gpt2, gpt2-medium, llama-tiny, llama-1b) or Hugging Face folder")
     ("seed", po::value(&mo.seed)->default_value(0), "seed of a preset's random weights")
     ("dtype", po::value(&dtype_text)->default_value("fp32"), "fp32 or bf16: BERT's matrices and activations in tile "
-     "memory and on the exchange (bf16: 2 bytes an element; partial sums, biases and gains stay fp32)")
+     "memory and on the exchange (bf16: 2 bytes an element; partial sums, biases and gains stay fp32), and the "
+     "forward of GPU backends (--gpu-replicas; --spawn-gpu processes are started with it; a --gpu-endpoint process "
+     "in the other dtype is refused)")
     ("plan", po::value(&plan_text), "R,S,W[,M]: replicas, pipeline stages, tensor-parallel width, micro-batches (default: automatic)")
     ("serve", "serve the model over HTTP until SIGINT/SIGTERM")
     ("check", po::value(&mo.check_batches)->default_value(0), "run N mixed batches against the single-process reference "
@@ -120,9 +122,6 @@ int main(int argc, char** argv) {
     mo.dtype = *dt;
     if (mo.dtype != models::dtype::fp32 && host::app::is_decoder_model(mo.model))
       return std::cerr << "tessera-host: --dtype " << dtype_text << " is for BERT models; decoders run in fp32\n", 2;
-    if (mo.dtype != models::dtype::fp32 && (mo.gpu_replicas > 0 || mo.spawn_gpu > 0 || !mo.gpu_endpoints.empty()))
-      return std::cerr << "tessera-host: --dtype " << dtype_text << " runs on the tiles only: GPU backends (--gpu-replicas, "
-                          "--spawn-gpu, --gpu-endpoint) compute in fp32\n", 2;
     if (!plan_text.empty()) {
       auto p = host::parse_plan(plan_text);
       if (!p) return std::cerr << "tessera-host: " << p.error().message() << "\n", 2;

@@ -47,9 +47,6 @@ std::shared_ptr<thread_pool_backend> make_reference_backend(
     std::unique_lock lock(forward_mutex(), std::defer_lock);
     if (serialize) lock.lock();
     if (req.layout == batch_layout::padded) {
-      if (model->compute != models::dtype::fp32)
-        return status::unsupported("padded batches run in fp32 only and this backend's model is " +
-                                   std::string(models::dtype_name(model->compute)) + ": send packed batches");
       if (req.padded_length > b.max_seq_len()) {
         // Widen the rectangle to padded_length with a dummy row; its logits are dropped.
         std::vector<int32_t> dummy(static_cast<size_t>(req.padded_length), 0);

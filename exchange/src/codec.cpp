@@ -224,6 +224,7 @@ void fields(F& f, T& m) {
   f(m.seq_lengths, "seq_lengths", max_batch_sequences);
   f(m.layout, "layout", uint8_t{1});
   f(m.padded_length, "padded_length");
+  f(m.compute, "compute", dtype::bf16);
 }
 
 template <class F, of<infer_result> T>

@@ -56,10 +56,20 @@ backends::batch_request to_request(const ex::infer_batch& m, const ex::envelope&
   return req;
 }
 
+const char* wire_dtype_name(ex::dtype d) {
+  switch (d) {
+    case ex::dtype::f32: return "fp32";
+    case ex::dtype::bf16: return "bf16";
+    case ex::dtype::i32: return "i32";
+  }
+  return "?";
+}
+
 }  // namespace
 
 struct gpu_server::impl {
   std::shared_ptr<const models::bert_model> model;
+  ex::dtype compute = ex::dtype::f32;  // the model's dtype, as infer_batch.compute names it
   gpu_server_config cfg;
   timing::gpu_preset preset;
   zmq::context_t ctx{1};
@@ -116,6 +126,14 @@ struct gpu_server::impl {
       if (auto id = ex::peek_request_id(env)) reply_error(peer, *id, st);
       return;
     }
+    if (m.compute != compute) {
+      reply_error(peer, m.batch_id,
+                  status::invalid(std::string("this tessera-gpu computes in ") + wire_dtype_name(compute) +
+                                  " and the batch asks for " + wire_dtype_name(m.compute) +
+                                  ": start tessera-gpu with --dtype " + wire_dtype_name(m.compute) +
+                                  " or the host with --dtype " + wire_dtype_name(compute)));
+      return;
+    }
     if (m.seq_lengths.empty()) {  // a ping
       ex::infer_result r;
       r.batch_id = m.batch_id;
@@ -148,7 +166,7 @@ struct gpu_server::impl {
       out.batch_id = r.batch_id;
       out.num_labels = model->config.num_labels;
       out.wall_seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-      out.modelled_seconds = modelled_gpu_seconds(preset, model->config, cfg.dtype, lengths, pad_to);
+      out.modelled_seconds = modelled_gpu_seconds(preset, model->config, cfg.timing_dtype, lengths, pad_to);
       const size_t want = lengths.size() * static_cast<size_t>(out.num_labels);
       if (r.st.ok() && r.logits.size() == want) {
         reply(peer, ex::encode(out, ex::copy_frame(r.logits.data(), r.logits.size() * 4)));
@@ -179,6 +197,7 @@ result<std::unique_ptr<gpu_server>> gpu_server::create(std::shared_ptr<const mod
   if (!preset) return preset.error();
   auto p = std::make_unique<impl>();
   p->model = std::move(model);
+  p->compute = p->model->compute == models::dtype::bf16 ? ex::dtype::bf16 : ex::dtype::f32;
   p->cfg = cfg;
   p->preset = std::move(*preset);
   p->pool = backends::make_reference_backend(

@@ -38,7 +38,9 @@ models::packed_batch check_batch(const models::bert_config& cfg, int budget, int
 }
 
 // GPU baseline processes (tessera-gpu): --gpu-endpoint ones running elsewhere, then --spawn-gpu
-// ones launched here on private ipc endpoints (stopped when the backend is destroyed).
+// ones launched here on private ipc endpoints (stopped when the backend is destroyed), in --dtype:
+// spawned ones are started with it, and every one must answer a ping in it (a running process
+// in the other dtype is refused here, naming both).
 result<std::vector<std::shared_ptr<remote_backend>>> gpu_processes(const models::bert_model& m,
                                                                    const model_options& o) {
   std::vector<std::shared_ptr<remote_backend>> out;
@@ -54,12 +56,15 @@ result<std::vector<std::shared_ptr<remote_backend>>> gpu_processes(const models:
       if (!ep) return ep.error();
       c.endpoint = *ep;
       c.spawn_binary = default_bin_dir() + "/tessera-gpu";
-      c.spawn_args = {"--model", o.model, "--seed", std::to_string(o.seed), "--name", c.info.name};
+      c.spawn_args = {"--model", o.model, "--seed", std::to_string(o.seed), "--name", c.info.name,
+                      "--dtype", std::string(models::dtype_name(o.dtype))};
     }
+    c.compute = o.dtype;
     auto b = remote_backend::start(c);
     if (!b) return b.error();
     if (!(*b)->wait_ready(std::chrono::seconds(60)))
       return status::peer_failed(c.info.name + " at " + c.endpoint + " did not answer a ping within 60 s");
+    if (auto st = (*b)->check_compute(std::chrono::seconds(60)); !st.ok()) return st;
     out.push_back(std::move(*b));
   }
   return out;
@@ -175,7 +180,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   o.so.batching.max_sequence_length = model->config.max_position_embeddings;
   if (auto st = r.add_backend(tiles, o.so.batching); !st.ok()) return fail(st);
   for (int i = 0; i < o.gpu_replicas; ++i) {
-    auto gpu = backends::make_reference_backend(model, {.name = "gpu" + std::to_string(i), .kind = "gpu", .threads = 1,
+    auto gpu = backends::make_reference_backend(bf16_model ? bf16_model : model, {.name = "gpu" + std::to_string(i), .kind = "gpu", .threads = 1,
                                                        .omp_threads = 1});
     if (auto st = r.add_backend(gpu, o.so.batching); !st.ok()) return fail(st);
   }
@@ -195,7 +200,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   std::string id = o.model;
   while (!id.empty() && id.back() == '/') id.pop_back();
   if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
-  serving::http_server server(o.so.server, r, *tok, serving::model_info_of(*model, id), metrics);
+  serving::http_server server(o.so.server, r, *tok, serving::model_info_of(bf16_model ? *bf16_model : *model, id), metrics);
   if (auto st = server.start(); !st.ok()) return fail(st);
   serving::accept_graceful_stop();  // a stop signal from now on is graceful (the listening line invites one)
   std::cout << "listening on " << (o.so.server.tls_cert.empty() ? "http" : "https") << "://" << o.so.server.address << ":" << server.port() << " model " << id << " tiles "

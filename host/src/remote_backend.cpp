@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -345,6 +346,7 @@ void remote_backend::submit(backends::batch_request request, std::function<void(
   m.batch_id = s.next_wire_id.fetch_add(1);
   m.layout = static_cast<uint8_t>(request.layout);
   m.padded_length = request.padded_length;
+  m.compute = s.cfg.compute == models::dtype::bf16 ? ex::dtype::bf16 : ex::dtype::f32;
   size_t tokens = 0;
   for (const auto& q : request.sequences) {
     m.seq_lengths.push_back(static_cast<int32_t>(q.token_ids.size()));
@@ -378,6 +380,15 @@ bool remote_backend::wait_ready(std::chrono::milliseconds timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return impl_->healthy.load();
+}
+
+status remote_backend::check_compute(std::chrono::milliseconds timeout) {
+  auto answer = std::make_shared<std::promise<status>>();
+  auto got = answer->get_future();
+  submit({}, [answer](backends::batch_result r) { answer->set_value(std::move(r.st)); });
+  if (got.wait_for(timeout) != std::future_status::ready)
+    return status::timeout(impl_->who() + " did not answer a ping within " + std::to_string(timeout.count()) + " ms");
+  return got.get();
 }
 
 result<std::string> make_local_ipc_endpoint(const std::string& name) {

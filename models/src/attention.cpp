@@ -1,4 +1,5 @@
-// Multi-head attention, packed (per sequence, no padding) and padded (GPU style, masked).
+// Multi-head attention, packed (per sequence, no padding) and padded (GPU style, masked), in fp32
+// and bf16.
 // fp32: each (sequence, head) pair is two oneDNN sgemm calls (S = Q K^T, O = P V) around a row softmax;
 // pairs run in parallel, longest first, and sgemm runs single-threaded inside the parallel loop.
 #include <omp.h>
@@ -70,24 +71,16 @@ void run_items(std::vector<work_item>& items, const strided& q, const strided& k
   }
 }
 
-}  // namespace
-
-void attention_packed(strided q, strided k, strided v, const int32_t* seq_offsets, int num_seqs, int num_heads,
-                      int head_dim, strided_out out) {
-  std::vector<work_item> items = packed_items(seq_offsets, num_seqs, num_heads);
-  run_items(items, q, k, v, out, head_dim);
-}
-
 // bf16: both products on oneDNN's bf16 brgemm with fp32 results: S = Q K^T, the softmax in fp32,
 // P rounded to bf16, O = P V. brgemm needs the row count fixed when the primitive is made (a
 // runtime count falls back to gemm:jit, slower than fp32 sgemm here), so a sequence of L rows runs
 // padded to Lp, L rounded up to a multiple of 32: at most 16 shapes up to 512, each primitive made
 // once and kept. The padding holds zeros; keys beyond L are masked to -inf before the softmax and
 // rows beyond L are not read back. Only one (sequence, head)'s Lp x Lp block lives at a time, per
-// thread.
-void attention_packed(bf16_strided q, bf16_strided k, bf16_strided v, const int32_t* seq_offsets, int num_seqs,
-                      int num_heads, int head_dim, bf16_strided_out out) {
-  const std::vector<work_item> items = packed_items(seq_offsets, num_seqs, num_heads);
+// thread. Padded (GPU style) items mask the keys beyond `valid` too and compute every row of the
+// rectangle, as the fp32 path does.
+void run_items_bf16(const std::vector<work_item>& items, bf16_strided q, bf16_strided k, bf16_strided v,
+                    bf16_strided_out out, int head_dim) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int64_t n = static_cast<int64_t>(items.size()), d = head_dim;
 #pragma omp parallel if (n > 1)
@@ -97,7 +90,7 @@ void attention_packed(bf16_strided q, bf16_strided k, bf16_strided v, const int3
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n; ++i) {
       const auto& it = items[static_cast<size_t>(i)];
-      const int64_t col0 = int64_t{it.head} * d, len = it.len, lp = (len + 31) / 32 * 32;
+      const int64_t col0 = int64_t{it.head} * d, len = it.len, valid = it.valid, lp = (len + 31) / 32 * 32;
       qb.assign(static_cast<size_t>(lp * d), bfloat16{});
       kb.assign(static_cast<size_t>(lp * d), bfloat16{});
       vt.assign(static_cast<size_t>(d * lp), bfloat16{});
@@ -114,9 +107,9 @@ void attention_packed(bf16_strided q, bf16_strided k, bf16_strided v, const int3
       linear(qb.data(), lp, bf16_weight::view(kb.data(), lp, d), nullptr, s.data());
       for (int64_t r = 0; r < len; ++r) {
         float* row = s.data() + r * lp;
-        for (int64_t c = 0; c < len; ++c) row[c] *= scale;
-        detail::softmax_row(row, len);
-        to_bf16(row, len, pb.data() + r * lp);
+        for (int64_t c = 0; c < valid; ++c) row[c] *= scale;
+        detail::softmax_row(row, valid);
+        to_bf16(row, valid, pb.data() + r * lp);  // keys from `valid` on keep P = 0
       }
       // O [lp, d] = P V: V^T's rows are the weight rows.
       linear(pb.data(), lp, bf16_weight::view(vt.data(), d, lp), nullptr, o.data());
@@ -125,14 +118,37 @@ void attention_packed(bf16_strided q, bf16_strided k, bf16_strided v, const int3
   }
 }
 
-void attention_padded(strided q, strided k, strided v, const int32_t* lengths, int batch, int max_len,
-                      int num_heads, int head_dim, strided_out out) {
+std::vector<work_item> padded_items(const int32_t* lengths, int batch, int max_len, int num_heads) {
   std::vector<work_item> items;
   items.reserve(static_cast<size_t>(batch) * num_heads);
   for (int b = 0; b < batch; ++b) {
     TESSERA_CHECK(lengths[b] >= 1 && lengths[b] <= max_len) << "padded length " << lengths[b] << " of " << max_len;
     for (int h = 0; h < num_heads; ++h) items.push_back({int64_t{b} * max_len, max_len, lengths[b], h});
   }
+  return items;
+}
+
+}  // namespace
+
+void attention_packed(strided q, strided k, strided v, const int32_t* seq_offsets, int num_seqs, int num_heads,
+                      int head_dim, strided_out out) {
+  std::vector<work_item> items = packed_items(seq_offsets, num_seqs, num_heads);
+  run_items(items, q, k, v, out, head_dim);
+}
+
+void attention_packed(bf16_strided q, bf16_strided k, bf16_strided v, const int32_t* seq_offsets, int num_seqs,
+                      int num_heads, int head_dim, bf16_strided_out out) {
+  run_items_bf16(packed_items(seq_offsets, num_seqs, num_heads), q, k, v, out, head_dim);
+}
+
+void attention_padded(bf16_strided q, bf16_strided k, bf16_strided v, const int32_t* lengths, int batch,
+                      int max_len, int num_heads, int head_dim, bf16_strided_out out) {
+  run_items_bf16(padded_items(lengths, batch, max_len, num_heads), q, k, v, out, head_dim);
+}
+
+void attention_padded(strided q, strided k, strided v, const int32_t* lengths, int batch, int max_len,
+                      int num_heads, int head_dim, strided_out out) {
+  std::vector<work_item> items = padded_items(lengths, batch, max_len, num_heads);
   run_items(items, q, k, v, out, head_dim);
 }
 

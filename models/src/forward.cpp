@@ -56,20 +56,23 @@ void check_batch(const bert_model& m, const packed_batch& b) {
   TESSERA_CHECK(m.compute == dtype::fp32 || m.bf16) << "a bf16 model without bf16 weights (use set_dtype)";
 }
 
-// The packed encoder in bf16: activations between kernels are bf16 [T, *] rows, every kernel
-// accumulates in fp32. Returns the final hidden states [T, hidden] as bf16.
-std::vector<bfloat16> run_encoder_bf16(const bert_model& m, const packed_batch& b) {
+using attention_bf16_fn = std::function<void(const bfloat16* qkv, int64_t ld, bfloat16* ctx)>;
+
+// The encoder in bf16 over T rows (packed sequences, or a padded rectangle with its attention):
+// activations between kernels are bf16 [T, *] rows, every kernel accumulates in fp32. Returns the
+// final hidden states [T, hidden] as bf16.
+std::vector<bfloat16> run_encoder_bf16(const bert_model& m, const int32_t* ids, const int32_t* types,
+                                       const int32_t* seq_offsets, int num_row_groups, int64_t T,
+                                       const attention_bf16_fn& attend) {
   const bert_config& c = m.config;
   const bf16_bert_weights& w = *m.bf16;
-  const int64_t h = c.hidden_size, f = c.intermediate_size, T = b.num_tokens();
-  const int n = b.num_seqs();
-  const int32_t* offsets = b.seq_offsets.data();
+  const int64_t h = c.hidden_size, f = c.intermediate_size;
   std::vector<bfloat16> x(static_cast<size_t>(T * h)), qkv(static_cast<size_t>(T * 3 * h)),
       ctx(static_cast<size_t>(T * h)), tmp(static_cast<size_t>(T * h)), ffn(static_cast<size_t>(T * f));
   {
     std::vector<float> e(static_cast<size_t>(T * h));
-    embed(b.token_ids.data(), b.token_type_ids.data(), offsets, n, w.word.data(), w.position.data(),
-          w.token_type.data(), h, e.data());
+    embed(ids, types, seq_offsets, num_row_groups, w.word.data(), w.position.data(), w.token_type.data(), h,
+          e.data());
     const auto& ew = m.weights.embeddings();
     layer_norm(e.data(), T, h, ew.ln_gamma, ew.ln_beta, c.norm_eps, x.data());
   }
@@ -78,9 +81,7 @@ std::vector<bfloat16> run_encoder_bf16(const bert_model& m, const packed_batch& 
     const bf16_layer_weights& lw = w.layers[static_cast<size_t>(l)];
     const layer_weights& fw = m.weights.layer(l);
     linear(x.data(), T, lw.qkv, lw.qkv_bias.data(), qkv.data());
-    attention_packed(bf16_strided{qkv.data(), 3 * h}, bf16_strided{qkv.data() + h, 3 * h},
-                     bf16_strided{qkv.data() + 2 * h, 3 * h}, offsets, n, c.num_heads, c.head_dim(),
-                     bf16_strided_out{ctx.data(), h});
+    attend(qkv.data(), 3 * h, ctx.data());
     linear(ctx.data(), T, lw.attn_out, fw.attn_out_b, tmp.data());
     add_layer_norm(tmp.data(), x.data(), T, h, fw.attn_ln_gamma, fw.attn_ln_beta, c.norm_eps, x.data());
     linear(x.data(), T, lw.ffn_in, fw.ffn_in_b, ffn.data(), act);
@@ -88,6 +89,20 @@ std::vector<bfloat16> run_encoder_bf16(const bert_model& m, const packed_batch& 
     add_layer_norm(tmp.data(), x.data(), T, h, fw.out_ln_gamma, fw.out_ln_beta, c.norm_eps, x.data());
   }
   return x;
+}
+
+// The packed encoder in bf16.
+std::vector<bfloat16> run_encoder_bf16(const bert_model& m, const packed_batch& b) {
+  const bert_config& c = m.config;
+  const int64_t h = c.hidden_size;
+  const int n = b.num_seqs();
+  const int32_t* offsets = b.seq_offsets.data();
+  return run_encoder_bf16(m, b.token_ids.data(), b.token_type_ids.data(), offsets, n, b.num_tokens(),
+                          [&](const bfloat16* qkv, int64_t ld, bfloat16* ctx) {
+                            attention_packed(bf16_strided{qkv, ld}, bf16_strided{qkv + h, ld},
+                                             bf16_strided{qkv + 2 * h, ld}, offsets, n, c.num_heads, c.head_dim(),
+                                             bf16_strided_out{ctx, h});
+                          });
 }
 
 }  // namespace
@@ -130,7 +145,6 @@ std::vector<float> reference_forward(const bert_model& m, const packed_batch& b)
 
 std::vector<float> padded_forward(const bert_model& m, const packed_batch& b, int batch_size) {
   check_batch(m, b);
-  TESSERA_CHECK(m.compute == dtype::fp32) << "padded_forward runs fp32 only: refuse a bf16 model before calling it";
   const bert_config& c = m.config;
   const int64_t h = c.hidden_size;
   const int n = b.num_seqs();
@@ -152,14 +166,26 @@ std::vector<float> padded_forward(const bert_model& m, const packed_batch& b, in
       offsets.push_back(i * max_len);
     }
     offsets.push_back(static_cast<int32_t>(T));
+    const auto& hw = m.weights.head();
+    float* out = logits.data() + int64_t{first} * c.num_labels;
+    if (m.compute == dtype::bf16) {
+      const auto x = run_encoder_bf16(m, ids.data(), types.data(), offsets.data(), count, T,
+                                      [&](const bfloat16* qkv, int64_t ld, bfloat16* ctx) {
+                                        attention_padded(bf16_strided{qkv, ld}, bf16_strided{qkv + h, ld},
+                                                         bf16_strided{qkv + 2 * h, ld}, lengths.data(), count, max_len,
+                                                         c.num_heads, c.head_dim(), bf16_strided_out{ctx, h});
+                                      });
+      pooler_classifier(x.data(), h, rows.data(), count, m.bf16->pooler, hw.pooler_b, m.bf16->classifier,
+                        hw.classifier_b, out);
+      continue;
+    }
     const auto x = run_encoder(m, ids.data(), types.data(), offsets.data(), count, T,
                                [&](const float* qkv, int64_t ld, float* ctx) {
                                  attention_padded({qkv, ld}, {qkv + h, ld}, {qkv + 2 * h, ld}, lengths.data(),
                                                   count, max_len, c.num_heads, c.head_dim(), {ctx, h});
                                });
-    const auto& hw = m.weights.head();
     pooler_classifier(x.data(), h, rows.data(), count, h, hw.pooler_w, hw.pooler_b, hw.classifier_w,
-                      hw.classifier_b, c.num_labels, logits.data() + int64_t{first} * c.num_labels);
+                      hw.classifier_b, c.num_labels, out);
   }
   return logits;
 }

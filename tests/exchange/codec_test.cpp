@@ -205,11 +205,12 @@ TEST(Codec, SmallMessagesRoundTrip) {
   peer_directory pdout;
   ASSERT_TRUE(decode(encode(pd), pdout).ok());
   EXPECT_EQ(pdout.endpoints[1], "b");
-  infer_batch ib{5, {2, 1}, 1, 4};
+  infer_batch ib{5, {2, 1}, 1, 4, dtype::bf16};
   std::vector<int32_t> ids{1, 2, 3}, types{0, 0, 0};
   infer_batch ibout;
   ASSERT_TRUE(decode(encode(ib, zmq::message_t(ids.data(), 12), zmq::message_t(types.data(), 12)), ibout).ok());
   EXPECT_EQ(ibout.padded_length, 4);
+  EXPECT_EQ(ibout.compute, dtype::bf16);
   infer_result ir{5, errc::ok, "", 2, 0.5, 0.25};
   infer_result irout;
   ASSERT_TRUE(decode(encode(ir, floats({1, 2, 3, 4})), irout).ok());

@@ -159,7 +159,7 @@ TEST(GpuProcess, ServeFlagsAreRefusedWhereTheyMeanNothing) {
   };
   EXPECT_EQ(rc("--model llama-tiny --serve --bind tcp://127.0.0.1:0", "--bind is a flag of the backend protocol"), 2);
   EXPECT_EQ(rc("--model llama-tiny --serve --threads 3", "--threads is a flag of the backend protocol"), 2);
-  EXPECT_EQ(rc("--model llama-tiny --serve --dtype fp32", "fp16 only"), 2);
+  EXPECT_EQ(rc("--model llama-tiny --serve --timing-dtype fp32", "fp16 only"), 2);
   EXPECT_EQ(rc("--model llama-tiny --serve --preset ipu-mk2:chips=64", "tessera-gpu models a GPU"), 2);
   EXPECT_EQ(rc("--model llama-tiny --serve --preset no-such-gpu", "no-such-gpu"), 2);
   EXPECT_EQ(rc("--model bert-tiny --serve", "bert"), 2);

@@ -1,6 +1,6 @@
-// Integration: a bf16 BERT on real tile processes (N = 1, 2, 4; width, pipeline, a lane without
-// heads) against the fp32 single-process reference, with the bound of tests/models/bf16_test.cpp
-// (max |logit difference| <= 0.05). Also: the memory plan counts 2 bytes for each bf16 element
+// Integration: a bf16 BERT on real tile processes (N = 1, 2, 4 and, through tessera-host, 8;
+// width, pipeline, a lane without heads) against the fp32 single-process reference, with the bound
+// of tests/common's bf16_bounds.hpp (max |logit difference| <= 0.05). Also: the memory plan counts 2 bytes for each bf16 element
 // and is what the arenas reach, a tile memory that holds the bf16 model but not the fp32 one is
 // refused only for fp32, and hidden rows cross the exchange at half the bytes.
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 
 #include "tessera/host/tile_model.hpp"
 #include "tessera/models/forward.hpp"
+#include "tessera/test/bf16_bounds.hpp"
 #include "tessera/test/run_tool.hpp"
 #include "tile_cases.hpp"
 
@@ -24,7 +25,7 @@ namespace {
 
 // 0.05 for logits within +-1 (the random presets), scaled by the largest |logit| beyond that:
 // bf16's error is relative (tiny-odd's logits reach 4; its single-process bf16 differs by 0.075).
-constexpr double kMaxAbs = 0.05;
+using test_support::kBf16MaxAbs;
 
 models::packed_batch batch_of(const models::bert_config& cfg, int budget, uint64_t seed) {
   std::vector<int> lengths{1, cfg.max_position_embeddings, 2, 17, 3};
@@ -48,7 +49,7 @@ struct run_stats {
   double max_abs = 0;        ///< max |tiles - fp32 reference|
   double logit_scale = 1;    ///< max(1, max |fp32 logit|)
   uint64_t bytes_exchanged = 0;
-  double bound() const { return kMaxAbs * logit_scale; }
+  double bound() const { return kBf16MaxAbs * logit_scale; }
 };
 
 // Deploys `m` in `dt` on real tiles, runs two batches, checks every replica against the fp32
@@ -184,6 +185,24 @@ TEST(Bf16Tiles, HostDtypeFlagChecksBf16AndRefusesWhatStaysFp32) {
   EXPECT_NE(out.find("--dtype: unknown dtype \"fp16\": use fp32 or bf16"), std::string::npos) << out;
   EXPECT_EQ(run_host("--model llama-tiny --tiles 1 --dtype bf16", out), 2) << out;
   EXPECT_NE(out.find("is for BERT models; decoders run in fp32"), std::string::npos) << out;
-  EXPECT_EQ(run_host("--model bert-tiny --tiles 1 --dtype bf16 --gpu-replicas 1 --serve", out), 2) << out;
-  EXPECT_NE(out.find("runs on the tiles only"), std::string::npos) << out;
+}
+
+// N = 8 as a user runs it: tessera-host --dtype bf16 --tiles 8 --check on bert-tiny, with the
+// automatic plan (8 replicas) and a forced R = 2, S = 2, W = 2; --check holds every batch to
+// bf16's bound against the fp32 reference (exit 1 beyond it) and prints the difference, read back
+// here.
+TEST(Bf16Tiles, HostChecksEightTilesAgainstFp32) {
+  for (const std::string plan : {"", " --plan 2,2,2"}) {
+    std::string out;
+    ASSERT_EQ(run_host("--model bert-tiny --tiles 8 --dtype bf16 --check 2 --tile-memory 64MiB" + plan, out), 0) << out;
+    EXPECT_NE(out.find("= 8 tiles), bf16, token budget"), std::string::npos) << out;
+    int checked = 0;
+    for (size_t at = out.find("max |logit - reference| "); at != std::string::npos;
+         at = out.find("max |logit - reference| ", at + 1), ++checked) {
+      const double diff = std::stod(out.substr(at + 24));
+      EXPECT_LE(diff, kBf16MaxAbs) << out;
+      EXPECT_GT(diff, 0.0) << "bf16 tiles answered fp32's logits exactly\n" << out;
+    }
+    EXPECT_EQ(checked, 2) << out;
+  }
 }

@@ -16,6 +16,7 @@
 #include "tessera/models/bf16_weights.hpp"
 #include "tessera/models/forward.hpp"
 #include "tessera/models/kernels_bf16.hpp"
+#include "tessera/test/bf16_bounds.hpp"
 #include "tessera/test/run_tool.hpp"
 
 namespace tessera::models {
@@ -222,50 +223,14 @@ TEST(bf16, layer_norm_and_embeddings_compute_in_fp32) {
   EXPECT_EQ(e32, e16);
 }
 
-// A sequence is "decided" when fp32's best logit leads the next by at least this much: 3x the
-// largest bf16 difference measured on BERT-base (0.006). Random-weight models give nearly the same
-// logits to every input (fp32 margins from 0.001), so raw argmax agreement there measures how
-// often two near-equal logits swap, not the bf16 path; both figures are printed.
-constexpr double kDecided = 0.02;
+using test_support::compare_logits;
+using test_support::kBf16Agreement;
+using test_support::kBf16Decided;
+using test_support::kBf16MaxAbs;
 
-struct logit_agreement {
-  double max_abs = 0, mean_abs = 0, agreement = 0, decided_agreement = 0;
-  int decided = 0;
-};
-
-logit_agreement compare(const std::vector<float>& got, const std::vector<float>& want, int labels) {
-  logit_agreement a;
-  EXPECT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    a.max_abs = std::max(a.max_abs, double(std::fabs(got[i] - want[i])));
-    a.mean_abs += std::fabs(got[i] - want[i]) / double(got.size());
-  }
-  const int n = static_cast<int>(got.size()) / labels;
-  int decided_agree = 0;
-  for (int s = 0; s < n; ++s) {
-    auto first = [&](const std::vector<float>& v) { return v.begin() + s * labels; };
-    const auto wbest = std::max_element(first(want), first(want) + labels) - first(want);
-    const auto gbest = std::max_element(first(got), first(got) + labels) - first(got);
-    a.agreement += wbest == gbest ? 1.0 / n : 0.0;
-    double margin = 1e9;
-    for (int l = 0; l < labels; ++l)
-      if (l != wbest) margin = std::min(margin, double(first(want)[wbest] - first(want)[l]));
-    if (margin >= kDecided) {
-      ++a.decided;
-      decided_agree += wbest == gbest;
-    }
-  }
-  a.decided_agreement = a.decided ? double(decided_agree) / a.decided : 0.0;
-  return a;
-}
-
-// Bounds (docs/models.md, "bf16"): max |logit difference| <= 0.05 and argmax agreement >= 99% on
-// decided sequences. Measured differences are ~0.006 max on BERT-base, so 0.05 leaves 8x headroom
-// for other seeds and CPUs while still catching a real bug (a wrong layout or a stale weight
-// moves logits by 0.1 or more).
-constexpr double kMaxAbs = 0.05, kAgreement = 0.99;
-
-void check_model(const std::string& preset, const std::vector<int>& lengths) {
+// padded_batch > 0: the padded (GPU style) bf16 forward too, in batches of that many sequences,
+// held to the same bounds.
+void check_model(const std::string& preset, const std::vector<int>& lengths, int padded_batch = 0) {
   require_bf16();
   set_num_threads(2);
   auto fp32 = load_model(preset);
@@ -278,14 +243,23 @@ void check_model(const std::string& preset, const std::vector<int>& lengths) {
   EXPECT_LT(double(bf16.bf16->bytes()), 0.51 * 4.0 * double(c.parameter_count())) << preset;
   const packed_batch b = synthetic_batch(lengths, c.vocab_size, 3);
   const auto want = reference_forward(*fp32, b), got = reference_forward(bf16, b);
-  const auto a = compare(got, want, c.num_labels);
+  const auto a = compare_logits(got, want, c.num_labels);
   std::printf("[ bf16 ] %s, %d sequences: max abs %.5f, mean abs %.6f, argmax agreement %.2f%% (%.2f%% of the %d "
               "with an fp32 margin >= %.2f)\n", preset.c_str(), b.num_seqs(), a.max_abs, a.mean_abs,
-              100 * a.agreement, 100 * a.decided_agreement, a.decided, kDecided);
-  EXPECT_LE(a.max_abs, kMaxAbs) << preset;
+              100 * a.agreement, 100 * a.decided_agreement, a.decided, kBf16Decided);
+  EXPECT_LE(a.max_abs, kBf16MaxAbs) << preset;
   EXPECT_GE(a.decided, b.num_seqs() / 4) << preset << ": too few decided sequences for the agreement to mean much";
-  EXPECT_GE(a.decided_agreement, kAgreement) << preset;
+  EXPECT_GE(a.decided_agreement, kBf16Agreement) << preset;
   EXPECT_GT(a.mean_abs, 0.0) << preset << ": bf16 logits equal fp32 exactly: the bf16 path did not run";
+  if (padded_batch > 0) {
+    const auto p = compare_logits(padded_forward(bf16, b, padded_batch), want, c.num_labels);
+    std::printf("[ bf16 ] %s padded in batches of %d: max abs %.5f, mean abs %.6f, argmax agreement %.2f%% (%.2f%% of "
+                "the %d decided)\n", preset.c_str(), padded_batch, p.max_abs, p.mean_abs, 100 * p.agreement,
+                100 * p.decided_agreement, p.decided);
+    EXPECT_LE(p.max_abs, kBf16MaxAbs) << preset << " padded";
+    EXPECT_GE(p.decided_agreement, kBf16Agreement) << preset << " padded";
+    EXPECT_GT(p.mean_abs, 0.0) << preset << ": padded bf16 logits equal fp32 exactly: the bf16 path did not run";
+  }
   // Switching back gives fp32 again (bit for bit, same code on the same batch).
   bert_model back = bf16;
   ASSERT_TRUE(set_dtype(back, dtype::fp32).code() == tessera::errc::ok);
@@ -295,7 +269,7 @@ void check_model(const std::string& preset, const std::vector<int>& lengths) {
 
 TEST(bf16, bert_tiny_logits_match_fp32) {
   std::vector<int> lengths = seed_workload(128, 0.4, 5);
-  check_model("bert-tiny", lengths);
+  check_model("bert-tiny", lengths, 16);
 }
 
 TEST(bf16, bert_base_logits_match_fp32) {
@@ -352,7 +326,7 @@ TEST(bf16_cli, dtype_flag_runs_bf16_and_refuses_what_it_cannot_run) {
   const auto want = printed_logits(fp32_out), got = printed_logits(bf16_out);
   ASSERT_EQ(want.size(), 4u) << fp32_out;
   ASSERT_EQ(got.size(), 4u) << bf16_out;
-  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(got[i], want[i], kMaxAbs) << bf16_out << fp32_out;
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(got[i], want[i], kBf16MaxAbs) << bf16_out << fp32_out;
   EXPECT_NE(got, want) << "--dtype bf16 printed fp32's logits exactly";
 
   EXPECT_EQ(run("", args + " --dtype fp16", out), 2);

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
       ("threads", po::value(&threads)->default_value(1), "worker threads per backend")
       ("omp-threads", po::value(&omp_threads)->default_value(1), "OpenMP threads inside one forward")
       ("dtype", po::value(&dtype_text)->default_value(dtype_text),
-       "fp32 or bf16: a BERT model's forward (bf16 needs --batching token-budget: the padded forward is fp32 only)")
+       "fp32 or bf16: a BERT model's forward, packed and padded batches alike")
       ("serialize-forwards", po::bool_switch(&serialize_forwards),
        "reference forwards take turns process-wide (a safety switch)")
       ("toy-ns-per-token", po::value(&toy_ns)->default_value(0.0), "toy model: busy work per token (ns)")
@@ -202,11 +202,6 @@ int main(int argc, char** argv) {
   for (auto& b : backends) {
     batching_config bc = so.batching_for(b->info().kind);
     bc.max_sequence_length = info.max_input_length;
-    if (*dt != models::dtype::fp32 && bc.kind != policy_kind::token_budget) {
-      std::cerr << "tessera-serve: --dtype " << dtype_text << " runs packed batches only (the padded forward is fp32): "
-                << "pass --batching token-budget\n";
-      return 2;
-    }
     if (auto st = r.add_backend(b, bc); !st.ok()) {
       std::cerr << "tessera-serve: " << st.message() << "\n";
       return 2;

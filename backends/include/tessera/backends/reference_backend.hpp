@@ -8,8 +8,8 @@
 //
 // Layouts: packed batches run models::reference_forward; padded batches run
 // models::padded_forward, padded to request.padded_length (a dummy row of that length makes the
-// rectangle as wide as the batching policy asked; its logits are dropped). Forwards run in the
-// model's dtype (models::set_dtype); a bf16 model answers padded batches with `unsupported`.
+// rectangle as wide as the batching policy asked; its logits are dropped). Forwards, packed and
+// padded, run in the model's dtype (models::set_dtype).
 // Worker threads run forwards in parallel (models::reference_forward is thread-safe since its
 // runtime-M matmul; tests/backends/reference_backend_test.cpp RawForwardsAreThreadSafe guards
 // it); serialize_forwards makes them take turns process-wide, should that ever regress.

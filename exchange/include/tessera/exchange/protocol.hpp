@@ -21,7 +21,7 @@
 namespace tessera::exchange {
 
 inline constexpr uint32_t protocol_magic = 0x54535241;  // "TSRA"
-inline constexpr uint16_t protocol_version = 4;  // 2: slice checksums are XXH3; 3: injected fault counts; 4: bf16 tensors and slices
+inline constexpr uint16_t protocol_version = 5;  // 2: slice checksums are XXH3; 3: injected fault counts; 4: bf16 tensors and slices; 5: infer_batch.compute
 
 /// Hard limits: no message can make a process allocate beyond these while decoding.
 inline constexpr uint32_t max_tiles = 4096;
@@ -277,6 +277,9 @@ struct infer_batch {
   std::vector<int32_t> seq_lengths;
   uint8_t layout = 0;          ///< backends::batch_layout
   int32_t padded_length = 0;
+  /// The dtype the sender expects the forward in (f32 or bf16): a backend computing in another
+  /// answers invalid_argument, pings (no sequences) included, so a mismatch is found at start.
+  dtype compute = dtype::f32;
 };
 
 /// Payload frame: logits [num_sequences, num_labels] f32 (absent on failure).

@@ -1,16 +1,19 @@
 // tessera/gpu/gpu_server.hpp: the GPU baseline as a backend process. One process holds the
 // whole model in one shared memory; a pool of worker threads runs whole batches GPU style
-// (padded layouts through models::padded_forward, packed through models::reference_forward);
+// (padded layouts through models::padded_forward, packed through models::reference_forward), in
+// the model's dtype (fp32, or bf16 after models::set_dtype: the single-process bf16 kernels);
 // one io thread owns a ROUTER socket and speaks the backend wire protocol of protocol.hpp.
 //
 // Wire protocol (frames as in protocol.hpp: msgpack header, raw little-endian payloads):
-//   client DEALER -> infer_batch{batch_id, seq_lengths, layout, padded_length}
+//   client DEALER -> infer_batch{batch_id, seq_lengths, layout, padded_length, compute}
 //                    + token ids (i32) + token type ids (i32), concatenated over sequences
 //   server ROUTER -> infer_result{batch_id, code, message, num_labels, wall_seconds,
 //                    modelled_seconds} + logits f32 [sequences, num_labels] when code == ok
 //   Health: a `heartbeat` from the client is answered at once by the io thread with a
 //   `heartbeat{tile_id 0, memory_used = batches queued or running, bad_messages}`; an
 //   infer_batch with zero sequences is a ping too (answered with an ok infer_result, no rows).
+//   A batch (or ping) whose `compute` dtype is not the model's is answered invalid_argument
+//   naming both, so a host in bf16 never gets fp32 logits from a process started in fp32.
 //   A message that fails validation is answered with infer_result{code bad_message} when its
 //   batch id can be read, else counted (heartbeat.bad_messages) and dropped.
 //
@@ -39,7 +42,9 @@ struct gpu_server_config {
   int threads = 2;                          ///< worker threads (batches in parallel)
   int omp_threads = 1;                      ///< oneDNN/OpenMP threads inside one forward
   std::string preset = "a100-40gb";         ///< GPU preset of the timing model (modelled_seconds)
-  timing::dtype dtype = timing::dtype::fp16;
+  /// The modelled clock's dtype: fp16 is the GPU's 16-bit tensor-core rate, which bf16 shares on
+  /// the presets' GPUs, so it stays whatever the forward computes in (the model's dtype).
+  timing::dtype timing_dtype = timing::dtype::fp16;
   bool serialize_forwards = true;           ///< see reference_backend.hpp (forwards take turns)
   size_t max_queued_batches = 4096;         ///< beyond it batches are answered `overloaded`
   std::string name = "gpu0";

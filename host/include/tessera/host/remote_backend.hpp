@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "tessera/backends/backend.hpp"
+#include "tessera/models/bf16.hpp"
 
 namespace tessera::host {
 
@@ -45,6 +46,9 @@ struct remote_backend_config {
   std::vector<std::string> spawn_args;
   /// A spawned child that exits is started again (the backend is healthy again at its first pong).
   bool restart = true;
+  /// The dtype every batch asks the process to compute in (infer_batch.compute); a process
+  /// computing in another answers invalid_argument (see check_compute).
+  models::dtype compute = models::dtype::fp32;
 };
 
 class remote_backend final : public backends::backend {
@@ -59,6 +63,9 @@ class remote_backend final : public backends::backend {
 
   /// Waits until the process answered a ping (true) or `timeout` passed / the child exited.
   bool wait_ready(std::chrono::milliseconds timeout);
+  /// Sends a batch without sequences (a ping the process answers like a batch) and returns its
+  /// answer: ok, or the process's refusal when it computes in another dtype than `compute`.
+  status check_compute(std::chrono::milliseconds timeout);
   std::vector<backends::replica_status> replicas() const override;
   /// The spawned child's pid (0 when not spawned); changes when the child is restarted.
   pid_t child_pid() const;

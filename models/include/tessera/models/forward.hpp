@@ -26,8 +26,8 @@ namespace tessera::models {
 std::vector<float> reference_forward(const bert_model& model, const packed_batch& batch);
 
 /// Same logits through the padded path: sequences in batches of batch_size (0 = all at once),
-/// each batch padded to its longest sequence. fp32 only: a bf16 model is a bug here (callers
-/// refuse it with a message first).
+/// each batch padded to its longest sequence, in the model's dtype (bf16: the packed path's
+/// kernels over the rectangle, attention masked per sequence).
 std::vector<float> padded_forward(const bert_model& model, const packed_batch& batch,
                                   int batch_size = 0);
 

@@ -83,6 +83,10 @@ struct bf16_strided_out {
 /// the softmax runs in fp32, the context is rounded to bf16 once.
 void attention_packed(bf16_strided q, bf16_strided k, bf16_strided v, const int32_t* seq_offsets, int num_seqs,
                       int num_heads, int head_dim, bf16_strided_out out);
+/// attention_padded of kernels.hpp in bf16 (GPU style: batch x max_len rows, keys at positions
+/// >= lengths[b] masked, padded query rows computed too), with the numerics of attention_packed.
+void attention_padded(bf16_strided q, bf16_strided k, bf16_strided v, const int32_t* lengths, int batch,
+                      int max_len, int num_heads, int head_dim, bf16_strided_out out);
 
 /// logits = classifier(tanh(pooler(hidden[cls_rows]))) with bf16 hidden rows and weights; the
 /// pooled vector is rounded to bf16 before the classifier, logits are fp32.

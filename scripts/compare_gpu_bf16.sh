@@ -1,0 +1,64 @@
+#!/bin/bash
+# compare_gpu_bf16.sh: the GPU baseline process (tessera-gpu) in fp32 and in bf16 on the same HTTP
+# workload, back to back in one run. For each dtype, tessera-host --serve --dtype D --spawn-gpu 1
+# routes every request to its spawned tessera-gpu (started with --dtype D; hybrid routing with
+# --long-threshold at the model's longest input, so the tile stays idle) and tessera-loadgen sends
+# the same closed-loop requests (mix, seed, count) to it. Prints req/s per dtype, bf16 / fp32, and
+# the load average before each step.
+#
+#   scripts/compare_gpu_bf16.sh                             # bert-base, seed-40, 64 requests, 16 connections
+#   MODEL=bert-mini REQUESTS=1024 scripts/compare_gpu_bf16.sh
+#
+# Results: $OUT (default /tmp/tessera-gpu-bf16)/{fp32,bf16}.json (tessera-loadgen --json) and host logs.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+model=${MODEL:-bert-base}
+requests=${REQUESTS:-64}
+connections=${CONNECTIONS:-16}
+mix=${MIX:-seed-40}
+out=${OUT:-/tmp/tessera-gpu-bf16}
+for b in tessera-host tessera-gpu tessera-tile tessera-loadgen; do
+  [ -x "$build/bin/$b" ] || { echo "missing $build/bin/$b; build it: cmake --build $build --target $b" >&2; exit 2; }
+done
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+mkdir -p "$out"
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+host_pid=""
+cleanup() { [ -z "$host_pid" ] || { kill "$host_pid" 2>/dev/null || true; wait "$host_pid" 2>/dev/null || true; }; }
+trap cleanup EXIT
+: > "$out/load.txt"
+for dtype in fp32 bf16; do
+  echo "$dtype $(load)" >> "$out/load.txt"
+  fifo="$out/host-$dtype.out"
+  rm -f "$fifo" && mkfifo "$fifo"
+  "$build/bin/tessera-host" --model "$model" --tiles 1 --tile-memory 2GiB --spawn-gpu 1 --routing hybrid \
+    --long-threshold 512 --serve --port 0 --dtype "$dtype" > "$fifo" 2> "$out/host-$dtype.log" &
+  host_pid=$!
+  port=""
+  while read -r line; do
+    if [[ $line =~ ^listening\ on\ http://[^:]+:([0-9]+) ]]; then port=${BASH_REMATCH[1]}; break; fi
+  done < "$fifo"
+  [ -n "$port" ] || { echo "tessera-host --dtype $dtype did not start; see $out/host-$dtype.log" >&2; exit 1; }
+  cat "$fifo" > /dev/null &  # keep the host's stdout drained
+  echo "== tessera-gpu --dtype $dtype behind tessera-host on port $port (load $(load))"
+  # One request first: the spawned process's first forward makes oneDNN's primitives.
+  "$build/bin/tessera-loadgen" --port "$port" --mode closed --connections 1 --requests 1 --duration 0 --mix "$mix" \
+    --seed 99 --quiet > /dev/null
+  "$build/bin/tessera-loadgen" --port "$port" --mode closed --connections "$connections" --requests "$requests" \
+    --duration 0 --mix "$mix" --seed 1 --quiet --json "$out/$dtype.json"
+  kill "$host_pid"; wait "$host_pid" || true; host_pid=""
+  rm -f "$fifo"
+done
+echo "end $(load)" >> "$out/load.txt"
+/usr/bin/python3 - "$out" "$model" "$mix" "$requests" "$connections" <<'PY'
+import json, sys
+out, model, mix, n, conns = sys.argv[1:]
+r = {d: json.load(open(f"{out}/{d}.json")) for d in ("fp32", "bf16")}
+rps = {d: float(r[d]["throughput_rps"]) for d in r}
+print(f"\n{model}, mix {mix}, {n} requests, {conns} connections, one tessera-gpu (dynamic padded batches)")
+for d in ("fp32", "bf16"):
+    print(f"  tessera-gpu --dtype {d}: {rps[d]:8.2f} req/s, errors {r[d].get('errors')}")
+print(f"  bf16 / fp32: {rps['bf16'] / rps['fp32']:.2f}x")
+print("  load average (1, 5, 15 min) before each step: " + "; ".join(l.strip() for l in open(f"{out}/load.txt")))
+PY

@@ -1,0 +1,227 @@
+// tessera-gpu --dtype bf16 as real processes: its logits (packed, padded to the longest, padded
+// wider) against the single-process fp32 reference within the bf16 bounds of
+// tests/common's bf16_bounds.hpp; its modelled clock equal to an fp32 process's (the 16-bit
+// tensor-core rate whatever the forward computes in); a client or a host in the other dtype
+// refused with a message naming both; tessera-host --serve routing HTTP requests to a spawned
+// bf16 tessera-gpu (hybrid routing) with raw scores near an fp32 host's.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "tessera/host/remote_backend.hpp"
+#include "tessera/models/forward.hpp"
+#include "tessera/test/bf16_bounds.hpp"
+#include "tessera/test/child_process.hpp"
+#include "tessera/test/http_client.hpp"
+#include "tessera/test/run_tool.hpp"
+
+using namespace tessera;
+using namespace std::chrono_literals;
+using test_support::bin;
+using test_support::compare_logits;
+using test_support::kBf16Agreement;
+using test_support::kBf16MaxAbs;
+
+namespace {
+
+const models::bert_model& tiny() {
+  static models::bert_model m = models::load_model("bert-tiny").value();
+  return m;
+}
+
+// A tessera-gpu started by the test on a free loopback port; stopped (SIGTERM) at the end.
+struct gpu_process {
+  test_support::child c;
+  std::string endpoint;
+  explicit gpu_process(const std::string& dtype) {
+    c = test_support::spawn({bin("tessera-gpu"), "--model", "bert-tiny", "--bind", "tcp://127.0.0.1:0", "--threads",
+                             "2", "--dtype", dtype});
+    const std::string line = test_support::read_line(c.out_fd);
+    const std::string prefix = "listening on ";
+    if (line.rfind(prefix, 0) == 0) endpoint = line.substr(prefix.size());
+  }
+  ~gpu_process() { test_support::stop(c); }
+};
+
+std::shared_ptr<host::remote_backend> connect(const std::string& endpoint, models::dtype compute) {
+  host::remote_backend_config c;
+  c.endpoint = endpoint;
+  c.info = {.name = "gpu0", .kind = "gpu", .max_sequence_length = tiny().config.max_position_embeddings,
+            .num_labels = tiny().config.num_labels};
+  c.compute = compute;
+  auto b = host::remote_backend::start(c);
+  EXPECT_TRUE(b) << b.error().to_string();
+  if (!b) return nullptr;
+  EXPECT_TRUE((*b)->wait_ready(30s));
+  return *b;
+}
+
+backends::batch_request request_of(const models::packed_batch& b, backends::batch_layout layout, int32_t padded) {
+  backends::batch_request r;
+  r.layout = layout;
+  r.padded_length = padded;
+  for (int i = 0; i < b.num_seqs(); ++i) {
+    backends::sequence_input s;
+    s.token_ids.assign(b.token_ids.begin() + b.seq_offsets[i], b.token_ids.begin() + b.seq_offsets[i + 1]);
+    s.token_type_ids.assign(b.token_type_ids.begin() + b.seq_offsets[i],
+                            b.token_type_ids.begin() + b.seq_offsets[i + 1]);
+    r.sequences.push_back(std::move(s));
+  }
+  return r;
+}
+
+backends::batch_result run(backends::backend& b, backends::batch_request r) {
+  auto p = std::make_shared<std::promise<backends::batch_result>>();
+  auto f = p->get_future();
+  b.submit(std::move(r), [p](backends::batch_result res) { p->set_value(std::move(res)); });
+  if (f.wait_for(120s) != std::future_status::ready) {
+    backends::batch_result never;
+    never.st = status::timeout("test: no answer in 120 s");
+    return never;
+  }
+  return f.get();
+}
+
+#define REQUIRE_BF16_AND_BINARY(name)                                                                       \
+  ASSERT_TRUE(models::check_dtype_supported(models::dtype::bf16).ok()) << "the bf16 tests need avx512_bf16"; \
+  if (!std::filesystem::exists(bin(name))) GTEST_FAIL() << bin(name) << " not built"
+
+}  // namespace
+
+TEST(GpuBf16, LogitsMatchFp32ReferenceAndTheModelledClockIsTheFp32Process) {
+  REQUIRE_BF16_AND_BINARY("tessera-gpu");
+  gpu_process p16("bf16"), p32("fp32");
+  ASSERT_FALSE(p16.endpoint.empty());
+  ASSERT_FALSE(p32.endpoint.empty());
+  auto b16 = connect(p16.endpoint, models::dtype::bf16), b32 = connect(p32.endpoint, models::dtype::fp32);
+  ASSERT_TRUE(b16 && b32);
+  // The seed mix (60% short, 40% long), as tests/models/bf16_test.cpp runs bert-tiny (fewer
+  // sequences: padded to 512 on two processes, this is most of the test's time).
+  const auto batch = models::synthetic_batch(models::seed_workload(48, 0.4, 5), tiny().config.vocab_size, 3);
+  const auto want = models::reference_forward(tiny(), batch);
+  const int32_t longest = batch.max_seq_len();
+  for (auto [layout, padded] : {std::pair{backends::batch_layout::packed, 0},
+                                std::pair{backends::batch_layout::padded, longest},
+                                std::pair{backends::batch_layout::padded, tiny().config.max_position_embeddings}}) {
+    const auto r16 = run(*b16, request_of(batch, layout, padded));
+    ASSERT_TRUE(r16.st.ok()) << r16.st.to_string();
+    const auto a = compare_logits(r16.logits, want, tiny().config.num_labels);
+    std::printf("[ gpu bf16 ] %s padded_length %d, %d sequences: max abs %.5f, mean abs %.6f, argmax agreement %.2f%% "
+                "(%.2f%% of the %d decided)\n",
+                layout == backends::batch_layout::packed ? "packed" : "padded", padded, batch.num_seqs(), a.max_abs,
+                a.mean_abs, 100 * a.agreement, 100 * a.decided_agreement, a.decided);
+    EXPECT_LE(a.max_abs, kBf16MaxAbs);
+    EXPECT_GE(a.decided, batch.num_seqs() / 4) << "too few decided sequences for the agreement to mean much";
+    EXPECT_GE(a.decided_agreement, kBf16Agreement);
+    EXPECT_GT(a.mean_abs, 0.0) << "tessera-gpu --dtype bf16 answered fp32's logits exactly";
+    // The modelled clock costs the batch's shape at the 16-bit tensor-core rate in both processes.
+    const auto r32 = run(*b32, request_of(batch, layout, padded));
+    ASSERT_TRUE(r32.st.ok()) << r32.st.to_string();
+    EXPECT_LE(compare_logits(r32.logits, want, tiny().config.num_labels).max_abs, 1e-4);
+    EXPECT_GT(r16.timing.modelled_seconds, 0.0);
+    EXPECT_EQ(r16.timing.modelled_seconds, r32.timing.modelled_seconds);
+  }
+}
+
+TEST(GpuBf16, AClientInTheOtherDtypeIsRefusedNamingBoth) {
+  REQUIRE_BF16_AND_BINARY("tessera-gpu");
+  gpu_process p16("bf16");
+  ASSERT_FALSE(p16.endpoint.empty());
+  auto wrong = connect(p16.endpoint, models::dtype::fp32);
+  ASSERT_TRUE(wrong);
+  const status st = wrong->check_compute(30s);
+  EXPECT_EQ(st.code(), errc::invalid_argument) << st.to_string();
+  EXPECT_NE(st.message().find("this tessera-gpu computes in bf16 and the batch asks for fp32"), std::string::npos)
+      << st.to_string();
+  // A batch is refused too, never answered with logits of the other dtype.
+  const auto batch = models::synthetic_batch({9, 30}, tiny().config.vocab_size, 4);
+  const auto r = run(*wrong, request_of(batch, backends::batch_layout::padded, 30));
+  EXPECT_EQ(r.st.code(), errc::invalid_argument) << r.st.to_string();
+  EXPECT_TRUE(r.logits.empty());
+  auto right = connect(p16.endpoint, models::dtype::bf16);
+  ASSERT_TRUE(right);
+  EXPECT_TRUE(right->check_compute(30s).ok());
+
+  // tessera-host pointed at it in fp32 refuses to start, naming both dtypes (exit 2).
+  std::string out;
+  const std::string host = test_support::tool_path("tessera-host");
+  EXPECT_EQ(test_support::run_tool(host, "--model bert-tiny --tiles 1 --tile-memory 64MiB --serve --port 0 --gpu-endpoint " +
+                                             p16.endpoint, out, "2>&1 < /dev/null"), 2) << out;
+  EXPECT_NE(out.find("computes in bf16 and the batch asks for fp32: start tessera-gpu with --dtype fp32 or the host "
+                     "with --dtype bf16"), std::string::npos) << out;
+}
+
+TEST(GpuBf16, CommandLineNamesTheDtypes) {
+  REQUIRE_BF16_AND_BINARY("tessera-gpu");
+  const std::string gpu = test_support::tool_path("tessera-gpu");
+  std::string out;
+  EXPECT_EQ(test_support::run_tool(gpu, "--model bert-tiny --dtype fp16", out, "2>&1 < /dev/null"), 2) << out;
+  EXPECT_NE(out.find("the modelled clock's dtype is --timing-dtype fp16"), std::string::npos) << out;
+  EXPECT_EQ(test_support::run_tool(gpu, "--model bert-tiny --timing-dtype bf16", out, "2>&1 < /dev/null"), 2) << out;
+  EXPECT_NE(out.find("--timing-dtype: unknown dtype 'bf16'; use fp16 or fp32"), std::string::npos) << out;
+  EXPECT_EQ(test_support::run_tool(gpu, "--model llama-tiny --serve --dtype bf16", out, "2>&1 < /dev/null"), 2) << out;
+  EXPECT_NE(out.find("decoders run in fp32"), std::string::npos) << out;
+  // A CPU without bf16 (oneDNN's ISA lowered): refused at start, never fp32 in its place.
+  EXPECT_EQ(test_support::run_tool("ONEDNN_MAX_CPU_ISA=AVX512_CORE " + gpu, "--model bert-tiny --dtype bf16", out,
+                                   "2>&1 < /dev/null"), 2) << out;
+  EXPECT_NE(out.find("--dtype bf16 needs a CPU with avx512_bf16 or AMX"), std::string::npos) << out;
+}
+
+namespace {
+
+// Raw scores (logits) by label of each input of a /predict answer.
+std::vector<std::map<std::string, double>> raw_scores(const test_support::http_response& r) {
+  std::vector<std::map<std::string, double>> out;
+  EXPECT_EQ(r.status, 200u) << r.body;
+  if (r.status != 200) return out;
+  for (const auto& input : nlohmann::json::parse(r.body)) {
+    out.emplace_back();
+    for (const auto& s : input) out.back()[s["label"].get<std::string>()] = s["score"].get<double>();
+  }
+  return out;
+}
+
+}  // namespace
+
+// Hybrid routing with a threshold above every input: each request goes to the spawned tessera-gpu,
+// which the bf16 host starts with --dtype bf16 (/metrics counts its sequences, the tiles' none).
+TEST(GpuBf16, HostServesHttpThroughASpawnedBf16GpuProcess) {
+  REQUIRE_BF16_AND_BINARY("tessera-host");
+  auto start = [](const std::string& dtype) {
+    return std::make_unique<test_support::served_process>(std::vector<std::string>{
+        bin("tessera-host"), "--model", "bert-tiny", "--tiles", "1", "--tile-memory", "64MiB", "--spawn-gpu", "1",
+        "--routing", "hybrid", "--long-threshold", "512", "--serve", "--port", "0", "--dtype", dtype});
+  };
+  auto h32 = start("fp32"), h16 = start("bf16");
+  ASSERT_NE(h32->port(), 0) << h32->line();
+  ASSERT_NE(h16->port(), 0) << h16->line();
+  test_support::http_connection a("127.0.0.1", h32->port()), b("127.0.0.1", h16->port());
+  EXPECT_EQ(nlohmann::json::parse(b.request("GET", "/info").body)["model_dtype"], "bfloat16");
+  EXPECT_EQ(nlohmann::json::parse(a.request("GET", "/info").body)["model_dtype"], "float32");
+  const std::string req = R"({"raw_scores": true, "inputs": [["the bf16 forward over http"],
+      ["a second and somewhat longer input sentence, routed to the gpu process"], ["short"],
+      ["one more of middling length for the padded batch"]]})";
+  const auto s32 = raw_scores(a.request("POST", "/predict", req)), s16 = raw_scores(b.request("POST", "/predict", req));
+  ASSERT_EQ(s32.size(), 4u);
+  ASSERT_EQ(s16.size(), 4u);
+  std::vector<float> got, want;
+  for (size_t i = 0; i < s32.size(); ++i) {
+    ASSERT_EQ(s16[i].size(), s32[i].size());
+    for (const auto& [label, score] : s32[i]) {
+      ASSERT_TRUE(s16[i].count(label)) << label;
+      want.push_back(static_cast<float>(score));
+      got.push_back(static_cast<float>(s16[i].at(label)));
+    }
+  }
+  const auto d = compare_logits(got, want, static_cast<int>(s32[0].size()));
+  std::printf("[ host bf16 over http ] max |raw score - fp32 host's| %.5f, mean %.6f\n", d.max_abs, d.mean_abs);
+  EXPECT_LE(d.max_abs, kBf16MaxAbs);
+  EXPECT_GT(d.mean_abs, 0.0) << "the bf16 host answered fp32's scores exactly";
+  const std::string metrics = b.request("GET", "/metrics").body;
+  EXPECT_NE(metrics.find("tessera_backend_sequences{backend=\"gpu0\"} 4"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tessera_backend_sequences{backend=\"tiles0\"} 0"), std::string::npos) << metrics;
+}
