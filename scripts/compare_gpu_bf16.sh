@@ -3,19 +3,21 @@
 # workload, back to back in one run. For each dtype, tessera-host --serve --dtype D --spawn-gpu 1
 # routes every request to its spawned tessera-gpu (started with --dtype D; hybrid routing with
 # --long-threshold at the model's longest input, so the tile stays idle) and tessera-loadgen sends
-# the same closed-loop requests (mix, seed, count) to it. Prints req/s per dtype, bf16 / fp32, and
-# the load average before each step.
+# the same closed-loop requests (mix, seed, count) to it; then 32 fixed inputs (1 to ~500 tokens)
+# with "raw_scores": true. Prints req/s per dtype, bf16 / fp32, the bf16 logits against the fp32
+# ones (max and mean |difference|, argmax agreement) and the load average before each step.
 #
-#   scripts/compare_gpu_bf16.sh                             # bert-base, seed-40, 64 requests, 16 connections
+#   scripts/compare_gpu_bf16.sh                             # bert-base, seed-40, 64 requests, 8 connections
 #   MODEL=bert-mini REQUESTS=1024 scripts/compare_gpu_bf16.sh
 #
-# Results: $OUT (default /tmp/tessera-gpu-bf16)/{fp32,bf16}.json (tessera-loadgen --json) and host logs.
+# Results: $OUT (default /tmp/tessera-gpu-bf16)/{fp32,bf16}.json (tessera-loadgen --json),
+# {fp32,bf16}-logits.json and the hosts' logs.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 model=${MODEL:-bert-base}
 requests=${REQUESTS:-64}
-connections=${CONNECTIONS:-16}
+connections=${CONNECTIONS:-8}
 mix=${MIX:-seed-40}
 out=${OUT:-/tmp/tessera-gpu-bf16}
 for b in tessera-host tessera-gpu tessera-tile tessera-loadgen; do
@@ -28,12 +30,16 @@ host_pid=""
 cleanup() { [ -z "$host_pid" ] || { kill "$host_pid" 2>/dev/null || true; wait "$host_pid" 2>/dev/null || true; }; }
 trap cleanup EXIT
 : > "$out/load.txt"
+# 32 inputs of 1 to ~500 words (bert's wordpieces: about as many tokens), as raw logits.
+/usr/bin/python3 -c "import json; words = 'the model reads a sentence of some length and scores it'.split(); \
+print(json.dumps({'raw_scores': True, 'inputs': [[' '.join(words[k % len(words)] for k in range(1 + 16 * i))] \
+for i in range(32)]}))" > "$out/inputs.json"
 for dtype in fp32 bf16; do
   echo "$dtype $(load)" >> "$out/load.txt"
   fifo="$out/host-$dtype.out"
   rm -f "$fifo" && mkfifo "$fifo"
   "$build/bin/tessera-host" --model "$model" --tiles 1 --tile-memory 2GiB --spawn-gpu 1 --routing hybrid \
-    --long-threshold 512 --serve --port 0 --dtype "$dtype" > "$fifo" 2> "$out/host-$dtype.log" &
+    --long-threshold 512 --timeout-ms 600000 --serve --port 0 --dtype "$dtype" > "$fifo" 2> "$out/host-$dtype.log" &
   host_pid=$!
   port=""
   while read -r line; do
@@ -47,6 +53,8 @@ for dtype in fp32 bf16; do
     --seed 99 --quiet > /dev/null
   "$build/bin/tessera-loadgen" --port "$port" --mode closed --connections "$connections" --requests "$requests" \
     --duration 0 --mix "$mix" --seed 1 --quiet --json "$out/$dtype.json"
+  curl -sf -H 'Content-Type: application/json' --data-binary @"$out/inputs.json" "http://127.0.0.1:$port/predict" \
+    > "$out/$dtype-logits.json"
   kill "$host_pid"; wait "$host_pid" || true; host_pid=""
   rm -f "$fifo"
 done
@@ -60,5 +68,10 @@ print(f"\n{model}, mix {mix}, {n} requests, {conns} connections, one tessera-gpu
 for d in ("fp32", "bf16"):
     print(f"  tessera-gpu --dtype {d}: {rps[d]:8.2f} req/s, errors {r[d].get('errors')}")
 print(f"  bf16 / fp32: {rps['bf16'] / rps['fp32']:.2f}x")
+logits = {d: [{s["label"]: s["score"] for s in row} for row in json.load(open(f"{out}/{d}-logits.json"))] for d in r}
+diffs = [abs(a[k] - b[k]) for a, b in zip(logits["bf16"], logits["fp32"]) for k in b]
+agree = sum(max(a, key=a.get) == max(b, key=b.get) for a, b in zip(logits["bf16"], logits["fp32"]))
+print(f"  bf16 vs fp32 logits over HTTP, {len(logits['fp32'])} inputs: max abs {max(diffs):.5f}, "
+      f"mean abs {sum(diffs) / len(diffs):.6f}, argmax agreement {100 * agree / len(logits['fp32']):.1f}%")
 print("  load average (1, 5, 15 min) before each step: " + "; ".join(l.strip() for l in open(f"{out}/load.txt")))
 PY

@@ -122,6 +122,8 @@ int main(int argc, char** argv) {
   ib.layout = 0;
   ib.padded_length = 3;
   put("infer_batch", encode(ib, ints({101, 7, 102, 101, 102}), ints({0, 0, 0, 0, 0})));
+  ib.compute = dtype::bf16;
+  put("infer_batch_bf16", encode(ib, ints({101, 7, 102, 101, 102}), ints({0, 0, 0, 0, 0})));
   infer_result ir;
   ir.batch_id = 13;
   ir.num_labels = 2;

@@ -8,7 +8,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -18,6 +17,7 @@
 #include "tessera/test/child_process.hpp"
 #include "tessera/test/http_client.hpp"
 #include "tessera/test/run_tool.hpp"
+#include "batch_requests.hpp"
 
 using namespace tessera;
 using namespace std::chrono_literals;
@@ -25,6 +25,8 @@ using test_support::bin;
 using test_support::compare_logits;
 using test_support::kBf16Agreement;
 using test_support::kBf16MaxAbs;
+using test_support::request_of;
+using test_support::run;
 
 namespace {
 
@@ -60,32 +62,6 @@ std::shared_ptr<host::remote_backend> connect(const std::string& endpoint, model
   return *b;
 }
 
-backends::batch_request request_of(const models::packed_batch& b, backends::batch_layout layout, int32_t padded) {
-  backends::batch_request r;
-  r.layout = layout;
-  r.padded_length = padded;
-  for (int i = 0; i < b.num_seqs(); ++i) {
-    backends::sequence_input s;
-    s.token_ids.assign(b.token_ids.begin() + b.seq_offsets[i], b.token_ids.begin() + b.seq_offsets[i + 1]);
-    s.token_type_ids.assign(b.token_type_ids.begin() + b.seq_offsets[i],
-                            b.token_type_ids.begin() + b.seq_offsets[i + 1]);
-    r.sequences.push_back(std::move(s));
-  }
-  return r;
-}
-
-backends::batch_result run(backends::backend& b, backends::batch_request r) {
-  auto p = std::make_shared<std::promise<backends::batch_result>>();
-  auto f = p->get_future();
-  b.submit(std::move(r), [p](backends::batch_result res) { p->set_value(std::move(res)); });
-  if (f.wait_for(120s) != std::future_status::ready) {
-    backends::batch_result never;
-    never.st = status::timeout("test: no answer in 120 s");
-    return never;
-  }
-  return f.get();
-}
-
 #define REQUIRE_BF16_AND_BINARY(name)                                                                       \
   ASSERT_TRUE(models::check_dtype_supported(models::dtype::bf16).ok()) << "the bf16 tests need avx512_bf16"; \
   if (!std::filesystem::exists(bin(name))) GTEST_FAIL() << bin(name) << " not built"
@@ -107,7 +83,7 @@ TEST(GpuBf16, LogitsMatchFp32ReferenceAndTheModelledClockIsTheFp32Process) {
   for (auto [layout, padded] : {std::pair{backends::batch_layout::packed, 0},
                                 std::pair{backends::batch_layout::padded, longest},
                                 std::pair{backends::batch_layout::padded, tiny().config.max_position_embeddings}}) {
-    const auto r16 = run(*b16, request_of(batch, layout, padded));
+    const auto r16 = run(*b16, request_of(batch, 1, layout, padded), 120s);
     ASSERT_TRUE(r16.st.ok()) << r16.st.to_string();
     const auto a = compare_logits(r16.logits, want, tiny().config.num_labels);
     std::printf("[ gpu bf16 ] %s padded_length %d, %d sequences: max abs %.5f, mean abs %.6f, argmax agreement %.2f%% "
@@ -119,7 +95,7 @@ TEST(GpuBf16, LogitsMatchFp32ReferenceAndTheModelledClockIsTheFp32Process) {
     EXPECT_GE(a.decided_agreement, kBf16Agreement);
     EXPECT_GT(a.mean_abs, 0.0) << "tessera-gpu --dtype bf16 answered fp32's logits exactly";
     // The modelled clock costs the batch's shape at the 16-bit tensor-core rate in both processes.
-    const auto r32 = run(*b32, request_of(batch, layout, padded));
+    const auto r32 = run(*b32, request_of(batch, 2, layout, padded), 120s);
     ASSERT_TRUE(r32.st.ok()) << r32.st.to_string();
     EXPECT_LE(compare_logits(r32.logits, want, tiny().config.num_labels).max_abs, 1e-4);
     EXPECT_GT(r16.timing.modelled_seconds, 0.0);
@@ -139,7 +115,7 @@ TEST(GpuBf16, AClientInTheOtherDtypeIsRefusedNamingBoth) {
       << st.to_string();
   // A batch is refused too, never answered with logits of the other dtype.
   const auto batch = models::synthetic_batch({9, 30}, tiny().config.vocab_size, 4);
-  const auto r = run(*wrong, request_of(batch, backends::batch_layout::padded, 30));
+  const auto r = run(*wrong, request_of(batch, 3, backends::batch_layout::padded, 30));
   EXPECT_EQ(r.st.code(), errc::invalid_argument) << r.st.to_string();
   EXPECT_TRUE(r.logits.empty());
   auto right = connect(p16.endpoint, models::dtype::bf16);

@@ -25,6 +25,7 @@
 #include "tessera/host/remote_backend.hpp"
 #include "tessera/models/forward.hpp"
 #include "tessera/serving/router.hpp"
+#include "batch_requests.hpp"
 
 using namespace tessera;
 using namespace std::chrono_literals;
@@ -93,30 +94,8 @@ host::remote_backend_config config_for(const std::string& endpoint) {
   return c;
 }
 
-backends::batch_request request_of(const models::packed_batch& b, uint64_t id) {
-  backends::batch_request r;
-  r.batch_id = id;
-  for (int i = 0; i < b.num_seqs(); ++i) {
-    backends::sequence_input s;
-    s.token_ids.assign(b.token_ids.begin() + b.seq_offsets[i], b.token_ids.begin() + b.seq_offsets[i + 1]);
-    s.token_type_ids.assign(b.token_type_ids.begin() + b.seq_offsets[i],
-                            b.token_type_ids.begin() + b.seq_offsets[i + 1]);
-    r.sequences.push_back(std::move(s));
-  }
-  return r;
-}
-
-backends::batch_result run(backends::backend& b, backends::batch_request r, std::chrono::seconds limit = 30s) {
-  auto p = std::make_shared<std::promise<backends::batch_result>>();
-  auto f = p->get_future();
-  b.submit(std::move(r), [p](backends::batch_result res) { p->set_value(std::move(res)); });
-  if (f.wait_for(limit) != std::future_status::ready) {
-    backends::batch_result never;
-    never.st = status::timeout("test: no answer");
-    return never;
-  }
-  return f.get();
-}
+using test_support::request_of;
+using test_support::run;
 
 double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return 1e30;
@@ -185,10 +164,7 @@ TEST(GpuProcess, PackedAndPaddedLogitsMatchTheReference) {
   EXPECT_GT(packed.timing.modelled_seconds, 0);
   EXPECT_GT(packed.timing.wall_seconds, 0);
 
-  auto req = request_of(batch, 12);
-  req.layout = backends::batch_layout::padded;
-  req.padded_length = 96;
-  auto padded = run(**b, std::move(req));
+  auto padded = run(**b, request_of(batch, 12, backends::batch_layout::padded, 96));
   ASSERT_TRUE(padded.st.ok()) << padded.st.to_string();
   EXPECT_LE(max_diff(padded.logits, want), 1e-4);
   // Padded to 96 costs more modelled time than padded to the longest (64).
