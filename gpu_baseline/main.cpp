@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
       "Prints 'listening on <endpoint>' once ready; SIGTERM answers accepted batches, then exits 0.\n\n"
       "Examples:\n"
       "  tessera-gpu --model bert-tiny --bind tcp://127.0.0.1:0 --threads 2\n"
+      "  tessera-gpu --model bert-base --dtype bf16 --bind tcp://127.0.0.1:7000   # a host in bf16 only\n"
       "  tessera-gpu --model path/to/hf-folder --bind tcp://0.0.0.0:7000 --keys /etc/tessera/keys --omp-threads 4\n"
       "  tessera-host --model bert-tiny --tiles 2 --serve --keys /etc/tessera/keys \\\n"
       "      --gpu-endpoint tcp://gpuhost:7000 --routing hybrid\n"

@@ -3,7 +3,7 @@
 # workload, back to back in one run. For each dtype, tessera-host --serve --dtype D --spawn-gpu 1
 # routes every request to its spawned tessera-gpu (started with --dtype D; hybrid routing with
 # --long-threshold at the model's longest input, so the tile stays idle) and tessera-loadgen sends
-# the same closed-loop requests (mix, seed, count) to it; then 32 fixed inputs (1 to ~500 tokens)
+# the same closed-loop requests (mix, seed, count) to it; then 32 fixed inputs (1 to ~480 tokens)
 # with "raw_scores": true. Prints req/s per dtype, bf16 / fp32, the bf16 logits against the fp32
 # ones (max and mean |difference|, argmax agreement) and the load average before each step.
 #
@@ -30,9 +30,9 @@ host_pid=""
 cleanup() { [ -z "$host_pid" ] || { kill "$host_pid" 2>/dev/null || true; wait "$host_pid" 2>/dev/null || true; }; }
 trap cleanup EXIT
 : > "$out/load.txt"
-# 32 inputs of 1 to ~500 words (bert's wordpieces: about as many tokens), as raw logits.
+# 32 inputs of 1 to 466 words (up to ~480 wordpieces), as raw logits.
 /usr/bin/python3 -c "import json; words = 'the model reads a sentence of some length and scores it'.split(); \
-print(json.dumps({'raw_scores': True, 'inputs': [[' '.join(words[k % len(words)] for k in range(1 + 16 * i))] \
+print(json.dumps({'raw_scores': True, 'truncate': True, 'inputs': [[' '.join(words[k % len(words)] for k in range(1 + 15 * i))] \
 for i in range(32)]}))" > "$out/inputs.json"
 for dtype in fp32 bf16; do
   echo "$dtype $(load)" >> "$out/load.txt"

@@ -3,7 +3,8 @@
 // tests/common's bf16_bounds.hpp; its modelled clock equal to an fp32 process's (the 16-bit
 // tensor-core rate whatever the forward computes in); a client or a host in the other dtype
 // refused with a message naming both; tessera-host --serve routing HTTP requests to a spawned
-// bf16 tessera-gpu (hybrid routing) with raw scores near an fp32 host's.
+// bf16 tessera-gpu or an in-process bf16 GPU replica (hybrid routing) with raw scores near an
+// fp32 host's.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -163,41 +164,48 @@ std::vector<std::map<std::string, double>> raw_scores(const test_support::http_r
 
 }  // namespace
 
-// Hybrid routing with a threshold above every input: each request goes to the spawned tessera-gpu,
-// which the bf16 host starts with --dtype bf16 (/metrics counts its sequences, the tiles' none).
-TEST(GpuBf16, HostServesHttpThroughASpawnedBf16GpuProcess) {
+// Hybrid routing with a threshold above every input: each request goes to the GPU backend, a
+// spawned tessera-gpu (which the bf16 host starts with --dtype bf16) or an in-process
+// --gpu-replicas one (on the bf16 model); /metrics counts its sequences, the tiles' none.
+TEST(GpuBf16, HostServesHttpThroughBf16GpuBackends) {
   REQUIRE_BF16_AND_BINARY("tessera-host");
-  auto start = [](const std::string& dtype) {
+  auto start = [](const std::string& dtype, const std::string& gpu_flag) {
     return std::make_unique<test_support::served_process>(std::vector<std::string>{
-        bin("tessera-host"), "--model", "bert-tiny", "--tiles", "1", "--tile-memory", "64MiB", "--spawn-gpu", "1",
+        bin("tessera-host"), "--model", "bert-tiny", "--tiles", "1", "--tile-memory", "64MiB", gpu_flag, "1",
         "--routing", "hybrid", "--long-threshold", "512", "--serve", "--port", "0", "--dtype", dtype});
   };
-  auto h32 = start("fp32"), h16 = start("bf16");
+  auto h32 = start("fp32", "--spawn-gpu");
   ASSERT_NE(h32->port(), 0) << h32->line();
-  ASSERT_NE(h16->port(), 0) << h16->line();
-  test_support::http_connection a("127.0.0.1", h32->port()), b("127.0.0.1", h16->port());
-  EXPECT_EQ(nlohmann::json::parse(b.request("GET", "/info").body)["model_dtype"], "bfloat16");
+  test_support::http_connection a("127.0.0.1", h32->port());
   EXPECT_EQ(nlohmann::json::parse(a.request("GET", "/info").body)["model_dtype"], "float32");
   const std::string req = R"({"raw_scores": true, "inputs": [["the bf16 forward over http"],
       ["a second and somewhat longer input sentence, routed to the gpu process"], ["short"],
       ["one more of middling length for the padded batch"]]})";
-  const auto s32 = raw_scores(a.request("POST", "/predict", req)), s16 = raw_scores(b.request("POST", "/predict", req));
+  const auto s32 = raw_scores(a.request("POST", "/predict", req));
   ASSERT_EQ(s32.size(), 4u);
-  ASSERT_EQ(s16.size(), 4u);
-  std::vector<float> got, want;
-  for (size_t i = 0; i < s32.size(); ++i) {
-    ASSERT_EQ(s16[i].size(), s32[i].size());
-    for (const auto& [label, score] : s32[i]) {
-      ASSERT_TRUE(s16[i].count(label)) << label;
-      want.push_back(static_cast<float>(score));
-      got.push_back(static_cast<float>(s16[i].at(label)));
+  for (const std::string gpu_flag : {"--spawn-gpu", "--gpu-replicas"}) {
+    auto h16 = start("bf16", gpu_flag);
+    ASSERT_NE(h16->port(), 0) << h16->line();
+    test_support::http_connection b("127.0.0.1", h16->port());
+    EXPECT_EQ(nlohmann::json::parse(b.request("GET", "/info").body)["model_dtype"], "bfloat16");
+    const auto s16 = raw_scores(b.request("POST", "/predict", req));
+    ASSERT_EQ(s16.size(), 4u);
+    std::vector<float> got, want;
+    for (size_t i = 0; i < s32.size(); ++i) {
+      ASSERT_EQ(s16[i].size(), s32[i].size());
+      for (const auto& [label, score] : s32[i]) {
+        ASSERT_TRUE(s16[i].count(label)) << label;
+        want.push_back(static_cast<float>(score));
+        got.push_back(static_cast<float>(s16[i].at(label)));
+      }
     }
+    const auto d = compare_logits(got, want, static_cast<int>(s32[0].size()));
+    std::printf("[ host bf16 over http, %s ] max |raw score - fp32 host's| %.5f, mean %.6f\n", gpu_flag.c_str(),
+                d.max_abs, d.mean_abs);
+    EXPECT_LE(d.max_abs, kBf16MaxAbs) << gpu_flag;
+    EXPECT_GT(d.mean_abs, 0.0) << gpu_flag << ": the bf16 host answered fp32's scores exactly";
+    const std::string metrics = b.request("GET", "/metrics").body;
+    EXPECT_NE(metrics.find("tessera_backend_sequences{backend=\"gpu0\"} 4"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("tessera_backend_sequences{backend=\"tiles0\"} 0"), std::string::npos) << metrics;
   }
-  const auto d = compare_logits(got, want, static_cast<int>(s32[0].size()));
-  std::printf("[ host bf16 over http ] max |raw score - fp32 host's| %.5f, mean %.6f\n", d.max_abs, d.mean_abs);
-  EXPECT_LE(d.max_abs, kBf16MaxAbs);
-  EXPECT_GT(d.mean_abs, 0.0) << "the bf16 host answered fp32's scores exactly";
-  const std::string metrics = b.request("GET", "/metrics").body;
-  EXPECT_NE(metrics.find("tessera_backend_sequences{backend=\"gpu0\"} 4"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("tessera_backend_sequences{backend=\"tiles0\"} 0"), std::string::npos) << metrics;
 }
