@@ -338,5 +338,18 @@ TEST(bf16_cli, dtype_flag_runs_bf16_and_refuses_what_it_cannot_run) {
   EXPECT_EQ(run("ONEDNN_MAX_CPU_ISA=AVX512_CORE", args + " --dtype fp32", out), 0) << out;
 }
 
+// tessera-bench-models --dtype bf16 runs every mode, the padded ones (b, c) through the bf16
+// padded forward: RESULT lines say bf16 for each.
+TEST(bf16_cli, bench_runs_the_padded_modes_in_bf16) {
+  const std::string bench = test_support::tool_path("tessera-bench-models");
+  if (bench.empty() || !std::filesystem::exists(bench)) GTEST_FAIL() << "tessera-bench-models not built (TESSERA_BIN_DIR)";
+  require_bf16();
+  std::string out;
+  ASSERT_EQ(test_support::run_tool(bench, "--model bert-tiny --dtype bf16 --modes abc --requests 8 --check 0 --threads 2", out,
+                                   "2>&1"), 0) << out;
+  for (const char* mode : {"a_packed", "b_padded_arrival", "c_padded_sorted"})
+    EXPECT_NE(out.find(std::string("RESULT impl=tessera mode=") + mode + " dtype=bf16"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace tessera::models
