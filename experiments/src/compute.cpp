@@ -30,7 +30,7 @@ result<std::unique_ptr<compute_pool>> compute_pool::start(const compute_options&
              .num_labels = p->model_->config.num_labels};
   rc.spawn_binary = o.gpu_binary.empty() ? host::default_bin_dir() + "/tessera-gpu" : o.gpu_binary;
   rc.spawn_args = {"--model", o.model, "--seed", std::to_string(o.seed), "--name", "gpu0", "--threads", "1",
-                   "--omp-threads", std::to_string(o.omp_threads)};
+                   "--omp-threads", std::to_string(o.omp_threads), "--dtype", std::string(models::dtype_name(o.dtype))};
   rc.restart = false;  // a process that dies fails the run; it is not silently replaced
   rc.batch_timeout = std::chrono::minutes(10);  // bert-base batches of 32x512 on a loaded machine
   // The process computes one batch at a time while this one waits; OpenMP threads that spin
@@ -59,8 +59,16 @@ result<std::unique_ptr<compute_pool>> compute_pool::start(const compute_options&
                                (reps.empty() || reps[0].detail.empty() ? "" : ": " + reps[0].detail));
   };
   if (!o.tile_processes) {
+    // The reference engine computes in the run's dtype; model_ stays fp32: it is what answers are
+    // checked against.
+    auto computing = p->model_;
+    if (o.dtype != models::dtype::fp32) {
+      models::bert_model m = *p->model_;
+      if (auto st = models::set_dtype(m, o.dtype); !st.ok()) return st;
+      computing = std::make_shared<const models::bert_model>(std::move(m));
+    }
     p->tiles_ = backends::make_reference_backend(
-        p->model_, {.name = "tiles0", .kind = "tiles", .threads = 1, .omp_threads = o.omp_threads});
+        computing, {.name = "tiles0", .kind = "tiles", .threads = 1, .omp_threads = o.omp_threads});
     if (auto st = gpu_ready(); !st.ok()) return st;
     return p;
   }
@@ -69,6 +77,7 @@ result<std::unique_ptr<compute_pool>> compute_pool::start(const compute_options&
   req.tile_memory = o.tile_memory;
   req.token_budget = o.tile_token_budget;
   req.max_sequences = o.tile_max_sequences;
+  req.dtype = o.dtype;
   host::deploy_hooks hooks;
   hooks.compiled = [&](const host::compiled_model& c) {
     if (log) log("tile group: " + c.chosen.to_string() + " on " + std::to_string(o.tiles) + " tile processes");
@@ -95,7 +104,8 @@ compute_provider compute_pool::provider() {
 }
 
 std::string compute_pool::note() const {
-  std::string s = o_.model + " computed by a tessera-gpu process (GPU rows) and ";
+  std::string s = o_.model + " computed in " + std::string(models::dtype_name(o_.dtype)) +
+                  " by a tessera-gpu process (GPU rows) and ";
   if (o_.tile_processes)
     s += std::to_string(o_.tiles) + " tessera-tile processes (tile rows)";
   else

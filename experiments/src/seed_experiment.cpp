@@ -12,6 +12,15 @@
 #include "tessera/timing/preset.hpp"
 
 namespace tessera::experiment {
+namespace {
+
+// What logit_error measures, for the reader.
+std::string error_name(models::dtype d) {
+  return d == models::dtype::fp32 ? "abs diff" : "abs diff / max(1, max |fp32 logit|)";
+}
+
+}  // namespace
+
 
 namespace {
 
@@ -206,6 +215,7 @@ result<std::vector<experiment_row>> run_seed_experiment(const experiment_options
           notes += (notes.empty() ? "" : " + ") + b.compute->info().kind;
         }
         cc.check_model = check_model;
+        cc.computed_in = o.compute_dtype;
         auto computed = run_virtual(sample, cc);
         if (!computed) return computed.error().with_context(c.name + " computed sample");
         auto replay = run_virtual(sample, vc);
@@ -219,9 +229,10 @@ result<std::vector<experiment_row>> run_seed_experiment(const experiment_options
           auto it = computed->summary.checks.find(b.name);
           const int64_t n = it == computed->summary.checks.end() ? 0 : it->second.checked;
           const double err = n ? it->second.max_abs_logit_error : 0;
-          row.check += (row.check.empty() ? "" : "; ") + b.name + ": " + describe_compute(*b.compute) +
-                       " vs in-process fp32 reference_forward, " + std::to_string(n) + " answers, max abs diff " +
-                       fmt("%.2e", err) + ", tolerance " + fmt("%.0e", logit_tolerance);
+          row.check += (row.check.empty() ? "" : "; ") + b.name + ": " + describe_compute(*b.compute) + " in " +
+                       std::string(models::dtype_name(o.compute_dtype)) + " vs in-process fp32 reference_forward, " +
+                       std::to_string(n) + " answers, max " + error_name(o.compute_dtype) + " " + fmt("%.2e", err) +
+                       ", tolerance " + fmt("%.0e", logit_tolerance_of(o.compute_dtype));
         }
         if (computed->summary.failed > 0) {
           std::string first;
@@ -235,10 +246,10 @@ result<std::vector<experiment_row>> run_seed_experiment(const experiment_options
         }
         if (check_model && computed->summary.checked != computed->summary.completed)
           return status::internal(c.name + ": not every computed answer was checked");
-        if (!(row.max_logit_error <= logit_tolerance))
+        if (!(row.max_logit_error <= logit_tolerance_of(o.compute_dtype)))
           return status::internal(c.name + ": logits differ from the reference forward by " +
-                                  fmt("%.3g", row.max_logit_error) + " (> " + fmt("%.0e", logit_tolerance) +
-                                  "): " + row.check);
+                                  fmt("%.3g", row.max_logit_error) + " (> " +
+                                  fmt("%.0e", logit_tolerance_of(o.compute_dtype)) + "): " + row.check);
         if (!row.modelled_match)
           return status::internal(c.name + ": the computed run's modelled times differ from the timing-only replay");
         say(c.name + " long=" + fmt("%.0f%%", share * 100) + ": computed " + std::to_string(row.computed) +
@@ -284,8 +295,9 @@ std::string rows_markdown(const std::vector<experiment_row>& rows, const experim
     << " Poisson arrivals at the stated load; timing-only.\n";
   if (!o.timing_only && o.computed_requests > 0)
     s << "Computed for real: " << o.computed_requests << " requests per row at the same load (" << compute_note
-      << "), each answer's logits checked against the in-process fp32 reference forward (tolerance "
-      << fmt("%.0e", logit_tolerance) << "); their modelled times equal a timing-only replay.\n";
+      << "), each answer's logits checked against the in-process fp32 reference forward (max "
+      << error_name(o.compute_dtype) << " <= " << fmt("%.0e", logit_tolerance_of(o.compute_dtype))
+      << "); their modelled times equal a timing-only replay.\n";
   s << "\n| long % | configuration | devices | batching | modelled req/s (saturation) | padding % | seqs/batch | load req/s | p50 ms | p99 ms | wall req/s (computed) |\n";
   s << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows) {

@@ -15,6 +15,21 @@
 
 namespace tessera::experiment {
 
+double logit_error(const std::vector<float>& want, const std::vector<float>& got, models::dtype computed_in) {
+  if (want.size() != got.size()) return std::numeric_limits<double>::infinity();
+  double err = 0, scale = 1;
+  for (size_t k = 0; k < want.size(); ++k) {
+    err = std::max(err, static_cast<double>(std::abs(want[k] - got[k])));
+    scale = std::max(scale, static_cast<double>(std::abs(want[k])));
+  }
+  return computed_in == models::dtype::fp32 ? err : err / scale;
+}
+
+double logit_tolerance_of(models::dtype computed_in) {
+  return computed_in == models::dtype::fp32 ? 1e-4 : models::bf16_logit_bound;
+}
+
+
 namespace {
 
 using serving::time_point;
@@ -206,9 +221,7 @@ result<run_result> run_virtual(const trace& t, const virtual_run_config& cfg) {
       if (r.ok && cfg.check_model && !vbs.empty() && computed) {
         models::packed_batch one = models::synthetic_batch({r.length}, cfg.vocab_size, cfg.input_seed + i);
         auto want = models::reference_forward(*cfg.check_model, one);
-        double err = want.size() == o.logits.size() ? 0 : std::numeric_limits<double>::infinity();
-        for (size_t k = 0; k < std::min(want.size(), o.logits.size()); ++k)
-          err = std::max(err, static_cast<double>(std::abs(want[k] - o.logits[k])));
+        const double err = logit_error(want, o.logits, cfg.computed_in);
         max_err = std::max(max_err, err);
         ++checked;
         auto& bc = out.summary.checks[r.backend];

@@ -20,6 +20,7 @@
 #include "tessera/common/status.hpp"
 #include "tessera/experiment/seed_experiment.hpp"
 #include "tessera/host/remote_backend.hpp"
+#include "tessera/models/bf16.hpp"
 
 namespace tessera::host {
 class tile_group;
@@ -37,6 +38,7 @@ struct compute_options {
   int tile_token_budget = 16384;    ///< compiled budget: must hold the largest (padded) batch
   int tile_max_sequences = 128;
   int omp_threads = 2;              ///< threads inside a forward (tessera-gpu, reference engine)
+  models::dtype dtype = models::dtype::fp32;  ///< what the tiles and tessera-gpu compute in
   std::string gpu_binary;           ///< empty: default_bin_dir() + "/tessera-gpu"
   std::chrono::milliseconds gpu_ready_timeout{60000};  ///< the process's first pong
 };

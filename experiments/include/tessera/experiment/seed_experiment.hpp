@@ -42,6 +42,7 @@ struct experiment_options {
   double load_rps = 0;                     ///< > 0: this load for every mix; 0: load_fraction x gpu-static saturation
   double load_fraction = 0.7;
   int computed_requests = 48;              ///< really computed sample per configuration and mix (0: none)
+  models::dtype compute_dtype = models::dtype::fp32;  ///< what the computed sample computes in
   bool timing_only = false;                ///< no computed sample at all
   int32_t batch_size = 32;                 ///< B of the padded policies
   int32_t token_budget = 4096;             ///< packed batches
@@ -109,8 +110,6 @@ struct experiment_row {
   std::string check;
 };
 
-/// Max |logit difference| a computed answer may have from the reference forward.
-inline constexpr double logit_tolerance = 1e-4;
 
 /// What computes a device's batches, for the reader: "tessera-gpu process (pid 123)",
 /// "2 tessera-tile processes (pids 1, 2)", or "in-process gpu reference engine".

@@ -63,8 +63,16 @@ struct virtual_run_config {
   uint64_t input_seed = 1;
   /// When set (and backends compute), every answer is checked against the reference forward.
   std::shared_ptr<const models::bert_model> check_model;
-  double check_tolerance = 1e-4;
+  /// What the computing backends compute in: the error is measured as logit_error says.
+  models::dtype computed_in = models::dtype::fp32;
 };
+
+/// How far a computed answer's logits are from the fp32 reference's: max |got - want|; for a bf16
+/// computation that divided by max(1, max |want|), the scale of bf16's bound (docs/models.md,
+/// "bf16"). Infinity when the sizes differ.
+double logit_error(const std::vector<float>& want, const std::vector<float>& got, models::dtype computed_in);
+/// The most logit_error may be: 1e-4 for fp32 (the same sums in another order), 0.05 for bf16.
+double logit_tolerance_of(models::dtype computed_in);
 
 struct request_record {
   uint64_t id = 0;

@@ -23,6 +23,11 @@ enum class dtype : uint8_t { fp32, bf16 };
 
 /// "fp32" or "bf16".
 std::string_view dtype_name(dtype d);
+
+/// How far a bf16 forward's logits may be from the fp32 reference's: this times
+/// max(1, max |fp32 logit|) (docs/models.md, "bf16": 8x the error measured on BERT-base, and a
+/// wrong layout or a stale weight moves logits by 0.1 or more).
+inline constexpr double bf16_logit_bound = 0.05;
 /// Parses "fp32" or "bf16"; anything else is an invalid_argument naming both.
 result<dtype> parse_dtype(std::string_view text);
 /// Bytes per element: 4 or 2.
