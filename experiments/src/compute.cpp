@@ -31,6 +31,7 @@ result<std::unique_ptr<compute_pool>> compute_pool::start(const compute_options&
   rc.spawn_binary = o.gpu_binary.empty() ? host::default_bin_dir() + "/tessera-gpu" : o.gpu_binary;
   rc.spawn_args = {"--model", o.model, "--seed", std::to_string(o.seed), "--name", "gpu0", "--threads", "1",
                    "--omp-threads", std::to_string(o.omp_threads), "--dtype", std::string(models::dtype_name(o.dtype))};
+  rc.compute = o.dtype;  // every batch asks for it: a process in another dtype refuses, naming both
   rc.restart = false;  // a process that dies fails the run; it is not silently replaced
   rc.batch_timeout = std::chrono::minutes(10);  // bert-base batches of 32x512 on a loaded machine
   // The process computes one batch at a time while this one waits; OpenMP threads that spin

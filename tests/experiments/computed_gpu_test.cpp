@@ -51,8 +51,8 @@ TEST(experiment_gpu, gpu_rows_are_computed_by_a_tessera_gpu_process_and_checked)
   for (const auto& r : *rows) {
     EXPECT_EQ(r.computed, 12) << r.config;
     EXPECT_TRUE(r.modelled_match) << r.config;
-    EXPECT_LE(r.max_logit_error, logit_tolerance) << r.config;
-    EXPECT_NE(r.check.find("gpu0: " + pid_text + " vs in-process fp32 reference_forward"), std::string::npos)
+    EXPECT_LE(r.max_logit_error, logit_tolerance_of(models::dtype::fp32)) << r.config;
+    EXPECT_NE(r.check.find("gpu0: " + pid_text + " in fp32 vs in-process fp32 reference_forward"), std::string::npos)
         << r.config << ": " << r.check;
     EXPECT_NE(r.check.find("tolerance 1e-04"), std::string::npos) << r.check;
     if (r.config == "hybrid")  // long ones to the (in-process) tile engine, short ones to the process
