@@ -24,6 +24,7 @@ struct channel::impl {
   std::thread io;
   std::thread::id io_id;
   std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> wakeups{0};
 
   std::mutex mu;
   std::deque<std::function<void()>> mailbox;  // under mu
@@ -150,9 +151,12 @@ struct channel::impl {
   void loop() {
     io_id = std::this_thread::get_id();
     while (!stopping.load()) {
+      wakeups.fetch_add(1, std::memory_order_relaxed);
       zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd, ZMQ_POLLIN, 0}};
       auto now = clock::now();
-      auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - now);
+      // Rounded up: truncated, the last part of a millisecond before each tick polled with a
+      // zero timeout over and over (1,300 polls a second; 8% of a core for an idle host).
+      auto wait = std::chrono::ceil<std::chrono::milliseconds>(next_tick - now);
       if (wait.count() < 0) wait = std::chrono::milliseconds(0);
       try {
         zmq::poll(items, 2, wait);
@@ -228,6 +232,7 @@ channel::~channel() { stop(); }
 const std::string& channel::endpoint() const { return impl_->endpoint; }
 const std::string& channel::name() const { return impl_->opts.name; }
 bool channel::on_io_thread() const { return std::this_thread::get_id() == impl_->io_id; }
+uint64_t channel::wakeups() const { return impl_->wakeups.load(std::memory_order_relaxed); }
 
 void channel::send(peer to, envelope e) {
   auto box = std::make_shared<envelope>(std::move(e));

@@ -95,6 +95,8 @@ class channel {
   /// `linger` lets replies already sent leave the socket.
   void stop(std::chrono::milliseconds linger = std::chrono::milliseconds(0));
   bool on_io_thread() const;
+  /// Times the I/O thread has polled: an idle channel wakes about once a tick.
+  uint64_t wakeups() const;
 
   // ---- I/O thread only (inside handlers and posted functions) ----
   /// Sends now; peer_failed when the peer is unreachable, overloaded when a queue is full.
