@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tessera/test/child_process.hpp"
+#include "tessera/test/refusals.hpp"
 
 using namespace tessera::test_support;
 namespace fs = std::filesystem;
@@ -104,12 +105,7 @@ TEST(DecoderTilesBench, RowsForOneProcessAndTilesAreSane) {
 }
 
 TEST(DecoderTilesBench, RefusesBadOptionsNamingThem) {
-  const std::string b = bin("tessera-bench-decoder-tiles");
-  struct bad_case {
-    std::vector<std::string> args;
-    std::string says;
-  };
-  const std::vector<bad_case> cases{
+  expect_refusals(bin("tessera-bench-decoder-tiles"), {
       {{"--plan", "wide"}, "--plan wide"},
       {{"--tiles", "-1"}, "--tiles -1"},
       {{"--batch", "0"}, "--batch"},
@@ -120,13 +116,5 @@ TEST(DecoderTilesBench, RefusesBadOptionsNamingThem) {
       {{"--model", "gpt2-tiny", "--tiles", "0", "--prompt", "768", "--decode", "1024", "--batch", "1"}, "positions"},
       // gpt2-tiny's embedding alone is over 4 MiB a tile.
       {{"--model", "gpt2-tiny", "--tiles", "2", "--plan", "tp", "--tile-memory", "4MiB", "--batch", "1"}, "does not fit"},
-  };
-  for (const auto& c : cases) {
-    std::vector<std::string> args{b};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    auto r = run_to_end(args, 120);
-    EXPECT_EQ(r.rc, 2) << c.says << ": " << r.out << r.err;
-    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
-    EXPECT_EQ(r.out.find("| "), std::string::npos) << "no table for a refused run: " << r.out;
-  }
+  });
 }

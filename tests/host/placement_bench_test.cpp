@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tessera/test/child_process.hpp"
+#include "tessera/test/refusals.hpp"
 
 using namespace tessera::test_support;
 namespace fs = std::filesystem;
@@ -173,12 +174,7 @@ TEST(PlacementBench, Bf16AndFp32RowsAreSaneAndAgree) {
 }
 
 TEST(PlacementBench, RefusesBadOptionsNamingThem) {
-  const std::string b = bin("tessera-bench-placement");
-  struct bad_case {
-    std::vector<std::string> args;
-    std::string says;
-  };
-  const std::vector<bad_case> cases{
+  expect_refusals(bin("tessera-bench-placement"), {
       {{"--dtype", "fp16"}, "--dtype fp16"},
       {{"--dtype", "bf16,"}, "--dtype bf16,"},
       {{"--tiles", "0"}, "--tiles"},
@@ -191,13 +187,5 @@ TEST(PlacementBench, RefusesBadOptionsNamingThem) {
       {{"--model", "bert-tiny", "--requests", "2", "--dtype", "bf16", "--tiles", "none", "--tp", "2", "--tile-memory",
         "1MiB"},
        "fit"},
-  };
-  for (const auto& c : cases) {
-    std::vector<std::string> args{b};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    auto r = run_to_end(args, 120);
-    EXPECT_EQ(r.rc, 2) << c.says << ": " << r.out << r.err;
-    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
-    EXPECT_EQ(r.out.find("| "), std::string::npos) << "no table for a refused run: " << r.out;
-  }
+  });
 }
