@@ -145,6 +145,11 @@ int main(int argc, char** argv) {
     mo.gpu_faults = f->host;
     mo.tile_faults = !f->tiles.empty();
   }
+  // GPU backends serve requests; --check runs batches on the tiles alone, so without --serve
+  // they would start nothing and say nothing.
+  if (!mo.model.empty() && !mo.serve && (mo.spawn_gpu > 0 || !mo.gpu_endpoints.empty() || mo.gpu_replicas > 0))
+    return std::cerr << "tessera-host: --spawn-gpu, --gpu-endpoint and --gpu-replicas add GPU backends to the "
+                        "HTTP server: add --serve (--check runs on the tiles alone)\n", 2;
   if (!cfg.launch_local)
     std::cerr << "tessera-host: waiting for " << cfg.tiles << " tiles to register at " << cfg.control_bind << "\n";
   if (!mo.model.empty())

@@ -185,6 +185,11 @@ TEST(Bf16Tiles, HostDtypeFlagChecksBf16AndRefusesWhatStaysFp32) {
   EXPECT_NE(out.find("--dtype: unknown dtype \"fp16\": use fp32 or bf16"), std::string::npos) << out;
   EXPECT_EQ(run_host("--model llama-tiny --tiles 1 --dtype bf16", out), 2) << out;
   EXPECT_NE(out.find("is for BERT models; decoders run in fp32"), std::string::npos) << out;
+  // GPU backends without --serve would start nothing: refused, never ignored.
+  for (const std::string gpu : {"--spawn-gpu 1", "--gpu-replicas 1", "--gpu-endpoint ipc:///tmp/nowhere"}) {
+    EXPECT_EQ(run_host("--model bert-tiny --tiles 1 --dtype bf16 --check 1 " + gpu, out), 2) << gpu << ": " << out;
+    EXPECT_NE(out.find("add --serve (--check runs on the tiles alone)"), std::string::npos) << out;
+  }
 }
 
 // N = 8 as a user runs it: tessera-host --dtype bf16 --tiles 8 --check on bert-tiny, with the
