@@ -221,7 +221,9 @@ struct remote_backend::impl {
     }
     out.num_labels = m.num_labels;
     out.logits.resize(want);
-    std::memcpy(out.logits.data(), frame.data(), frame.size());
+    // A ping (no sequences) answers an empty frame: memcpy from a null pointer is undefined even
+    // for 0 bytes (UBSan halted a host on it).
+    if (want > 0) std::memcpy(out.logits.data(), frame.data(), frame.size());
     return out;
   }
 };
