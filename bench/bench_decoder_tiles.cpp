@@ -35,7 +35,7 @@
 #include "tessera/common/cli.hpp"
 #include "tessera/common/random.hpp"
 #include "tessera/common/units.hpp"
-#include "tessera/gpu/gpu_llm.hpp"
+#include "tessera/backends/gpu_llm.hpp"
 #include "tessera/host/tile_decoder.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/timing/llm_system.hpp"
@@ -149,7 +149,7 @@ struct modeller {
   double seconds(const std::vector<models::step_batch>& batches) const {
     models::step_batch all;
     for (const auto& b : batches) all.seqs.insert(all.seqs.end(), b.seqs.begin(), b.seqs.end());
-    auto t = timing::model_llm_step(sys, dims, gpu::step_shape(all));
+    auto t = timing::model_llm_step(sys, dims, backends::step_shape(all));
     return t ? t->seconds : 0;
   }
 };

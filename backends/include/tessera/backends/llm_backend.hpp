@@ -1,5 +1,5 @@
 // tessera/backends/llm_backend.hpp: what the LLM serving side (the continuous-batching
-// scheduler, host/serving/llm_engine.hpp) sees of a place that runs decoder steps: its paged KV
+// scheduler, serving/llm/llm_engine.hpp) sees of a place that runs decoder steps: its paged KV
 // layout and an asynchronous step. A step is a MIXED batch: prefill chunks of some sequences and
 // single decode tokens of others, each with the block table of its paged KV cache; the answer is
 // the logits of the last token of every sequence that asked for them, in batch order.

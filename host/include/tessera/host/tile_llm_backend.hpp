@@ -1,5 +1,5 @@
 // tessera/host/tile_llm_backend.hpp: a decoder on tiles (tile_decoder) as llm_backends, the
-// places the LLM serving engines (host/serving: llm_engine, llm_router, the OpenAI API) run their
+// places the LLM serving engines (serving/llm: llm_engine, llm_router, the OpenAI API) run their
 // steps.
 //
 // One backend per replica of the compiled decoder: each owns its replica's KV cache (one block

@@ -1,10 +1,10 @@
 // The GPU baseline's decoder backend. See gpu_llm.hpp.
-#include "tessera/gpu/gpu_llm.hpp"
+#include "tessera/backends/gpu_llm.hpp"
 
 #include "tessera/backends/decoder_backend.hpp"
 #include "tessera/timing/llm_system.hpp"
 
-namespace tessera::gpu {
+namespace tessera::backends {
 
 timing::llm_step_batch step_shape(const models::step_batch& b) {
   timing::llm_step_batch out;
@@ -62,4 +62,4 @@ result<std::shared_ptr<backends::llm_backend>> make_gpu_llm_backend(std::shared_
   return std::shared_ptr<backends::llm_backend>(new gpu_llm_backend(std::move(*inner), std::move(*sys), *dims));
 }
 
-}  // namespace tessera::gpu
+}  // namespace tessera::backends

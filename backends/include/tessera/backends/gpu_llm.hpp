@@ -1,4 +1,4 @@
-// tessera/gpu/gpu_llm.hpp: the GPU baseline serving a decoder (tessera-gpu --serve). One process
+// tessera/backends/gpu_llm.hpp: the GPU baseline serving a decoder (tessera-gpu --serve). One process
 // holds the model and its paged KV cache in one shared memory, as a GPU does, and runs each
 // scheduler step with the reference decoder (models::decoder_model::step); every step is also
 // costed on a GPU preset by the LLM step model (timing/llm_step.hpp: weight and KV bytes against
@@ -19,7 +19,7 @@
 #include "tessera/models/kv_cache.hpp"
 #include "tessera/timing/llm_step.hpp"
 
-namespace tessera::gpu {
+namespace tessera::backends {
 
 struct gpu_llm_options {
   std::string name = "gpu0";
@@ -33,7 +33,7 @@ struct gpu_llm_options {
 timing::llm_step_batch step_shape(const models::step_batch& b);
 
 /// Errors: a system spec the timing model cannot build for this decoder, a KV cache that does not fit.
-result<std::shared_ptr<backends::llm_backend>> make_gpu_llm_backend(std::shared_ptr<const models::decoder_model> model,
+result<std::shared_ptr<llm_backend>> make_gpu_llm_backend(std::shared_ptr<const models::decoder_model> model,
                                                                     gpu_llm_options opts = {});
 
-}  // namespace tessera::gpu
+}  // namespace tessera::backends

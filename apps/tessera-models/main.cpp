@@ -5,9 +5,9 @@
 //   tessera-models --model bert-base --dtype bf16 --text "Hello"      (the bf16 forward)
 //   tessera-models --model tests/data/models/tiny-odd --info
 //   tessera-models --model bert-base --seed 3 --save /tmp/bert-base-seed3
-//   tessera-models tokenize --tokenizer gpt2|llama|DIR --text "Hello world"   (tools/tokenize.cpp)
-//   tessera-models generate --model llama-tiny --prompt-ids 1,42,99 --max-tokens 16  (tools/generate.cpp)
-//   tessera-models export-gguf --model llama-tiny --out llama-tiny.gguf  (tools/export_gguf.cpp)
+//   tessera-models tokenize --tokenizer gpt2|llama|DIR --text "Hello world"   (tokenize.cpp)
+//   tessera-models generate --model llama-tiny --prompt-ids 1,42,99 --max-tokens 16  (generate.cpp)
+//   tessera-models export-gguf --model llama-tiny --out llama-tiny.gguf  (export_gguf.cpp)
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>

@@ -1,4 +1,4 @@
-// host/app: tessera-host --faults. A plan's tile-side kinds go to the tiles this host launches
+// apps/tessera-host: tessera-host --faults. A plan's tile-side kinds go to the tiles this host launches
 // (tessera-tile --faults); kill_gpu is applied here, to a tessera-gpu process this host spawned
 // (--spawn-gpu), once that process has answered the plan's number of batches. Whatever this run
 // cannot apply is refused at startup, naming the fault.

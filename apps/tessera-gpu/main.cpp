@@ -11,7 +11,7 @@
 
 #include "tessera/common/log.hpp"
 #include "tessera/exchange/security.hpp"
-#include "tessera/gpu/gpu_llm.hpp"
+#include "tessera/backends/gpu_llm.hpp"
 #include "tessera/gpu/gpu_server.hpp"
 #include "tessera/backends/decoder_backend.hpp"
 #include "tessera/models/decoder.hpp"
@@ -39,7 +39,7 @@ int serve_decoder(const std::string& model_name, uint64_t seed, const gpu::gpu_s
   const int32_t blocks = lo.kv_blocks > 0 ? lo.kv_blocks
                                           : backends::kv_blocks_for_bytes(model->shape(), lo.block_tokens,
                                                                           static_cast<int64_t>(lo.kv_memory_mb * (1 << 20)));
-  auto backend = gpu::make_gpu_llm_backend(
+  auto backend = backends::make_gpu_llm_backend(
       model, {.name = cfg.name, .system = cfg.preset, .kv = {lo.block_tokens, blocks}, .omp_threads = cfg.omp_threads});
   if (!backend) return fail(backend.error());
   return serving::serve_llm({.backends = {*backend}, .model = model_name, .arch = model->shape().arch,

@@ -12,7 +12,7 @@
 #include "host_app.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/backends/decoder_backend.hpp"
-#include "tessera/gpu/gpu_llm.hpp"
+#include "tessera/backends/gpu_llm.hpp"
 #include "tessera/host/profiler.hpp"
 #include "tessera/host/tile_decoder.hpp"
 #include "tessera/host/tile_llm_backend.hpp"
@@ -133,7 +133,7 @@ int serve_decoder(std::unique_ptr<tile_decoder> deployed, std::shared_ptr<const 
     const int32_t blocks = o.lo.kv_blocks > 0 ? o.lo.kv_blocks
                                               : backends::kv_blocks_for_bytes(model.shape(), o.lo.block_tokens,
                                                                               static_cast<int64_t>(o.lo.kv_memory_mb * (1 << 20)));
-    auto g = gpu::make_gpu_llm_backend(shared_model, {.name = "gpu" + std::to_string(i), .kv = {o.lo.block_tokens, blocks}});
+    auto g = backends::make_gpu_llm_backend(shared_model, {.name = "gpu" + std::to_string(i), .kv = {o.lo.block_tokens, blocks}});
     if (!g) return fail(g.error().with_context("--gpu-replicas"));
     all.push_back(*g);
   }

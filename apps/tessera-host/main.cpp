@@ -1,5 +1,5 @@
 // tessera-host: starts (or awaits) a tile group, compiles a model onto it and serves it, or runs
-// a demo program. Parses options and wires parts; host/app does the work.
+// a demo program. Parses options and wires parts; the other files here do the work.
 #include <boost/program_options.hpp>
 #include <iostream>
 

@@ -1,4 +1,4 @@
-// host/app: what tessera-host does once its options are parsed (main.cpp only parses and wires).
+// apps/tessera-host: what tessera-host does once its options are parsed (main.cpp only parses and wires).
 #pragma once
 
 #include <optional>
