@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "tessera/common/cli.hpp"
+#include "tessera/common/cpu_time.hpp"
 #include "tessera/common/random.hpp"
 #include "tessera/common/units.hpp"
 #include "tessera/backends/gpu_llm.hpp"
@@ -47,7 +48,7 @@ using namespace tessera::host;
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() { return tessera::wall_seconds(); }
 
 // What one replica's step did, from either engine.
 struct step_out {

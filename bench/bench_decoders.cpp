@@ -31,18 +31,17 @@
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/common/cli.hpp"
+#include "tessera/common/cpu_time.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera::models;
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-double cpu_now() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
+double now() { return tessera::wall_seconds(); }
+// Process CPU time: on a shared machine, requests / (cpu / threads) estimates dedicated-core speed
+// (pessimistically: OpenMP spin-waits count as CPU time).
+double cpu_now() { return tessera::self_cpu_seconds(); }
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> v;

@@ -3,8 +3,8 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 
-#include "app/host_app.hpp"
-#include "app/host_faults.hpp"
+#include "host_app.hpp"
+#include "host_faults.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/common/units.hpp"
 #include "tessera/exchange/security.hpp"

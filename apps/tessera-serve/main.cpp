@@ -16,6 +16,7 @@
 #include "tessera/serving/model_adapters.hpp"
 #include "tessera/serving/router.hpp"
 #include "tessera/serving/serve_options.hpp"
+#include "tessera/serving/serve_llm.hpp"
 #include "tessera/serving/toy_llm.hpp"
 #include "tessera/serving/toy_model.hpp"
 #include "tessera/common/cli.hpp"
@@ -160,12 +161,9 @@ int main(int argc, char** argv) {
   if (engine) {
     tok = make_toy_tokenizer();
     info.model_id = llm.model_id;
-    llm.engine = engine.get();
-    llm.chat = lo.chat_template.empty() ? detect_chat_format(llm.tokenizer->chat_template())
-                                        : *chat_format_named(lo.chat_template);
-    llm.created_unix = std::chrono::duration_cast<std::chrono::seconds>(
-                           std::chrono::system_clock::now().time_since_epoch()).count();
+    attach_engine(llm, *engine, lo.chat_template);
     engine->start();
+  engine->start();
   } else if (model_name == "toy") {
     tok = make_toy_tokenizer();
     info.model_id = "toy";

@@ -1,6 +1,8 @@
 // The HTTP load driver on Beast. See http_driver.hpp.
 #include "tessera/loadgen/http_driver.hpp"
 
+#include "open_loop.hpp"
+
 #include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -150,20 +152,10 @@ class runner {
 
   // Open loop: fire every request whose arrival time has come, then sleep until the next.
   void schedule_arrivals() {
-    auto now = steady::now();
-    while (next_arrival_ < plan_.size() && !stopped_) {
-      auto due = start_ + std::chrono::duration_cast<steady::duration>(
-                              std::chrono::duration<double>(plan_[next_arrival_].arrival_seconds));
-      if (due > now) {
-        arrival_timer_.expires_at(due);
-        arrival_timer_.async_wait([this](beast::error_code ec) {
-          if (!ec) schedule_arrivals();
-        });
-        return;
-      }
-      dispatch_open(next_arrival_++, due);
-    }
-    maybe_finish();
+    detail::fire_due_arrivals(
+        arrival_timer_, start_, next_arrival_, plan_.size(), [this](size_t i) { return plan_[i].arrival_seconds; },
+        [this](size_t i, steady::time_point due) { dispatch_open(i, due); }, [this] { return stopped_; },
+        [this] { maybe_finish(); });
   }
 
   void dispatch_open(size_t idx, steady::time_point due) {

@@ -1,6 +1,8 @@
 // The OpenAI streaming load driver on Beast. See openai_driver.hpp.
 #include "tessera/loadgen/openai_driver.hpp"
 
+#include "open_loop.hpp"
+
 #include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
 #include <algorithm>
 #include <boost/asio.hpp>
@@ -153,18 +155,9 @@ class llm_runner {
   }
 
   void schedule_arrivals() {
-    const auto now = steady::now();
-    while (next_ < plan_.size()) {
-      auto due = start_ + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(plan_[next_].arrival));
-      if (due > now) {
-        arrival_timer_.expires_at(due);
-        arrival_timer_.async_wait([this](beast::error_code ec) {
-          if (!ec) schedule_arrivals();
-        });
-        return;
-      }
-      launch(next_++, due);
-    }
+    detail::fire_due_arrivals(
+        arrival_timer_, start_, next_, plan_.size(), [this](size_t i) { return plan_[i].arrival; },
+        [this](size_t i, steady::time_point due) { launch(i, due); }, [] { return false; }, [] {});
   }
 
   void launch(size_t idx, steady::time_point t0) {

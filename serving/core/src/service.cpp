@@ -1,12 +1,15 @@
-// The HTTP API without sockets: routing, the shared checks, the request fan-in, /info. The
-// dialects live in service_tei.cpp and service_kserve.cpp. See service.hpp.
+// The HTTP API without sockets: dispatch through the route table, the server's own routes (health,
+// /info, /metrics), the shared checks, the request fan-in. The APIs are registered in
+// api_registry.cpp. See service.hpp and api.hpp.
 #include "tessera/serving/service.hpp"
+
+#include "tessera/serving/api.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <stdexcept>
 
-#include "service_internal.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/serving/utf8.hpp"
 
@@ -139,6 +142,10 @@ service::service(service_config cfg, router& r, std::shared_ptr<const tokenizer>
   if (info_.max_input_length <= 0 || info_.max_input_length > router_.max_sequence_length())
     info_.max_input_length = router_.max_sequence_length();
   metrics_.tei.max_input_length.store(info_.max_input_length);
+  routes_ = std::make_unique<route_table>();
+  add_own_routes(*routes_);
+  apis_ = make_apis(*this);
+  for (auto& a : apis_) a->add_routes(*routes_);
 }
 
 service::~service() {
@@ -249,62 +256,38 @@ void service::handle(std::string_view method, std::string_view target, std::stri
 void service::route(std::string_view method, std::string_view target, std::string_view body,
                     const request_headers& headers, const reply_fn& reply) {
   const std::string_view path = target.substr(0, target.find('?'));
-  auto wrong_method = [&](std::string_view allow) { reply(wrong_method_reply(method, path, allow)); };
-  const bool get = method == "GET";
-  const bool post = method == "POST";
+  std::string allow;
+  switch (routes_->dispatch({method, path, target, body, headers, reply}, allow)) {
+    case route_table::outcome::handled: return;
+    case route_table::outcome::wrong_method: return reply(wrong_method_reply(method, path, allow));
+    case route_table::outcome::no_route: break;
+  }
+  reply(error_reply(404, error_kind::not_found, "no route " + printable(path, 100)));
+}
 
-  // TEI's routes for a sequence-classification model. "/" answers predictions to POST (in the
-  // shape Hugging Face's clients read) and health to GET, as TEI does.
-  if (path == "/predict" || path == "/invocations") {
-    if (!post) return wrong_method("POST");
-    return tei_predict(body, path == "/predict" ? predict_dialect::tei : predict_dialect::tei_default, reply);
-  }
-  if (path == "/rerank") {
-    if (!post) return wrong_method("POST");
-    metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
-    const time_point start = steady::now();
-    json req;
-    if (auto err = parse_body(body, req)) return reply(inference_error(err->status, err->type, err->message));
-    return tei_rerank(req, start, reply);
-  }
-  if (path == "/") {
-    if (post) return tei_predict(body, predict_dialect::hugging_face, reply);
-    if (!get) return wrong_method("GET, POST");
-  }
-  if (path == "/tokenize") {
-    if (!post) return wrong_method("POST");
-    return tei_tokenize(body, reply);
-  }
-  if (llm_.engine && (path == "/v1" || path.substr(0, 4) == "/v1/"))
-    return openai_route(method, path, body, headers, reply);
-  if (llm_.engine && (path == "/health" || path == "/" || path == "/ping")) {
-    if (!get) return wrong_method("GET");
-    if (!llm_.engine->healthy()) return reply(error_reply(503, error_kind::unhealthy, "the decoder backend is down"));
-    return reply({200, "application/json", ""});
-  }
-  if (path == "/health" || path == "/" || path == "/ping") {
-    if (!get) return wrong_method("GET");
+void service::add_own_routes(route_table& t) {
+  // Health on GET /health, / and /ping, as TEI does (POST / is the TEI API's). A decoder server
+  // is healthy while its engine is; an encoder server while a backend can take requests, and a
+  // replica out of rotation is named (TEI's meaning: 200 while the server can answer).
+  auto health = [this](const route_call& c) {
+    if (llm_.engine) {
+      if (!llm_.engine->healthy()) return c.reply(error_reply(503, error_kind::unhealthy, "the decoder backend is down"));
+      return c.reply({200, "application/json", ""});
+    }
     if (!router_.healthy())
-      return reply(error_reply(503, error_kind::unhealthy, "no healthy backend" + degraded_detail()));
-    // TEI's meaning: 200 while the server can answer. A replica out of rotation is named.
+      return c.reply(error_reply(503, error_kind::unhealthy, "no healthy backend" + degraded_detail()));
     std::string detail = degraded_detail();
-    if (detail.empty()) return reply({200, "application/json", ""});
-    return reply({200, "application/json",
-                  to_text(json{{"status", "degraded"}, {"detail", detail.substr(2)}})});
-  }
-  if (path == "/info") {
-    if (!get) return wrong_method("GET");
-    return reply(info_reply());
-  }
-  if (path == "/metrics") {
-    if (!get) return wrong_method("GET");
+    if (detail.empty()) return c.reply({200, "application/json", ""});
+    c.reply({200, "application/json", to_text(json{{"status", "degraded"}, {"detail", detail.substr(2)}})});
+  };
+  for (const char* p : {"/health", "/", "/ping"}) t.add("GET", p, health);
+  t.add("GET", "/info", [this](const route_call& c) { c.reply(info_reply()); });
+  t.add("GET", "/metrics", [this](const route_call& c) {
     auto gauges = router_.gauges();
     if (llm_.engine)
       for (auto& g : llm_.engine->gauges()) gauges.push_back(std::move(g));
-    return reply({200, "text/plain; version=0.0.4", metrics_.to_prometheus(gauges)});
-  }
-  if (path == "/v2" || path.substr(0, 4) == "/v2/") return kserve_route(method, path, body, headers, reply);
-  reply(error_reply(404, error_kind::not_found, "no route " + printable(path, 100)));
+    c.reply({200, "text/plain; version=0.0.4", metrics_.to_prometheus(gauges)});
+  });
 }
 
 std::optional<api_error> service::check_batch_size(size_t inputs) const {

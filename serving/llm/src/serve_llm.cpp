@@ -16,6 +16,13 @@
 
 namespace tessera::serving {
 
+void attach_engine(llm_api& llm, llm_endpoint& engine, const std::string& chat_template) {
+  llm.engine = &engine;
+  llm.chat = chat_template.empty() ? detect_chat_format(llm.tokenizer->chat_template()) : *chat_format_named(chat_template);
+  llm.created_unix =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 int serve_llm(const llm_serve_target& t, const llm_serve_options& lo, const serve_options& so) {
   auto fail = [&](const status& st) {
     std::cerr << t.program << ": " << st.to_string() << "\n";
@@ -43,11 +50,7 @@ int serve_llm(const llm_serve_target& t, const llm_serve_options& lo, const serv
   auto made = llm_router::make(so.routing, std::move(engines));
   if (!made) return fail(made.error());
   auto engine = std::move(*made);
-  llm.engine = engine.get();
-  llm.chat = lo.chat_template.empty() ? detect_chat_format(llm.tokenizer->chat_template())
-                                      : *chat_format_named(lo.chat_template);
-  llm.created_unix = std::chrono::duration_cast<std::chrono::seconds>(
-                         std::chrono::system_clock::now().time_since_epoch()).count();
+  attach_engine(llm, *engine, lo.chat_template);
   engine->start();
   router r(so.routing, default_clock(), &metrics);  // empty: the OpenAI routes use the engine
   r.start();

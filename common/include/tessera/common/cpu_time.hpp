@@ -11,6 +11,8 @@
 
 namespace tessera {
 
+/// Seconds on the steady clock (for intervals; the epoch is arbitrary).
+double wall_seconds();
 /// User + system CPU seconds of this process (all its threads), nanosecond resolution.
 double self_cpu_seconds();
 /// User + system CPU seconds of a local process from /proc/PID/stat (clock-tick resolution);

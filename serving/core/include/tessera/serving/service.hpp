@@ -3,8 +3,9 @@
 // a socket; tests may call it directly. docs/serving.md lists every route, field and error, and
 // where tessera differs from text-embeddings-inference (TEI) or KServe on purpose.
 //
-// Dialects (one source file each, sharing service_internal.hpp):
-//   TEI (service_tei.cpp), as TEI v1.7.1 for a sequence-classification model:
+// APIs (one class and source file each, registered in core/src/api_registry.cpp; api.hpp says how
+// to add one):
+//   TEI (encoder/src/tei_api.cpp), as TEI v1.7.1 for a sequence-classification model:
 //     POST /predict, /invocations  {"inputs": "text" | ["text", "text_pair"] (one pair)
 //                                   | [["text"], ["text", "text_pair"], ...] (a batch),
 //                                   "truncate": bool|null, "truncation_direction": "Left"|"Right",
@@ -16,7 +17,7 @@
 //     POST /tokenize  {"inputs": "text" | ["text", ...], "add_special_tokens": bool}
 //                     -> [[{"id","text","special","start","stop"}]] (byte offsets)
 //     GET /info, /health, / and /ping (health), /metrics (Prometheus text)
-//   KServe v2 / Open Inference Protocol (service_kserve.cpp): GET /v2, /v2/health/{live,ready},
+//   KServe v2 / Open Inference Protocol (encoder/src/kserve_api.cpp): GET /v2, /v2/health/{live,ready},
 //     /v2/models/{name}[/versions/1][/ready]; POST /v2/models/{name}[/versions/1]/infer in JSON
 //     or with the binary tensor data extension (Inference-Header-Content-Length).
 // Errors: {"error": "...", "error_type": "..."} with TEI's codes and spellings where TEI has them
@@ -73,12 +74,14 @@ struct service_config {
   int32_t tokenization_workers = 1;     ///< threads that tokenize (http_server: its I/O threads)
 };
 
-struct call_state;  // one request's fan-in of sequence answers (service.cpp)
+struct call_state;  // one request's fan-in of sequence answers (api.hpp)
+class api;
+class route_table;
 namespace detail {
-struct api_error;  // an error answer (service_internal.hpp)
+struct api_error;  // an error answer (api.hpp)
 }
 
-/// A decoder behind the OpenAI-compatible routes (service_openai.cpp).
+/// A decoder behind the OpenAI-compatible routes (llm/src/openai_api.cpp).
 struct llm_api {
   llm_endpoint* engine = nullptr;  ///< an engine or an llm_router; not owned; outlives the service's requests
   std::shared_ptr<const llm_tokenizer> tokenizer;
@@ -135,24 +138,20 @@ class service {
   /// follows the engine). Call before the first request.
   void set_llm(llm_api api) { llm_ = std::move(api); }
 
- private:
-  friend struct call_state;
-  /// Which TEI predict route: /predict (always predicts), POST / (Hugging Face's answer shape),
-  /// /invocations (TEI's default route: predicts, or reranks for a one-label model).
-  enum class predict_dialect { tei, hugging_face, tei_default };
-  struct tei_job;  // service_tei.cpp
-
-  void route(std::string_view method, std::string_view target, std::string_view body,
-             const request_headers& headers, const reply_fn& reply);
+ // What the APIs (api.hpp) use: the parts, and the checks every API runs on what it read,
+  // worded once.
+  router& backends() const { return router_; }
+  const std::shared_ptr<const tokenizer>& encoder_tokenizer() const { return tokenizer_; }
+  const model_info& info() const { return info_; }
+  const llm_api& llm() const { return llm_; }
+  const route_table& routes() const { return *routes_; }
   /// 405 for `method` on `path`, with the Allow header.
   http_reply wrong_method_reply(std::string_view method, std::string_view path, std::string_view allow);
   /// error_reply for an inference request: counted in tessera_request_failure.
   http_reply inference_error(unsigned status, std::string_view type, std::string_view message);
   static http_reply error_body(unsigned status, std::string_view type, std::string_view message);
+  /// Submits a request's sequences; the deadline watchdog answers 504 for a stalled backend.
   void submit_all(std::shared_ptr<call_state> call, std::vector<backends::sequence_input> seqs);
-  // What every API dialect checks (service.cpp), worded once; a dialect parses its own request
-  // shape, then runs these on what it read. A new dialect (service_<name>.cpp) needs its route
-  // in route(), a parser, these checks, and a call_state whose build writes its answer shape.
   /// 413 Validation when a request holds more inputs than max_client_batch_size.
   std::optional<detail::api_error> check_batch_size(size_t inputs) const;
   /// Tokenizes a text (or a pair, `b` non-null), cut to max_input_length when `truncate`;
@@ -166,26 +165,19 @@ class service {
                                                 std::string_view how_to_truncate) const;
   /// 503 Unhealthy when no backend can take a request.
   std::optional<detail::api_error> check_healthy() const;
-  // service_tei.cpp
-  void tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply);
-  void tei_tokenize(std::string_view body, const reply_fn& reply);
-  void tei_rerank(const nlohmann::json& req, time_point start, const reply_fn& reply);
-  /// Tokenizes, validates and submits a TEI request; counts it in te_*; answers with its headers.
-  void tei_infer(tei_job job, const reply_fn& reply);
-  // service_openai.cpp
-  void openai_route(std::string_view method, std::string_view path, std::string_view body,
-                    const request_headers& headers, const reply_fn& reply);
-  void openai_generate(std::string_view body, bool chat, const request_headers& headers,
-                       const reply_fn& reply);
-  // service_kserve.cpp
-  void kserve_route(std::string_view method, std::string_view path, std::string_view body,
-                    const request_headers& headers, const reply_fn& reply);
-  void kserve_infer(std::string_view body, const request_headers& headers, const reply_fn& reply);
   /// "; <backend> replica <i> <state>: <why>" for every replica not up ("" when all are).
   std::string degraded_detail() const;
-  http_reply info_reply() const;
-  http_reply kserve_model_reply() const;
+  /// id2label[i], or LABEL_i.
   std::string label(int32_t i) const;
+
+ private:
+  friend struct call_state;
+
+  void route(std::string_view method, std::string_view target, std::string_view body,
+             const request_headers& headers, const reply_fn& reply);
+  /// The server's own routes: health, /info, /metrics.
+  void add_own_routes(route_table& t);
+  http_reply info_reply() const;
   void watch(const std::shared_ptr<call_state>& call, time_point answer_by);
   void unwatch(call_state& call);
   void run_watchdog();
@@ -197,6 +189,8 @@ class service {
   serving_metrics& metrics_;
   const request_journal* journal_ = nullptr;
   llm_api llm_;
+  std::unique_ptr<route_table> routes_;
+  std::vector<std::unique_ptr<api>> apis_;
 
   // Stalled-backend watchdog: requests by the time they must be answered.
   std::mutex watch_mu_;

@@ -16,6 +16,7 @@
 #include "tessera/backends/llm_backend.hpp"
 #include "tessera/models/shape.hpp"
 #include "tessera/serving/serve_options.hpp"
+#include "tessera/serving/service.hpp"
 
 namespace tessera::serving {
 
@@ -28,6 +29,11 @@ struct llm_serve_target {
   std::string program = "tessera";    ///< names the process in errors
   std::string listening_suffix;       ///< appended to "listening on URL model ID"
 };
+
+/// Puts `engine` behind `llm` (whose tokenizer and model_id are set): the chat format
+/// (`chat_template` by name, or detected from the tokenizer's template when empty; a name was
+/// checked by finish_llm_options) and the /v1/models creation time. The caller starts the engine.
+void attach_engine(llm_api& llm, llm_endpoint& engine, const std::string& chat_template);
 
 /// Prints "listening on http(s)://ADDR:PORT model ID<suffix>" once the port is open, serves until
 /// SIGINT/SIGTERM (streams in flight finish), then stops the engine. Returns the process's exit

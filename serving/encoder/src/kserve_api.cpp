@@ -6,7 +6,7 @@
 #include <cstring>
 #include <optional>
 
-#include "service_internal.hpp"
+#include "tessera/serving/api.hpp"
 #include "tessera/serving/utf8.hpp"
 
 namespace tessera::serving {
@@ -146,11 +146,24 @@ std::optional<std::string> decode_input(const json& in, binary_reader& binary, t
 
 }  // namespace
 
-void service::kserve_route(std::string_view method, std::string_view path, std::string_view body,
+/// KServe v2 / Open Inference Protocol under /v2, on the service's encoder backends.
+class kserve_api final : public api, private encoder_parts {
+ public:
+  explicit kserve_api(service& svc) : encoder_parts(svc) {}
+  void add_routes(route_table& t) override;
+
+ private:
+  void kserve_route(std::string_view method, std::string_view path, std::string_view body,
+                    const request_headers& headers, const reply_fn& reply);
+  void kserve_infer(std::string_view body, const request_headers& headers, const reply_fn& reply);
+  http_reply kserve_model_reply() const;
+};
+
+void kserve_api::kserve_route(std::string_view method, std::string_view path, std::string_view body,
                            const request_headers& headers, const reply_fn& reply) {
   const bool get = method == "GET";
-  auto wrong_method = [&](std::string_view allow) { reply(wrong_method_reply(method, path, allow)); };
-  auto not_found = [&] { reply(error_reply(404, error_kind::not_found, "no route " + printable(path, 100))); };
+  auto wrong_method = [&](std::string_view allow) { reply(svc_.wrong_method_reply(method, path, allow)); };
+  auto not_found = [&] { reply(svc_.error_reply(404, error_kind::not_found, "no route " + printable(path, 100))); };
   if (path == "/v2" || path == "/v2/") {
     if (!get) return wrong_method("GET");
     return reply({200, "application/json",
@@ -160,7 +173,7 @@ void service::kserve_route(std::string_view method, std::string_view path, std::
     if (!get) return wrong_method("GET");
     if (path == "/v2/health/live") return reply({200, "application/json", R"({"live":true})"});
     if (!router_.healthy())
-      return reply(error_reply(503, error_kind::unhealthy, "no healthy backend" + degraded_detail()));
+      return reply(svc_.error_reply(503, error_kind::unhealthy, "no healthy backend" + svc_.degraded_detail()));
     return reply({200, "application/json", R"({"ready":true})"});
   }
   if (path.substr(0, 11) != "/v2/models/") return not_found();
@@ -168,14 +181,14 @@ void service::kserve_route(std::string_view method, std::string_view path, std::
   const std::string_view name = rest.substr(0, rest.find('/'));
   std::string_view tail = rest.substr(name.size());
   if (name != info_.model_id)
-    return reply(error_reply(404, error_kind::not_found,
+    return reply(svc_.error_reply(404, error_kind::not_found,
                              "model '" + printable(name, 100) + "' not found; this server has '" +
                                  info_.model_id + "'"));
   if (tail.substr(0, 10) == "/versions/") {
     const std::string_view after = tail.substr(10);
     const std::string_view version = after.substr(0, after.find('/'));
     if (version != model_version)
-      return reply(error_reply(404, error_kind::not_found,
+      return reply(svc_.error_reply(404, error_kind::not_found,
                                "model '" + info_.model_id + "' has no version '" + printable(version, 40) +
                                    "'; its only version is " + std::string(model_version)));
     tail = after.substr(version.size());
@@ -188,7 +201,7 @@ void service::kserve_route(std::string_view method, std::string_view path, std::
     if (!get) return wrong_method("GET");
     const bool ready = router_.healthy();
     json out{{"name", info_.model_id}, {"ready", ready}};
-    if (!ready) out["error"] = "no healthy backend" + degraded_detail();
+    if (!ready) out["error"] = "no healthy backend" + svc_.degraded_detail();
     return reply({ready ? 200u : 503u, "application/json", to_text(out)});
   }
   if (!tail.empty()) return not_found();
@@ -196,10 +209,10 @@ void service::kserve_route(std::string_view method, std::string_view path, std::
   reply(kserve_model_reply());
 }
 
-http_reply service::kserve_model_reply() const {
+http_reply kserve_api::kserve_model_reply() const {
   const int32_t labels = router_.num_labels();
   json label_names = json::array();
-  for (int32_t i = 0; i < labels; ++i) label_names.push_back(label(i));
+  for (int32_t i = 0; i < labels; ++i) label_names.push_back(svc_.label(i));
   auto tensor_meta = [](std::string_view name, std::string_view type, json shape) {
     return json{{"name", name}, {"datatype", type}, {"shape", std::move(shape)}};
   };
@@ -226,11 +239,11 @@ http_reply service::kserve_model_reply() const {
   return {200, "application/json", to_text(out)};
 }
 
-void service::kserve_infer(std::string_view body, const request_headers& headers, const reply_fn& reply) {
+void kserve_api::kserve_infer(std::string_view body, const request_headers& headers, const reply_fn& reply) {
   const time_point start = steady::now();
   metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
   auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
-    reply(inference_error(status, type, message));
+    reply(svc_.inference_error(status, type, message));
   };
   auto invalid = [&](std::string_view message) { fail(400, error_kind::validation, message); };
   auto reject = [&](const api_error& e) { fail(e.status, e.type, e.message); };
@@ -339,7 +352,7 @@ void service::kserve_infer(std::string_view body, const request_headers& headers
       if (text_pair->count != n) return invalid("'text_pair' needs as many elements as 'text' (" + std::to_string(n) + ")");
     }
     if (n == 0) return invalid("input 'text' holds no texts");
-    if (auto e = check_batch_size(static_cast<size_t>(n))) return reject(*e);
+    if (auto e = svc_.check_batch_size(static_cast<size_t>(n))) return reject(*e);
     for (int64_t i = 0; i < n; ++i) {
       const std::string& a = text->bytes[static_cast<size_t>(pairs_in_text ? 2 * i : i)];
       const std::string* b = pairs_in_text ? &text->bytes[static_cast<size_t>(2 * i + 1)]
@@ -353,13 +366,13 @@ void service::kserve_infer(std::string_view body, const request_headers& headers
       if (a.empty() && (!b || b->empty())) return invalid("text element " + std::to_string(i) + " is empty");
       backends::sequence_input seq;
       const std::string_view bv = b ? std::string_view(*b) : std::string_view();
-      if (auto e = encode_text(a, b ? &bv : nullptr, truncate, truncation_side::right, 400, seq)) return reject(*e);
+      if (auto e = svc_.encode_text(a, b ? &bv : nullptr, truncate, truncation_side::right, 400, seq)) return reject(*e);
       seqs.push_back(std::move(seq));
     }
   } else {
     const auto& s = ids->shape;
     if (s.size() != 2 || s[0] < 1 || s[1] < 1) return invalid("input_ids needs shape [batch, length], both >= 1");
-    if (auto e = check_batch_size(static_cast<size_t>(s[0]))) return reject(*e);
+    if (auto e = svc_.check_batch_size(static_cast<size_t>(s[0]))) return reject(*e);
     for (const tensor* t : {types, mask})
       if (t && t->shape != s) return invalid("input '" + t->name + "' needs the shape of input_ids");
     for (int64_t i = 0; i < s[0]; ++i) {
@@ -381,10 +394,10 @@ void service::kserve_infer(std::string_view body, const request_headers& headers
     }
   }
   for (const auto& s : seqs)
-    if (auto e = check_length(s.token_ids.size(), "inputs", "set parameters.truncate to true")) return reject(*e);
-  if (auto e = check_healthy()) return reject(*e);
+    if (auto e = svc_.check_length(s.token_ids.size(), "inputs", "set parameters.truncate to true")) return reject(*e);
+  if (auto e = svc_.check_healthy()) return reject(*e);
 
-  auto call = call_state::make(seqs.size(), reply, this, start);
+  auto call = call_state::make(seqs.size(), reply, &svc_, start);
   json id = req.contains("id") ? req["id"] : json();
   call->build = [model = info_.model_id, id, logits_wanted, logits_binary](std::vector<sequence_outcome>& outs) {
     const size_t labels = outs.empty() ? 0 : outs[0].logits.size();
@@ -410,7 +423,13 @@ void service::kserve_infer(std::string_view body, const request_headers& headers
     r.headers.emplace_back("Inference-Header-Content-Length", std::to_string(header.size()));
     return r;
   };
-  submit_all(call, std::move(seqs));
+  svc_.submit_all(call, std::move(seqs));
 }
+
+void kserve_api::add_routes(route_table& t) {
+  t.add_prefix("/v2", [this](const route_call& c) { kserve_route(c.method, c.path, c.body, c.headers, c.reply); });
+}
+
+std::unique_ptr<api> make_kserve_api(service& svc) { return std::make_unique<kserve_api>(svc); }
 
 }  // namespace tessera::serving

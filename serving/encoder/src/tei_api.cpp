@@ -7,7 +7,7 @@
 #include <set>
 #include <utility>
 
-#include "service_internal.hpp"
+#include "tessera/serving/api.hpp"
 #include "tessera/serving/utf8.hpp"
 
 namespace tessera::serving {
@@ -157,9 +157,28 @@ std::string millis(double seconds) { return std::to_string(static_cast<int64_t>(
 
 }  // namespace
 
+/// TEI's routes (and Hugging Face's POST /), on the service's encoder backends.
+class tei_api final : public api, private encoder_parts {
+ public:
+  explicit tei_api(service& svc) : encoder_parts(svc) {}
+  void add_routes(route_table& t) override;
+
+ private:
+  /// Which TEI predict route: /predict (always predicts), POST / (Hugging Face's answer shape),
+  /// /invocations (TEI's default route: predicts, or reranks for a one-label model).
+  enum class predict_dialect { tei, hugging_face, tei_default };
+  struct tei_job;
+
+  void tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply);
+  void tei_tokenize(std::string_view body, const reply_fn& reply);
+  void tei_rerank(const json& req, time_point start, const reply_fn& reply);
+  /// Tokenizes, validates and submits a TEI request; counts it in te_*; answers with its headers.
+  void tei_infer(tei_job job, const reply_fn& reply);
+};
+
 /// One TEI inference request after its body was read: the inputs, how to cut them, and how to
 /// turn their logits into the answer's body (or an error).
-struct service::tei_job {
+struct tei_api::tei_job {
   std::vector<tei_input> inputs;
   bool batch = false;  ///< counted as TEI's method="batch" (else "single")
   bool truncate = false;
@@ -168,11 +187,11 @@ struct service::tei_job {
   std::function<std::optional<api_error>(std::vector<sequence_outcome>&, json& body)> answer;
 };
 
-void service::tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply) {
+void tei_api::tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply) {
   const time_point start = steady::now();
   metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
   auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
-    reply(inference_error(status, type, message));
+    reply(svc_.inference_error(status, type, message));
   };
   json req;
   if (auto err = parse_body(body, req)) return fail(err->status, err->type, err->message);
@@ -206,7 +225,7 @@ void service::tei_predict(std::string_view body, predict_dialect dialect, const 
       std::reverse(order.begin(), order.end());
       if (top_k > 0 && static_cast<size_t>(top_k) < order.size()) order.resize(static_cast<size_t>(top_k));
       json one = json::array();
-      for (int32_t i : order) one.push_back({{"score", scores[i]}, {"label", label(i)}});
+      for (int32_t i : order) one.push_back({{"score", scores[i]}, {"label", svc_.label(i)}});
       all.push_back(std::move(one));
     }
     body = batch || nest_single ? std::move(all) : std::move(all[0]);
@@ -215,9 +234,9 @@ void service::tei_predict(std::string_view body, predict_dialect dialect, const 
   tei_infer(std::move(job), reply);
 }
 
-void service::tei_rerank(const json& req, time_point start, const reply_fn& reply) {
+void tei_api::tei_rerank(const json& req, time_point start, const reply_fn& reply) {
   auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
-    reply(inference_error(status, type, message));
+    reply(svc_.inference_error(status, type, message));
   };
   // TEI's RerankRequest. As on /predict, an unknown field is refused rather than ignored.
   if (!req.is_object())
@@ -293,9 +312,9 @@ void service::tei_rerank(const json& req, time_point start, const reply_fn& repl
   tei_infer(std::move(job), reply);
 }
 
-void service::tei_infer(tei_job job, const reply_fn& reply) {
+void tei_api::tei_infer(tei_job job, const reply_fn& reply) {
   auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
-    reply(inference_error(status, type, message));
+    reply(svc_.inference_error(status, type, message));
   };
   // From here on the request counts in TEI's te_* metrics too (TEI counts a request once its body
   // has deserialised), failures labelled as TEI labels them.
@@ -307,7 +326,7 @@ void service::tei_infer(tei_job job, const reply_fn& reply) {
   };
   auto te_reject = [&](std::string_view err, const api_error& e) { te_fail(err, e.status, e.type, e.message); };
   if (job.batch)
-    if (auto e = check_batch_size(job.inputs.size())) return te_reject("batch_size", *e);
+    if (auto e = svc_.check_batch_size(job.inputs.size())) return te_reject("batch_size", *e);
   // Tokenize and validate, input by input (the first failing input answers, as in TEI).
   const int32_t max_len = info_.max_input_length;
   std::vector<backends::sequence_input> seqs;
@@ -325,9 +344,9 @@ void service::tei_infer(tei_job job, const reply_fn& reply) {
                       " characters. Given: " + std::to_string(n) + "; pass \"truncate\": true to cut it");
     backends::sequence_input seq;
     const std::string_view b = in.b;
-    if (auto e = encode_text(in.a, in.pair ? &b : nullptr, job.truncate, job.side, 422, seq))
+    if (auto e = svc_.encode_text(in.a, in.pair ? &b : nullptr, job.truncate, job.side, 422, seq))
       return te_reject("tokenization", *e);
-    if (auto e = check_length(seq.token_ids.size(), "`inputs`", "pass \"truncate\": true"))
+    if (auto e = svc_.check_length(seq.token_ids.size(), "`inputs`", "pass \"truncate\": true"))
       return te_reject("tokenization", *e);
     tokens += seq.token_ids.size();
     metrics_.request_input_length.observe(static_cast<double>(seq.token_ids.size()));
@@ -337,9 +356,9 @@ void service::tei_infer(tei_job job, const reply_fn& reply) {
   const time_point start = job.start;
   const double tokenization_seconds = to_seconds(steady::now() - start);
   metrics_.tokenization_duration.observe(tokenization_seconds);
-  if (auto e = check_healthy()) return te_reject("inference", *e);
+  if (auto e = svc_.check_healthy()) return te_reject("inference", *e);
 
-  auto call = call_state::make(seqs.size(), reply, this, start);
+  auto call = call_state::make(seqs.size(), reply, &svc_, start);
   call->on_error = [&te](unsigned status) { te.request_failure.add(status == 429 ? "overloaded" : "inference"); };
   call->build = [this, batch = job.batch, answer = std::move(job.answer), chars, tokens, tokenization_seconds,
                  start](std::vector<sequence_outcome>& outs) {
@@ -349,7 +368,7 @@ void service::tei_infer(tei_job job, const reply_fn& reply) {
       inference += o.inference_seconds;
     }
     json body;
-    if (auto err = answer(outs, body)) return error_body(err->status, err->type, err->message);
+    if (auto err = answer(outs, body)) return svc_.error_body(err->status, err->type, err->message);
     http_reply r{200, "application/json", to_text(body)};
     const double n = static_cast<double>(std::max<size_t>(1, outs.size()));
     const double total_seconds = to_seconds(steady::now() - start);
@@ -371,13 +390,13 @@ void service::tei_infer(tei_job job, const reply_fn& reply) {
                  {"x-inference-time", millis(inference / n)}};
     return r;
   };
-  submit_all(call, std::move(seqs));
+  svc_.submit_all(call, std::move(seqs));
 }
 
-void service::tei_tokenize(std::string_view body, const reply_fn& reply) {
+void tei_api::tei_tokenize(std::string_view body, const reply_fn& reply) {
   metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
   auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
-    reply(inference_error(status, type, message));
+    reply(svc_.inference_error(status, type, message));
   };
   json req;
   if (auto err = parse_body(body, req)) return fail(err->status, err->type, err->message);
@@ -431,5 +450,23 @@ void service::tei_tokenize(std::string_view body, const reply_fn& reply) {
   metrics_.request_success.fetch_add(1, std::memory_order_relaxed);
   reply({200, "application/json", to_text(out)});
 }
+
+void tei_api::add_routes(route_table& t) {
+  t.add("POST", "/predict", [this](const route_call& c) { tei_predict(c.body, predict_dialect::tei, c.reply); });
+  t.add("POST", "/invocations",
+        [this](const route_call& c) { tei_predict(c.body, predict_dialect::tei_default, c.reply); });
+  // POST / answers predictions in the shape Hugging Face's clients read (GET / is health).
+  t.add("POST", "/", [this](const route_call& c) { tei_predict(c.body, predict_dialect::hugging_face, c.reply); });
+  t.add("POST", "/tokenize", [this](const route_call& c) { tei_tokenize(c.body, c.reply); });
+  t.add("POST", "/rerank", [this](const route_call& c) {
+    metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
+    const time_point start = steady::now();
+    json req;
+    if (auto err = parse_body(c.body, req)) return c.reply(svc_.inference_error(err->status, err->type, err->message));
+    tei_rerank(req, start, c.reply);
+  });
+}
+
+std::unique_ptr<api> make_tei_api(service& svc) { return std::make_unique<tei_api>(svc); }
 
 }  // namespace tessera::serving

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <random>
 
-#include "service_internal.hpp"
+#include "tessera/serving/api.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/serving/utf8.hpp"
 
@@ -275,7 +275,25 @@ std::string sse(const json& j) { return "data: " + to_text(j) + "\n\n"; }
 
 }  // namespace
 
-void service::openai_route(std::string_view method, std::string_view path, std::string_view body,
+/// The OpenAI-compatible routes under /v1, on the service's decoder (service::set_llm); without
+/// one, /v1 has no routes.
+class openai_api final : public api {
+ public:
+  explicit openai_api(service& svc) : svc_(svc), llm_(svc.llm()), metrics_(svc.metrics()) {}
+  void add_routes(route_table& t) override;
+
+ private:
+  void openai_route(std::string_view method, std::string_view path, std::string_view body,
+                    const request_headers& headers, const reply_fn& reply);
+  void openai_generate(std::string_view body, bool chat, const request_headers& headers,
+                       const reply_fn& reply);
+
+  service& svc_;
+  const llm_api& llm_;
+  serving_metrics& metrics_;
+};
+
+void openai_api::openai_route(std::string_view method, std::string_view path, std::string_view body,
                            const request_headers& headers, const reply_fn& reply) {
   auto wrong = [&](std::string_view allow) {
     http_reply r = error_http({405, printable(method, 16) + " is not allowed on " + printable(path, 100) +
@@ -311,7 +329,7 @@ void service::openai_route(std::string_view method, std::string_view path, std::
                     "invalid_request_error", "", "not_found"}));
 }
 
-void service::openai_generate(std::string_view body, bool chat, const request_headers& headers,
+void openai_api::openai_generate(std::string_view body, bool chat, const request_headers& headers,
                               const reply_fn& reply) {
   metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
   auto fail = [&](const oai_error& e) {
@@ -373,7 +391,7 @@ void service::openai_generate(std::string_view body, bool chat, const request_he
 
   std::shared_ptr<reply_stream> stream;
   if (g.stream) stream = std::make_shared<reply_stream>();
-  service* self = this;
+  service* self = &svc_;
   if (stream) {
     g.req.on_event = [call, stream, self, start](llm_event ev) {
       std::string out;
@@ -441,5 +459,15 @@ void service::openai_generate(std::string_view body, bool chat, const request_he
     reply(std::move(r));
   }
 }
+
+void openai_api::add_routes(route_table& t) {
+  t.add_prefix("/v1", [this](const route_call& c) {
+    if (!llm_.engine)
+      return c.reply(svc_.error_reply(404, error_kind::not_found, "no route " + printable(c.path, 100)));
+    openai_route(c.method, c.path, c.body, c.headers, c.reply);
+  });
+}
+
+std::unique_ptr<api> make_openai_api(service& svc) { return std::make_unique<openai_api>(svc); }
 
 }  // namespace tessera::serving

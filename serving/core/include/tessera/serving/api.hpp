@@ -1,8 +1,25 @@
-// What the API dialects of service (service_tei.cpp: text-embeddings-inference and Hugging
-// Face's clients; service_kserve.cpp: KServe v2 / Open Inference Protocol) share: the body
-// checks before JSON parsing, error kinds as each dialect spells them, and the per-request
-// fan-in of sequence answers (the checks on what a dialect read are service members:
-// check_batch_size, encode_text, check_length, check_healthy). Private to tessera_serving_core.
+// tessera/serving/api.hpp: what an HTTP API of the service is made of. Every API (TEI, KServe v2,
+// OpenAI, the next one) is a class deriving from `api` in its own file, registered with one line
+// in serving/core/src/api_registry.cpp; at construction the service asks each to add its routes
+// to the route table, and dispatches every request through it:
+//
+//   class my_api final : public api {
+//    public:
+//     explicit my_api(service& svc) : svc_(svc) {}
+//     void add_routes(route_table& t) override {
+//       t.add("POST", "/classify", [this](const route_call& c) { classify(c); });
+//       t.add_prefix("/my/v1", [this](const route_call& c) { sub_route(c); });  // its own 404/405
+//     }
+//    ...
+//   };
+//   // api_registry.cpp:  std::unique_ptr<api> make_my_api(service&);  and one entry in the list
+//
+// Exact routes are matched first (a path registered for other methods only answers 405 with the
+// Allow header), then the longest prefix; nothing matched answers 404. Besides the table, this
+// header holds what the APIs share: the body checks before JSON parsing, error kinds as each
+// dialect spells them, and the per-request fan-in of sequence answers (`call_state`); the checks
+// on what a dialect read are service members (check_batch_size, encode_text, check_length,
+// check_healthy, submit_all).
 #pragma once
 
 #include <atomic>
@@ -17,6 +34,66 @@
 #include <vector>
 
 #include "tessera/serving/service.hpp"
+
+namespace tessera::serving {
+
+/// One request as a route sees it.
+struct route_call {
+  std::string_view method;
+  std::string_view path;    ///< the target without its query
+  std::string_view target;  ///< as sent
+  std::string_view body;
+  const request_headers& headers;
+  const reply_fn& reply;
+};
+
+using route_handler = std::function<void(const route_call&)>;
+
+class route_table {
+ public:
+  /// `method` on the exact `path`. Registering a (method, path) twice is a programming error
+  /// (std::logic_error at start-up, naming both).
+  void add(std::string_view method, std::string path, route_handler h);
+  /// Every path equal to `prefix` or below it (`prefix/...`), any method: the handler does its
+  /// own sub-routing, 404s and 405s (an API whose errors have their own shape, as OpenAI's).
+  void add_prefix(std::string prefix, route_handler h);
+
+  enum class outcome { handled, wrong_method, no_route };
+  /// Calls the matching handler. wrong_method: `allow` is set to the path's methods ("GET, POST").
+  outcome dispatch(const route_call& call, std::string& allow) const;
+  /// Every exact path and prefix, sorted (for docs and tests).
+  std::vector<std::string> paths() const;
+
+ private:
+  std::map<std::string, std::map<std::string, route_handler, std::less<>>, std::less<>> exact_;
+  std::vector<std::pair<std::string, route_handler>> prefixes_;  // longest first
+};
+
+/// An HTTP API served by `service`.
+class api {
+ public:
+  virtual ~api() = default;
+  virtual void add_routes(route_table& table) = 0;
+};
+
+/// What an API on the encoder backends reads of its service, as references (they follow the
+/// service). TEI and KServe derive from it.
+struct encoder_parts {
+  explicit encoder_parts(service& svc)
+      : svc_(svc), cfg_(svc.config()), router_(svc.backends()), tokenizer_(svc.encoder_tokenizer()),
+        info_(svc.info()), metrics_(svc.metrics()) {}
+  service& svc_;
+  const service_config& cfg_;
+  router& router_;
+  const std::shared_ptr<const tokenizer>& tokenizer_;
+  const model_info& info_;
+  serving_metrics& metrics_;
+};
+
+/// Every API the service serves, in registration order (api_registry.cpp).
+std::vector<std::unique_ptr<api>> make_apis(service& svc);
+
+}  // namespace tessera::serving
 
 namespace tessera::serving::detail {
 
