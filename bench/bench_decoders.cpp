@@ -31,6 +31,7 @@
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/common/cli.hpp"
+#include "tessera/common/text.hpp"
 #include "tessera/common/cpu_time.hpp"
 
 namespace po = boost::program_options;
@@ -42,15 +43,6 @@ double now() { return tessera::wall_seconds(); }
 // Process CPU time: on a shared machine, requests / (cpu / threads) estimates dedicated-core speed
 // (pessimistically: OpenMP spin-waits count as CPU time).
 double cpu_now() { return tessera::self_cpu_seconds(); }
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) v.push_back(item);
-  return v;
-}
 
 struct measured {
   double wall = 0, cpu = 0;
@@ -231,7 +223,7 @@ int main(int argc, char** argv) {
   po::variables_map vm;
   if (auto done = tessera::parse_command_line("tessera-bench-decoders", argc, argv, opts, vm)) return *done;
   std::vector<int> bs;
-  for (const auto& b : split(batches)) {
+  for (const auto& b : tessera::split_list(batches)) {
     try { bs.push_back(std::stoi(b)); } catch (...) { bs.push_back(0); }
     if (bs.back() < 1) {
       std::cerr << "--batches: \"" << b << "\" is not a positive count\n";
@@ -248,7 +240,7 @@ int main(int argc, char** argv) {
               decode);
   std::printf("%-12s %-9s %6s %8s %10s %10s %12s %12s\n", "model", "phase", "seqs", "tokens", "wall s", "cpu s",
               "tok/s wall", "tok/s cpu");
-  for (const auto& name : split(models)) {
+  for (const auto& name : tessera::split_list(models)) {
     auto m = load_decoder(name, seed);
     if (!m) {
       std::cerr << m.error().to_string() << "\n";

@@ -11,6 +11,7 @@
 #include "tessera/experiment/seed_experiment.hpp"
 #include "tessera/timing/llm_experiment.hpp"
 #include "tessera/common/cli.hpp"
+#include "tessera/common/text.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
@@ -21,15 +22,6 @@ namespace {
 int fail(const status& st) {
   std::cerr << "tessera-experiment: " << st.to_string() << "\n";
   return st.code() == errc::invalid_argument || st.code() == errc::not_found ? 2 : 1;
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string x;
-  while (std::getline(ss, x, ','))
-    if (!x.empty()) out.push_back(x);
-  return out;
 }
 
 }  // namespace
@@ -98,10 +90,10 @@ int main(int argc, char** argv) {
     if (vm["compute-model"].defaulted()) co.model = "bert-base";
   }
   o.long_shares.clear();
-  for (const auto& s : split(long_shares)) o.long_shares.push_back(std::stod(s));
-  o.configs = split(configs);
+  for (const auto& s : tessera::split_list(long_shares)) o.long_shares.push_back(std::stod(s));
+  o.configs = tessera::split_list(configs);
   o.slo_p99_ms.clear();
-  for (const auto& s : split(slo_ms)) {
+  for (const auto& s : tessera::split_list(slo_ms)) {
     double v = 0;
     try {
       v = std::stod(s);

@@ -1,12 +1,8 @@
 // The HTTP load driver on Beast. See http_driver.hpp.
 #include "tessera/loadgen/http_driver.hpp"
 
-#include "open_loop.hpp"
+#include "driver.hpp"
 
-#include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -16,12 +12,6 @@
 #include <memory>
 
 namespace tessera::loadgen {
-
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = net::ip::tcp;
-using steady = std::chrono::steady_clock;
 
 namespace {
 

@@ -1,13 +1,9 @@
 // The OpenAI streaming load driver on Beast. See openai_driver.hpp.
 #include "tessera/loadgen/openai_driver.hpp"
 
-#include "open_loop.hpp"
+#include "driver.hpp"
 
-#include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
 #include <algorithm>
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,11 +14,6 @@
 
 namespace tessera::loadgen {
 
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = net::ip::tcp;
-using steady = std::chrono::steady_clock;
 using json = nlohmann::json;
 
 result<length_dist> length_dist::parse(std::string_view t) {

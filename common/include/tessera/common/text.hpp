@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tessera/common/status.hpp"
 
@@ -58,5 +59,19 @@ class line_reader {
   size_t pos_ = 0;
   int number_ = 0;
 };
+
+/// The non-empty items of a comma-separated list ("1,32" -> {"1", "32"}; "a,,b" -> {"a", "b"}):
+/// the form of tools' list options.
+inline std::vector<std::string> split_list(std::string_view s, char sep = ',') {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(sep, start);
+    if (end == std::string_view::npos) end = s.size();
+    if (end > start) out.emplace_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
 
 }  // namespace tessera

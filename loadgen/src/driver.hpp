@@ -1,11 +1,24 @@
-// The open-loop arrival clock both drivers share (http_driver.cpp, openai_driver.cpp): plan entry
-// i is sent at `start + seconds(i)`, whatever the answers are doing. Private to tessera_loadgen.
+// What both HTTP load drivers (http_driver.cpp, openai_driver.cpp) share: Beast and its names, and
+// the open-loop arrival clock (plan entry i is sent at `start + seconds(i)`, whatever the answers
+// are doing). Private to tessera_loadgen.
 #pragma once
 
 #include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
-#include <boost/asio/steady_timer.hpp>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <chrono>
 #include <cstddef>
+
+namespace tessera::loadgen {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using steady = std::chrono::steady_clock;
+
+}  // namespace tessera::loadgen
 
 namespace tessera::loadgen::detail {
 
