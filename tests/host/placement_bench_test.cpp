@@ -18,20 +18,13 @@
 
 #include "tessera/test/child_process.hpp"
 #include "tessera/test/refusals.hpp"
+#include "tessera/test/tool_tables.hpp"
 
 using namespace tessera::test_support;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) out.push_back(l);
-  return out;
-}
 
 // "RESULT a=1 b=x" -> {a: 1, b: x}
 std::map<std::string, std::string> fields_of(const std::string& line) {
@@ -151,22 +144,11 @@ TEST(PlacementBench, Bf16AndFp32RowsAreSaneAndAgree) {
   }
   EXPECT_EQ(results, static_cast<int>(rows.size()));
   // The CSV holds the same rows under a header, the table one line per row.
-  std::ifstream cf(csv);
-  std::stringstream cs;
-  cs << cf.rdbuf();
-  const auto csv_lines = lines_of(cs.str());
-  ASSERT_EQ(csv_lines.size(), rows.size() + 1) << cs.str();
-  // Fields are separated by commas outside quotes (the plan "R,S,W,M" is quoted).
-  const auto fields = [](const std::string& l) {
-    int n = 1;
-    bool quoted = false;
-    for (char c : l) quoted ^= c == '"', n += c == ',' && !quoted;
-    return n;
-  };
-  for (const auto& l : csv_lines) EXPECT_EQ(fields(l), fields(csv_lines[0])) << l;
+  const auto lines = csv_lines(csv, rows.size());
+  ASSERT_EQ(lines.size(), rows.size() + 1);
   for (size_t i = 0; i < rows.size(); ++i)
-    EXPECT_EQ(csv_lines[i + 1].rfind(rows[i]["dtype"].get<std::string>() + "," + rows[i]["mode"].get<std::string>() + ",", 0), 0u)
-        << csv_lines[i + 1];
+    EXPECT_EQ(lines[i + 1].rfind(rows[i]["dtype"].get<std::string>() + "," + rows[i]["mode"].get<std::string>() + ",", 0), 0u)
+        << lines[i + 1];
   int table_rows = 0;
   for (const auto& l : lines_of(r.out)) table_rows += l.rfind("| fp32 |", 0) == 0 || l.rfind("| bf16 |", 0) == 0;
   EXPECT_EQ(table_rows, static_cast<int>(rows.size())) << r.out;
