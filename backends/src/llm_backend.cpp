@@ -14,44 +14,21 @@ step_fn_backend::step_fn_backend(llm_backend_info info, step_fn step)
 step_fn_backend::~step_fn_backend() { stop(); }
 
 void step_fn_backend::stop() {
-  std::deque<job> left;
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-    left.swap(jobs_);
-  }
-  cv_.notify_all();
+  auto left = jobs_.close();
   if (worker_.joinable()) worker_.join();
   for (auto& j : left) j.done({status(errc::cancelled, "backend " + info_.name + " stopped"), {}});
 }
 
-int64_t step_fn_backend::steps_run() const {
-  std::lock_guard lock(mu_);
-  return steps_run_;
-}
+int64_t step_fn_backend::steps_run() const { return steps_run_.load(); }
 
 void step_fn_backend::submit(step_batch batch, std::function<void(step_result)> done) {
-  {
-    std::lock_guard lock(mu_);
-    if (!stopping_) {
-      jobs_.push_back({std::move(batch), std::move(done)});
-      cv_.notify_one();
-      return;
-    }
-  }
-  done({status(errc::cancelled, "backend " + info_.name + " stopped"), {}});
+  job j{std::move(batch), std::move(done)};
+  if (!jobs_.push(j)) j.done({status(errc::cancelled, "backend " + info_.name + " stopped"), {}});
 }
 
 void step_fn_backend::work() {
-  for (;;) {
-    job j;
-    {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;
-      j = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
+  while (auto next = jobs_.pop()) {
+    job& j = *next;
     step_result r;
     auto t0 = std::chrono::steady_clock::now();
     try {
@@ -65,10 +42,7 @@ void step_fn_backend::work() {
     }
     r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.compute_seconds = r.wall_seconds;  // one place, nothing but compute
-    {
-      std::lock_guard lock(mu_);
-      ++steps_run_;
-    }
+    steps_run_.fetch_add(1);
     j.done(std::move(r));
   }
 }

@@ -16,13 +16,7 @@ thread_pool_backend::thread_pool_backend(backend_info info, int threads, forward
 thread_pool_backend::~thread_pool_backend() { stop(); }
 
 void thread_pool_backend::stop() {
-  std::deque<job> left;
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-    left.swap(jobs_);
-  }
-  cv_.notify_all();
+  auto left = jobs_.close();
   for (auto& w : workers_)
     if (w.joinable()) w.join();
   for (auto& j : left) {
@@ -35,7 +29,7 @@ void thread_pool_backend::stop() {
 }
 
 void thread_pool_backend::fail_next_batches(int n, status st) {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(fail_mu_);
   fail_next_ = n;
   fail_status_ = std::move(st);
 }
@@ -44,15 +38,12 @@ void thread_pool_backend::submit(batch_request request,
                                  std::function<void(batch_result)> done) {
   int64_t tokens = 0;
   for (const auto& s : request.sequences) tokens += static_cast<int64_t>(s.token_ids.size());
-  {
-    std::lock_guard lock(mu_);
-    if (!stopping_) {
-      outstanding_.fetch_add(tokens);
-      jobs_.push_back({std::move(request), std::move(done), tokens});
-      cv_.notify_one();
-      return;
-    }
-  }
+  outstanding_.fetch_add(tokens);
+  job j{std::move(request), std::move(done), tokens};
+  if (jobs_.push(j)) return;
+  outstanding_.fetch_sub(tokens);
+  request = std::move(j.request);
+  done = std::move(j.done);
   batch_result r;
   r.batch_id = request.batch_id;
   r.st = status(errc::cancelled, "backend " + info_.name + " stopped");
@@ -60,15 +51,11 @@ void thread_pool_backend::submit(batch_request request,
 }
 
 void thread_pool_backend::work() {
-  for (;;) {
-    job j;
+  while (auto next = jobs_.pop()) {
+    job& j = *next;
     status injected;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;
-      j = std::move(jobs_.front());
-      jobs_.pop_front();
+      std::lock_guard lock(fail_mu_);
       if (fail_next_ > 0) {
         --fail_next_;
         injected = fail_status_;

@@ -15,6 +15,8 @@
 //   b.submit(std::move(batch), [](step_result r) { if (r.st) use(r.logits[0]); });
 #pragma once
 
+#include <atomic>
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -26,6 +28,7 @@
 
 #include "tessera/common/status.hpp"
 #include "tessera/models/decoder.hpp"
+#include "tessera/common/job_queue.hpp"
 
 namespace tessera::backends {
 
@@ -91,11 +94,8 @@ class step_fn_backend : public llm_backend {
   };
   llm_backend_info info_;
   step_fn step_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<job> jobs_;
-  bool stopping_ = false;
-  int64_t steps_run_ = 0;
+  job_queue<job> jobs_;
+  std::atomic<int64_t> steps_run_{0};
   std::thread worker_;
 };
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tessera/backends/backend.hpp"
+#include "tessera/common/job_queue.hpp"
 
 namespace tessera::backends {
 
@@ -57,12 +58,10 @@ class thread_pool_backend : public backend {
   std::atomic<int64_t> outstanding_{0};
   std::atomic<bool> healthy_{true};
   std::atomic<int64_t> batches_run_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<job> jobs_;
+  job_queue<job> jobs_;
+  std::mutex fail_mu_;  // the injected failures
   int fail_next_ = 0;
   status fail_status_;
-  bool stopping_ = false;
   std::vector<std::thread> workers_;
 };
 
