@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
+#include <string>
 
 #include "tessera/loadgen/http_driver.hpp"
 #include "tessera/loadgen/openai_driver.hpp"
@@ -83,6 +85,23 @@ int main(int argc, char** argv) {
       ("temperature", po::value(&lc.temperature)->default_value(0.0), "--openai: sampling temperature");
   po::variables_map vm;
   if (auto done = tessera::parse_command_line("tessera-loadgen", argc, argv, opts, vm)) return *done;
+  // Every option applies in every mode or is refused by name in the one it does not (an option
+  // that did nothing would leave a user measuring something else than they asked for).
+  {
+    static const std::set<std::string> encoder_only = {"target", "duration", "mix", "trace", "no-truncate", "json"};
+    static const std::set<std::string> openai_only = {"prompt-len", "output-len", "shared-prefix", "prompt-ids",
+                                                      "prompt-id-range", "model", "temperature"};
+    const bool llm = !openai_api.empty();
+    for (const auto& [name, value] : vm) {
+      if (value.defaulted()) continue;
+      if (llm && encoder_only.count(name))
+        return tessera::exit_refused("--" + name + " does not apply with --openai (it drives /predict-style " +
+                                         "endpoints); the OpenAI mode takes --requests, --prompt-len and --output-len",
+                                     "tessera-loadgen");
+      if (!llm && openai_only.count(name))
+        return tessera::exit_refused("--" + name + " applies only with --openai", "tessera-loadgen");
+    }
+  }
   if (mode != "open" && mode != "closed") {
     std::cerr << "tessera-loadgen: --mode must be open or closed\n";
     return 2;
