@@ -63,9 +63,9 @@ int main(int argc, char** argv) {
     ("serve", "serve the model over HTTP until SIGINT/SIGTERM")
     ("check", po::value(&mo.check_batches)->default_value(0), "run N mixed batches against the single-process reference "
      "(decoders: generate N sequences of different lengths greedily, joining and leaving between steps)")
-    ("trace", po::value(&mo.trace_path), "with --check: write a Chrome trace / Perfetto JSON of the batches to FILE and print a profile "
-     "(decoders: every step, its prefill chunks, decodes and KV blocks per tile; with --serve too, every step served, "
-     "written at shutdown, up to 20000 steps)")
+    ("trace", po::value(&mo.trace_path), "write a Chrome trace / Perfetto JSON to FILE: BERT, the batches of --check (and print a profile); "
+     "decoders, every step of --check or, with --serve, every step served (written at shutdown, up to 20000 steps), "
+     "each with its prefill chunks, decodes and KV blocks per tile")
     ("preset", po::value(&mo.timing_preset)->default_value(mo.timing_preset), "IPU preset of the trace's modelled time (ipu-mk2, ipu-c600, ipu-bow or a .json)")
     ("gpu-replicas", po::value(&mo.gpu_replicas)->default_value(0), "in-process GPU-style backends beside the tiles (use --routing hybrid; decoders: "
      "GPU-style decoders, each with its own engine and --kv-blocks, costed on a100-40gb)")

@@ -73,6 +73,10 @@ result<std::vector<std::shared_ptr<remote_backend>>> gpu_processes(const models:
 }  // namespace
 
 int run_model(tile_group_config group_cfg, model_options o) {
+  if (!o.trace_path.empty() && o.check_batches <= 0)
+    return fail(status::invalid("--trace records the batches of --check for BERT models; batches served over "
+                                "HTTP (--serve) are not traced (decoders trace their served steps): add --check N or "
+                                "drop --trace"));
   auto loaded = models::load_model(o.model, o.seed);
   if (!loaded) return fail(loaded.error());
   // bf16 tiles are checked against the fp32 reference (the oracle) with bf16's bound, and

@@ -421,3 +421,15 @@ TEST(DecoderServeOnTiles, TraceRecordsEveryServedStepOfBothReplicas) {
   EXPECT_EQ(replicas, (std::set<int>{0, 1}));
   EXPECT_EQ(slices, static_cast<int>(steps_total)) << m;
 }
+
+// --trace on a BERT model records --check's batches; a served BERT model with no --check would
+// record nothing, so it is refused by name (it was silently ignored) before any tile starts.
+TEST(HostTraceOption, BertServeTraceWithoutCheckIsRefusedNamingCheck) {
+  const std::string trace = "/tmp/tessera-untraced-" + std::to_string(getpid()) + ".json";
+  std::remove(trace.c_str());
+  auto r = run_to_end({bin("tessera-host"), "--model", "bert-tiny", "--tiles", "1", "--serve", "--port", "0", "--trace", trace},
+                      120);
+  EXPECT_EQ(r.rc, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--trace records the batches of --check"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::ifstream(trace).good());
+}
