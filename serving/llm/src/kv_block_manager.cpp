@@ -145,6 +145,21 @@ void kv_block_manager::commit_full_blocks(uint64_t seq, const std::vector<int32_
   }
 }
 
+void kv_block_manager::share(uint64_t seq, uint64_t parent, int32_t blocks) {
+  auto& s = seqs_[seq];
+  TESSERA_CHECK(s.table.empty()) << "share() on a sequence holding blocks";
+  const auto& p = seqs_.at(parent);
+  const size_t n = std::min(static_cast<size_t>(std::max(blocks, 0)), p.table.size());
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t block = p.table[i];
+    auto st = pool_.retain(block);
+    TESSERA_CHECK(st.ok()) << "retain of shared block " << block << ": " << st.message();
+    ++seq_refs_[static_cast<size_t>(block)];
+    s.table.push_back(block);
+  }
+  s.hashes.assign(p.hashes.begin(), p.hashes.begin() + static_cast<std::ptrdiff_t>(std::min(n, p.hashes.size())));
+}
+
 void kv_block_manager::free(uint64_t seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;

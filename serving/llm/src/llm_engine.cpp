@@ -45,10 +45,24 @@ struct llm_engine::live {
   bool scheduled = false;
   bool first_token = true;
   bool done = false;
+  int32_t index = 0;  // the choice
+  // Choices 1..n-1 of a request, held by choice 0 until its first token's logits fork them.
+  std::vector<std::unique_ptr<live>> pending;
+  std::vector<token_logprob> prompt_lp;  // with req.prompt_logprobs: one per prompt token
+  bool prompt_scored = false, prompt_sent = false;
 
-  live(llm_request r, std::unique_ptr<token_stream> ts)
-      : req(std::move(r)), smp(req.sampling), text_stream(std::move(ts)), stops(req.stop),
-        prompt_tokens(static_cast<int32_t>(req.prompt.size())), arrival(clock_type::now()) {}
+  live(llm_request r, std::unique_ptr<token_stream> ts, int32_t choice = 0)
+      : req(std::move(r)), smp(choice_sampling(req.sampling, choice)), text_stream(std::move(ts)), stops(req.stop),
+        prompt_tokens(static_cast<int32_t>(req.prompt.size())), arrival(clock_type::now()), index(choice) {
+    if (req.prompt_logprobs) {
+      prompt_lp.resize(req.prompt.size());
+      prompt_lp[0].token = req.prompt[0];
+    }
+  }
+  static sampling_params choice_sampling(sampling_params p, int32_t choice) {
+    if (p.seed) p.seed = *p.seed + static_cast<uint64_t>(choice);
+    return p;
+  }
 };
 
 llm_engine::llm_engine(llm_engine_config cfg, std::shared_ptr<backends::llm_backend> backend,
@@ -108,7 +122,15 @@ int64_t llm_engine::max_context() const {
 
 result<uint64_t> llm_engine::submit(llm_request r) {
   if (r.prompt.empty()) return status::invalid("the prompt has no tokens");
-  if (r.max_tokens < 1) return status::invalid("max_tokens must be at least 1");
+  if (r.max_tokens < (r.prompt_logprobs ? 0 : 1))
+    return status::invalid(r.prompt_logprobs ? "max_tokens must be at least 0"
+                                             : "max_tokens must be at least 1 (0 only to score the prompt: echo with logprobs)");
+  if (r.n < 1) return status::invalid("n must be at least 1");
+  if (r.logprobs > 20) return status::invalid("logprobs asks for " + std::to_string(r.logprobs) + " alternatives; at most 20");
+  for (const auto& [t, b] : r.sampling.logit_bias)
+    if (t < 0 || t >= info_.vocab_size)
+      return status::invalid("logit_bias names token id " + std::to_string(t) + ", outside the vocabulary (0.." +
+                             std::to_string(info_.vocab_size - 1) + ")");
   for (int32_t t : r.prompt)
     if (t < 0 || t >= info_.vocab_size)
       return status::invalid("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
@@ -120,15 +142,34 @@ result<uint64_t> llm_engine::submit(llm_request r) {
                            std::to_string(r.prompt.size()) + " in the prompt, " +
                            std::to_string(r.max_tokens) + " for the completion); shorten the prompt "
                            "or lower max_tokens");
-  auto l = std::make_unique<live>(std::move(r), tokenizer_->stream());
+  if (r.n > 1) {
+    // The choices' KV blocks at their longest: the shared full prompt blocks once, then each
+    // choice's own (the prompt's partial last block and its tokens).
+    const int64_t bt = info_.block_tokens, p = static_cast<int64_t>(r.prompt.size());
+    const int64_t own = (p + r.max_tokens + bt - 1) / bt - p / bt;
+    const int64_t blocks = p / bt + r.n * own;
+    if (blocks > info_.num_blocks)
+      return status::invalid("n = " + std::to_string(r.n) + " choices of up to " + std::to_string(r.max_tokens) +
+                             " tokens after a " + std::to_string(p) + "-token prompt need " + std::to_string(blocks) +
+                             " KV blocks of " + std::to_string(bt) + " positions; the cache holds " +
+                             std::to_string(info_.num_blocks) + "; lower n or max_tokens");
+  }
+  const int32_t n = r.n;
+  auto l = std::make_unique<live>(r, tokenizer_->stream());
+  for (int32_t i = 1; i < n; ++i) {
+    l->pending.push_back(std::make_unique<live>(r, tokenizer_->stream(), i));
+    l->pending.back()->scheduled = true;  // never queued on its own
+  }
   std::lock_guard lock(mu_);
   if (stopping_ || !started_) return status(errc::cancelled, "the server is stopping");
-  if (in_flight_ >= cfg_.max_queued)
+  if (in_flight_ + static_cast<size_t>(n) > cfg_.max_queued)
     return status(errc::overloaded, "the model's queue is full (" + std::to_string(cfg_.max_queued) +
                                         " requests); retry later");
-  const uint64_t id = next_id_++;
+  const uint64_t id = next_id_;
+  next_id_ += static_cast<uint64_t>(n);  // the choices' ids: id .. id + n - 1
   l->id = id;
-  ++in_flight_;
+  for (int32_t i = 1; i < n; ++i) l->pending[static_cast<size_t>(i - 1)]->id = id + static_cast<uint64_t>(i);
+  in_flight_ += static_cast<size_t>(n);
   queued_tokens_.fetch_add(l->prompt_tokens);
   inbox_.emplace_back(id, std::move(l));
   cv_.notify_one();
@@ -145,6 +186,11 @@ void llm_engine::cancel(uint64_t id) {
 
 void llm_engine::emit(live& l, llm_event ev, bool last) {
   ev.finished = last;
+  ev.index = l.index;
+  if (l.prompt_scored && !l.prompt_sent) {
+    ev.prompt_logprobs = l.prompt_lp;
+    l.prompt_sent = true;
+  }
   ev.prompt_tokens = l.prompt_tokens;
   ev.completion_tokens = l.generated;
   if (!l.req.on_event) return;
@@ -158,6 +204,15 @@ void llm_engine::emit(live& l, llm_event ev, bool last) {
 void llm_engine::finish(live& l, std::string reason, status error) {
   if (l.done) return;
   l.done = true;
+  // Choices not forked yet end as choice 0 did (a scored prompt with max_tokens 0 ends them all).
+  for (auto& p : l.pending) {
+    if (l.prompt_scored) {
+      p->prompt_lp = l.prompt_lp;
+      p->prompt_scored = true;
+    }
+    finish(*p, reason, error);
+  }
+  l.pending.clear();
   if (!l.scheduled) queued_tokens_.fetch_sub(l.prompt_tokens);
   auto& m = metrics_->llm;
   m.finished.add(reason);
@@ -208,12 +263,13 @@ llm_load llm_engine::load() const {
           .queued_tokens = queued_tokens_.load()};
 }
 
-bool llm_engine::deliver(uint64_t id, int32_t token, bool stop_token) {
+bool llm_engine::deliver(uint64_t id, int32_t token, bool stop_token, token_logprob lp) {
   auto it = live_.find(id);
   if (it == live_.end()) return true;  // cancelled meanwhile
   live& l = *it->second;
   llm_event ev;
   ev.tokens = {token};
+  if (l.req.logprobs >= 0) ev.logprobs.push_back(std::move(lp));
   std::string reason;
   if (stop_token) {
     reason = "stop";  // the stop token's text is not part of the output
@@ -234,8 +290,50 @@ bool llm_engine::deliver(uint64_t id, int32_t token, bool stop_token) {
 }
 
 void llm_engine::flush_deferred() {
-  for (const auto& [id, token] : deferred_) deliver(id, token, false);
+  for (auto& d : deferred_) deliver(d.id, d.token, false, std::move(d.lp));
   deferred_.clear();
+}
+
+int32_t llm_engine::sample(live& l, const std::vector<float>& logits, token_logprob& lp) {
+  int32_t token;
+  if (l.req.sampling.adjusts()) {
+    std::vector<float> adjusted = logits;
+    l.smp.adjust(adjusted, scheduler_->tokens(l.id), static_cast<size_t>(l.prompt_tokens));
+    token = l.smp.next(adjusted);
+  } else {
+    token = l.smp.next(logits);
+  }
+  if (l.req.logprobs >= 0) lp = logprob_of(logits, token, l.req.logprobs);
+  return token;
+}
+
+void llm_engine::took(live& l, int32_t token, token_logprob lp, clock_type_point after, double modelled_step) {
+  auto& m = metrics_->llm;
+  ++l.generated;
+  m.generation_tokens.fetch_add(1);
+  ++generated_;
+  if (l.first_token) {
+    l.first_token = false;
+    m.time_to_first_token.observe(seconds_between(l.arrival, after));
+    l.first_token_at = after;
+    l.modelled_first = modelled_now_;
+    if (modelled_step > 0) m.modelled_time_to_first_token.observe(modelled_now_ - l.modelled_arrival);
+  } else {
+    m.inter_token_latency.observe(seconds_between(l.last_token, after));
+    if (modelled_step > 0) m.modelled_inter_token_latency.observe(modelled_now_ - l.modelled_last);
+  }
+  l.last_token = after;
+  l.modelled_last = modelled_now_;
+  const bool stop_token = (!l.req.ignore_eos && token == tokenizer_->eos_id()) ||
+                          std::find(l.req.stop_token_ids.begin(), l.req.stop_token_ids.end(), token) !=
+                              l.req.stop_token_ids.end();
+  if (stop_token || l.generated >= l.req.max_tokens) {
+    deliver(l.id, token, stop_token, std::move(lp));  // ends now: the scheduler must not run it again
+  } else {
+    // Its text (stream decoding, stop strings, the event) waits until the next step is on its
+    // way: the backend then computes while this thread streams.
+    deferred_.push_back({l.id, token, std::move(lp)});
+  }
 }
 
 void llm_engine::run() {
@@ -259,8 +357,19 @@ void llm_engine::run() {
         return;
       }
       for (auto& [id, l] : inbox_) {
-        auto st = scheduler_->add(id, l->req.prompt, l->req.max_tokens);
         auto* raw = l.get();
+        if (l->req.max_tokens == 0 && l->prompt_tokens == 1) {
+          // Scoring a one-token prompt: its only log-probability is none; nothing to compute.
+          raw->prompt_scored = true;
+          live_.emplace(id, std::move(l));
+          lock.unlock();
+          m.prompt_tokens.fetch_add(1);
+          finish(*raw, "length");
+          live_.erase(id);
+          lock.lock();
+          continue;
+        }
+        auto st = scheduler_->add(id, l->req.prompt, l->req.max_tokens, l->req.prompt_logprobs);
         live_.emplace(id, std::move(l));
         if (!st.ok()) {
           lock.unlock();
@@ -273,7 +382,13 @@ void llm_engine::run() {
         }
       }
       inbox_.clear();
-      for (uint64_t id : cancels_) scheduler_->cancel(id);
+      for (uint64_t id : cancels_) {
+        scheduler_->cancel(id);
+        // Choice 0's id cancels every choice of its request (forked ones have the ids after it).
+        auto it = live_.find(id);
+        if (it != live_.end() && it->second->index == 0)
+          for (uint64_t i = 1; i < static_cast<uint64_t>(it->second->req.n); ++i) scheduler_->cancel(id + i);
+      }
       cancels_.clear();
     }
     const auto t_sched = clock_type::now();
@@ -376,33 +491,56 @@ void llm_engine::run() {
         live_.erase(it);
         continue;
       }
-      const int32_t token = l.smp.next(logits);
+      const int32_t end = s.start_pos + static_cast<int32_t>(s.tokens.size());
+      if (end < static_cast<int32_t>(scheduler_->tokens(l.id).size())) {
+        // A prompt position's row (scoring): the log-probability of the prompt token after it.
+        if (end < l.prompt_tokens && l.req.prompt_logprobs)
+          l.prompt_lp[static_cast<size_t>(end)] =
+              logprob_of(logits, l.req.prompt[static_cast<size_t>(end)], std::max(l.req.logprobs, 0));
+        if (l.req.max_tokens == 0 && end == l.prompt_tokens - 1) {
+          l.prompt_scored = true;
+          scheduler_->finish(l.id);
+          finish(l, "length");
+          live_.erase(it);
+        }
+        continue;
+      }
+      if (l.req.prompt_logprobs && !l.prompt_scored && l.generated == 0) l.prompt_scored = true;
+      if (!l.pending.empty()) {
+        // The other choices fork here: their first tokens from this same row, the prompt's full
+        // blocks shared with choice 0.
+        auto pending = std::move(l.pending);
+        l.pending.clear();
+        for (auto& p : pending) {
+          live& c = *p;
+          c.prompt_lp = l.prompt_lp;
+          c.prompt_scored = l.prompt_scored;
+          c.modelled_arrival = l.modelled_arrival;
+          token_logprob lp;
+          int32_t token;
+          if (c.req.sampling.adjusts()) {
+            std::vector<float> adjusted = logits;
+            c.smp.adjust(adjusted, c.req.prompt, c.req.prompt.size());
+            token = c.smp.next(adjusted);
+          } else {
+            token = c.smp.next(logits);
+          }
+          if (c.req.logprobs >= 0) lp = logprob_of(logits, token, c.req.logprobs);
+          const uint64_t cid = c.id;
+          auto fst = scheduler_->fork(l.id, cid, token, c.req.max_tokens);
+          live_.emplace(cid, std::move(p));
+          if (!fst.ok()) {
+            finish(c, "error", fst);
+            live_.erase(cid);
+            continue;
+          }
+          took(c, token, std::move(lp), after, r.modelled_seconds);
+        }
+      }
+      token_logprob lp;
+      const int32_t token = sample(l, logits, lp);
       scheduler_->append(l.id, token);
-      ++l.generated;
-      m.generation_tokens.fetch_add(1);
-      ++generated_;
-      if (l.first_token) {
-        l.first_token = false;
-        m.time_to_first_token.observe(seconds_between(l.arrival, after));
-        l.first_token_at = after;
-        l.modelled_first = modelled_now_;
-        if (r.modelled_seconds > 0) m.modelled_time_to_first_token.observe(modelled_now_ - l.modelled_arrival);
-      } else {
-        m.inter_token_latency.observe(seconds_between(l.last_token, after));
-        if (r.modelled_seconds > 0) m.modelled_inter_token_latency.observe(modelled_now_ - l.modelled_last);
-      }
-      l.last_token = after;
-      l.modelled_last = modelled_now_;
-      const bool stop_token = (!l.req.ignore_eos && token == tokenizer_->eos_id()) ||
-                              std::find(l.req.stop_token_ids.begin(), l.req.stop_token_ids.end(),
-                                        token) != l.req.stop_token_ids.end();
-      if (stop_token || l.generated >= l.req.max_tokens) {
-        deliver(l.id, token, stop_token);  // ends now: the scheduler must not run it again
-      } else {
-        // Its text (stream decoding, stop strings, the event) waits until the next step is on its
-        // way: the backend then computes while this thread streams.
-        deferred_.emplace_back(l.id, token);
-      }
+      took(l, token, std::move(lp), after, r.modelled_seconds);
     }
     // Generated tokens per second over the last ~10 s.
     const double t = seconds_between(t0, clock_type::now());

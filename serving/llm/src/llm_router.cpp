@@ -69,8 +69,9 @@ result<uint64_t> llm_router::submit(llm_request r) {
     id = next_id_++;
   }
   auto user = std::move(r.on_event);
-  r.on_event = [this, id, user = std::move(user)](llm_event ev) {
-    const bool last = ev.finished;
+  // Each of the n choices ends with its own finished event: the request is done after the last.
+  r.on_event = [this, id, user = std::move(user), left = std::max(r.n, 1)](llm_event ev) mutable {
+    const bool last = ev.finished && --left == 0;
     if (user) user(std::move(ev));
     if (last) forget(id);
   };

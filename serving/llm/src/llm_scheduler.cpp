@@ -17,9 +17,12 @@ llm_scheduler::llm_scheduler(scheduler_config cfg, int32_t num_blocks, int32_t b
       << "scheduler_config needs a token budget, max_running and static_batch_size >= 1";
 }
 
-status llm_scheduler::add(uint64_t id, std::vector<int32_t> prompt, int32_t max_new_tokens) {
+status llm_scheduler::add(uint64_t id, std::vector<int32_t> prompt, int32_t max_new_tokens, bool score_prompt) {
   if (prompt.empty()) return status::invalid("empty prompt: at least one token is needed");
-  if (max_new_tokens < 1) return status::invalid("max_new_tokens must be >= 1");
+  if (max_new_tokens < (score_prompt ? 0 : 1))
+    return status::invalid(score_prompt ? "max_new_tokens must be >= 0" : "max_new_tokens must be >= 1");
+  if (score_prompt && max_new_tokens == 0 && prompt.size() < 2)
+    return status::invalid("scoring a one-token prompt computes nothing");
   if (seqs_.count(id)) return status::invalid("sequence id " + std::to_string(id) + " is taken");
   const int64_t positions = static_cast<int64_t>(prompt.size()) + max_new_tokens;
   const int64_t capacity = int64_t{blocks_.total_blocks()} * blocks_.block_tokens();
@@ -34,8 +37,39 @@ status llm_scheduler::add(uint64_t id, std::vector<int32_t> prompt, int32_t max_
   s.prompt_length = static_cast<int32_t>(prompt.size());
   s.tokens = std::move(prompt);
   s.max_new = max_new_tokens;
+  if (score_prompt) s.score_until = max_new_tokens > 0 ? s.prompt_length : s.prompt_length - 1;
   seqs_.emplace(id, std::move(s));
   waiting_.push_back(id);
+  return ok_status();
+}
+
+status llm_scheduler::fork(uint64_t parent, uint64_t child, int32_t first_token, int32_t max_new_tokens) {
+  auto it = seqs_.find(parent);
+  if (it == seqs_.end()) return status::invalid("fork of unknown sequence " + std::to_string(parent));
+  if (seqs_.count(child)) return status::invalid("sequence id " + std::to_string(child) + " is taken");
+  if (max_new_tokens < 1) return status::invalid("max_new_tokens must be >= 1");
+  const sequence& p = it->second;
+  if (!p.running || !p.awaiting_token || static_cast<int32_t>(p.tokens.size()) != p.prompt_length)
+    return status::invalid("fork of sequence " + std::to_string(parent) + " that is not at its first token");
+  sequence s;
+  s.id = child;
+  s.order = next_order_++;
+  s.prompt_length = p.prompt_length;
+  s.tokens = p.tokens;
+  s.tokens.push_back(first_token);
+  s.max_new = max_new_tokens;
+  const int32_t full = p.prompt_length / blocks_.block_tokens();
+  if (static_cast<int32_t>(running_.size()) < cfg_.max_running) {
+    blocks_.share(child, parent, full);
+    s.computed = full * blocks_.block_tokens();
+    stats_.prefix_hit_tokens += s.computed;
+    s.running = true;
+    running_.push_back(child);
+    seqs_.emplace(child, std::move(s));
+  } else {
+    seqs_.emplace(child, std::move(s));
+    insert_waiting(child);  // admitted later (its prompt blocks then from the prefix cache)
+  }
   return ok_status();
 }
 
@@ -90,7 +124,7 @@ step_plan llm_scheduler::schedule() {
     st.start_pos = s.computed;
     st.tokens.assign(s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + n);
     st.block_table = blocks_.table(s.id);
-    st.want_logits = s.computed + n == static_cast<int32_t>(s.tokens.size());
+    st.want_logits = s.computed + n == static_cast<int32_t>(s.tokens.size()) || s.computed < s.score_until;
     if (n == 1 && s.computed + 1 == static_cast<int32_t>(s.tokens.size()) &&
         s.computed >= s.prompt_length)
       plan.decode_tokens += 1;
@@ -106,7 +140,7 @@ step_plan llm_scheduler::schedule() {
   while (scheduled < running_.size() && budget > 0) {
     sequence& s = seqs_.at(running_[scheduled]);
     TESSERA_CHECK(!s.awaiting_token) << "schedule() before append() of sequence " << s.id;
-    const int32_t need = static_cast<int32_t>(s.tokens.size()) - s.computed;
+    const int32_t need = s.computed < s.score_until ? 1 : static_cast<int32_t>(s.tokens.size()) - s.computed;
     const int32_t n = std::min(need, budget);
     bool self_preempted = false;
     while (!blocks_.ensure(s.id, s.computed + n)) {
@@ -135,7 +169,7 @@ step_plan llm_scheduler::schedule() {
                            : static_cast<size_t>(std::min(cfg_.max_running, cfg_.static_batch_size));
   while (may_admit && !waiting_.empty() && running_.size() < limit) {
     sequence& s = seqs_.at(waiting_.front());
-    const auto peek = blocks_.peek_prefix(s.tokens);
+    const auto peek = s.score_until > 0 ? kv_block_manager::prefix_peek{} : blocks_.peek_prefix(s.tokens);
     const int32_t need_blocks =
         blocks_.blocks_for(static_cast<int64_t>(s.tokens.size())) - peek.blocks;
     if (blocks_.free_blocks() - peek.evictable < need_blocks) break;  // first come, first served
@@ -144,10 +178,10 @@ step_plan llm_scheduler::schedule() {
     waiting_.pop_front();
     s.running = true;
     running_.push_back(s.id);
-    s.computed = blocks_.match_prefix(s.id, s.tokens);
+    s.computed = s.score_until > 0 ? 0 : blocks_.match_prefix(s.id, s.tokens);
     stats_.prefix_hit_tokens += s.computed;
     if (budget <= 0) continue;
-    const int32_t n = std::min(static_cast<int32_t>(s.tokens.size()) - s.computed, budget);
+    const int32_t n = s.computed < s.score_until ? 1 : std::min(static_cast<int32_t>(s.tokens.size()) - s.computed, budget);
     bool ok = blocks_.ensure(s.id, s.computed + n);
     TESSERA_CHECK(ok) << "admitted sequence " << s.id << " found no blocks";
     add_step(s, n);
@@ -167,7 +201,8 @@ void llm_scheduler::step_done(const step_plan& plan) {
     sequence& s = it->second;
     TESSERA_CHECK(s.computed == st.start_pos) << "step_done out of order for sequence " << s.id;
     s.computed += static_cast<int32_t>(st.tokens.size());
-    s.awaiting_token = st.want_logits;
+    s.awaiting_token = st.want_logits && s.computed == static_cast<int32_t>(s.tokens.size());
+    if (s.computed >= s.score_until) s.score_until = 0;  // scored: a recompute goes at full speed
     blocks_.commit_full_blocks(s.id, s.tokens, s.computed);
   }
 }

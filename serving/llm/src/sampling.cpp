@@ -38,6 +38,54 @@ float sampler::top2_margin(const std::vector<float>& logits) {
   return a - b;
 }
 
+token_logprob logprob_of(const std::vector<float>& logits, int32_t token, int32_t top) {
+  token_logprob out;
+  out.token = token;
+  if (logits.empty()) return out;
+  const double mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  const double lse = mx + std::log(sum);
+  if (token >= 0 && static_cast<size_t>(token) < logits.size())
+    out.logprob = static_cast<double>(logits[static_cast<size_t>(token)]) - lse;
+  const size_t k = std::min(static_cast<size_t>(std::max(top, 0)), logits.size());
+  if (k > 0) {
+    std::vector<int32_t> order(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(), [&](int32_t x, int32_t y) {
+      const float a = logits[static_cast<size_t>(x)], b = logits[static_cast<size_t>(y)];
+      return a > b || (a == b && x < y);
+    });
+    out.top.reserve(k);
+    for (size_t i = 0; i < k; ++i)
+      out.top.emplace_back(order[i], static_cast<double>(logits[static_cast<size_t>(order[i])]) - lse);
+  }
+  return out;
+}
+
+void sampler::adjust(std::vector<float>& logits, const std::vector<int32_t>& tokens, size_t prompt_length) const {
+  const auto vocab = logits.size();
+  auto in = [&](int32_t t) { return t >= 0 && static_cast<size_t>(t) < vocab; };
+  if (p_.repetition_penalty != 1) {
+    std::vector<bool> seen(vocab, false);
+    for (int32_t t : tokens)
+      if (in(t)) seen[static_cast<size_t>(t)] = true;
+    const auto r = static_cast<float>(p_.repetition_penalty);
+    for (size_t i = 0; i < vocab; ++i)
+      if (seen[i]) logits[i] = logits[i] > 0 ? logits[i] / r : logits[i] * r;
+  }
+  if (p_.frequency_penalty != 0 || p_.presence_penalty != 0) {
+    std::vector<int32_t> count(vocab, 0);
+    for (size_t i = std::min(prompt_length, tokens.size()); i < tokens.size(); ++i)
+      if (in(tokens[i])) ++count[static_cast<size_t>(tokens[i])];
+    for (size_t i = 0; i < vocab; ++i)
+      if (count[i] > 0)
+        logits[i] -= static_cast<float>(count[i] * p_.frequency_penalty + p_.presence_penalty);
+  }
+  for (const auto& [t, b] : p_.logit_bias)
+    if (in(t)) logits[static_cast<size_t>(t)] += b;
+}
+
 int32_t sampler::next(const std::vector<float>& logits) {
   const auto vocab = static_cast<int32_t>(logits.size());
   if (p_.temperature <= 0 || p_.top_k == 1) return argmax(logits);

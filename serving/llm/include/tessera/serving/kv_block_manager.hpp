@@ -67,6 +67,9 @@ class kv_block_manager {
   /// Registers the sequence's full blocks whose positions are all below `computed` in the prefix
   /// cache (tokens: the sequence's tokens, at least `computed` of them).
   void commit_full_blocks(uint64_t seq, const std::vector<int32_t>& tokens, int32_t computed);
+  /// For a sequence without blocks: takes the first `blocks` blocks of `parent`'s table (one more
+  /// reference each; a forked sequence shares its parent's full prompt blocks, never writes them).
+  void share(uint64_t seq, uint64_t parent, int32_t blocks);
   /// Drops the sequence's blocks (cached ones stay cached).
   void free(uint64_t seq);
   /// The backend lost the cached blocks' K/V (a tile came back empty): forgets the prefix cache

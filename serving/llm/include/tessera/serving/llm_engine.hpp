@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -42,8 +43,14 @@ namespace tessera::serving {
 
 /// Something a request produced. The last event has `finished` set.
 struct llm_event {
+  int32_t index = 0;            ///< the choice (0..n-1) this event is of; each choice ends with its own
   std::string text;             ///< new text (may be empty while a character or stop is pending)
   std::vector<int32_t> tokens;  ///< new token ids
+  /// With llm_request::logprobs >= 0: one per token of `tokens`, from the raw logits.
+  std::vector<token_logprob> logprobs;
+  /// With llm_request::prompt_logprobs: on the choice's first event, one per prompt token (the
+  /// first has none: NaN), from the raw logits of the positions before it.
+  std::vector<token_logprob> prompt_logprobs;
   bool finished = false;
   std::string finish_reason;    ///< "stop", "length", "cancelled" or "error" (with `error`)
   status error;
@@ -53,7 +60,19 @@ struct llm_event {
 
 struct llm_request {
   std::vector<int32_t> prompt;
+  /// >= 1; 0 only with prompt_logprobs (scoring: the prompt's log-probabilities, no token).
   int32_t max_tokens = 16;
+  /// Choices sampled from one prefill: choice 0 runs the prompt, the others fork from it when its
+  /// last position's logits arrive (their first token is drawn from those logits) and share its
+  /// full prompt KV blocks. With a seed, choice i samples with seed + i (mod 2^64), so choice i
+  /// equals a lone request with that seed.
+  int32_t n = 1;
+  /// -1: none; else each sampled token's log-probability and this many most likely alternatives
+  /// (also the alternatives of prompt_logprobs).
+  int32_t logprobs = -1;
+  /// Every prompt token's log-probability (echo); the prompt is then computed one position per
+  /// step and taken from no prefix cache.
+  bool prompt_logprobs = false;
   sampling_params sampling;
   std::vector<int32_t> stop_token_ids;
   std::vector<std::string> stop;  ///< stop strings, matched on the output text
@@ -116,6 +135,8 @@ struct llm_load {
 };
 
 class llm_engine final : public llm_endpoint {
+  using clock_type_point = std::chrono::steady_clock::time_point;
+
  public:
   llm_engine(llm_engine_config cfg, std::shared_ptr<backends::llm_backend> backend,
              std::shared_ptr<const llm_tokenizer> tokenizer, serving_metrics* metrics);
@@ -151,7 +172,12 @@ class llm_engine final : public llm_endpoint {
   void finish(live& l, std::string reason, status error = {});
   void update_gauges();
   /// A sampled token's text, event and stop strings; finishes the request when it stops (true).
-  bool deliver(uint64_t id, int32_t token, bool stop_token);
+  bool deliver(uint64_t id, int32_t token, bool stop_token, token_logprob lp);
+  /// Draws the next token of `l` from a logits row (penalties and bias on a copy), with its
+  /// log-probability when asked.
+  int32_t sample(live& l, const std::vector<float>& logits, token_logprob& lp);
+  /// A token sampled for `l`: metrics, stop checks, delivered now or deferred.
+  void took(live& l, int32_t token, token_logprob lp, clock_type_point after, double modelled_step);
   void flush_deferred();
 
   llm_engine_config cfg_;
@@ -179,7 +205,12 @@ class llm_engine final : public llm_endpoint {
   // The backend's modelled clock (step_result::modelled_seconds summed; 0 without a timing
   // model): a request's arrival is stamped with it when the engine takes the request in.
   double modelled_now_ = 0;
-  std::vector<std::pair<uint64_t, int32_t>> deferred_;  // sampled tokens whose text is not out yet
+  struct deferred_token {
+    uint64_t id;
+    int32_t token;
+    token_logprob lp;
+  };
+  std::vector<deferred_token> deferred_;  // sampled tokens whose text is not out yet
   // load(): this engine's gauges. The metrics' gauges are sums over the engines sharing them:
   // each engine adds the change of its own values.
   std::atomic<int64_t> kv_used_{0}, kv_free_{0}, kv_cached_{0}, running_{0}, waiting_{0}, queued_tokens_{0};

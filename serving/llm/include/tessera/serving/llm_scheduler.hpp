@@ -67,7 +67,16 @@ class llm_scheduler {
 
   /// Queues a sequence that will produce up to `max_new_tokens` tokens. invalid_argument when it
   /// could not fit the KV cache even alone, or for an empty prompt or a taken id.
-  status add(uint64_t id, std::vector<int32_t> prompt, int32_t max_new_tokens);
+  /// score_prompt: the prompt is computed one position per step with logits at each (every
+  /// prompt position's logits row, for its tokens' log-probabilities; no prefix-cache hit), and
+  /// max_new_tokens may be 0 (scoring only: the caller finishes it after the last row).
+  status add(uint64_t id, std::vector<int32_t> prompt, int32_t max_new_tokens, bool score_prompt = false);
+  /// Right after step_done() gave `parent` the logits of its last prompt position, before its
+  /// append(): a new running sequence `child` with the parent's prompt and `first_token`, sharing
+  /// the parent's full prompt blocks (reference-counted; the child computes only the prompt's
+  /// partial last block and its token). invalid_argument for an unknown parent, a taken id, or a
+  /// parent that is not there.
+  status fork(uint64_t parent, uint64_t child, int32_t first_token, int32_t max_new_tokens);
   /// Drops the sequence at the next schedule() (no-op for an unknown or finished one).
   void cancel(uint64_t id);
   /// The next step (empty when nothing can run).
@@ -106,6 +115,7 @@ class llm_scheduler {
     bool running = false;
     bool cancelled = false;
     bool awaiting_token = false;  // got logits in the last step, append() not called yet
+    int32_t score_until = 0;      // positions below it are computed one per step, with logits
   };
   void preempt(sequence& s);
   void insert_waiting(uint64_t id);

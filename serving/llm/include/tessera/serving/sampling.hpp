@@ -1,6 +1,10 @@
 // tessera/serving/sampling.hpp: choosing the next token from a sequence's logits, and the text
 // side of stopping.
 //
+// Penalties and logit_bias change a copy of the logits the sampler draws from; log-probabilities
+// (logprob_of) are always those of the raw logits, before any penalty or bias, as OpenAI
+// documents.
+//
 // sampler: greedy (temperature 0), or temperature with top-k and top-p (nucleus) filtering, drawn
 // from the request's own generator (std::mt19937_64, whose sequence the C++ standard fixes)
 // seeded by the request's `seed`: a request's draws never depend on what else shares its batch.
@@ -18,6 +22,8 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <utility>
 #include <optional>
 #include <random>
 #include <string>
@@ -31,13 +37,38 @@ struct sampling_params {
   int32_t top_k = 0;         ///< 0: every token
   double top_p = 1.0;        ///< 1: every token
   std::optional<uint64_t> seed;  ///< none: a seed from std::random_device
+  /// OpenAI's: subtracted from the logit of every token the output holds (once, presence) or per
+  /// occurrence (frequency).
+  double presence_penalty = 0, frequency_penalty = 0;
+  /// vLLM's: a token of the prompt or the output has a positive logit divided by it, a negative
+  /// one multiplied (1: off).
+  double repetition_penalty = 1;
+  /// (token id, bias) added to the logits before sampling (ids checked by the caller).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  bool adjusts() const {
+    return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1 || !logit_bias.empty();
+  }
 };
+
+/// A token's log-probability under a logits row (log-softmax in double precision), and the
+/// `top` most likely tokens of that row with theirs (best first, ties to the lowest id).
+/// logprob is NaN for a position with none (the first token of an echoed prompt).
+struct token_logprob {
+  int32_t token = -1;
+  double logprob = std::numeric_limits<double>::quiet_NaN();
+  std::vector<std::pair<int32_t, double>> top;
+};
+token_logprob logprob_of(const std::vector<float>& logits, int32_t token, int32_t top);
 
 class sampler {
  public:
   explicit sampler(sampling_params p);
   /// The next token; logits must not be empty.
   int32_t next(const std::vector<float>& logits);
+  /// Applies the penalties and logit_bias to `logits` in this order: repetition (prompt and
+  /// output tokens), frequency and presence (output tokens), bias. Ids outside the row are ignored.
+  void adjust(std::vector<float>& logits, const std::vector<int32_t>& prompt_and_output,
+              size_t prompt_length) const;
   const sampling_params& params() const { return p_; }
 
   /// The highest logit's token (lowest id among equals).
