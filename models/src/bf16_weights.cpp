@@ -40,8 +40,10 @@ bf16_bert_weights bf16_bert_weights::convert(const bert_config& c, const bert_we
     b.ffn_out = bf16_weight::pack(lw.ffn_out_w, h, f);
     out.layers.push_back(std::move(b));
   }
-  out.pooler = bf16_weight::pack(w.head().pooler_w, h, h);
-  out.classifier = bf16_weight::pack(w.head().classifier_w, c.num_labels, h);
+  if (c.num_labels > 0) {  // an embedding model has no head
+    out.pooler = bf16_weight::pack(w.head().pooler_w, h, h);
+    out.classifier = bf16_weight::pack(w.head().classifier_w, c.num_labels, h);
+  }
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include "tessera/common/check.hpp"
 #include "tessera/models/bf16_weights.hpp"
 #include "tessera/models/kernels.hpp"
+#include "forward_internal.hpp"
 
 namespace tessera::models {
 namespace {
@@ -54,6 +55,12 @@ void check_batch(const bert_model& m, const packed_batch& b) {
   const status st = validate_batch(m.config, b);
   TESSERA_CHECK(st.ok()) << "forward on an invalid batch (call validate_batch first): " << st.to_string();
   TESSERA_CHECK(m.compute == dtype::fp32 || m.bf16) << "a bf16 model without bf16 weights (use set_dtype)";
+}
+
+// Logits need a classification head: an embedding model has none (reference_embed pools instead).
+void check_head(const bert_model& m) {
+  TESSERA_CHECK(m.config.num_labels > 0 && m.weights.head().classifier_w)
+      << m.source << ": logits of a model without a classification head (an embedding model: use reference_embed)";
 }
 
 using attention_bf16_fn = std::function<void(const bfloat16* qkv, int64_t ld, bfloat16* ctx)>;
@@ -127,6 +134,7 @@ std::vector<float> reference_encoder(const bert_model& m, const packed_batch& b)
 }
 
 std::vector<float> reference_forward(const bert_model& m, const packed_batch& b) {
+  check_head(m);
   std::vector<float> logits(static_cast<size_t>(b.num_seqs()) * m.config.num_labels);
   const auto& hw = m.weights.head();
   if (m.compute == dtype::bf16) {
@@ -143,13 +151,15 @@ std::vector<float> reference_forward(const bert_model& m, const packed_batch& b)
   return logits;
 }
 
-std::vector<float> padded_forward(const bert_model& m, const packed_batch& b, int batch_size) {
+namespace detail {
+
+void for_each_padded_chunk(const bert_model& m, const packed_batch& b, int batch_size,
+                           const std::function<void(const padded_chunk&)>& sink) {
   check_batch(m, b);
   const bert_config& c = m.config;
   const int64_t h = c.hidden_size;
   const int n = b.num_seqs();
   if (batch_size <= 0) batch_size = std::max(n, 1);
-  std::vector<float> logits(static_cast<size_t>(n) * c.num_labels);
   for (int first = 0; first < n; first += batch_size) {
     const int count = std::min(batch_size, n - first);
     int max_len = 0;
@@ -166,8 +176,8 @@ std::vector<float> padded_forward(const bert_model& m, const packed_batch& b, in
       offsets.push_back(i * max_len);
     }
     offsets.push_back(static_cast<int32_t>(T));
-    const auto& hw = m.weights.head();
-    float* out = logits.data() + int64_t{first} * c.num_labels;
+    padded_chunk chunk{.first = first, .count = count, .max_len = max_len, .num_rows = T,
+                       .row_starts = rows.data(), .lengths = lengths.data()};
     if (m.compute == dtype::bf16) {
       const auto x = run_encoder_bf16(m, ids.data(), types.data(), offsets.data(), count, T,
                                       [&](const bfloat16* qkv, int64_t ld, bfloat16* ctx) {
@@ -175,8 +185,8 @@ std::vector<float> padded_forward(const bert_model& m, const packed_batch& b, in
                                                          bf16_strided{qkv + 2 * h, ld}, lengths.data(), count, max_len,
                                                          c.num_heads, c.head_dim(), bf16_strided_out{ctx, h});
                                       });
-      pooler_classifier(x.data(), h, rows.data(), count, m.bf16->pooler, hw.pooler_b, m.bf16->classifier,
-                        hw.classifier_b, out);
+      chunk.hidden_bf16 = x.data();
+      sink(chunk);
       continue;
     }
     const auto x = run_encoder(m, ids.data(), types.data(), offsets.data(), count, T,
@@ -184,9 +194,28 @@ std::vector<float> padded_forward(const bert_model& m, const packed_batch& b, in
                                  attention_padded({qkv, ld}, {qkv + h, ld}, {qkv + 2 * h, ld}, lengths.data(),
                                                   count, max_len, c.num_heads, c.head_dim(), {ctx, h});
                                });
-    pooler_classifier(x.data(), h, rows.data(), count, h, hw.pooler_w, hw.pooler_b, hw.classifier_w,
-                      hw.classifier_b, c.num_labels, out);
+    chunk.hidden = x.data();
+    sink(chunk);
   }
+}
+
+}  // namespace detail
+
+std::vector<float> padded_forward(const bert_model& m, const packed_batch& b, int batch_size) {
+  check_head(m);
+  const bert_config& c = m.config;
+  const int64_t h = c.hidden_size;
+  const auto& hw = m.weights.head();
+  std::vector<float> logits(static_cast<size_t>(b.num_seqs()) * c.num_labels);
+  detail::for_each_padded_chunk(m, b, batch_size, [&](const detail::padded_chunk& k) {
+    float* out = logits.data() + int64_t{k.first} * c.num_labels;
+    if (k.hidden_bf16)
+      pooler_classifier(k.hidden_bf16, h, k.row_starts, k.count, m.bf16->pooler, hw.pooler_b, m.bf16->classifier,
+                        hw.classifier_b, out);
+    else
+      pooler_classifier(k.hidden, h, k.row_starts, k.count, h, hw.pooler_w, hw.pooler_b, hw.classifier_w,
+                        hw.classifier_b, c.num_labels, out);
+  });
   return logits;
 }
 

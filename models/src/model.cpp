@@ -36,6 +36,14 @@ result<bert_model> make_preset_model(std::string_view preset, uint64_t seed) {
 }
 
 result<bert_model> load_model(std::string_view path_or_preset, uint64_t preset_seed) {
+  auto m = load_encoder(path_or_preset, preset_seed);
+  if (m && m->task == encoder_task::embedding)
+    return status::invalid(m->source + " is an embedding model (a sentence-transformers folder: no classification "
+                           "head); this path computes logits of classifiers and rerankers only");
+  return m;
+}
+
+result<bert_model> load_encoder(std::string_view path_or_preset, uint64_t preset_seed) {
   const fs::path dir{std::string(path_or_preset)};
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -52,6 +60,26 @@ result<bert_model> load_model(std::string_view path_or_preset, uint64_t preset_s
   if (!cfg) return cfg.error().with_context(config_path.string());
   m.config = std::move(*cfg);
   m.config.name = dir.string();
+  if (fs::exists(dir / "modules.json", ec)) {
+    auto st = read_sentence_transformers(dir, m.config.hidden_size);
+    if (!st) return st.error();
+    m.task = encoder_task::embedding;
+    m.embedding = std::move(*st);
+    m.config.num_labels = 0;  // a BertModel: no head, whatever config.json's (default) labels say
+    m.config.id2label.clear();
+  } else {
+    try {
+      const auto j = nlohmann::json::parse(*text);
+      const auto a = j.find("architectures");
+      if (a != j.end() && a->is_array() && a->size() == 1 && (*a)[0] == "BertModel")
+        return status::invalid(config_path.string() + ": architectures [\"BertModel\"] has no head, and the folder has "
+                               "no modules.json: add sentence-transformers' modules.json and 1_Pooling/config.json "
+                               "to serve it as an embedding model");
+    } catch (const nlohmann::json::exception&) {
+      // parse_config_json read the same text: it is valid JSON.
+    }
+    if (m.config.num_labels == 1) m.task = encoder_task::reranker;
+  }
 
   const fs::path st_path = dir / "model.safetensors";
   if (!fs::exists(st_path, ec)) {
@@ -98,6 +126,8 @@ status save_model(const bert_model& model, const std::string& dir_str) {
     tensors[stored] = *model.weights.find(spec.name);
   }
   TESSERA_RETURN_IF_ERROR(write_safetensors((dir / "model.safetensors").string(), tensors));
+  if (model.task == encoder_task::embedding)
+    TESSERA_RETURN_IF_ERROR(write_sentence_transformers(dir, model.embedding, model.config.hidden_size));
   if (model.vocab) {
     std::ofstream f(dir / "vocab.txt", std::ios::binary);
     f << model.vocab->to_text();

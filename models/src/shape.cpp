@@ -69,10 +69,10 @@ status model_shape::validate() const {
   TESSERA_RETURN_IF_ERROR(at_least(intermediate_size, 1, "intermediate_size"));
   TESSERA_RETURN_IF_ERROR(at_least(max_position_embeddings, 1, "max_position_embeddings"));
   TESSERA_RETURN_IF_ERROR(at_least(vocab_size, 1, "vocab_size"));
-  // A BERT classifier has segment embeddings and a head; a decoder may have neither.
+  // A BERT has segment embeddings (and a head unless it is an embedding model); a decoder may have neither.
   const int needed = arch == architecture::bert ? 1 : 0;
   TESSERA_RETURN_IF_ERROR(at_least(type_vocab_size, needed, "type_vocab_size"));
-  TESSERA_RETURN_IF_ERROR(at_least(num_labels, needed, "num_labels"));
+  TESSERA_RETURN_IF_ERROR(at_least(num_labels, 0, "num_labels"));  // 0: an encoder without a head
   TESSERA_RETURN_IF_ERROR(at_least(explicit_head_dim, 0, "head_dim"));
   if (explicit_head_dim == 0 && hidden_size % num_heads != 0)
     return status::invalid("hidden_size " + std::to_string(hidden_size) +

@@ -46,6 +46,7 @@ std::vector<tensor_spec> expected_tensors(const bert_config& c) {
     v.push_back({p + "output.LayerNorm.weight", {h}});
     v.push_back({p + "output.LayerNorm.bias", {h}});
   }
+  if (c.num_labels == 0) return v;  // an embedding model: no head (a stored pooler is ignored)
   v.push_back({"pooler.dense.weight", {h, h}});
   v.push_back({"pooler.dense.bias", {h}});
   v.push_back({"classifier.weight", {c.num_labels, h}});
@@ -118,7 +119,8 @@ result<bert_weights> bert_weights::bind(const bert_config& cfg, std::map<std::st
     lw.out_ln_beta = p(pre + "output.LayerNorm.bias");
     w.layers_.push_back(lw);
   }
-  w.head_ = {p("pooler.dense.weight"), p("pooler.dense.bias"), p("classifier.weight"), p("classifier.bias")};
+  if (cfg.num_labels > 0)
+    w.head_ = {p("pooler.dense.weight"), p("pooler.dense.bias"), p("classifier.weight"), p("classifier.bias")};
   return w;
 }
 

@@ -17,6 +17,7 @@
 #include "tessera/common/status.hpp"
 #include "tessera/models/bf16.hpp"
 #include "tessera/models/config.hpp"
+#include "tessera/models/embedding.hpp"
 #include "tessera/models/tokenizer.hpp"
 #include "tessera/models/weights.hpp"
 
@@ -30,6 +31,10 @@ struct bert_model {
   std::shared_ptr<const vocabulary> vocab;  ///< nullptr when the folder has no vocab.txt
   bool lower_case = true;                   ///< from tokenizer_config.json (default true)
   std::string source;                       ///< folder path or "preset:<name>:seed=<n>"
+  /// What the folder is for (embedding.hpp): a sentence-transformers folder is an embedding model
+  /// (config.num_labels 0: no head), a one-label classifier a reranker, anything else a classifier.
+  encoder_task task = encoder_task::classifier;
+  embedding_config embedding;               ///< pooling, normalize, prompts (task embedding)
   /// What reference_forward computes in: fp32 (the reference) or bf16 (set_dtype).
   dtype compute = dtype::fp32;
   /// The bf16 copy of the weights, made once by set_dtype(dtype::bf16); shared by copies.
@@ -48,10 +53,18 @@ status set_dtype(bert_model& model, dtype d);
 result<bert_model> make_preset_model(std::string_view preset, uint64_t seed = 0);
 
 /// Loads a Hugging Face folder, or a preset when `path_or_preset` names one (seed `preset_seed`).
-/// Errors name the file, the tensor and the expected shape.
+/// Errors name the file, the tensor and the expected shape. A model with logits only (classifier
+/// or reranker): an embedding model is refused with a message saying so (use load_encoder).
 result<bert_model> load_model(std::string_view path_or_preset, uint64_t preset_seed = 0);
 
-/// Writes a model as a Hugging Face folder (config.json, model.safetensors, vocab.txt if any).
+/// Same, for every encoder task: a sentence-transformers folder (modules.json) loads as an
+/// embedding model without a head (the pooler, when stored, is ignored), a one-label classifier
+/// as a reranker. config.json's architectures ["BertModel"] without modules.json is refused
+/// naming the missing file (the pooling is not known).
+result<bert_model> load_encoder(std::string_view path_or_preset, uint64_t preset_seed = 0);
+
+/// Writes a model as a Hugging Face folder (config.json, model.safetensors, vocab.txt if any; an
+/// embedding model's sentence-transformers files, embedding.hpp).
 status save_model(const bert_model& model, const std::string& dir);
 
 }  // namespace tessera::models

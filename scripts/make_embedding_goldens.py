@@ -1,0 +1,198 @@
+#!/usr/bin/python3
+"""Seeded embedding and reranker checkpoints and their goldens (tests/data/models/), numpy only.
+
+usage: /usr/bin/python3 scripts/make_embedding_goldens.py [--out tests/data/models]
+
+Writes two Hugging Face folders sharing tiny-odd's vocab.txt (run make_model_goldens.py first):
+  tiny-embed/    a sentence-transformers folder: config.json (BertModel: no head), model.safetensors
+                 (names without "bert.", pooler included as sentence-transformers saves it, unused),
+                 modules.json (Transformer, Pooling, Normalize), 1_Pooling/config.json (mean),
+                 2_Normalize/, config_sentence_transformers.json (prompts "query", "passage"),
+                 hidden 40 = 5 heads x 8, intermediate 72, 2 layers, 32 positions
+  tiny-rerank/   a one-label cross-encoder (BertForSequenceClassification, num_labels 1, "bert." names)
+and tiny_embed_goldens.json: batches of token/type ids; for tiny-embed, every token's final hidden
+state and the pooled vector of each pooling mode (cls, mean, max, mean_sqrt_len, lasttoken; before
+normalization) and the mean vectors L2-normalized; for tiny-rerank, the raw score of each pair.
+
+The forward here is Hugging Face BertModel's math written out in float64 numpy (post-LN, erf GELU,
+each sequence on its own: no padding to mask), independent of tessera's C++ code; pooling follows
+sentence-transformers' Pooling module. Tolerance: 1e-4 absolute against tessera's fp32 forward.
+"""
+import argparse, json, math, os, shutil, struct
+
+import numpy as np
+
+CFG = dict(hidden_size=40, num_hidden_layers=2, num_attention_heads=5, intermediate_size=72,
+           max_position_embeddings=32, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu")
+MODES = ["cls", "mean", "max", "mean_sqrt_len", "lasttoken"]
+PROMPTS = {"query": "query: ", "passage": "passage: "}
+
+
+def init_params(vocab_size, rng, prefix, num_labels):
+    h, f, L, P = CFG["hidden_size"], CFG["intermediate_size"], CFG["num_hidden_layers"], CFG["max_position_embeddings"]
+    n = lambda *shape, std=0.1: rng.standard_normal(shape) * std
+    p = {prefix + "embeddings.word_embeddings.weight": n(vocab_size, h, std=0.5),
+         prefix + "embeddings.position_embeddings.weight": n(P, h, std=0.5),
+         prefix + "embeddings.token_type_embeddings.weight": n(2, h, std=0.5),
+         prefix + "embeddings.LayerNorm.weight": 1 + n(h), prefix + "embeddings.LayerNorm.bias": n(h)}
+    for l in range(L):
+        pre = f"{prefix}encoder.layer.{l}."
+        for name in ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"]:
+            p[pre + name + ".weight"] = n(h, h, std=0.2); p[pre + name + ".bias"] = n(h, std=0.05)
+        p[pre + "attention.output.LayerNorm.weight"] = 1 + n(h); p[pre + "attention.output.LayerNorm.bias"] = n(h)
+        p[pre + "intermediate.dense.weight"] = n(f, h, std=0.15); p[pre + "intermediate.dense.bias"] = n(f, std=0.05)
+        p[pre + "output.dense.weight"] = n(h, f, std=0.1); p[pre + "output.dense.bias"] = n(h, std=0.05)
+        p[pre + "output.LayerNorm.weight"] = 1 + n(h); p[pre + "output.LayerNorm.bias"] = n(h)
+    p[prefix + "pooler.dense.weight"] = n(h, h, std=0.15); p[prefix + "pooler.dense.bias"] = n(h, std=0.05)
+    if num_labels:
+        p["classifier.weight"] = n(num_labels, h, std=0.5); p["classifier.bias"] = n(num_labels, std=0.1)
+    # What the checkpoint stores is fp32: compute the goldens from exactly those values.
+    return {k: v.astype(np.float32).astype(np.float64) for k, v in p.items()}
+
+
+def erf(x):
+    return np.vectorize(math.erf)(x)
+
+
+def encoder(p, prefix, ids, types):
+    """BertModel's last hidden state [L, h] of one sequence (no padding, so no mask), float64."""
+    h, nh, eps = CFG["hidden_size"], CFG["num_attention_heads"], CFG["layer_norm_eps"]
+    d, L = h // nh, len(ids)
+    g = lambda name: p[prefix + name]
+    lin = lambda x, name: x @ g(name + ".weight").T + g(name + ".bias")
+
+    def ln(x, name):
+        mu = x.mean(-1, keepdims=True); var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + eps) * g(name + ".weight") + g(name + ".bias")
+
+    x = g("embeddings.word_embeddings.weight")[ids] + g("embeddings.token_type_embeddings.weight")[types] \
+        + g("embeddings.position_embeddings.weight")[np.arange(L)]
+    x = ln(x, "embeddings.LayerNorm")
+    for l in range(CFG["num_hidden_layers"]):
+        pre = f"encoder.layer.{l}."
+        q, k, v = (lin(x, pre + "attention.self." + n).reshape(L, nh, d).transpose(1, 0, 2)
+                   for n in ("query", "key", "value"))
+        s = q @ k.transpose(0, 2, 1) / math.sqrt(d)
+        s = np.exp(s - s.max(-1, keepdims=True)); s /= s.sum(-1, keepdims=True)
+        ctx = (s @ v).transpose(1, 0, 2).reshape(L, h)
+        x = ln(lin(ctx, pre + "attention.output.dense") + x, pre + "attention.output.LayerNorm")
+        a = lin(x, pre + "intermediate.dense")
+        x = ln(lin(0.5 * a * (1 + erf(a / math.sqrt(2))), pre + "output.dense") + x, pre + "output.LayerNorm")
+    return x
+
+
+def pool(x, mode):
+    """sentence-transformers' Pooling over one sequence's token vectors (all tokens attended)."""
+    if mode == "cls": return x[0]
+    if mode == "mean": return x.mean(0)
+    if mode == "max": return x.max(0)
+    if mode == "mean_sqrt_len": return x.sum(0) / math.sqrt(len(x))
+    if mode == "lasttoken": return x[-1]
+    raise ValueError(mode)
+
+
+def write_safetensors(path, tensors):
+    header, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for name in sorted(tensors):
+        b = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape), "data_offsets": [off, off + len(b)]}
+        off += len(b); blobs.append(b)
+    hj = json.dumps(header, separators=(",", ":")).encode()
+    hj += b" " * ((8 - (8 + len(hj)) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hj))); f.write(hj)
+        for b in blobs: f.write(b)
+
+
+def write_json(path, obj):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2); f.write("\n")
+
+
+def make_seqs(vocab_size, rng, pairs):
+    P = CFG["max_position_embeddings"]
+    def seq(L):
+        ids = rng.integers(0, vocab_size, L).tolist(); ids[0] = 12  # [CLS]
+        cut = L // 2 if (pairs and L >= 4) else L
+        return ids, [0] * cut + [1] * (L - cut)
+    mixed = [seq(L) for L in rng.permutation(np.arange(1, P + 1)).tolist()]
+    return {"mixed_1_to_max": mixed, "short": [seq(L) for L in (1, 2, 3, 7, 5)]}
+
+
+def flat(seqs):
+    return [i for a, _ in seqs for i in a], [t for _, ts in seqs for t in ts], [len(a) for a, _ in seqs]
+
+
+def rounded(a):
+    return [float(f"{v:.9g}") for v in np.asarray(a).reshape(-1)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data", "models"))
+    args = ap.parse_args()
+    out = os.path.abspath(args.out)
+    vocab_path = os.path.join(out, "tiny-odd", "vocab.txt")
+    with open(vocab_path, encoding="utf-8") as f:
+        vocab_size = len(f.read().splitlines())
+    rng = np.random.default_rng(2311)
+    base = dict(model_type="bert", vocab_size=vocab_size, **CFG)
+
+    emb = os.path.join(out, "tiny-embed")
+    os.makedirs(emb, exist_ok=True)
+    write_json(os.path.join(emb, "config.json"), dict(architectures=["BertModel"], **base))
+    write_json(os.path.join(emb, "modules.json"), [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}])
+    write_json(os.path.join(emb, "1_Pooling", "config.json"), {
+        "word_embedding_dimension": CFG["hidden_size"], "pooling_mode_cls_token": False,
+        "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+        "pooling_mode_lasttoken": False, "include_prompt": True})
+    os.makedirs(os.path.join(emb, "2_Normalize"), exist_ok=True)
+    open(os.path.join(emb, "2_Normalize", ".keep"), "w").close()
+    write_json(os.path.join(emb, "config_sentence_transformers.json"),
+               {"prompts": PROMPTS, "default_prompt_name": None, "similarity_fn_name": "cosine"})
+    write_json(os.path.join(emb, "tokenizer_config.json"), {"do_lower_case": True, "tokenizer_class": "BertTokenizer"})
+    shutil.copyfile(vocab_path, os.path.join(emb, "vocab.txt"))
+    pe = init_params(vocab_size, rng, "", 0)
+    write_safetensors(os.path.join(emb, "model.safetensors"), pe)
+
+    rr = os.path.join(out, "tiny-rerank")
+    os.makedirs(rr, exist_ok=True)
+    write_json(os.path.join(rr, "config.json"), dict(architectures=["BertForSequenceClassification"],
+                                                      id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0}, **base))
+    write_json(os.path.join(rr, "tokenizer_config.json"), {"do_lower_case": True, "tokenizer_class": "BertTokenizer"})
+    shutil.copyfile(vocab_path, os.path.join(rr, "vocab.txt"))
+    pr = init_params(vocab_size, rng, "bert.", 1)
+    write_safetensors(os.path.join(rr, "model.safetensors"), pr)
+
+    goldens = {"embed_model": "tiny-embed", "rerank_model": "tiny-rerank", "tolerance": 1e-4,
+               "embed_batches": [], "rerank_batches": []}
+    for name, seqs in make_seqs(vocab_size, rng, False).items():
+        ids, types, lengths = flat(seqs)
+        hs = [encoder(pe, "", np.array(a), np.array(t)) for a, t in seqs]
+        entry = {"name": name, "token_ids": ids, "token_type_ids": types, "lengths": lengths,
+                 "tokens": rounded(np.concatenate(hs)), "pooled": {}}
+        for m in MODES:
+            entry["pooled"][m] = rounded(np.stack([pool(x, m) for x in hs]))
+        mean = np.stack([pool(x, "mean") for x in hs])
+        entry["mean_normalized"] = rounded(mean / np.linalg.norm(mean, axis=1, keepdims=True))
+        goldens["embed_batches"].append(entry)
+    for name, seqs in make_seqs(vocab_size, rng, True).items():
+        ids, types, lengths = flat(seqs)
+        scores = []
+        for a, t in seqs:
+            x = encoder(pr, "bert.", np.array(a), np.array(t))
+            pooled = np.tanh(x[0] @ pr["bert.pooler.dense.weight"].T + pr["bert.pooler.dense.bias"])
+            scores.append((pooled @ pr["classifier.weight"].T + pr["classifier.bias"])[0])
+        goldens["rerank_batches"].append({"name": name, "token_ids": ids, "token_type_ids": types,
+                                          "lengths": lengths, "scores": rounded(scores)})
+    with open(os.path.join(out, "tiny_embed_goldens.json"), "w") as f:
+        json.dump(goldens, f); f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
