@@ -19,6 +19,7 @@ constexpr preset presets[] = {
     {"gpt2-tiny", architecture::gpt2, 2, 128, 4, 4, 0},
     {"gpt2", architecture::gpt2, 12, 768, 12, 12, 0},
     {"gpt2-medium", architecture::gpt2, 24, 1024, 16, 16, 0},
+    {"gpt2-xl", architecture::gpt2, 48, 1600, 25, 25, 0},  // timing shape: the IPU GPT2-XL anchors
     {"llama-tiny", architecture::llama, 2, 128, 4, 2, 352},
     {"llama-1b", architecture::llama, 22, 2048, 32, 4, 5632},
     {"llama-2-7b", architecture::llama, 32, 4096, 32, 32, 11008},

@@ -18,6 +18,10 @@
 #include "tessera/timing/preset.hpp"
 #include "tessera/test/run_tool.hpp"
 
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
 namespace tessera::timing {
 namespace {
 
@@ -252,14 +256,30 @@ TEST(llm_anchors, all_held_out_with_sources_and_never_read_by_a_fit) {
 TEST(llm_anchors, errors_docs_timing_md_states) {
   auto rep = validate_llm_timing();
   ASSERT_TRUE(rep) << rep.error().to_string();
-  // docs/timing.md: every row within 10% but the batch-1, 128-token first-token latency (-40%).
+  // docs/timing.md: A100 rows within 10% but the batch-1, 128-token first-token latency (-40%); H100
+  // (FP8) throughput rows within 10% but batch 768 (+29%), both first-token rows about -40%; the IPU
+  // (GPT2-XL on 8 Mk2) rows 4-7x too fast (-79% to -86%).
+  int ipu = 0, h100 = 0;
   for (const auto& r : rep->rows) {
-    if (r.anchor.id == "a100-trtllm0.5-llama7b-ttft-i128") {
-      EXPECT_LT(r.error_percent(), -30) << r.anchor.id;
-      continue;
+    const std::string& id = r.anchor.id;
+    const double e = r.error_percent();
+    if (llm_anchor_family(r.anchor) == "IPU") {
+      ++ipu;
+      EXPECT_LT(e, -70) << id;
+      EXPECT_GT(e, -90) << id;
+    } else if (id == "a100-trtllm0.5-llama7b-ttft-i128" || id.starts_with("h100-trtllm0.5-llama7b-fp8-ttft")) {
+      EXPECT_LT(e, -30) << id;
+      EXPECT_GT(e, -50) << id;
+    } else if (id == "h100-trtllm0.6.1-llama7b-fp8-b768-i128-o128") {
+      EXPECT_GT(e, 20) << id;
+      EXPECT_LT(e, 35) << id;
+    } else {
+      EXPECT_LT(std::abs(e), 10) << id << " " << r.model << " vs " << r.anchor.value;
     }
-    EXPECT_LT(std::abs(r.error_percent()), 10) << r.anchor.id << " " << r.model << " vs " << r.anchor.value;
+    h100 += llm_anchor_family(r.anchor) == "H100" ? 1 : 0;
   }
+  EXPECT_EQ(ipu, 4);
+  EXPECT_EQ(h100, 6);
 }
 
 TEST(llm_schedule, every_request_finishes_and_continuous_beats_static) {
@@ -401,6 +421,56 @@ TEST(llm_tool, step_system_validate_and_mistakes) {
   EXPECT_EQ(run("simulate --batching greedy", out), 2);
   EXPECT_EQ(run("frobnicate", out), 2);
   EXPECT_EQ(run("step --model bert-base", out), 2);
+}
+
+// `validate` prints every IPU and H100 row with its source URL, and its error is computed from the
+// anchors file it reads: a copy with each published value doubled prints (model - 2v) / 2v.
+TEST(llm_tool, validate_prints_held_out_ipu_and_h100_rows_from_the_file) {
+  if (tool().empty() || !std::filesystem::exists(tool())) GTEST_FAIL() << "tessera-llm-timing not built (TESSERA_BIN_DIR)";
+  auto rows = load_llm_anchors();
+  ASSERT_TRUE(rows) << rows.error().to_string();
+  // One table row of the output: | id | system | conditions | unit | model | published | error % | source |
+  auto cells_of = [](const std::string& out, const std::string& id) {
+    std::vector<std::string> cells;
+    size_t at = out.find("| " + id + " |");
+    if (at == std::string::npos) return cells;
+    std::string line = out.substr(at, out.find('\n', at) - at);
+    std::stringstream ss(line);
+    std::string c;
+    while (std::getline(ss, c, '|')) cells.push_back(c.substr(c.find_first_not_of(' ') == std::string::npos ? 0 : c.find_first_not_of(' ')));
+    return cells;  // cells[0] is empty (before the first '|')
+  };
+  std::string out;
+  ASSERT_EQ(run("validate", out), 0) << out;
+  nlohmann::json doubled;
+  {
+    std::ifstream in(llm_anchors_path());
+    doubled = nlohmann::json::parse(in);
+  }
+  for (auto& r : doubled["rows"]) r["value"] = r["value"].get<double>() * 2;
+  const auto path = std::filesystem::temp_directory_path() / ("tessera_llm_anchors_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << doubled.dump(1);
+  std::string out2;
+  ASSERT_EQ(test_support::run_tool("TESSERA_LLM_ANCHORS=" + path.string() + " " + tool(), "validate", out2, "2>&1"), 0) << out2;
+  std::filesystem::remove(path);
+  int checked = 0;
+  for (const auto& a : *rows) {
+    const std::string fam = llm_anchor_family(a);
+    if (fam != "IPU" && fam != "H100") continue;
+    for (int pass = 0; pass < 2; ++pass) {
+      auto c = cells_of(pass == 0 ? out : out2, a.id);
+      ASSERT_GE(c.size(), 9u) << a.id << "\n" << (pass == 0 ? out : out2);
+      const double model = std::stod(c[5]), published = std::stod(c[6]), err = std::stod(c[7]);
+      const double value = a.value * (pass == 0 ? 1 : 2);
+      EXPECT_NEAR(published, value, value * 1e-3) << a.id;
+      EXPECT_NEAR(err, 100 * (model - value) / value, 0.15) << a.id;  // printed to 0.1 from a 4-digit model
+      EXPECT_NE(c[8].find(a.source_url.substr(0, a.source_url.find(' '))), std::string::npos) << a.id;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 10);
+  EXPECT_NE(out.find("IPU: 4 held-out rows"), std::string::npos) << out;
+  EXPECT_NE(out.find("H100: 6 held-out rows"), std::string::npos) << out;
 }
 
 }  // namespace

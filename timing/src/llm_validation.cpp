@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -62,9 +63,15 @@ result<std::vector<llm_anchor>> parse_llm_anchors(std::string_view json_text, co
     if (a.split != "held_out")
       return status::invalid(where + " (" + a.id + "): split is '" + a.split +
                              "'; every LLM row is held out (no constant is fitted on LLM figures)");
-    if (a.kind != "static_throughput" && a.kind != "first_token_ms" && a.kind != "decode_tokens_per_s")
+    if (a.kind != "static_throughput" && a.kind != "first_token_ms" && a.kind != "decode_tokens_per_s" &&
+        a.kind != "decode_ms_per_token")
       return status::invalid(where + " (" + a.id + "): kind '" + a.kind +
-                             "'; use static_throughput, first_token_ms or decode_tokens_per_s");
+                             "'; use static_throughput, first_token_ms, decode_tokens_per_s or decode_ms_per_token");
+    if (auto p = r.find("precision"); p != r.end()) {
+      if (!p->is_string() || (p->get<std::string>() != "fp16" && p->get<std::string>() != "fp8"))
+        return status::invalid(where + " (" + a.id + "): field 'precision' must be \"fp16\" or \"fp8\"");
+      a.precision = p->get<std::string>();
+    }
     if (a.batch < 1) return status::invalid(where + " (" + a.id + "): batch must be >= 1");
     out.push_back(std::move(a));
   }
@@ -82,8 +89,20 @@ result<double> model_llm_anchor(const llm_anchor& a) {
   if (!shape) return shape.error().with_context("anchor '" + a.id + "'");
   auto d = decoder_dims_of(*shape);
   if (!d) return d.error();
+  if (a.precision == "fp8") d->element_bytes = 1;  // FP8 weights and KV cache
   auto sys = make_llm_system(a.system, *d);
   if (!sys) return sys.error().with_context("anchor '" + a.id + "'");
+  if (a.precision == "fp8") {
+    if (sys->kind != "gpu") return status::invalid("anchor '" + a.id + "': fp8 is modelled for GPU systems only");
+    sys->flops_per_s *= 2;  // FP8 dense tensor peak = 2x FP16 dense (H100 datasheet: 1,979 vs 989.4 TFLOP/s)
+  }
+  if (a.kind == "decode_ms_per_token") {
+    llm_step_batch b;
+    b.decode_contexts.assign(size_t(a.batch), a.context);
+    auto t = model_llm_step(*sys, *d, b);
+    if (!t) return t.error();
+    return t->seconds * 1e3;
+  }
   if (a.kind == "first_token_ms") {
     llm_step_batch b;
     for (int64_t i = 0; i < a.batch; ++i) b.prefills.push_back({a.input, 0, true});
@@ -135,11 +154,18 @@ result<llm_validation_report> validate_llm_timing() {
   return validate_llm_timing(*a);
 }
 
+std::string llm_anchor_family(const llm_anchor& a) {
+  if (a.system.rfind("ipu", 0) == 0) return "IPU";
+  if (a.system.rfind("h100", 0) == 0) return "H100";
+  return "A100";
+}
+
 std::string llm_validation_markdown(const llm_validation_report& r) {
   std::string s =
       "## LLM rows, all held out (no constant was fitted on these; anchors: " + llm_anchors_path().string() +
-      ")\n\n| case | system | conditions | unit | model | published | error % |\n|---|---|---|---|---|---|---|\n";
-  char buf[1024];
+      ")\n\n| case | system | conditions | unit | model | published | error % | source |\n|---|---|---|---|---|---|---|---|\n";
+  char buf[2048];
+  std::map<std::string, std::pair<double, int>> family;  // sum |error|, rows
   for (const auto& row : r.rows) {
     const auto& a = row.anchor;
     std::string cond = a.kind == "static_throughput"
@@ -148,11 +174,22 @@ std::string llm_validation_markdown(const llm_validation_report& r) {
                        : a.kind == "first_token_ms" ? "batch " + std::to_string(a.batch) + ", in " + std::to_string(a.input)
                                                     : "batch " + std::to_string(a.batch) + ", context " +
                                                           std::to_string(a.context);
-    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %.4g | %.4g | %+.1f |\n", a.id.c_str(), a.system.c_str(),
-                  cond.c_str(), a.unit.c_str(), row.model, a.value, row.error_percent());
+    if (a.precision != "fp16") cond += ", " + a.precision;
+    std::string url = a.source_url.substr(0, a.source_url.find(' '));
+    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %.4g | %.4g | %+.1f | %s |\n", a.id.c_str(), a.system.c_str(),
+                  cond.c_str(), a.unit.c_str(), row.model, a.value, row.error_percent(), url.c_str());
+    s += buf;
+    auto& f = family[llm_anchor_family(a)];
+    f.first += std::abs(row.error_percent());
+    f.second += 1;
+  }
+  s += "\n";
+  for (const auto& [name, f] : family) {
+    std::snprintf(buf, sizeof buf, "%s: %d held-out rows, mean |error| %.1f%%\n", name.c_str(), f.second,
+                  f.first / f.second);
     s += buf;
   }
-  std::snprintf(buf, sizeof buf, "\n%zu held-out rows: mean |error| %.1f%%, max %.1f%%\n", r.rows.size(),
+  std::snprintf(buf, sizeof buf, "all: %zu held-out rows: mean |error| %.1f%%, max %.1f%%\n", r.rows.size(),
                 r.mean_abs_error_percent, r.max_abs_error_percent);
   s += buf;
   return s;

@@ -100,7 +100,8 @@ struct model_shape {
 /// A built-in shape by name: bert-tiny (2 layers, 128 hidden, 2 heads), bert-mini (4/256/4),
 /// bert-small (4/512/8), bert-medium (8/512/8), bert-base (12/768/12), bert-large (24/1024/16);
 /// FFN 4x hidden, vocab 30522, 512 positions, 2 labels (Turc et al. 2019, Devlin et al. 2018).
-/// Decoders: gpt2-tiny (2/128/4), gpt2 (12/768/12, 124M), gpt2-medium (24/1024/16), all with
+/// Decoders: gpt2-tiny (2/128/4), gpt2 (12/768/12, 124M), gpt2-medium (24/1024/16), gpt2-xl
+/// (48/1600/25, a timing shape), all with
 /// GPT-2's vocab 50257, 1024 positions, tied embeddings, gelu_new; llama-tiny (2 layers, 128
 /// hidden, 4 heads, 2 kv heads, FFN 352), llama-1b (TinyLlama-1.1B: 22/2048/32 heads/4 kv heads,
 /// FFN 5632), llama-2-7b (32/4096/32/32, FFN 11008) with LLaMA's vocab 32000, bos 1, eos 2;

@@ -13,6 +13,10 @@
 //   first_token_ms      one sequence's prompt of `input` tokens: one prefill step, in ms
 //   decode_tokens_per_s one sequence decoding at `context` cached tokens, batch `batch`: 1 / step
 //                       time, tokens/s per sequence
+//   decode_ms_per_token `batch` sequences decoding at `context` cached tokens: one step, in ms
+//
+// "precision": "fp8" (optional; default fp16) models FP8 weights and KV cache: 1-byte elements and
+// twice the FP16 tensor peak (the H100 datasheet's FP8 dense figure), the fitted efficiencies kept.
 //
 // Usage:
 //   auto rep = tessera::timing::validate_llm_timing();
@@ -34,7 +38,8 @@ struct llm_anchor {
   std::string device;     ///< as the source names it, with what is derived about it
   std::string system;     ///< the llm_system spec that models it, e.g. "a100-80gb"
   std::string model;      ///< a models::shape_preset name
-  std::string kind;       ///< static_throughput, first_token_ms, decode_tokens_per_s
+  std::string kind;       ///< static_throughput, first_token_ms, decode_tokens_per_s, decode_ms_per_token
+  std::string precision = "fp16";  ///< fp16 or fp8 (weights and KV cache)
   int64_t batch = 1, input = 0, output = 0, context = 0;
   double value = 0;
   std::string unit;
@@ -64,7 +69,10 @@ struct llm_validation_report {
 
 result<llm_validation_report> validate_llm_timing(const std::vector<llm_anchor>& anchors);
 result<llm_validation_report> validate_llm_timing();
-/// The table (markdown) with a summary line; every row says it is held out.
+/// The device family a row belongs to, for the per-family summaries: "A100", "H100" or "IPU".
+std::string llm_anchor_family(const llm_anchor& a);
+/// The table (markdown) with a source column, a summary line per family and overall; every row says
+/// it is held out. The errors are computed from the anchors' published values, row by row.
 std::string llm_validation_markdown(const llm_validation_report& r);
 
 }  // namespace tessera::timing
