@@ -5,17 +5,21 @@
 //   tessera-llm-timing simulate --system a100-40gb --rate 4 --requests 1000 --batching static
 //   tessera-llm-timing validate                                  (modelled vs published, held out)
 //   tessera-llm-timing experiment --out-dir results              (CSV + markdown; scripts/llm-experiment plots)
+//   tessera-llm-timing search --csv results/llm-search.csv      (design-space search; scripts/llm-search plots)
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include <boost/program_options.hpp>
 
 #include "tessera/common/cli.hpp"
 #include "tessera/timing/llm_experiment.hpp"
 #include "tessera/timing/llm_schedule.hpp"
+#include "tessera/timing/llm_search.hpp"
 #include "tessera/timing/llm_system.hpp"
 #include "tessera/timing/llm_validation.hpp"
 
@@ -47,12 +51,40 @@ tessera::result<std::vector<int64_t>> parse_counts(const std::string& flag, cons
   return out;
 }
 
+// "16,32,64" -> numbers; a bad item is refused naming the flag.
+template <class T>
+tessera::result<std::vector<T>> parse_list(const std::string& flag, const std::string& csv) {
+  std::vector<T> out;
+  std::stringstream ss(csv);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      T v;
+      if constexpr (std::is_same_v<T, std::string>) {
+        v = item;
+        used = item.size();
+      } else if constexpr (std::is_integral_v<T>) {
+        v = T(std::stoll(item, &used));
+      } else {
+        v = T(std::stod(item, &used));
+      }
+      if (item.empty() || used != item.size()) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      return tessera::status::invalid("--" + flag + ": '" + item + "' is not a valid value");
+    }
+  }
+  if (out.empty()) return tessera::status::invalid("--" + flag + ": give at least one value");
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::cout << "tessera-llm-timing: modelled LLM serving (step model, schedulers, validation, experiment)\n"
-                 "usage: tessera-llm-timing step|system|simulate|validate|experiment [options]; --help after a "
+                 "usage: tessera-llm-timing step|system|simulate|validate|experiment|search [options]; --help after a "
                  "command lists its options\n";
     return argc < 2 ? 2 : 0;
   }
@@ -83,6 +115,26 @@ int main(int argc, char** argv) {
       "amortisation-years", po::value<double>()->default_value(3), "cost: years the price is spread over")(
       "ipu-price-usd", po::value<double>()->default_value(0),
       "cost: price per IPU (its share of an IPU-Machine and Pod); 0: none is published, report the break-even price");
+  if (cmd == "search")
+    opts.add_options()("csv", po::value<std::string>()->default_value(""), "search: every evaluated point to this CSV")(
+        "workload", po::value<std::string>()->default_value("sharegpt"), "search: the built-in mix (sharegpt)")(
+        "budget-usd", po::value<double>()->default_value(0), "search: most a system may cost (0: no limit)")(
+        "target-tokens-per-s", po::value<double>()->default_value(0), "search: copies of a system to deliver this (0: one copy)")(
+        "ipu-chip-usd", po::value<double>()->default_value(10000), "search: price of a Mk2-sized IPU-like chip (an input)")(
+        "ipu-chip-watts", po::value<double>()->default_value(185), "search: TDP of a Mk2-sized IPU-like chip")(
+        "chips", po::value<std::string>()->default_value("16,32,64"), "search: IPU-like chips per copy")(
+        "pipeline", po::value<std::string>()->default_value("0"), "search: chips per pipeline (0: all chips)")(
+        "tiles", po::value<std::string>()->default_value("1472,2944"), "search: tiles per chip")(
+        "sram-kib", po::value<std::string>()->default_value("624,1248"), "search: SRAM per tile, KiB")(
+        "link-gbps", po::value<std::string>()->default_value("320"), "search: chip-to-chip bandwidth, GB/s")(
+        "hop-us", po::value<std::string>()->default_value("2"), "search: chip-to-chip hop / sync latency, us")(
+        "weights", po::value<std::string>()->default_value("sram"), "search: sram, streaming or both (sram,streaming)")(
+        "gpus", po::value<std::string>()->default_value("a100-40gb,h100-sxm"), "search: GPU-like candidates")(
+        "max-seqs-grid", po::value<std::string>()->default_value("64,256"), "search: running sequences per replica")(
+        "token-budget-grid", po::value<std::string>()->default_value("2048"), "search: new tokens per step")(
+        "search-requests", po::value<int64_t>()->default_value(200), "search: requests per simulated run")(
+        "seeds", po::value<int64_t>()->default_value(5), "search: seeds for the reported rows (median and spread)")(
+        "no-sensitivity", "search: skip the sensitivity table");
   po::variables_map vm;
   if (auto done = tessera::parse_command_line("tessera-llm-timing " + cmd, argc - 1, argv + 1, opts, vm)) return *done;
   auto shape = tessera::models::shape_preset(vm["model"].as<std::string>());
@@ -119,6 +171,52 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (cmd == "search") {
+    llm_search_options o;
+    o.model = vm["model"].as<std::string>();
+    o.workload = vm["workload"].as<std::string>();
+    o.slo = {vm["ttft-p99"].as<double>(), vm["tpot-p99"].as<double>()};
+    o.cost = {vm["amortisation-years"].as<double>(), vm["utilisation"].as<double>(), vm["usd-per-kwh"].as<double>()};
+    o.budget_usd = vm["budget-usd"].as<double>();
+    o.target_tokens_per_s = vm["target-tokens-per-s"].as<double>();
+    o.ipu_chip_usd = vm["ipu-chip-usd"].as<double>();
+    o.ipu_chip_watts = vm["ipu-chip-watts"].as<double>();
+    o.requests = vm["search-requests"].as<int64_t>();
+    o.seeds = vm["seeds"].as<int64_t>();
+    o.seed = vm["seed"].as<uint64_t>();
+    o.sensitivity = vm.count("no-sensitivity") == 0;
+    o.csv_path = vm["csv"].as<std::string>();
+    auto ints = [&](const char* flag, std::vector<int64_t>& dst) -> tessera::status {
+      auto v = parse_list<int64_t>(flag, vm[flag].as<std::string>());
+      if (!v) return v.error();
+      dst = *v;
+      return {};
+    };
+    auto dbls = [&](const char* flag, std::vector<double>& dst) -> tessera::status {
+      auto v = parse_list<double>(flag, vm[flag].as<std::string>());
+      if (!v) return v.error();
+      dst = *v;
+      return {};
+    };
+    for (auto st : {ints("chips", o.chips), ints("pipeline", o.pipelines), ints("tiles", o.tiles),
+                    ints("sram-kib", o.sram_kib), dbls("link-gbps", o.link_gbps), dbls("hop-us", o.hop_us),
+                    ints("max-seqs-grid", o.max_seqs), ints("token-budget-grid", o.token_budget)})
+      if (!st.ok()) return fail(st);
+    auto w = parse_list<std::string>("weights", vm["weights"].as<std::string>());
+    if (!w) return fail(w.error());
+    o.weights = *w;
+    auto g = parse_list<std::string>("gpus", vm["gpus"].as<std::string>());
+    if (!g) return fail(g.error());
+    o.gpus = *g;
+    for (const char* other : {"system", "decode", "prefill", "rate", "requests", "batching", "max-seqs", "token-budget",
+                              "static-batch", "out-dir", "systems", "quick", "ipu-price-usd"})
+      if (!vm[other].defaulted() && vm.count(other))
+        return fail(tessera::status::invalid(std::string("--") + other + " does not apply to search (see search --help)"));
+    auto r = run_llm_search(o, std::cerr);
+    if (!r) return fail(r.error());
+    std::cout << llm_search_markdown(*r, o);
+    return 0;
+  }
   auto sys = make_llm_system(vm["system"].as<std::string>(), *dims);
   if (!sys) return fail(sys.error());
   if (cmd == "system") {
@@ -170,5 +268,5 @@ int main(int argc, char** argv) {
                 r->mean_step_tokens, r->memory_bound_fraction * 100, (long long)r->preemptions);
     return 0;
   }
-  return fail(tessera::status::invalid("unknown command '" + cmd + "'; use step, system, simulate, validate or experiment"));
+  return fail(tessera::status::invalid("unknown command '" + cmd + "'; use step, system, simulate, validate, experiment or search"));
 }
