@@ -43,7 +43,7 @@ int export_gguf_main(int argc, char** argv) {
     std::error_code ec;
     const bool own = !model_name.empty() && (std::filesystem::exists(std::filesystem::path(model_name) / "tokenizer.json", ec) ||
                                              std::filesystem::exists(std::filesystem::path(model_name) / "vocab.json", ec));
-    tokenizer_name = own ? model_name : model->shape().arch == architecture::gpt2 ? "gpt2" : "llama";
+    tokenizer_name = own ? model_name : std::string(model->shape().traits().tokenizer);
   }
   auto tok = bpe_tokenizer::load(tokenizer_name);
   if (!tok) {

@@ -98,7 +98,7 @@ int generate_main(int argc, char** argv) {
       std::error_code ec;
       const bool own = fs::exists(fs::path(model_name) / "tokenizer.json", ec) ||
                        fs::exists(fs::path(model_name) / "vocab.json", ec);
-      tokenizer_name = own ? model_name : model->shape().arch == architecture::gpt2 ? "gpt2" : "llama";
+      tokenizer_name = own ? model_name : std::string(model->shape().traits().tokenizer);
     }
     auto t = bpe_tokenizer::load(tokenizer_name);
     if (!t) {

@@ -27,9 +27,12 @@ using namespace tessera::serving;
 
 namespace {
 
-/// A decoder preset (gpt2-*, llama-*) or a folder whose config.json is a GPT-2 or LLaMA config.
+/// A decoder preset or a folder whose config.json is a decoder's (parse_decoder_config_json).
 bool is_decoder(const std::string& name) {
-  if (name.rfind("gpt2", 0) == 0 || name.rfind("llama", 0) == 0) return !std::filesystem::is_directory(name);
+  if (!std::filesystem::is_directory(name)) {
+    auto s = models::shape_preset(name);
+    return s && s->is_decoder();
+  }
   std::ifstream in(std::filesystem::path(name) / "config.json");
   if (!in) return false;
   std::stringstream ss;
@@ -116,6 +119,7 @@ int main(int argc, char** argv) {
   // A decoder: the OpenAI API over an llm_engine (the router stays empty).
   std::unique_ptr<llm_engine> engine;
   llm_api llm;
+  std::string_view arch_chat = "plain";  // the decoder's default chat format (its architecture's traits)
   if (model_name == "toy-llm") {
     auto backend = make_toy_llm_backend(
         {.num_blocks = lo.kv_blocks > 0 ? lo.kv_blocks : 1024, .block_tokens = lo.block_tokens,
@@ -131,9 +135,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     auto model = std::make_shared<const models::decoder_model>(std::move(*loaded));
+    arch_chat = model->shape().traits().chat_format;
     const bool folder = std::filesystem::is_directory(model_name);
     auto bpe = folder ? models::bpe_tokenizer::from_dir(model_name)
-                      : models::bpe_tokenizer::preset(model->shape().arch == models::architecture::gpt2 ? "gpt2" : "llama");
+                      : models::bpe_tokenizer::preset(model->shape().traits().tokenizer);
     if (!bpe) {
       std::cerr << "tessera-serve: " << bpe.error().to_string() << "\n";
       return 2;
@@ -161,9 +166,8 @@ int main(int argc, char** argv) {
   if (engine) {
     tok = make_toy_tokenizer();
     info.model_id = llm.model_id;
-    attach_engine(llm, *engine, lo.chat_template);
+    attach_engine(llm, *engine, lo.chat_template, arch_chat);
     engine->start();
-  engine->start();
   } else if (model_name == "toy") {
     tok = make_toy_tokenizer();
     info.model_id = "toy";

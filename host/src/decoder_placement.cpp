@@ -74,7 +74,8 @@ void plan_tile(const dlayout& L, dtile& d, std::vector<weight_shard>& shards, st
   t.head_begin = d.heads.q0, t.head_end = d.heads.q1;
   t.ffn_begin = static_cast<int>(ffn.begin), t.ffn_end = static_cast<int>(ffn.end);
   const int64_t qw = (d.heads.q1 - d.heads.q0) * hd, kw = (d.heads.k1 - d.heads.k0) * hd, fw = ffn.end - ffn.begin;
-  const bool bias = c.arch == models::architecture::gpt2, layer_norm = c.norm != models::norm_kind::rms_norm;
+  const auto& traits = c.traits();
+  const bool layer_norm = c.norm != models::norm_kind::rms_norm;
   detail::tile_contents add{t, shards, temps};
   const bool first = t.stage == 0, last = t.stage == L.p.stages - 1;
   if (first) {
@@ -101,20 +102,20 @@ void plan_tile(const dlayout& L, dtile& d, std::vector<weight_shard>& shards, st
     rows(ids::q_w, "q_w", d.heads.q0 * hd, d.heads.q1 * hd, H);
     rows(ids::k_w, "k_w", d.heads.k0 * hd, d.heads.k1 * hd, H);
     rows(ids::v_w, "v_w", d.heads.k0 * hd, d.heads.k1 * hd, H);
-    if (bias) {
+    if (traits.qkv_bias) {
       rows(ids::q_b, "q_b", d.heads.q0 * hd, d.heads.q1 * hd, 0);
       rows(ids::k_b, "k_b", d.heads.k0 * hd, d.heads.k1 * hd, 0);
       rows(ids::v_b, "v_b", d.heads.k0 * hd, d.heads.k1 * hd, 0);
     }
     cols(ids::o_w, "o_w", d.heads.q0 * hd, d.heads.q1 * hd);
-    if (bias) vec(ids::o_b, "o_b", H);
+    if (traits.o_bias) vec(ids::o_b, "o_b", H);
     vec(ids::norm2_w, "norm2_w", H);
     if (layer_norm) vec(ids::norm2_b, "norm2_b", H);
     if (c.gated_mlp) rows(ids::gate_w, "gate_w", ffn.begin, ffn.end, H);
     rows(ids::up_w, "up_w", ffn.begin, ffn.end, H);
-    if (bias) rows(ids::up_b, "up_b", ffn.begin, ffn.end, 0);
+    if (traits.mlp_bias) rows(ids::up_b, "up_b", ffn.begin, ffn.end, 0);
     cols(ids::down_w, "down_w", ffn.begin, ffn.end);
-    if (bias) vec(ids::down_b, "down_b", H);
+    if (traits.mlp_bias) vec(ids::down_b, "down_b", H);
   }
   const bool out_tile = last && t.lane == 0;
   if (out_tile) {
@@ -163,7 +164,9 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
   const models::model_shape& c = L.c;
   const int S = L.p.stages, W = L.p.width, M = L.p.micro_batches;
   const int64_t H = c.hidden_size;
-  const bool bias = c.arch == models::architecture::gpt2, layer_norm = c.norm != models::norm_kind::rms_norm;
+  const auto& traits = c.traits();
+  const bool qkv_bias = traits.qkv_bias, o_bias = traits.o_bias, mlp_bias = traits.mlp_bias;
+  const bool layer_norm = c.norm != models::norm_kind::rms_norm;
   const int64_t rms = layer_norm ? 0 : 1;
   int64_t act = 0;
   switch (c.activation) {
@@ -205,19 +208,20 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
                          {ids::hidden}, mp, {}});
           a.push_back({"dec_norm", with({ids::hidden, ids::dec_layer(l, ids::norm1_w)}, layer_norm, ids::dec_layer(l, ids::norm1_b)),
                        {ids::normed}, {m, M, rms}, {c.norm_eps}});
-          a.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::q_w)}, bias, ids::dec_layer(l, ids::q_b)), {ids::dec_q},
+          a.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::q_w)}, qkv_bias, ids::dec_layer(l, ids::q_b)), {ids::dec_q},
                        {m, M, 0}, {}});
-          a.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::k_w)}, bias, ids::dec_layer(l, ids::k_b)), {ids::dec_k},
+          a.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::k_w)}, qkv_bias, ids::dec_layer(l, ids::k_b)), {ids::dec_k},
                        {m, M, 0}, {}});
-          a.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::v_w)}, bias, ids::dec_layer(l, ids::v_b)), {ids::dec_v},
+          a.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::v_w)}, qkv_bias, ids::dec_layer(l, ids::v_b)), {ids::dec_v},
                        {m, M, 0}, {}});
           a.push_back({"dec_attention", {ids::dec_q, ids::dec_k, ids::dec_v, ids::step_meta, ids::kv_keys, ids::kv_values},
                        {ids::context},
-                       {m, M, l - lr.begin, d.heads.q0, d.heads.q1, d.heads.k0, d.heads.k1, L.hd(), L.group(), rotary},
+                       {m, M, l - lr.begin, d.heads.q0, d.heads.q1, d.heads.k0, d.heads.k1, L.hd(), L.group(), rotary,
+                        c.sliding_window},
                        {c.rope_theta, rope_scale}});
           a.push_back({"linear", {ids::context, ids::dec_layer(l, ids::o_w)}, {ids::partial}, {m, M, 0}, {}});
           b.step(t, base + 1).compute.push_back({"dec_residual",
-              with({ids::partial, ids::hidden}, bias, ids::dec_layer(l, ids::o_b)), {ids::hidden}, {m, M, w, W}, {}});
+              with({ids::partial, ids::hidden}, o_bias, ids::dec_layer(l, ids::o_b)), {ids::hidden}, {m, M, w, W}, {}});
           auto& f = b.step(t, base + 2).compute;
           f.push_back({"dec_norm", with({ids::hidden, ids::dec_layer(l, ids::norm2_w)}, layer_norm, ids::dec_layer(l, ids::norm2_b)),
                        {ids::normed}, {m, M, rms}, {c.norm_eps}});
@@ -226,12 +230,12 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
             f.push_back({"linear", {ids::normed, ids::dec_layer(l, ids::up_w)}, {ids::dec_up}, {m, M, 0}, {}});
             f.push_back({"dec_multiply", {ids::dec_gate, ids::dec_up}, {ids::dec_up}, mp, {}});
           } else {
-            f.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::up_w)}, bias, ids::dec_layer(l, ids::up_b)),
+            f.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::up_w)}, mlp_bias, ids::dec_layer(l, ids::up_b)),
                          {ids::dec_up}, {m, M, act}, {}});
           }
           f.push_back({"linear", {ids::dec_up, ids::dec_layer(l, ids::down_w)}, {ids::partial}, {m, M, 0}, {}});
           b.step(t, base + 3).compute.push_back({"dec_residual",
-              with({ids::partial, ids::hidden}, bias, ids::dec_layer(l, ids::down_b)), {ids::hidden}, {m, M, w, W}, {}});
+              with({ids::partial, ids::hidden}, mlp_bias, ids::dec_layer(l, ids::down_b)), {ids::hidden}, {m, M, w, W}, {}});
           // Reduce-scatter the partial sums by token rows, all-gather the updated rows; the stage's
           // last layer hands its rows of the micro-batch to every lane of the next stage.
           b.layer_exchange(t, base, H, w, m, M, lanes_of(L, r, s, W),
@@ -297,7 +301,7 @@ double estimate_step_seconds(const models::model_shape& c, const plan& p, int to
   const double n = p.tiles();
   const double rate = mm.tile_flops * std::min(1.0, mm.cores / n);
   const double micro_tokens = std::max(1.0, tokens / M);
-  const double avg_context = 256;
+  const double avg_context = c.sliding_window > 0 ? std::min(256.0, double(c.sliding_window)) : 256.0;
   const double layer_weights = H * (qw + 2 * kvw) + qw * H + H * F * (c.gated_mlp ? 3 : 2);
   const double layer_flops = micro_tokens * (2 * layer_weights + 4 * avg_context * qw);
   const double layers = std::ceil(double(c.num_layers) / p.stages);
@@ -388,8 +392,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
   if (req.dtype != models::dtype::fp32)
     return status::unsupported("decoders run in fp32 on tiles; --dtype " + std::string(models::dtype_name(req.dtype)) +
                                " is for BERT models");
-  if (c.arch != models::architecture::gpt2 && c.arch != models::architecture::llama)
-    return status::invalid("compile_decoder takes a GPT-2 or LLaMA shape");
+  if (!c.is_decoder()) return status::invalid("compile_decoder takes a decoder shape, not " + c.name);
   if (req.tiles <= 0) return status::invalid("--tiles must be positive");
   if (req.token_budget < 1) return status::invalid("--token-budget must be positive");
   if (req.kv_block_tokens < 1) return status::invalid("--kv-block-tokens must be positive");

@@ -207,7 +207,7 @@ status decoder_model::step(const step_batch& batch, paged_kv_cache& cache,
       }
     }
     attention_paged({qkv, ld}, {kbase, vbase, bt, block_stride, head_stride}, seqs.data(),
-                    static_cast<int>(seqs.size()), c.num_heads, kvh, d, {ctx, qw});
+                    static_cast<int>(seqs.size()), c.num_heads, kvh, d, {ctx, qw}, c.sliding_window);
   };
   run_decoder(c, w_, tokens, positions, logit_rows, attend, logits);
   return {};
@@ -226,23 +226,26 @@ result<std::vector<std::vector<float>>> decoder_model::full_logits(const std::ve
   const int d = c.head_dim(), group = c.num_heads / c.num_kv_heads;
   const int64_t qw = c.q_width(), kvw = c.kv_width();
   // Plain causal attention over contiguous K and V: scores, softmax and the weighted sum in
-  // straightforward loops (double accumulation), independent of the paged kernel.
+  // straightforward loops (double accumulation), independent of the paged kernel. A sliding window
+  // W leaves position i the keys j > i - W.
+  const int64_t W = c.sliding_window;
   auto attend = [&](int, float* qkv, int64_t ld, float* ctx) {
     std::vector<double> p(static_cast<size_t>(T));
     for (int h = 0; h < c.num_heads; ++h) {
       const int64_t kcol = qw + int64_t{h / group} * d, vcol = kcol + kvw;
       for (int64_t i = 0; i < T; ++i) {
         double mx = -INFINITY, sum = 0.0;
-        for (int64_t j = 0; j <= i; ++j) {
+        const int64_t j0 = W > 0 ? std::max<int64_t>(0, i - W + 1) : 0;
+        for (int64_t j = j0; j <= i; ++j) {
           double s = 0.0;
           for (int k = 0; k < d; ++k) s += double{qkv[i * ld + h * d + k]} * qkv[j * ld + kcol + k];
           p[j] = s / std::sqrt(static_cast<double>(d));
           mx = std::max(mx, p[j]);
         }
-        for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (int64_t j = j0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
         for (int k = 0; k < d; ++k) {
           double o = 0.0;
-          for (int64_t j = 0; j <= i; ++j) o += p[j] * qkv[j * ld + vcol + k];
+          for (int64_t j = j0; j <= i; ++j) o += p[j] * qkv[j * ld + vcol + k];
           ctx[i * qw + h * d + k] = static_cast<float>(o / sum);
         }
       }

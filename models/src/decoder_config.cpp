@@ -1,4 +1,4 @@
-// Hugging Face config.json of GPT-2 and LLaMA-family decoders, in and out.
+// Hugging Face config.json of the decoders (GPT-2; LLaMA, Qwen2, Mistral), in and out.
 #include <nlohmann/json.hpp>
 
 #include "tessera/models/decoder.hpp"
@@ -73,6 +73,7 @@ status parse_gpt2(const fields& f, model_shape& s) {
   return {};
 }
 
+// LLaMA's fields, which Qwen2 and Mistral share; what differs is in the traits row.
 status parse_llama(const json& j, const fields& f, model_shape& s) {
   TESSERA_RETURN_IF_ERROR(f.get_int("hidden_size", s.hidden_size, true));
   TESSERA_RETURN_IF_ERROR(f.get_int("num_hidden_layers", s.num_layers, true));
@@ -87,8 +88,12 @@ status parse_llama(const json& j, const fields& f, model_shape& s) {
     s.explicit_head_dim = 0;  // the default spelled out
   TESSERA_RETURN_IF_ERROR(f.get_float("rms_norm_eps", s.norm_eps));
   TESSERA_RETURN_IF_ERROR(f.get_float("rope_theta", s.rope_theta));
-  TESSERA_RETURN_IF_ERROR(f.refuse_true("attention_bias", "LLaMA projections have no biases here"));
-  TESSERA_RETURN_IF_ERROR(f.refuse_true("mlp_bias", "LLaMA projections have no biases here"));
+  const auto& t = s.traits();
+  if (!t.qkv_bias) TESSERA_RETURN_IF_ERROR(f.refuse_true("attention_bias", "this architecture's projections have no biases here"));
+  if (!t.mlp_bias) TESSERA_RETURN_IF_ERROR(f.refuse_true("mlp_bias", "this architecture's projections have no biases here"));
+  // Qwen2 names a window but applies it only with use_sliding_window, and then to some layers.
+  TESSERA_RETURN_IF_ERROR(f.refuse_true("use_sliding_window", "sliding-window attention on some layers only is not supported"));
+  if (t.sliding_window) TESSERA_RETURN_IF_ERROR(f.get_int("sliding_window", s.sliding_window));
   if (f.has("rope_scaling")) {
     const auto& r = j["rope_scaling"];
     if (!r.is_object()) return status::invalid("field \"rope_scaling\" must be an object or null, got " + r.dump());
@@ -116,34 +121,39 @@ result<model_shape> parse_decoder_config_json(std::string_view json_text) {
     const auto j = json::parse(json_text);
     if (!j.is_object()) return status::invalid("config.json is not a JSON object");
     if (!j.contains("model_type") || !j["model_type"].is_string())
-      return status::invalid("missing field \"model_type\" (\"gpt2\" or \"llama\")");
+      return status::invalid("missing field \"model_type\" (" + decoder_model_types() + ")");
     const auto type = j["model_type"].get<std::string>();
-    if (type == "gpt2") s.arch = architecture::gpt2;
-    else if (type == "llama") s.arch = architecture::llama;
-    else return status::unsupported("model_type \"" + type + "\" is not a supported decoder; use \"gpt2\" or \"llama\"");
+    const architecture_traits* t = traits_of_model_type(type);
+    if (!t || t->arch == architecture::bert)
+      return status::unsupported("model_type \"" + type + "\" is not a supported decoder; use one of " + decoder_model_types());
     // The architecture's kinds and defaults; the sizes come from the fields.
-    auto preset = shape_preset(type == "gpt2" ? "gpt2-tiny" : "llama-tiny");
+    auto preset = shape_preset(t->conv1d_weights ? "gpt2-tiny" : "llama-tiny");
     if (!preset) return preset.error();
     s = *preset;
+    s.arch = t->arch;
     s.name = "config.json";
+    s.norm = t->norm;
+    s.activation = t->activation;
+    s.positions = t->positions;
+    s.gated_mlp = t->gated_mlp;
     const fields f(j);
-    if (s.arch == architecture::gpt2) TESSERA_RETURN_IF_ERROR(parse_gpt2(f, s));
+    if (t->conv1d_weights) TESSERA_RETURN_IF_ERROR(parse_gpt2(f, s));
     else TESSERA_RETURN_IF_ERROR(parse_llama(j, f, s));
-    s.tie_word_embeddings = s.arch == architecture::gpt2;  // HF's per-architecture default
+    s.tie_word_embeddings = t->tied_embeddings;  // HF's per-architecture default
     TESSERA_RETURN_IF_ERROR(f.get_bool("tie_word_embeddings", s.tie_word_embeddings));
     s.bos_token_id = s.eos_token_id = -1;
     TESSERA_RETURN_IF_ERROR(f.get_token("bos_token_id", s.bos_token_id));
     TESSERA_RETURN_IF_ERROR(f.get_token("eos_token_id", s.eos_token_id));
-    const char* act_key = s.arch == architecture::gpt2 ? "activation_function" : "hidden_act";
+    const char* act_key = t->conv1d_weights ? "activation_function" : "hidden_act";
     if (f.has(act_key)) {
       if (!j[act_key].is_string())
         return status::invalid(std::string("field \"") + act_key + "\" must be a string, got " + j[act_key].dump());
       const auto name = j[act_key].get<std::string>();
       const auto act = activation_from_name(name);
-      if (!act || (s.arch == architecture::llama && *act != activation_kind::silu))
+      if (!act || (t->gated_mlp && *act != activation_kind::silu))
         return status::unsupported(std::string(act_key) + " \"" + name + "\" is not supported for " + type +
-                                   (s.arch == architecture::llama ? " (SwiGLU needs silu)" : " (use gelu_new, gelu or relu)"));
-      if (s.arch == architecture::gpt2 && *act == activation_kind::silu)
+                                   (t->gated_mlp ? " (SwiGLU needs silu)" : " (use gelu_new, gelu or relu)"));
+      if (!t->gated_mlp && *act == activation_kind::silu)
         return status::unsupported(std::string(act_key) + " \"silu\" is not supported for gpt2");
       s.activation = *act;
     }
@@ -156,9 +166,10 @@ result<model_shape> parse_decoder_config_json(std::string_view json_text) {
 
 std::string decoder_config_json(const model_shape& s) {
   nlohmann::ordered_json j;
-  if (s.arch == architecture::gpt2) {
-    j["architectures"] = {"GPT2LMHeadModel"};
-    j["model_type"] = "gpt2";
+  const auto& t = s.traits();
+  j["architectures"] = {std::string(t.hf_class)};
+  j["model_type"] = std::string(t.model_type);
+  if (t.conv1d_weights) {
     j["n_embd"] = s.hidden_size;
     j["n_layer"] = s.num_layers;
     j["n_head"] = s.num_heads;
@@ -169,8 +180,6 @@ std::string decoder_config_json(const model_shape& s) {
     j["layer_norm_epsilon"] = s.norm_eps;
     j["activation_function"] = activation_name(s.activation);
   } else {
-    j["architectures"] = {"LlamaForCausalLM"};
-    j["model_type"] = "llama";
     j["hidden_size"] = s.hidden_size;
     j["num_hidden_layers"] = s.num_layers;
     j["num_attention_heads"] = s.num_heads;
@@ -186,8 +195,11 @@ std::string decoder_config_json(const model_shape& s) {
     else
       j["rope_scaling"] = nullptr;
     j["hidden_act"] = "silu";
-    j["attention_bias"] = false;
-    j["mlp_bias"] = false;
+    if (s.arch == architecture::llama) {
+      j["attention_bias"] = false;
+      j["mlp_bias"] = false;
+    }
+    if (t.sliding_window) j["sliding_window"] = s.sliding_window > 0 ? nlohmann::ordered_json(s.sliding_window) : nullptr;
   }
   j["tie_word_embeddings"] = s.tie_word_embeddings;
   if (s.bos_token_id >= 0) j["bos_token_id"] = s.bos_token_id;

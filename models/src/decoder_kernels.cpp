@@ -290,10 +290,42 @@ void attend_gemm(const float* q, int64_t ldq, const paged_kv_view& kv, const pag
       std::copy_n(os + int64_t{g * R + i} * d, d, out + int64_t{s.row + r0 + i} * ldo + int64_t{kvh * group + g} * d);
 }
 
+// Query rows [r0, r1) of one sequence under a sliding window W: row r at position p attends the
+// keys p - W + 1 .. p of kv head kvh, read from the blocks in place; plain loops, one row at a time.
+void attend_rows_window(const float* q, int64_t ldq, const paged_kv_view& kv, const paged_seq& s, int r0, int r1,
+                        int kvh, int group, int d, float scale, int window, float* out, int64_t ldo, float* scores) {
+  const int bt = kv.block_tokens;
+  for (int r = r0; r < r1; ++r) {
+    const int pos = s.start_pos + r, lo = std::max(0, pos - window + 1), n = pos + 1 - lo;
+    for (int g = 0; g < group; ++g) {
+      const int64_t col = int64_t{kvh * group + g} * d;
+      const float* qr = q + int64_t{s.row + r} * ldq + col;
+      for (int j = lo; j <= pos; ++j) {
+        const float* kr = kv.k + int64_t{s.block_table[j / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride +
+                          int64_t{j % bt} * d;
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int i = 0; i < d; ++i) acc += qr[i] * kr[i];
+        scores[j - lo] = acc * scale;
+      }
+      detail::softmax_row(scores, n);
+      float* o = out + int64_t{s.row + r} * ldo + col;
+      std::fill(o, o + d, 0.0f);
+      for (int j = lo; j <= pos; ++j) {
+        const float* vr = kv.v + int64_t{s.block_table[j / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride +
+                          int64_t{j % bt} * d;
+        const float p = scores[j - lo];
+#pragma omp simd
+        for (int i = 0; i < d; ++i) o[i] += p * vr[i];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void attention_paged(strided q, paged_kv_view kv, const paged_seq* seqs, int num_seqs, int num_heads,
-                     int num_kv_heads, int head_dim, strided_out out) {
+                     int num_kv_heads, int head_dim, strided_out out, int sliding_window) {
   const int group = num_heads / num_kv_heads;
   // A chunk of stacked query rows (rows x group) per GEMM task: large enough for the GEMM to run
   // at speed, small enough that the causal mask trims most of the skipped upper triangle.
@@ -328,7 +360,10 @@ void attention_paged(strided q, paged_kv_view kv, const paged_seq* seqs, int num
       const task& t = tasks[static_cast<size_t>(i / num_kv_heads)];
       const int kvh = static_cast<int>(i % num_kv_heads);
       const paged_seq& s = seqs[t.seq];
-      if (t.gemm) {
+      if (sliding_window > 0 && s.start_pos + t.r1 > sliding_window) {  // the window binds: the keys of some row start later
+        attend_rows_window(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group, head_dim, scale, sliding_window, out.data, out.ld,
+                           w.s.get(sliding_window));
+      } else if (t.gemm) {
         attend_gemm(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group, head_dim, scale, out.data, out.ld, w);
       } else if (fixed) {
         fixed(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group, scale, out.data, out.ld, w.s.get(s.start_pos + t.r1));

@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 std::vector<tensor_spec> expected_decoder_tensors(const model_shape& c) {
   const int64_t h = c.hidden_size, f = c.intermediate_size, q = c.q_width(), kv = c.kv_width(), V = c.vocab_size;
   std::vector<tensor_spec> v;
-  if (c.arch == architecture::gpt2) {
+  const auto& t = c.traits();
+  if (t.conv1d_weights) {
     v.push_back({"wte.weight", {V, h}});
     v.push_back({"wpe.weight", {c.max_position_embeddings, h}});
     for (int l = 0; l < c.num_layers; ++l) {
@@ -43,13 +44,19 @@ std::vector<tensor_spec> expected_decoder_tensors(const model_shape& c) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       v.push_back({p + "input_layernorm.weight", {h}});
       v.push_back({p + "self_attn.q_proj.weight", {q, h}});
+      if (t.qkv_bias) v.push_back({p + "self_attn.q_proj.bias", {q}});
       v.push_back({p + "self_attn.k_proj.weight", {kv, h}});
+      if (t.qkv_bias) v.push_back({p + "self_attn.k_proj.bias", {kv}});
       v.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+      if (t.qkv_bias) v.push_back({p + "self_attn.v_proj.bias", {kv}});
       v.push_back({p + "self_attn.o_proj.weight", {h, q}});
+      if (t.o_bias) v.push_back({p + "self_attn.o_proj.bias", {h}});
       v.push_back({p + "post_attention_layernorm.weight", {h}});
       v.push_back({p + "mlp.gate_proj.weight", {f, h}});
       v.push_back({p + "mlp.up_proj.weight", {f, h}});
+      if (t.mlp_bias) v.push_back({p + "mlp.up_proj.bias", {f}});
       v.push_back({p + "mlp.down_proj.weight", {h, f}});
+      if (t.mlp_bias) v.push_back({p + "mlp.down_proj.bias", {h}});
     }
     v.push_back({"model.norm.weight", {h}});
   }
@@ -62,7 +69,7 @@ namespace {
 // GPT2LMHeadModel's names carry "transformer."; GPT2Model's (the hub's gpt2 files) do not.
 std::string canonical_decoder_name(const model_shape& s, std::string_view name) {
   std::string n(name);
-  if (s.arch == architecture::gpt2 && n.rfind("transformer.", 0) == 0) n = n.substr(12);
+  if (s.traits().conv1d_weights && n.rfind("transformer.", 0) == 0) n = n.substr(12);
   return n;
 }
 
@@ -103,7 +110,7 @@ int64_t step_batch::num_tokens() const {
 result<decoder_model> decoder_model::bind(const model_shape& shape, std::map<std::string, tensor_view> tensors,
                                           std::shared_ptr<const void> storage, std::string_view source) {
   TESSERA_RETURN_IF_ERROR(shape.validate());
-  if (!shape.is_decoder()) return status::invalid(shape.name + " is not a decoder (gpt2 or llama)");
+  if (!shape.is_decoder()) return status::invalid(shape.name + " is not a decoder (" + decoder_model_types() + ")");
   decoder_model m;
   m.shape_ = shape;
   m.storage_ = std::move(storage);
@@ -111,12 +118,14 @@ result<decoder_model> decoder_model::bind(const model_shape& shape, std::map<std
   const auto specs = expected_decoder_tensors(shape);
   TESSERA_RETURN_IF_ERROR(check_tensor_shapes(
       specs, m.tensors_, source,
-      shape.arch == architecture::gpt2 ? ", with or without the \"transformer.\" prefix" : ""));
+      shape.traits().conv1d_weights ? ", with or without the \"transformer.\" prefix" : ""));
   auto p = [&](const std::string& n) { return m.tensors_.at(n).data; };
   const model_shape& c = shape;
   const int64_t h = c.hidden_size, f = c.intermediate_size, q = c.q_width(), kv = c.kv_width();
   decoder_weights& w = m.w_;
-  if (c.arch == architecture::gpt2) {
+  const auto& t = c.traits();
+  auto maybe = [&](bool has, const std::string& n) -> const float* { return has ? p(n) : nullptr; };
+  if (t.conv1d_weights) {
     // Conv1D weights [in, out] -> the kernels' [out, in], into one buffer.
     const int64_t per_layer = (q + 2 * kv) * h + h * q + f * h + h * f;
     m.transposed_ = std::make_shared<std::vector<float>>(static_cast<size_t>(per_layer * c.num_layers));
@@ -165,11 +174,17 @@ result<decoder_model> decoder_model::bind(const model_shape& shape, std::map<std
       lw.q_w = p(pre + "self_attn.q_proj.weight");
       lw.k_w = p(pre + "self_attn.k_proj.weight");
       lw.v_w = p(pre + "self_attn.v_proj.weight");
+      lw.q_b = maybe(t.qkv_bias, pre + "self_attn.q_proj.bias");
+      lw.k_b = maybe(t.qkv_bias, pre + "self_attn.k_proj.bias");
+      lw.v_b = maybe(t.qkv_bias, pre + "self_attn.v_proj.bias");
       lw.o_w = p(pre + "self_attn.o_proj.weight");
+      lw.o_b = maybe(t.o_bias, pre + "self_attn.o_proj.bias");
       lw.norm2_w = p(pre + "post_attention_layernorm.weight");
       lw.gate_w = p(pre + "mlp.gate_proj.weight");
       lw.up_w = p(pre + "mlp.up_proj.weight");
+      lw.up_b = maybe(t.mlp_bias, pre + "mlp.up_proj.bias");
       lw.down_w = p(pre + "mlp.down_proj.weight");
+      lw.down_b = maybe(t.mlp_bias, pre + "mlp.down_proj.bias");
       w.layers.push_back(lw);
     }
     w.final_norm_w = p("model.norm.weight");
@@ -189,9 +204,9 @@ const tensor_view* decoder_model::find(std::string_view hf_name) const {
 
 result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t seed) {
   TESSERA_RETURN_IF_ERROR(shape.validate());
-  if (!shape.is_decoder()) return status::invalid(shape.name + " is an encoder, not a decoder (gpt2, llama)");
+  if (!shape.is_decoder()) return status::invalid(shape.name + " is an encoder, not a decoder (" + decoder_model_types() + ")");
   int64_t need = shape.parameter_count() * 4;
-  if (shape.arch == architecture::gpt2)  // the Conv1D weights' transposed copy
+  if (shape.traits().conv1d_weights)  // the Conv1D weights' transposed copy
     need += int64_t{shape.num_layers} * 12 * shape.hidden_size * shape.hidden_size * 4;
   const int64_t avail = available_memory_bytes();
   if (avail >= 0 && need > avail)
@@ -313,7 +328,7 @@ status save_decoder(const decoder_model& model, const std::string& dir_str) {
   const fs::path dir{dir_str};
   TESSERA_RETURN_IF_ERROR(detail::start_model_folder(dir, decoder_config_json(model.shape())));
   std::map<std::string, tensor_view> tensors;
-  const bool gpt2 = model.shape().arch == architecture::gpt2;
+  const bool gpt2 = model.shape().traits().conv1d_weights;
   for (const auto& spec : expected_decoder_tensors(model.shape())) {
     const std::string stored = gpt2 && spec.name != "lm_head.weight" ? "transformer." + spec.name : spec.name;
     tensors[stored] = *model.find(spec.name);

@@ -26,35 +26,68 @@ constexpr preset presets[] = {
     {"llama-3-8b", architecture::llama, 32, 4096, 32, 8, 14336},
 };
 
-// The kinds and sizes an architecture implies (HF's defaults for GPT2Config / LlamaConfig).
+using ak = activation_kind;
+constexpr architecture_traits traits_table[] = {
+    // arch, model_type, hf_class, gguf_arch, tokenizer, chat_format,
+    // qkv_bias, o_bias, mlp_bias, norm, activation, gated_mlp, positions, tied, gqa, qk_norm, window, conv1d
+    {architecture::bert, "bert", "BertForSequenceClassification", "", "", "plain",
+     true, true, true, norm_kind::layer_norm, ak::gelu, false, position_kind::learned, false, false, false, false, false},
+    {architecture::gpt2, "gpt2", "GPT2LMHeadModel", "gpt2", "gpt2", "plain",
+     true, true, true, norm_kind::layer_norm, ak::gelu_tanh, false, position_kind::learned, true, false, false, false, true},
+    {architecture::llama, "llama", "LlamaForCausalLM", "llama", "llama", "plain",
+     false, false, false, norm_kind::rms_norm, ak::silu, true, position_kind::rotary, false, true, false, false, false},
+    {architecture::qwen2, "qwen2", "Qwen2ForCausalLM", "qwen2", "qwen2", "chatml",
+     true, false, false, norm_kind::rms_norm, ak::silu, true, position_kind::rotary, false, true, false, false, false},
+    {architecture::mistral, "mistral", "MistralForCausalLM", "llama", "llama", "llama2",
+     false, false, false, norm_kind::rms_norm, ak::silu, true, position_kind::rotary, false, true, false, true, false},
+};
+
+// The kinds and sizes an architecture implies (HF's defaults for its config class).
 void set_architecture_defaults(model_shape& s) {
-  switch (s.arch) {
-    case architecture::bert: return;
-    case architecture::gpt2:
-      s.vocab_size = 50257;
-      s.max_position_embeddings = 1024;
-      s.norm_eps = 1e-5f;
-      s.activation = activation_kind::gelu_tanh;
-      s.tie_word_embeddings = true;
-      s.bos_token_id = s.eos_token_id = 50256;
-      break;
-    case architecture::llama:
-      s.vocab_size = 32000;
-      s.max_position_embeddings = 2048;
-      s.norm = norm_kind::rms_norm;
-      s.norm_eps = 1e-5f;
-      s.activation = activation_kind::silu;
-      s.positions = position_kind::rotary;
-      s.gated_mlp = true;
-      s.bos_token_id = 1;
-      s.eos_token_id = 2;
-      break;
+  if (s.arch == architecture::bert) return;
+  const architecture_traits& t = traits_of(s.arch);
+  s.norm = t.norm;
+  s.activation = t.activation;
+  s.positions = t.positions;
+  s.gated_mlp = t.gated_mlp;
+  s.tie_word_embeddings = t.tied_embeddings;
+  s.norm_eps = 1e-5f;
+  if (s.arch == architecture::gpt2) {
+    s.vocab_size = 50257;
+    s.max_position_embeddings = 1024;
+    s.bos_token_id = s.eos_token_id = 50256;
+  } else {  // LLaMA's vocabulary and specials; a config.json names its own
+    s.vocab_size = 32000;
+    s.max_position_embeddings = 2048;
+    s.bos_token_id = 1;
+    s.eos_token_id = 2;
   }
   s.type_vocab_size = 0;
   s.num_labels = 0;
 }
 
 }  // namespace
+
+const architecture_traits& traits_of(architecture a) {
+  for (const auto& t : traits_table)
+    if (t.arch == a) return t;
+  return traits_table[0];
+}
+
+const architecture_traits& model_shape::traits() const { return traits_of(arch); }
+
+const architecture_traits* traits_of_model_type(std::string_view model_type) {
+  for (const auto& t : traits_table)
+    if (t.model_type == model_type) return &t;
+  return nullptr;
+}
+
+std::string decoder_model_types() {
+  std::string v;
+  for (const auto& t : traits_table)
+    if (t.arch != architecture::bert) v += (v.empty() ? "\"" : ", \"") + std::string(t.model_type) + "\"";
+  return v;
+}
 
 status model_shape::validate() const {
   auto at_least = [](int v, int min, const char* field) -> status {
@@ -79,12 +112,16 @@ status model_shape::validate() const {
     return status::invalid("hidden_size " + std::to_string(hidden_size) +
                            " is not a multiple of num_attention_heads " + std::to_string(num_heads) +
                            " (give head_dim explicitly)");
-  if (arch != architecture::llama && head_dim() * num_heads != hidden_size)
+  const bool gqa = traits().grouped_query;
+  if (!gqa && head_dim() * num_heads != hidden_size)
     return status::invalid("head_dim " + std::to_string(head_dim()) + " x num_attention_heads " +
                            std::to_string(num_heads) + " must equal hidden_size for this architecture");
-  if (arch != architecture::llama && num_kv_heads != num_heads)
+  if (!gqa && num_kv_heads != num_heads)
     return status::invalid("num_key_value_heads " + std::to_string(num_kv_heads) + " must equal num_attention_heads " +
                            std::to_string(num_heads) + " for this architecture (grouped-query attention is LLaMA's)");
+  if (sliding_window < 0) return status::invalid("sliding_window must be zero or more, got " + std::to_string(sliding_window));
+  if (sliding_window > 0 && !traits().sliding_window)
+    return status::unsupported("sliding_window is not supported for " + std::string(traits().model_type));
   if (num_heads % num_kv_heads != 0)
     return status::invalid("num_attention_heads " + std::to_string(num_heads) +
                            " is not a multiple of num_key_value_heads " + std::to_string(num_kv_heads));
@@ -111,13 +148,13 @@ status model_shape::validate() const {
 
 int64_t model_shape::parameter_count() const {
   const int64_t h = hidden_size, f = intermediate_size, kv = kv_width(), q = q_width(), V = vocab_size;
-  if (arch == architecture::gpt2) {  // biases everywhere, LayerNorm gamma and beta, learned positions
-    const int64_t layer = 2 * h + (h * (q + 2 * kv) + q + 2 * kv) + (q * h + h) + 2 * h + (h * f + f) + (f * h + h);
-    return (V + max_position_embeddings) * h + num_layers * layer + 2 * h + (tie_word_embeddings ? 0 : V * h);
-  }
-  if (arch == architecture::llama) {  // no biases, RMSNorm gamma only, SwiGLU
-    const int64_t layer = h + h * (q + 2 * kv) + q * h + h + 3 * h * f;
-    return V * h + num_layers * layer + h + (tie_word_embeddings ? 0 : V * h);
+  if (is_decoder()) {  // the biases, norm betas, MLP projections and positions the traits name
+    const auto& t = traits();
+    const int64_t norm = t.norm == norm_kind::layer_norm ? 2 * h : h;
+    const int64_t layer = 2 * norm + h * (q + 2 * kv) + (t.qkv_bias ? q + 2 * kv : 0) + q * h + (t.o_bias ? h : 0) +
+                          (t.gated_mlp ? 3 : 2) * h * f + (t.mlp_bias ? f + h : 0);
+    const int64_t pos = t.positions == position_kind::learned ? int64_t{max_position_embeddings} * h : 0;
+    return V * h + pos + num_layers * layer + norm + (tie_word_embeddings ? 0 : V * h);
   }
   const int64_t emb = (int64_t{vocab_size} + max_position_embeddings + type_vocab_size) * h + 2 * h;
   const int64_t attention = (h * h + h) + 2 * (h * kv + kv) + (h * h + h);  // Q, K, V, out (+ biases)

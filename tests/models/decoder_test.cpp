@@ -61,7 +61,7 @@ std::vector<int32_t> blocks(int first, int n) {
   return v;
 }
 
-const char* const kOdd[] = {"llama-odd", "gpt2-odd", "llama-tied"};
+const char* const kOdd[] = {"llama-odd", "gpt2-odd", "llama-tied", "qwen2-odd", "qwen2-untied", "mistral-window"};
 
 TEST(decoder_shape, presets_and_parameter_counts) {
   // HF's own counts: GPT2LMHeadModel (tied) 124,439,808 and 354,823,168; TinyLlama-1.1B
@@ -128,6 +128,50 @@ TEST(decoder_config, odd_shapes_parse) {
   auto t = odd_shape("llama-tied");
   EXPECT_TRUE(t.tie_word_embeddings);
   EXPECT_EQ(t.eos_token_id, 2);  // the first of a list
+  // Qwen2: LLaMA's fields, biases on q, k, v (and nowhere else) from its traits row, rope_theta and
+  // the tie from config.json; its sliding_window field is not applied (use_sliding_window false).
+  auto q = odd_shape("qwen2-odd");
+  EXPECT_EQ(q.arch, architecture::qwen2);
+  EXPECT_TRUE(q.traits().qkv_bias);
+  EXPECT_FALSE(q.traits().o_bias || q.traits().mlp_bias);
+  EXPECT_EQ(q.rope_theta, 1e6f);
+  EXPECT_TRUE(q.tie_word_embeddings);
+  EXPECT_EQ(q.sliding_window, 0);
+  EXPECT_FALSE(odd_shape("qwen2-untied").tie_word_embeddings);
+  int biases = 0;
+  for (const auto& spec : expected_decoder_tensors(q)) biases += spec.name.find(".bias") != std::string::npos;
+  EXPECT_EQ(biases, 3 * q.num_layers);
+  // Mistral: the window from config.json.
+  auto m = odd_shape("mistral-window");
+  EXPECT_EQ(m.arch, architecture::mistral);
+  EXPECT_EQ(m.sliding_window, 7);
+  EXPECT_FALSE(m.traits().qkv_bias);
+  for (const char* name : {"llama-odd", "qwen2-odd", "qwen2-untied", "mistral-window", "gpt2-odd"}) {
+    int64_t n = 0;
+    for (const auto& spec : expected_decoder_tensors(odd_shape(name))) n += tensor_view{spec.shape, nullptr}.numel();
+    EXPECT_EQ(odd_shape(name).parameter_count(), n) << name;
+  }
+}
+
+TEST(decoder_config, qwen2_and_mistral_refusals) {
+  auto refused = [](const std::string& file, const std::function<void(nlohmann::json&)>& edit, const std::string& needle) {
+    auto j = nlohmann::json::parse(read_file(data_dir() + "/decoders/" + file + ".config.json"));
+    edit(j);
+    auto r = parse_decoder_config_json(j.dump());
+    ASSERT_FALSE(r) << needle;
+    EXPECT_NE(r.error().message().find(needle), std::string::npos) << r.error().to_string();
+  };
+  refused("qwen2-odd", [](auto& j) { j["use_sliding_window"] = true; }, "use_sliding_window");
+  refused("qwen2-odd", [](auto& j) { j["mlp_bias"] = true; }, "mlp_bias");
+  refused("mistral-window", [](auto& j) { j["sliding_window"] = -3; }, "sliding_window");
+  refused("mistral-window", [](auto& j) { j["sliding_window"] = "wide"; }, "sliding_window");
+  refused("mistral-window", [](auto& j) { j["attention_bias"] = true; }, "attention_bias");
+  // A null window is full attention.
+  auto j = nlohmann::json::parse(read_file(data_dir() + "/decoders/mistral-window.config.json"));
+  j["sliding_window"] = nullptr;
+  auto r = parse_decoder_config_json(j.dump());
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->sliding_window, 0);
 }
 
 TEST(decoder_config, round_trip) {
@@ -469,15 +513,17 @@ TEST(decoder_generate, seeded_presets_generate_varied_tokens) {
   }
 }
 
-// ---- Goldens from an independent plain PyTorch implementation (models/scripts/make_decoder_goldens.py) ----
+// ---- Goldens from independent float64 implementations: plain PyTorch for GPT-2 and LLaMA
+// (models/scripts/make_decoder_goldens.py, goldens.json), numpy for Qwen2 and Mistral
+// (models/scripts/make_arch_goldens.py, arch_goldens.json) ----
 
 // Logits at every prompt position within 1e-4, through the cache-free path, a token-by-token
 // cached prefill and a chunked one; 32 greedy tokens equal up to the first step whose golden top-2
 // margin is below 1e-3 (a tie there may go either way, and every later token follows from it).
-TEST(decoder_goldens, pytorch_logits_and_greedy_tokens) {
+void check_goldens(const std::string& file, size_t min_models) {
   set_num_threads(2);
-  const auto g = nlohmann::json::parse(read_file(data_dir() + "/decoders/goldens.json"));
-  ASSERT_GE(g["models"].size(), 2u);
+  const auto g = nlohmann::json::parse(read_file(data_dir() + "/decoders/" + file));
+  ASSERT_GE(g["models"].size(), min_models);
   for (const auto& [name, entry] : g["models"].items()) {
     auto m = odd_model(name, g["seed"].get<uint64_t>());
     const int V = m.shape().vocab_size;
@@ -507,9 +553,34 @@ TEST(decoder_goldens, pytorch_logits_and_greedy_tokens) {
         EXPECT_EQ(chunked->tokens[compared], tokens[compared]) << name << " greedy step " << compared;
       EXPECT_GE(compared, 16u) << name << ": most steps must be comparable";
       EXPECT_GE(std::set<int32_t>(tokens.begin(), tokens.end()).size(), 8u) << name << ": generations vary";
+      // A sliding window: prompt + generation outrun it, the golden differs from full attention, and
+      // the same weights without the window reproduce the full-attention golden instead.
+      if (p.contains("window")) {
+        const int window = p["window"].get<int>();
+        EXPECT_EQ(m.shape().sliding_window, window) << name;
+        EXPECT_GT(static_cast<int>(ids.size() + tokens.size()), window) << name;
+        const auto full_tokens = p["greedy_full_attention"].get<std::vector<int32_t>>();
+        const auto full_margins = p["margins_full_attention"].get<std::vector<float>>();
+        EXPECT_NE(full_tokens, tokens) << name << ": the window must change the generation";
+        model_shape no_window = m.shape();
+        no_window.sliding_window = 0;
+        auto unwindowed = make_seeded_decoder(no_window, g["seed"].get<uint64_t>());
+        ASSERT_TRUE(unwindowed) << unwindowed.error().to_string();
+        auto gen = greedy_generate(*unwindowed, ids, {.max_tokens = 32, .block_tokens = 16});
+        ASSERT_TRUE(gen) << gen.error().to_string();
+        size_t same = 0;
+        for (; same < full_tokens.size() && full_margins[same] >= 1e-3f; ++same)
+          EXPECT_EQ(gen->tokens[same], full_tokens[same]) << name << " full attention, greedy step " << same;
+        EXPECT_GE(same, 8u) << name;
+      }
     }
   }
 }
+
+TEST(decoder_goldens, pytorch_logits_and_greedy_tokens) { check_goldens("goldens.json", 2); }
+
+// Qwen2 (q, k, v biases; tied and untied; rope_theta 1e6 from config.json) and Mistral (window 7).
+TEST(decoder_goldens, numpy_qwen2_and_mistral_logits_and_greedy_tokens) { check_goldens("arch_goldens.json", 3); }
 
 // ---- Hugging Face folders ----
 

@@ -5,8 +5,9 @@
 // position, whether it wants logits, and its block table: it travels with every step.
 //   dec_embed      ids, meta, token_embedding, (position_embedding) -> x
 //   dec_norm       x, w, (b) -> y                               params[2]: 1 RMSNorm, 0 LayerNorm; fparams: eps
-//   dec_attention  q, k, v, meta, kv_keys, kv_values -> ctx     params[2..9]: local layer, q0, q1, k0, k1, head_dim,
-//                                                                group, rotary; fparams: rope_theta, position scale
+//   dec_attention  q, k, v, meta, kv_keys, kv_values -> ctx     params[2..10]: local layer, q0, q1, k0, k1, head_dim,
+//                                                                group, rotary, (sliding window, 0 = none);
+//                                                                fparams: rope_theta, position scale
 //   dec_residual   partial, x, (bias) -> x                      params[2..3]: part, parts (rows this lane owns)
 //   dec_multiply   a, b -> b (b = a * b)
 //   dec_logits     x, meta, lm_head, norm_w, (norm_b) -> logits [max_seqs, vocab], last_rows [max_seqs, hidden]
@@ -113,6 +114,8 @@ status dec_attention(const kernel_args& a) {
             k0 = static_cast<int>(a.params[5]), k1 = static_cast<int>(a.params[6]), d = static_cast<int>(a.params[7]),
             group = static_cast<int>(a.params[8]);
   const bool rotary = a.params[9] != 0;
+  const int64_t window = a.params.size() > 10 ? a.params[10] : 0;
+  if (window < 0 || window > INT32_MAX) return status::invalid("dec_attention: sliding window " + std::to_string(window) + " is out of range");
   const int nq = q1 - q0, nk = k1 - k0;
   if (nq <= 0 || nk <= 0 || d <= 0 || group <= 0 || q0 / group < k0 || (q1 - 1) / group >= k1)
     return status::invalid("dec_attention: query heads [" + std::to_string(q0) + ", " + std::to_string(q1) +
@@ -178,13 +181,14 @@ status dec_attention(const kernel_args& a) {
   float* out = a.outputs[0]->f32() + mv->r0 * ldq;
   if (q0 == k0 * group && nq == nk * group) {
     models::attention_paged({qp, ldq}, {kbase, vbase, bt, block_stride, head_stride}, seqs.data(),
-                            static_cast<int>(seqs.size()), nq, nk, d, {out, ldq});
+                            static_cast<int>(seqs.size()), nq, nk, d, {out, ldq}, static_cast<int>(window));
   } else {  // query heads that share a kv head with another lane's: one head at a time
     for (int h = 0; h < nq; ++h) {
       const int64_t kv = (q0 + h) / group - k0;
       models::attention_paged({qp + int64_t{h} * d, ldq},
                               {kbase + kv * head_stride, vbase + kv * head_stride, bt, block_stride, head_stride},
-                              seqs.data(), static_cast<int>(seqs.size()), 1, 1, d, {out + int64_t{h} * d, ldq});
+                              seqs.data(), static_cast<int>(seqs.size()), 1, 1, d, {out + int64_t{h} * d, ldq},
+                              static_cast<int>(window));
     }
   }
   return ok_status();

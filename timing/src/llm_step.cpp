@@ -32,8 +32,18 @@ result<decoder_dims> decoder_dims_of(const models::model_shape& s) {
   d.vocab = s.vocab_size;
   d.gated = s.gated_mlp;
   d.tied_embeddings = s.tie_word_embeddings;
+  d.window = s.sliding_window;
   return d;
 }
+
+namespace {
+// Keys attended by queries at positions a-1 .. b-1 (a query at position n-1 sees n keys, at most W).
+double keys_attended(double a, double b, double W) {
+  if (W <= 0 || b <= W) return (a + b) * (b - a + 1) / 2;
+  if (a >= W) return W * (b - a + 1);
+  return (a + W) * (W - a + 1) / 2 + W * (b - W);
+}
+}  // namespace
 
 int64_t llm_step_batch::tokens() const {
   int64_t t = static_cast<int64_t>(decode_contexts.size());
@@ -64,12 +74,15 @@ result<llm_step_time> model_llm_step(const llm_system& sys, const decoder_dims& 
     return status::invalid("system '" + sys.spec + "' has no compute or memory rate; build it with make_llm_system");
   const double T = double(b.tokens());
   // Keys each query attends to (causal) and cached keys read from memory.
+  // A sliding window W caps both at W keys a query.
+  const double W = double(d.window);
+  auto capped = [W](double n) { return W > 0 ? std::min(n, W) : n; };
   double attended = 0, kv_read = 0;
-  for (int64_t c : b.decode_contexts) attended += double(c) + 1, kv_read += double(c);
+  for (int64_t c : b.decode_contexts) attended += capped(double(c) + 1), kv_read += capped(double(c));
   for (const auto& p : b.prefills) {
     const double k = double(p.tokens), c = double(p.context);
-    attended += k * c + k * (k + 1) / 2;
-    kv_read += c;
+    attended += keys_attended(c + 1, c + k, W);
+    kv_read += capped(c);
   }
   const double L = double(d.layers), e = d.element_bytes, F = sys.flops_per_s;
   const double P = double(d.layer_linear_params());

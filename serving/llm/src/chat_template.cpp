@@ -15,6 +15,11 @@ chat_format detect_chat_format(std::string_view t) {
   return chat_format::plain;
 }
 
+chat_format chat_format_for(std::string_view t, std::string_view architecture_default) {
+  if (!t.empty()) return detect_chat_format(t);
+  return chat_format_named(architecture_default).value_or(chat_format::plain);
+}
+
 std::optional<chat_format> chat_format_named(std::string_view n) {
   for (auto f : {chat_format::plain, chat_format::chatml, chat_format::llama3, chat_format::llama2,
                  chat_format::zephyr})

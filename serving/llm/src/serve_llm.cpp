@@ -16,9 +16,11 @@
 
 namespace tessera::serving {
 
-void attach_engine(llm_api& llm, llm_endpoint& engine, const std::string& chat_template) {
+void attach_engine(llm_api& llm, llm_endpoint& engine, const std::string& chat_template,
+                   std::string_view architecture_chat) {
   llm.engine = &engine;
-  llm.chat = chat_template.empty() ? detect_chat_format(llm.tokenizer->chat_template()) : *chat_format_named(chat_template);
+  llm.chat = chat_template.empty() ? chat_format_for(llm.tokenizer->chat_template(), architecture_chat)
+                                   : *chat_format_named(chat_template);
   llm.created_unix =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -30,7 +32,7 @@ int serve_llm(const llm_serve_target& t, const llm_serve_options& lo, const serv
   };
   const bool folder = std::filesystem::is_directory(t.model);
   auto bpe = folder ? models::bpe_tokenizer::from_dir(t.model)
-                    : models::bpe_tokenizer::preset(t.arch == models::architecture::gpt2 ? "gpt2" : "llama");
+                    : models::bpe_tokenizer::preset(models::traits_of(t.arch).tokenizer);
   if (!bpe) return fail(bpe.error());
   serving_metrics metrics;
   llm_api llm;
@@ -50,7 +52,7 @@ int serve_llm(const llm_serve_target& t, const llm_serve_options& lo, const serv
   auto made = llm_router::make(so.routing, std::move(engines));
   if (!made) return fail(made.error());
   auto engine = std::move(*made);
-  attach_engine(llm, *engine, lo.chat_template);
+  attach_engine(llm, *engine, lo.chat_template, models::traits_of(t.arch).chat_format);
   engine->start();
   router r(so.routing, default_clock(), &metrics);  // empty: the OpenAI routes use the engine
   r.start();

@@ -122,8 +122,10 @@ struct paged_seq {
 /// group's query heads) runs as GEMMs per kv head: the group's heads stacked as rows, S = Q K^T over
 /// K gathered from the blocks, causal mask, fp32 softmax, O = S V (oneDNN sgemm); decode rows run
 /// over the blocks in place, hand-vectorised (AVX-512 with q and the output in registers).
+/// sliding_window W > 0 (Mistral) leaves position i the keys at positions i - W + 1 .. i; rows
+/// whose context exceeds the window run a plain per-row kernel over those keys only.
 void attention_paged(strided q, paged_kv_view kv, const paged_seq* seqs, int num_seqs, int num_heads,
-                     int num_kv_heads, int head_dim, strided_out out);
+                     int num_kv_heads, int head_dim, strided_out out, int sliding_window = 0);
 
 /// oneDNN's sgemm alone (C = A B^T, A [M,K], B [N,K]), for benches: the roofline to compare with.
 void sgemm_abt(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K);

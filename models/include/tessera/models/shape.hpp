@@ -28,6 +28,8 @@ enum class architecture : uint8_t {
   bert,   ///< post-LN encoder, token-type embeddings, tanh pooler + linear classifier
   gpt2,   ///< pre-LN causal decoder, learned positions, biases everywhere, HF Conv1D ([in, out]) weights
   llama,  ///< pre-RMSNorm causal decoder, rotary positions, SwiGLU MLP, no biases, grouped-query attention
+  qwen2,  ///< LLaMA's layer with biases on the q, k and v projections (Qwen2, Qwen2.5)
+  mistral,  ///< LLaMA's layer with sliding-window attention (Mistral 7B v0.1)
 };
 
 enum class norm_kind : uint8_t {
@@ -76,6 +78,7 @@ struct model_shape {
   bool tie_word_embeddings = false;  ///< decoders: the LM head is the token embedding matrix
   int bos_token_id = -1;             ///< -1 = none
   int eos_token_id = -1;             ///< -1 = none
+  int sliding_window = 0;            ///< HF sliding_window: a position attends to the last this many (itself included); 0 = all
 
   /// explicit_head_dim when set, else hidden_size / num_heads.
   int head_dim() const {
@@ -84,8 +87,10 @@ struct model_shape {
   /// Width of the query projection (num_heads * head_dim) and of the key or value projection.
   int q_width() const { return num_heads * head_dim(); }
   int kv_width() const { return num_kv_heads * head_dim(); }
-  /// A causal language model (gpt2, llama), not an encoder.
+  /// A causal language model (gpt2, llama, qwen2, mistral), not an encoder.
   bool is_decoder() const { return arch != architecture::bert; }
+  /// What the architecture is made of (architecture_traits below).
+  const struct architecture_traits& traits() const;
   /// Every size positive (type_vocab_size and num_labels may be 0 where the architecture has
   /// no segments or head), heads divide hidden (unless head_dim is explicit) and kv heads divide
   /// heads, norm_eps > 0, the kinds agree with the architecture, rotary head_dim even. Errors
@@ -96,6 +101,37 @@ struct model_shape {
   /// Bytes of K and V one token occupies in every layer's cache, fp32.
   int64_t kv_bytes_per_token() const { return int64_t{2} * num_layers * kv_width() * 4; }
 };
+
+/// One row per architecture: everything outside models/ that differs between architectures asks
+/// this table (placement, the tile kernels' parameters, timing, GGUF export, the serving defaults),
+/// never the architecture's name. Adding an architecture is a row here plus its config.json and
+/// tensor names in models/ (docs/architecture.md, "Adding a model architecture").
+struct architecture_traits {
+  architecture arch;
+  std::string_view model_type;  ///< HF config.json model_type
+  std::string_view hf_class;    ///< HF config.json architectures[0]
+  std::string_view gguf_arch;   ///< GGUF general.architecture (llama.cpp's name); "" = no GGUF export
+  std::string_view tokenizer;   ///< tokenizer preset when a folder has none ("" = none)
+  std::string_view chat_format; ///< chat format (serving's names) when a checkpoint has no template
+  bool qkv_bias = false;        ///< biases on the q, k, v projections
+  bool o_bias = false;          ///< bias on the attention output projection
+  bool mlp_bias = false;        ///< biases on the MLP projections
+  norm_kind norm = norm_kind::layer_norm;
+  activation_kind activation = activation_kind::gelu;  ///< the default; gpt2 configs may name another
+  bool gated_mlp = false;
+  position_kind positions = position_kind::learned;
+  bool tied_embeddings = false;  ///< HF's default of tie_word_embeddings
+  bool grouped_query = false;    ///< num_key_value_heads may be below num_attention_heads; head_dim may be explicit
+  bool qk_norm = false;          ///< RMSNorm on q and k per head (none of these; Qwen3 would set it)
+  bool sliding_window = false;   ///< config.json sliding_window is honoured
+  bool conv1d_weights = false;   ///< GPT-2's Conv1D [in, out] weights and "transformer." names
+};
+/// The row of an architecture.
+const architecture_traits& traits_of(architecture a);
+/// The row whose model_type is this (config.json's), or nullptr.
+const architecture_traits* traits_of_model_type(std::string_view model_type);
+/// The decoders' model_type names, comma separated, for error messages.
+std::string decoder_model_types();
 
 /// A built-in shape by name: bert-tiny (2 layers, 128 hidden, 2 heads), bert-mini (4/256/4),
 /// bert-small (4/512/8), bert-medium (8/512/8), bert-base (12/768/12), bert-large (24/1024/16);

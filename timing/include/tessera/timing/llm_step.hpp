@@ -42,6 +42,7 @@ struct decoder_dims {
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0, vocab = 0;
   bool gated = false;          ///< SwiGLU FFN: gate, up and down matrices (else up and down)
   bool tied_embeddings = false;  ///< the LM head is the embedding table (stored once)
+  int64_t window = 0;          ///< sliding-window attention: a query attends at most this many keys (0 = all)
   double element_bytes = 2;    ///< fp16 / bf16 weights and KV cache
 
   /// Q, K, V, O and FFN weights of one layer (norm gains and biases are negligible and not counted).

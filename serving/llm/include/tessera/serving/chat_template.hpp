@@ -35,6 +35,9 @@ struct chat_message {
 
 /// The format a Jinja chat template is recognised as (plain when none matches or it is empty).
 chat_format detect_chat_format(std::string_view jinja_template);
+/// The format of a checkpoint's template; with no template, the architecture's default (its traits'
+/// chat_format name, models/shape.hpp), plain when that names none.
+chat_format chat_format_for(std::string_view jinja_template, std::string_view architecture_default);
 /// By name (plain, chatml, llama3, llama2, zephyr); nullopt for another name.
 std::optional<chat_format> chat_format_named(std::string_view name);
 std::string_view chat_format_name(chat_format f);

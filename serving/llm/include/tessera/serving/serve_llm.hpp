@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/backends/llm_backend.hpp"
@@ -31,9 +32,11 @@ struct llm_serve_target {
 };
 
 /// Puts `engine` behind `llm` (whose tokenizer and model_id are set): the chat format
-/// (`chat_template` by name, or detected from the tokenizer's template when empty; a name was
-/// checked by finish_llm_options) and the /v1/models creation time. The caller starts the engine.
-void attach_engine(llm_api& llm, llm_endpoint& engine, const std::string& chat_template);
+/// (`chat_template` by name, else detected from the tokenizer's template, else the
+/// architecture's default; a name was checked by finish_llm_options) and the /v1/models creation
+/// time. The caller starts the engine.
+void attach_engine(llm_api& llm, llm_endpoint& engine, const std::string& chat_template,
+                   std::string_view architecture_chat);
 
 /// Prints "listening on http(s)://ADDR:PORT model ID<suffix>" once the port is open, serves until
 /// SIGINT/SIGTERM (streams in flight finish), then stops the engine. Returns the process's exit
