@@ -22,7 +22,6 @@
 #include "tessera/serving/serve_llm.hpp"
 #include "tessera/serving/model_adapters.hpp"
 #include "tessera/serving/router.hpp"
-#include "tessera/serving/toy_model.hpp"
 #include "tessera/models/batch.hpp"
 #include "tessera/models/kernels.hpp"
 

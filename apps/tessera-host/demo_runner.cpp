@@ -3,9 +3,10 @@
 #include <iostream>
 
 #include "host_app.hpp"
-#include "tessera/host/demo_programs.hpp"
+#include "tessera/toys/demo_programs.hpp"
 
 namespace tessera::host::app {
+using namespace tessera::toys;
 
 int run_demo(tile_group& g, const demo_options& o) {
   const uint32_t tiles = g.size();

@@ -17,13 +17,14 @@
 #include "tessera/serving/router.hpp"
 #include "tessera/serving/serve_options.hpp"
 #include "tessera/serving/serve_llm.hpp"
-#include "tessera/serving/toy_llm.hpp"
-#include "tessera/serving/toy_model.hpp"
+#include "tessera/toys/toy_llm.hpp"
+#include "tessera/toys/toy_model.hpp"
 #include "tessera/common/cli.hpp"
 
 namespace po = boost::program_options;
 using namespace tessera;
 using namespace tessera::serving;
+using namespace tessera::toys;
 
 namespace {
 
@@ -163,8 +164,7 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-serve: --dtype " << dtype_text << " is for BERT models\n";
     return 2;
   }
-  if (engine) {
-    tok = make_toy_tokenizer();
+  if (engine) {  // no encoder tokenizer: the TEI and KServe routes answer that a decoder is served
     info.model_id = llm.model_id;
     attach_engine(llm, *engine, lo.chat_template, arch_chat);
     engine->start();

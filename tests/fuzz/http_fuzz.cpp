@@ -32,12 +32,13 @@
 #include "tessera/serving/model_adapters.hpp"
 #include "tessera/serving/router.hpp"
 #include "tessera/serving/service.hpp"
-#include "tessera/serving/toy_llm.hpp"
-#include "tessera/serving/toy_model.hpp"
+#include "tessera/toys/toy_llm.hpp"
+#include "tessera/toys/toy_model.hpp"
 #include "tessera/serving/utf8.hpp"
 
 using namespace tessera;
 using namespace tessera::serving;
+using namespace tessera::toys;
 namespace beast = boost::beast;
 namespace http = beast::http;
 

@@ -20,9 +20,10 @@
 #include "tessera/host/tile_llm_backend.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/serving/llm_engine.hpp"
-#include "tessera/serving/toy_llm.hpp"
+#include "tessera/toys/toy_llm.hpp"
 
 using namespace tessera;
+using namespace tessera::toys;
 
 namespace {
 

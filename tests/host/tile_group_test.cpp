@@ -14,12 +14,13 @@
 #include <thread>
 
 #include "tessera/exchange/zmq_transport.hpp"
-#include "tessera/host/demo_programs.hpp"
+#include "tessera/toys/demo_programs.hpp"
 #include "tessera/host/launcher.hpp"
 #include "tessera/host/tile_group.hpp"
 
 using namespace tessera;
 using namespace tessera::host;
+using namespace tessera::toys;
 using namespace std::chrono_literals;
 
 namespace {

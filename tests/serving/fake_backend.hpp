@@ -6,9 +6,10 @@
 #include <vector>
 
 #include "tessera/backends/backend.hpp"
-#include "tessera/serving/toy_model.hpp"
+#include "tessera/toys/toy_model.hpp"
 
 namespace tessera::serving::test_support {
+using namespace tessera::toys;
 
 class fake_backend : public backends::backend {
  public:

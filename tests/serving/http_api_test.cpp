@@ -15,6 +15,7 @@
 
 using namespace tessera;
 using namespace tessera::serving;
+using namespace tessera::toys;
 using namespace tessera::test_support;
 using namespace tessera::serving::test_support;
 using json = nlohmann::json;

@@ -13,9 +13,10 @@
 #include <thread>
 
 #include "tessera/serving/llm_engine.hpp"
-#include "tessera/serving/toy_llm.hpp"
+#include "tessera/toys/toy_llm.hpp"
 
 namespace tessera::serving {
+using namespace tessera::toys;
 namespace {
 
 struct choice_out {

@@ -11,9 +11,10 @@
 
 #include "tessera/backends/decoder_backend.hpp"
 #include "tessera/serving/llm_engine.hpp"
-#include "tessera/serving/toy_llm.hpp"
+#include "tessera/toys/toy_llm.hpp"
 
 namespace tessera::serving {
+using namespace tessera::toys;
 namespace {
 
 struct outcome {

@@ -21,9 +21,10 @@
 #include "tessera/test/http_client.hpp"
 #include "tessera/test/json_post.hpp"
 #include "tessera/test/sse_client.hpp"
-#include "tessera/serving/toy_llm.hpp"
+#include "tessera/toys/toy_llm.hpp"
 
 namespace tessera::serving {
+using namespace tessera::toys;
 namespace {
 
 using namespace tessera::test_support;
@@ -168,6 +169,26 @@ TEST(LlmHttp, ErrorsInOpenAIsShape) {
     }
   }
   // The server is still serving.
+  auto ok = c.request("POST", "/v1/completions", R"({"prompt": "still here", "max_tokens": 2})");
+  EXPECT_EQ(ok.status, 200u) << ok.body;
+  EXPECT_EQ(s.p.stop(), 0);
+}
+
+// A decoder server has no encoder model: TEI's and KServe's inference routes answer 404 saying
+// so (never a made-up tokenization), and the OpenAI routes keep serving.
+TEST(LlmHttp, EncoderRoutesSayADecoderIsServed) {
+  llm_server s;
+  ASSERT_NE(s.port(), 0);
+  http_connection c("127.0.0.1", s.port());
+  for (const auto& [path, body] : std::vector<std::pair<std::string, std::string>>{
+           {"/predict", R"({"inputs": "hello"})"},
+           {"/tokenize", R"({"inputs": "hello"})"},
+           {"/v2/models/toy-llm/infer",
+            R"({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["hello"]}]})"}}) {
+    auto r = c.request("POST", path, body);
+    EXPECT_EQ(r.status, 404u) << path << " -> " << r.body;
+    EXPECT_NE(r.body.find("is a decoder"), std::string::npos) << path << " -> " << r.body;
+  }
   auto ok = c.request("POST", "/v1/completions", R"({"prompt": "still here", "max_tokens": 2})");
   EXPECT_EQ(ok.status, 200u) << ok.body;
   EXPECT_EQ(s.p.stop(), 0);

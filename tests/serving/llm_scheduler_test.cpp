@@ -12,9 +12,10 @@
 
 #include "tessera/serving/llm_scheduler.hpp"
 #include "tessera/serving/sampling.hpp"
-#include "tessera/serving/toy_llm.hpp"
+#include "tessera/toys/toy_llm.hpp"
 
 namespace tessera::serving {
+using namespace tessera::toys;
 namespace {
 
 // Runs plans on a toy backend synchronously.

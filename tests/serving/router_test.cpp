@@ -6,6 +6,7 @@
 
 using namespace tessera;
 using namespace tessera::serving;
+using namespace tessera::toys;
 using namespace std::chrono_literals;
 using test_support::fake_backend;
 

@@ -13,10 +13,11 @@
 #include "tessera/models/model.hpp"
 #include "tessera/serving/http_server.hpp"
 #include "tessera/serving/model_adapters.hpp"
-#include "tessera/serving/toy_model.hpp"
+#include "tessera/toys/toy_model.hpp"
 #include "tessera/test/http_client.hpp"
 
 namespace tessera::serving::test_support {
+using namespace tessera::toys;
 
 struct test_server_options {
   bool toy = false;                       ///< force the toy model

@@ -4,9 +4,10 @@
 
 #include <string>
 
-#include "tessera/serving/toy_model.hpp"
+#include "tessera/toys/toy_model.hpp"
 
 using namespace tessera::serving;
+using namespace tessera::toys;
 
 namespace {
 

@@ -11,17 +11,18 @@
 #include "tessera/exchange/fault_plan.hpp"
 #include "tessera/exchange/inproc_transport.hpp"
 #include "tessera/exchange/zmq_transport.hpp"
-#include "tessera/host/demo_programs.hpp"
+#include "tessera/toys/demo_programs.hpp"
 #include "tessera/tile/superstep_loop.hpp"
 
 using namespace tessera;
 using namespace tessera::tile;
+using namespace tessera::toys;
 using namespace std::chrono_literals;
 
 namespace {
 
 // Runs a demo on `tiles` threads; returns the outputs in batch order.
-std::vector<std::vector<float>> run_inproc(const host::demo_program& d, uint32_t tiles, uint64_t batch_id = 1,
+std::vector<std::vector<float>> run_inproc(const toys::demo_program& d, uint32_t tiles, uint64_t batch_id = 1,
                                            std::vector<status>* statuses = nullptr) {
   exchange::inproc_fabric fabric(tiles);
   kernel_registry reg = kernel_registry::with_builtins();
@@ -63,21 +64,21 @@ std::vector<std::vector<float>> run_inproc(const host::demo_program& d, uint32_t
 }  // namespace
 
 TEST(SuperstepLoop, MatmulSplitsEqualReferenceInProcess) {
-  for (auto split : {host::matmul_split::rows, host::matmul_split::columns, host::matmul_split::inner}) {
+  for (auto split : {toys::matmul_split::rows, toys::matmul_split::columns, toys::matmul_split::inner}) {
     for (uint32_t tiles : {1u, 3u, 5u}) {
-      auto d = host::make_matmul_demo(split, tiles, 29, 17, 13, 3);
+      auto d = toys::make_matmul_demo(split, tiles, 29, 17, 13, 3);
       auto out = run_inproc(d, tiles);
       // fp32 sums of 17 products of values in [-1,1): 1e-5 is far above rounding, far below a wrong slice.
-      EXPECT_LT(host::matmul_reference_error(d, host::assemble_matmul(d, out)), 1e-5) << int(split) << " on " << tiles;
+      EXPECT_LT(toys::matmul_reference_error(d, toys::assemble_matmul(d, out)), 1e-5) << int(split) << " on " << tiles;
     }
   }
 }
 
 TEST(SuperstepLoop, AllReduceEqualsSum) {
   const uint32_t tiles = 4;
-  auto d = host::make_allreduce_demo(tiles, 103, 9);
+  auto d = toys::make_allreduce_demo(tiles, 103, 9);
   auto out = run_inproc(d, tiles);
-  auto xs = host::allreduce_inputs(d);
+  auto xs = toys::allreduce_inputs(d);
   for (size_t i = 0; i < 103; ++i) {
     double s = 0;
     for (auto& x : xs) s += x[i];

@@ -300,11 +300,19 @@ std::optional<api_error> service::check_batch_size(size_t inputs) const {
 std::optional<api_error> service::encode_text(std::string_view a, const std::string_view* b, bool truncate,
                                               truncation_side side, unsigned tokenizer_status,
                                               backends::sequence_input& out) const {
+  if (auto e = need_encoder()) return e;
   const int32_t cut = truncate ? info_.max_input_length : 0;
   auto enc = b ? tokenizer_->encode_pair(a, *b, cut, side) : tokenizer_->encode(a, cut, side);
   if (!enc.ok()) return api_error{tokenizer_status, std::string(error_kind::tokenizer), enc.error().message()};
   out = std::move(*enc);
   return std::nullopt;
+}
+
+std::optional<api_error> service::need_encoder() const {
+  if (tokenizer_) return std::nullopt;
+  return api_error{404, std::string(error_kind::not_found),
+                   "model " + info_.model_id + " is a decoder: this route needs an encoder model; "
+                   "use /v1/completions or /v1/chat/completions"};
 }
 
 std::optional<api_error> service::check_length(size_t tokens, std::string_view field,

@@ -247,6 +247,7 @@ void kserve_api::kserve_infer(std::string_view body, const request_headers& head
   };
   auto invalid = [&](std::string_view message) { fail(400, error_kind::validation, message); };
   auto reject = [&](const api_error& e) { fail(e.status, e.type, e.message); };
+  if (auto e = svc_.need_encoder()) return reject(*e);
   // The binary tensor data extension: the JSON is the first Inference-Header-Content-Length bytes.
   std::string_view json_part = body;
   binary_reader binary;

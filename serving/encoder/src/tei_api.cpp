@@ -193,6 +193,7 @@ void tei_api::tei_predict(std::string_view body, predict_dialect dialect, const 
   auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
     reply(svc_.inference_error(status, type, message));
   };
+  if (auto e = svc_.need_encoder()) return fail(e->status, e->type, e->message);
   json req;
   if (auto err = parse_body(body, req)) return fail(err->status, err->type, err->message);
   // A one-label model is TEI's re-ranker: POST / and /invocations rerank there, as in TEI. On
@@ -398,6 +399,7 @@ void tei_api::tei_tokenize(std::string_view body, const reply_fn& reply) {
   auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
     reply(svc_.inference_error(status, type, message));
   };
+  if (auto e = svc_.need_encoder()) return fail(e->status, e->type, e->message);
   json req;
   if (auto err = parse_body(body, req)) return fail(err->status, err->type, err->message);
   if (!req.is_object())

@@ -12,7 +12,6 @@
 #include "tessera/serving/llm_router.hpp"
 #include "tessera/serving/model_adapters.hpp"
 #include "tessera/serving/router.hpp"
-#include "tessera/serving/toy_model.hpp"
 
 namespace tessera::serving {
 
@@ -58,7 +57,7 @@ int serve_llm(const llm_serve_target& t, const llm_serve_options& lo, const serv
   r.start();
   model_info info;
   info.model_id = id;
-  http_server server(so.server, r, make_toy_tokenizer(), info, metrics);
+  http_server server(so.server, r, nullptr, info, metrics);  // no encoder: the TEI and KServe routes say so
   server.api().set_llm(llm);
   if (auto st = server.start(); st.code() != errc::ok) {
     engine->stop();

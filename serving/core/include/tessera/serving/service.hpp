@@ -25,7 +25,7 @@
 // bad_request, 401 (http_server), 404 not_found, 405 method_not_allowed, 422 Validation (a
 // request that does not have the documented shape), 504 timeout.
 //
-//   service svc(service_config{}, router, make_toy_tokenizer(), model_info{.model_id = "toy"}, m);
+//   service svc(service_config{}, router, tokenizer, model_info{.model_id = "bert"}, m);
 //   svc.handle("POST", "/predict", R"({"inputs":"hi"})", [](http_reply r) { send(r); });
 #pragma once
 
@@ -141,7 +141,10 @@ class service {
  // What the APIs (api.hpp) use: the parts, and the checks every API runs on what it read,
   // worded once.
   router& backends() const { return router_; }
+  /// The encoder's tokenizer; null when the service serves a decoder only (the OpenAI routes).
   const std::shared_ptr<const tokenizer>& encoder_tokenizer() const { return tokenizer_; }
+  /// An error for an encoder route (TEI, KServe) when no encoder model is served, else nothing.
+  std::optional<detail::api_error> need_encoder() const;
   const model_info& info() const { return info_; }
   const llm_api& llm() const { return llm_; }
   const route_table& routes() const { return *routes_; }

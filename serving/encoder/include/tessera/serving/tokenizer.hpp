@@ -1,6 +1,6 @@
 // tessera/serving/tokenizer.hpp: what the HTTP front door needs of a tokenizer, so that
 // serving does not depend on one implementation (models::wordpiece_tokenizer through
-// model_adapters.hpp, or the toy tokenizer in toy_model.hpp for tests).
+// model_adapters.hpp, or the toy tokenizer in tessera/toys/toy_model.hpp for tests).
 //
 // An implementation gives word pieces with ids and byte offsets, and its [CLS]/[SEP] ids; this
 // class adds the specials and truncates as Hugging Face's fast tokenizer does (which is what
@@ -8,7 +8,7 @@
 // "longest first" (the shorter keeps up to half, the longer takes the rest), and the side cut
 // is the right end (keep the first tokens) or the left end (keep the last ones).
 //
-//   std::shared_ptr<const tokenizer> tok = make_toy_tokenizer();
+//   std::shared_ptr<const tokenizer> tok = toys::make_toy_tokenizer();
 //   auto seq = tok->encode("hello world", 0);        // [CLS] hello world [SEP], untruncated
 //   auto cut = tok->encode_pair("question", "a long passage ...", 512);   // truncated to 512
 //   auto end = tok->encode("a long text ...", 512, truncation_side::left);  // its last tokens

@@ -1,6 +1,6 @@
 // tessera/serving/llm_tokenizer.hpp: what the OpenAI API needs of a decoder's tokenizer, so
 // that serving does not depend on one implementation (models' byte-level BPE through an adapter,
-// or the toy byte tokenizer of toy_llm.hpp). Streaming goes through token_stream, which never
+// or the toy byte tokenizer of tessera/toys/toy_llm.hpp). Streaming goes through token_stream, which never
 // returns part of a UTF-8 character: bytes of a character that spans tokens are held back until
 // it is complete.
 //

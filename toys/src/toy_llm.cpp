@@ -1,10 +1,12 @@
 // The toy decoder and byte tokenizer. See toy_llm.hpp.
-#include "tessera/serving/toy_llm.hpp"
+#include "tessera/toys/toy_llm.hpp"
 
 #include <mutex>
 #include <thread>
 
-namespace tessera::serving {
+namespace tessera::toys {
+
+using namespace tessera::serving;
 
 namespace {
 
@@ -192,4 +194,4 @@ std::shared_ptr<backends::step_fn_backend> make_toy_llm_backend(toy_llm_options 
   return std::make_shared<backends::step_fn_backend>(info, step);
 }
 
-}  // namespace tessera::serving
+}  // namespace tessera::toys

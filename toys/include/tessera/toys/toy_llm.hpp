@@ -1,4 +1,4 @@
-// tessera/serving/toy_llm.hpp: a deterministic stand-in decoder and tokenizer, for tests of the
+// tessera/toys/toy_llm.hpp: a deterministic stand-in decoder and tokenizer, for tests of the
 // scheduler and the OpenAI API, and for measuring the LLM front door alone
 // (tessera-serve --model toy-llm). Not a language model.
 //
@@ -22,9 +22,9 @@
 #include "tessera/backends/llm_backend.hpp"
 #include "tessera/serving/llm_tokenizer.hpp"
 
-namespace tessera::serving {
+namespace tessera::toys {
 
-std::shared_ptr<const llm_tokenizer> make_byte_tokenizer();
+std::shared_ptr<const serving::llm_tokenizer> make_byte_tokenizer();
 
 struct toy_llm_options {
   std::string name = "toy-llm";
@@ -51,4 +51,4 @@ inline constexpr int32_t toy_llm_vocab = 258;
 inline constexpr int32_t toy_llm_bos = 256;
 inline constexpr int32_t toy_llm_eos = 257;
 
-}  // namespace tessera::serving
+}  // namespace tessera::toys

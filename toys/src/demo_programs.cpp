@@ -1,10 +1,11 @@
-#include "tessera/host/demo_programs.hpp"
+#include "tessera/toys/demo_programs.hpp"
 
 #include <cmath>
 
-namespace tessera::host {
+namespace tessera::toys {
 
 using namespace tessera::exchange;
+using namespace tessera::host;
 
 std::vector<float> demo_values(size_t n, uint64_t seed) {
   std::vector<float> v(n);
@@ -187,4 +188,4 @@ double allreduce_reference_error(const demo_program& d, const std::vector<std::v
   return e;
 }
 
-}  // namespace tessera::host
+}  // namespace tessera::toys

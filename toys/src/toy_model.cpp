@@ -1,10 +1,12 @@
 // The toy tokenizer and model. See toy_model.hpp.
-#include "tessera/serving/toy_model.hpp"
+#include "tessera/toys/toy_model.hpp"
 
 #include <cctype>
 #include <cmath>
 
-namespace tessera::serving {
+namespace tessera::toys {
+
+using namespace tessera::serving;
 
 namespace {
 
@@ -96,4 +98,4 @@ std::shared_ptr<backends::thread_pool_backend> make_toy_backend(backends::backen
   return std::make_shared<backends::thread_pool_backend>(std::move(info), threads, std::move(fwd));
 }
 
-}  // namespace tessera::serving
+}  // namespace tessera::toys

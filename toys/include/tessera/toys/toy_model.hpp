@@ -1,4 +1,4 @@
-// tessera/serving/toy_model.hpp: a deterministic stand-in for tokenizer and model, for tests and
+// tessera/toys/toy_model.hpp: a deterministic stand-in for tokenizer and model, for tests and
 // for measuring the HTTP front door alone (tessera-serve --model toy).
 //
 // toy tokenizer: lower-cases, splits on spaces and punctuation, one id per word
@@ -19,9 +19,9 @@
 #include "tessera/backends/thread_pool_backend.hpp"
 #include "tessera/serving/tokenizer.hpp"
 
-namespace tessera::serving {
+namespace tessera::toys {
 
-std::shared_ptr<const tokenizer> make_toy_tokenizer();
+std::shared_ptr<const serving::tokenizer> make_toy_tokenizer();
 
 /// The toy model's logits for one sequence (num_labels values).
 std::vector<float> toy_logits(const backends::sequence_input& s, int32_t num_labels);
@@ -32,4 +32,4 @@ std::shared_ptr<backends::thread_pool_backend> make_toy_backend(
     backends::backend_info info, int threads,
     std::chrono::nanoseconds per_token = std::chrono::nanoseconds(0));
 
-}  // namespace tessera::serving
+}  // namespace tessera::toys

@@ -1,4 +1,4 @@
-// tessera/host/demo_programs.hpp: small BSP programs that exercise compute, exchange and sync
+// tessera/toys/demo_programs.hpp: small BSP programs that exercise compute, exchange and sync
 // on a tile group: a distributed matmul split three ways, and an all-reduce.
 //
 //   auto d = make_matmul_demo(matmul_split::rows, /*tiles=*/4, 256, 128, 64, /*seed=*/1);
@@ -12,7 +12,7 @@
 #include "tessera/exchange/protocol.hpp"
 #include "tessera/host/tile_group.hpp"
 
-namespace tessera::host {
+namespace tessera::toys {
 
 enum class matmul_split {
   rows,     ///< A's rows over tiles; B on every tile; each tile returns its rows of C
@@ -22,8 +22,8 @@ enum class matmul_split {
 
 struct demo_program {
   std::map<uint32_t, exchange::program> programs;
-  std::vector<tile_group::alloc_request> allocations;
-  batch_spec batch;
+  std::vector<host::tile_group::alloc_request> allocations;
+  host::batch_spec batch;
   /// Owns the data the allocations and inputs point into.
   std::vector<std::vector<float>> storage;
   int64_t m = 0, k = 0, n = 0;
@@ -49,4 +49,4 @@ double allreduce_reference_error(const demo_program& d, const std::vector<std::v
 /// Deterministic values in [-1, 1) (splitmix64).
 std::vector<float> demo_values(size_t n, uint64_t seed);
 
-}  // namespace tessera::host
+}  // namespace tessera::toys
