@@ -120,7 +120,7 @@ TEST(DecoderLogprobs, OneProcessMatchesTheFloat64Goldens) {
     auto b = backends::make_decoder_backend(model, {.kv = {4, 32}, .omp_threads = 2});
     ASSERT_TRUE(b) << b.error().to_string();
     serving::serving_metrics m;
-    serving::llm_engine e({.scheduler = {.token_budget = 5}}, *b, serving::make_byte_tokenizer(), &m);
+    serving::llm_engine e({.scheduler = {.token_budget = 5}}, *b, toys::make_byte_tokenizer(), &m);
     e.start();
     expect_goldens(e, entry, name + " in one process", m);
     e.stop();
@@ -151,7 +151,7 @@ TEST(DecoderLogprobs, ARealTileGroupMatchesTheFloat64Goldens) {
     serving::serving_metrics m;
     {
       serving::llm_engine e({.scheduler = {.token_budget = 32, .max_running = 4}}, backends->front(),
-                            serving::make_byte_tokenizer(), &m);
+                            toys::make_byte_tokenizer(), &m);
       e.start();
       expect_goldens(e, entry, name + " on 2 tiles", m);
       e.stop();
