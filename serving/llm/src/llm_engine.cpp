@@ -356,7 +356,11 @@ void llm_engine::run() {
         flush_deferred();
         return;
       }
-      for (auto& [id, l] : inbox_) {
+      // Taken out of the inbox first: the loop unlocks to finish a request, and a submit meanwhile
+      // appends to the inbox (which would invalidate this loop and be cleared unseen).
+      auto arrived = std::move(inbox_);
+      inbox_.clear();
+      for (auto& [id, l] : arrived) {
         auto* raw = l.get();
         if (l->req.max_tokens == 0 && l->prompt_tokens == 1) {
           // Scoring a one-token prompt: its only log-probability is none; nothing to compute.
@@ -381,7 +385,6 @@ void llm_engine::run() {
           raw->modelled_arrival = modelled_now_;
         }
       }
-      inbox_.clear();
       for (uint64_t id : cancels_) {
         scheduler_->cancel(id);
         // Choice 0's id cancels every choice of its request (forked ones have the ids after it).
