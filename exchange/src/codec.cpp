@@ -55,7 +55,7 @@ void fields(F& f, T& s) {
 
 template <class F, of<kernel_call> T>
 void fields(F& f, T& k) {
-  f(k.kernel, "kernel_call.kernel", 64);
+  f(k.kernel, "kernel_call.kernel", static_cast<models::kernel_id>(models::all_kernels.size() - 1));
   f(k.inputs, "kernel_call.inputs", 64);
   f(k.outputs, "kernel_call.outputs", 64);
   f(k.params, "kernel_call.params", 1024);
@@ -390,6 +390,10 @@ struct field_reader {
                       std::to_string(max_tensor_bytes) + " bytes");
       elements *= static_cast<uint64_t>(dim);
     }
+  }
+  static void check(wire_reader& a, kernel_call& k) {
+    if (auto err = models::check_params(k.kernel, k.params, k.fparams))
+      a.fail("kernel_call " + std::string(models::kernel_name(k.kernel)) + ": " + *err);
   }
   static void check(wire_reader& a, slice_ref& s) {
     if (s.parts == 0 || s.part >= s.parts) a.fail("slice.part must be below slice.parts (>0)");

@@ -15,6 +15,7 @@ namespace tessera::host {
 
 using namespace tessera::exchange;
 namespace ids = tensor_ids;
+using kid = models::kernel_id;
 using detail::arena_bytes;
 using detail::f32;
 using detail::lanes_of;
@@ -167,16 +168,16 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
   const auto& traits = c.traits();
   const bool qkv_bias = traits.qkv_bias, o_bias = traits.o_bias, mlp_bias = traits.mlp_bias;
   const bool layer_norm = c.norm != models::norm_kind::rms_norm;
-  const int64_t rms = layer_norm ? 0 : 1;
-  int64_t act = 0;
+  const bool rms = !layer_norm;
+  models::activation act = models::activation::none;
   switch (c.activation) {
-    case models::activation_kind::gelu: act = 1; break;
-    case models::activation_kind::gelu_tanh: act = 2; break;
-    case models::activation_kind::relu: act = 3; break;
-    case models::activation_kind::silu: act = 4; break;
+    case models::activation_kind::gelu: act = models::activation::gelu_erf; break;
+    case models::activation_kind::gelu_tanh: act = models::activation::gelu_tanh; break;
+    case models::activation_kind::relu: act = models::activation::relu; break;
+    case models::activation_kind::silu: act = models::activation::silu; break;
   }
   const float rope_scale = c.rope_scaling == models::rope_scaling_kind::linear ? c.rope_scaling_factor : 1.0f;
-  const int64_t rotary = c.positions == models::position_kind::rotary ? 1 : 0;
+  const bool rotary = c.positions == models::position_kind::rotary;
   int max_layers = 0;
   for (int s = 0; s < S; ++s) {
     auto lr = L.layers_of(s);
@@ -195,7 +196,9 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
       const int m = cl - s;
       if (m < 0 || m >= M) continue;
       auto lr = L.layers_of(s);
-      const std::vector<int64_t> mp{m, M};
+      const models::micro_batch mb{static_cast<uint32_t>(m), static_cast<uint32_t>(M)};
+      const models::linear_params plain{mb, models::activation::none};
+      const models::dec_norm_params norm{mb, rms, c.norm_eps};
       for (int w = 0; w < W; ++w) {
         const uint32_t t = L.tile_of(r, s, w);
         const dtile& d = tiles[t];
@@ -203,39 +206,44 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
           const size_t base = static_cast<size_t>(cl * K + 4 * (l - lr.begin));
           auto& a = b.step(t, base).compute;
           if (s == 0 && l == lr.begin)
-            a.push_back({"dec_embed", with({ids::token_ids, ids::step_meta, ids::word},
-                                           c.positions == models::position_kind::learned, ids::position),
-                         {ids::hidden}, mp, {}});
-          a.push_back({"dec_norm", with({ids::hidden, ids::dec_layer(l, ids::norm1_w)}, layer_norm, ids::dec_layer(l, ids::norm1_b)),
-                       {ids::normed}, {m, M, rms}, {c.norm_eps}});
-          a.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::q_w)}, qkv_bias, ids::dec_layer(l, ids::q_b)), {ids::dec_q},
-                       {m, M, 0}, {}});
-          a.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::k_w)}, qkv_bias, ids::dec_layer(l, ids::k_b)), {ids::dec_k},
-                       {m, M, 0}, {}});
-          a.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::v_w)}, qkv_bias, ids::dec_layer(l, ids::v_b)), {ids::dec_v},
-                       {m, M, 0}, {}});
-          a.push_back({"dec_attention", {ids::dec_q, ids::dec_k, ids::dec_v, ids::step_meta, ids::kv_keys, ids::kv_values},
-                       {ids::context},
-                       {m, M, l - lr.begin, d.heads.q0, d.heads.q1, d.heads.k0, d.heads.k1, L.hd(), L.group(), rotary,
-                        c.sliding_window},
-                       {c.rope_theta, rope_scale}});
-          a.push_back({"linear", {ids::context, ids::dec_layer(l, ids::o_w)}, {ids::partial}, {m, M, 0}, {}});
-          b.step(t, base + 1).compute.push_back({"dec_residual",
-              with({ids::partial, ids::hidden}, o_bias, ids::dec_layer(l, ids::o_b)), {ids::hidden}, {m, M, w, W}, {}});
+            a.push_back(make_call<kid::dec_embed>(with({ids::token_ids, ids::step_meta, ids::word},
+                                                     c.positions == models::position_kind::learned, ids::position),
+                                                {ids::hidden}, {mb}));
+          const models::dec_residual_params lane{mb, static_cast<uint32_t>(w), static_cast<uint32_t>(W)};
+          a.push_back(make_call<kid::dec_norm>(
+              with({ids::hidden, ids::dec_layer(l, ids::norm1_w)}, layer_norm, ids::dec_layer(l, ids::norm1_b)), {ids::normed}, norm));
+          a.push_back(make_call<kid::linear>(with({ids::normed, ids::dec_layer(l, ids::q_w)}, qkv_bias, ids::dec_layer(l, ids::q_b)),
+                                           {ids::dec_q}, plain));
+          a.push_back(make_call<kid::linear>(with({ids::normed, ids::dec_layer(l, ids::k_w)}, qkv_bias, ids::dec_layer(l, ids::k_b)),
+                                           {ids::dec_k}, plain));
+          a.push_back(make_call<kid::linear>(with({ids::normed, ids::dec_layer(l, ids::v_w)}, qkv_bias, ids::dec_layer(l, ids::v_b)),
+                                           {ids::dec_v}, plain));
+          models::dec_attention_params att{mb};
+          att.layer = static_cast<uint32_t>(l - lr.begin);
+          att.q0 = static_cast<uint32_t>(d.heads.q0), att.q1 = static_cast<uint32_t>(d.heads.q1);
+          att.k0 = static_cast<uint32_t>(d.heads.k0), att.k1 = static_cast<uint32_t>(d.heads.k1);
+          att.head_dim = static_cast<uint32_t>(L.hd()), att.group = static_cast<uint32_t>(L.group());
+          att.rotary = rotary, att.window = static_cast<uint32_t>(c.sliding_window);
+          att.rope_theta = c.rope_theta, att.position_scale = rope_scale;
+          a.push_back(make_call<kid::dec_attention>(
+              {ids::dec_q, ids::dec_k, ids::dec_v, ids::step_meta, ids::kv_keys, ids::kv_values}, {ids::context}, att));
+          a.push_back(make_call<kid::linear>({ids::context, ids::dec_layer(l, ids::o_w)}, {ids::partial}, plain));
+          b.step(t, base + 1).compute.push_back(make_call<kid::dec_residual>(
+              with({ids::partial, ids::hidden}, o_bias, ids::dec_layer(l, ids::o_b)), {ids::hidden}, lane));
           auto& f = b.step(t, base + 2).compute;
-          f.push_back({"dec_norm", with({ids::hidden, ids::dec_layer(l, ids::norm2_w)}, layer_norm, ids::dec_layer(l, ids::norm2_b)),
-                       {ids::normed}, {m, M, rms}, {c.norm_eps}});
+          f.push_back(make_call<kid::dec_norm>(
+              with({ids::hidden, ids::dec_layer(l, ids::norm2_w)}, layer_norm, ids::dec_layer(l, ids::norm2_b)), {ids::normed}, norm));
           if (c.gated_mlp) {
-            f.push_back({"linear", {ids::normed, ids::dec_layer(l, ids::gate_w)}, {ids::dec_gate}, {m, M, act}, {}});
-            f.push_back({"linear", {ids::normed, ids::dec_layer(l, ids::up_w)}, {ids::dec_up}, {m, M, 0}, {}});
-            f.push_back({"dec_multiply", {ids::dec_gate, ids::dec_up}, {ids::dec_up}, mp, {}});
+            f.push_back(make_call<kid::linear>({ids::normed, ids::dec_layer(l, ids::gate_w)}, {ids::dec_gate}, {mb, act}));
+            f.push_back(make_call<kid::linear>({ids::normed, ids::dec_layer(l, ids::up_w)}, {ids::dec_up}, plain));
+            f.push_back(make_call<kid::dec_multiply>({ids::dec_gate, ids::dec_up}, {ids::dec_up}, {mb}));
           } else {
-            f.push_back({"linear", with({ids::normed, ids::dec_layer(l, ids::up_w)}, mlp_bias, ids::dec_layer(l, ids::up_b)),
-                         {ids::dec_up}, {m, M, act}, {}});
+            f.push_back(make_call<kid::linear>(with({ids::normed, ids::dec_layer(l, ids::up_w)}, mlp_bias, ids::dec_layer(l, ids::up_b)),
+                                             {ids::dec_up}, {mb, act}));
           }
-          f.push_back({"linear", {ids::dec_up, ids::dec_layer(l, ids::down_w)}, {ids::partial}, {m, M, 0}, {}});
-          b.step(t, base + 3).compute.push_back({"dec_residual",
-              with({ids::partial, ids::hidden}, mlp_bias, ids::dec_layer(l, ids::down_b)), {ids::hidden}, {m, M, w, W}, {}});
+          f.push_back(make_call<kid::linear>({ids::dec_up, ids::dec_layer(l, ids::down_w)}, {ids::partial}, plain));
+          b.step(t, base + 3).compute.push_back(make_call<kid::dec_residual>(
+              with({ids::partial, ids::hidden}, mlp_bias, ids::dec_layer(l, ids::down_b)), {ids::hidden}, lane));
           // Reduce-scatter the partial sums by token rows, all-gather the updated rows; the stage's
           // last layer hands its rows of the micro-batch to every lane of the next stage.
           b.layer_exchange(t, base, H, w, m, M, lanes_of(L, r, s, W),
@@ -243,9 +251,9 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
         }
         if (s == S - 1 && w == 0) {
           const uint32_t head = L.lm_head_is_embedding(d.plan) ? ids::word : ids::lm_head;
-          b.step(t, static_cast<size_t>(cl * K + K - 1)).compute.push_back(
-              {"dec_logits", with({ids::hidden, ids::step_meta, head, ids::final_norm_w}, layer_norm, ids::final_norm_b),
-               {ids::logits, ids::last_rows}, {m, M, rms}, {c.norm_eps}});
+          b.step(t, static_cast<size_t>(cl * K + K - 1)).compute.push_back(make_call<kid::dec_logits>(
+              with({ids::hidden, ids::step_meta, head, ids::final_norm_w}, layer_norm, ids::final_norm_b),
+              {ids::logits, ids::last_rows}, norm));
         }
       }
     }

@@ -13,6 +13,7 @@ namespace tessera::host {
 
 using namespace tessera::exchange;
 namespace ids = tensor_ids;
+using kid = models::kernel_id;
 using detail::plans_for;
 using detail::arena_bytes;
 using detail::f32;
@@ -189,7 +190,7 @@ std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vec
   const float eps = L.cfg.norm_eps;
   const std::vector<uint32_t> members = detail::replica_tiles(L, r);
   b.open(members, temps, static_cast<size_t>(clocks * K));
-  auto mp = [&](int m) { return std::vector<int64_t>{m, M}; };
+  auto mp = [&](int m) { return models::micro_batch{static_cast<uint32_t>(m), static_cast<uint32_t>(M)}; };
   for (int c = 0; c < clocks; ++c) {
     for (int s = 0; s < S; ++s) {
       const int m = c - s;
@@ -203,20 +204,26 @@ std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vec
           const size_t base = static_cast<size_t>(c * K + 4 * (l - lr.begin));
           auto& a = b.step(t, base).compute;
           if (s == 0 && l == lr.begin)
-            a.push_back({"embed", {ids::token_ids, ids::token_types, ids::word, ids::position, ids::token_type,
-                                   ids::emb_gamma, ids::emb_beta}, {ids::hidden}, mp(m), {eps}});
-          a.push_back({"linear", {ids::hidden, ids::layer(l, ids::qkv_w), ids::layer(l, ids::qkv_b)}, {ids::qkv}, mp(m), {}});
-          a.push_back({"attention", {ids::qkv}, {ids::context}, {m, M, heads, L.hd()}, {}});
-          a.push_back({"linear", {ids::context, ids::layer(l, ids::attn_out_w)}, {ids::partial}, mp(m), {}});
-          b.step(t, base + 1).compute.push_back({"bias_residual_ln",
+            a.push_back(make_call<kid::embed>({ids::token_ids, ids::token_types, ids::word, ids::position, ids::token_type,
+                                               ids::emb_gamma, ids::emb_beta}, {ids::hidden}, {mp(m), eps}));
+          a.push_back(make_call<kid::linear>({ids::hidden, ids::layer(l, ids::qkv_w), ids::layer(l, ids::qkv_b)}, {ids::qkv},
+                                             {mp(m), models::activation::none}));
+          a.push_back(make_call<kid::attention>({ids::qkv}, {ids::context},
+                                                {mp(m), static_cast<uint32_t>(heads), static_cast<uint32_t>(L.hd())}));
+          a.push_back(make_call<kid::linear>({ids::context, ids::layer(l, ids::attn_out_w)}, {ids::partial},
+                                             {mp(m), models::activation::none}));
+          const models::bias_residual_ln_params lane{mp(m), static_cast<uint32_t>(w), static_cast<uint32_t>(W), eps};
+          b.step(t, base + 1).compute.push_back(make_call<kid::bias_residual_ln>(
               {ids::partial, ids::layer(l, ids::attn_out_b), ids::hidden, ids::layer(l, ids::attn_gamma), ids::layer(l, ids::attn_beta)},
-              {ids::hidden}, {m, M, w, W}, {eps}});
+              {ids::hidden}, lane));
           auto& f = b.step(t, base + 2).compute;
-          f.push_back({"linear", {ids::hidden, ids::layer(l, ids::ffn_in_w), ids::layer(l, ids::ffn_in_b)}, {ids::ffn}, {m, M, 1}, {}});
-          f.push_back({"linear", {ids::ffn, ids::layer(l, ids::ffn_out_w)}, {ids::partial}, mp(m), {}});
-          b.step(t, base + 3).compute.push_back({"bias_residual_ln",
+          f.push_back(make_call<kid::linear>({ids::hidden, ids::layer(l, ids::ffn_in_w), ids::layer(l, ids::ffn_in_b)}, {ids::ffn},
+                                             {mp(m), models::activation::gelu_erf}));
+          f.push_back(make_call<kid::linear>({ids::ffn, ids::layer(l, ids::ffn_out_w)}, {ids::partial},
+                                             {mp(m), models::activation::none}));
+          b.step(t, base + 3).compute.push_back(make_call<kid::bias_residual_ln>(
               {ids::partial, ids::layer(l, ids::ffn_out_b), ids::hidden, ids::layer(l, ids::out_gamma), ids::layer(l, ids::out_beta)},
-              {ids::hidden}, {m, M, w, W}, {eps}});
+              {ids::hidden}, lane));
           // Reduce-scatter the partial sums by token rows, all-gather the updated rows; the stage's
           // last layer hands its rows of the micro-batch to every lane of the next stage.
           b.layer_exchange(t, base, H, w, m, M, lanes_of(L, r, s, W),
@@ -224,7 +231,7 @@ std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vec
         }
         if (s == S - 1 && w == 0)
           b.step(t, static_cast<size_t>(c * K + K - 1)).compute.push_back(
-              {"classifier", {ids::hidden, ids::pooler_w, ids::pooler_b, ids::cls_w, ids::cls_b}, {ids::logits}, mp(m), {}});
+              make_call<kid::classifier>({ids::hidden, ids::pooler_w, ids::pooler_b, ids::cls_w, ids::cls_b}, {ids::logits}, {mp(m)}));
       }
     }
   }

@@ -110,7 +110,7 @@ std::vector<std::string> profiler::kernels_of(int replica, uint32_t tile, size_t
   const auto& progs = compiled_.programs[static_cast<size_t>(replica)];
   auto it = progs.find(tile);
   if (it == progs.end() || step >= it->second.steps.size()) return k;
-  for (const auto& c : it->second.steps[step].compute) k.push_back(c.kernel);
+  for (const auto& c : it->second.steps[step].compute) k.emplace_back(models::kernel_name(c.kernel));
   return k;
 }
 

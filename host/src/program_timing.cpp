@@ -59,11 +59,23 @@ struct micro_span {
   int64_t n() const { return rows.end - rows.begin; }
 };
 
+std::string name_of(const kernel_call& c) { return std::string(models::kernel_name(c.kernel)); }
+
+/// The call's parameters as kernel K's struct.
+template <models::kernel_id K>
+result<models::params_t<K>> params_of(const kernel_call& c) {
+  models::params_t<K> p;
+  if (auto err = models::from_wire(p, c.params, c.fparams)) return status::invalid(name_of(c) + ": " + *err);
+  return p;
+}
+
+/// The rows of the micro-batch a call of kernel K works on.
+template <models::kernel_id K>
 result<micro_span> micro_of(const kernel_call& c, const batch_rows& rows) {
-  if (c.params.size() < 2 || c.params[1] <= 0 || c.params[0] < 0 || c.params[0] >= c.params[1])
-    return status::invalid(c.kernel + ": params must start with [micro, micros]");
-  const auto m = static_cast<uint32_t>(c.params[0]), ms = static_cast<uint32_t>(c.params[1]);
-  return micro_span{rows.micro_rows(m, ms), rows.micro_seqs(m, ms)};
+  auto p = params_of<K>(c);
+  if (!p) return p.error();
+  if (p->micros == 0 || p->micro >= p->micros) return status::invalid(name_of(c) + ": micro-batch out of range");
+  return micro_span{rows.micro_rows(p->micro, p->micros), rows.micro_seqs(p->micro, p->micros)};
 }
 
 }  // namespace
@@ -74,19 +86,20 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
   using models::kernel_id;
   auto add = [&](kernel_id id, const auto& shape) { q.push_back(timing::make_query(id, shape, type)); };
   auto in = [&](size_t i) -> result<const tensor_desc*> {
-    if (i >= c.inputs.size()) return status::invalid(c.kernel + ": missing input " + std::to_string(i));
-    return find(tensors, c.inputs[i], c.kernel);
+    if (i >= c.inputs.size()) return status::invalid(name_of(c) + ": missing input " + std::to_string(i));
+    return find(tensors, c.inputs[i], name_of(c));
   };
   auto out = [&](size_t i) -> result<const tensor_desc*> {
-    if (i >= c.outputs.size()) return status::invalid(c.kernel + ": missing output " + std::to_string(i));
-    return find(tensors, c.outputs[i], c.kernel);
+    if (i >= c.outputs.size()) return status::invalid(name_of(c) + ": missing output " + std::to_string(i));
+    return find(tensors, c.outputs[i], name_of(c));
   };
-  const std::optional<kernel_id> id = models::find_kernel(c.kernel);
-  if (!id) return status::not_found("kernel '" + c.kernel + "' has no timing mapping");
+  if (static_cast<size_t>(c.kernel) >= models::all_kernels.size())
+    return status::not_found("kernel #" + std::to_string(static_cast<int>(c.kernel)) + " has no timing mapping");
+  const std::optional<kernel_id> id = c.kernel;
   // Every kernel of the list (no default: the compiler names a kernel added without a case here).
   switch (*id) {
   case kernel_id::embed: {
-    auto m = micro_of(c, rows);
+    auto m = micro_of<kernel_id::embed>(c, rows);
     if (!m) return m.error();
     auto x = out(0);
     if (!x) return x.error();
@@ -98,7 +111,7 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     break;
   }
   case kernel_id::linear: {
-    auto m = micro_of(c, rows);
+    auto m = micro_of<kernel_id::linear>(c, rows);
     if (!m) return m.error();
     auto w = in(1);
     if (!w) return w.error();
@@ -109,16 +122,18 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
       } else {
         add(kernel_id::linear, timing::linear_shape{.tokens = n, .in = i, .out = o});
         // Any activation (GELU erf/tanh, ReLU, SiLU) is timed as one elementwise pass.
-        if (c.params.size() > 2 && c.params[2] != 0) add(kernel_id::gelu, timing::elements_shape{.elements = n * o});
+        if (auto p = params_of<kernel_id::linear>(c); p && p->act != models::activation::none)
+          add(kernel_id::gelu, timing::elements_shape{.elements = n * o});
       }
     }
     break;
   }
   case kernel_id::attention: {
-    auto m = micro_of(c, rows);
+    auto m = micro_of<kernel_id::attention>(c, rows);
     if (!m) return m.error();
-    if (c.params.size() < 4) return status::invalid("attention: params must be [micro, micros, heads, head_dim]");
-    const int64_t heads = c.params[2], hd = c.params[3];
+    auto p = params_of<kernel_id::attention>(c);
+    if (!p) return p.error();
+    const int64_t heads = p->heads, hd = p->head_dim;
     if (m->n() > 0 && heads > 0 && hd > 0) {
       std::vector<int64_t> lens;
       for (int64_t s = m->seqs.begin; s < m->seqs.end; ++s)
@@ -129,12 +144,14 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     break;
   }
   case kernel_id::bias_residual_ln: {
-    auto m = micro_of(c, rows);
+    auto m = micro_of<kernel_id::bias_residual_ln>(c, rows);
     if (!m) return m.error();
-    if (c.params.size() < 4 || c.params[3] <= 0) return status::invalid("bias_residual_ln: params must be [micro, micros, part, parts]");
+    auto p = params_of<kernel_id::bias_residual_ln>(c);
+    if (!p) return p.error();
+    if (p->parts == 0) return status::invalid("bias_residual_ln: parts must be > 0");
     auto x = out(0);
     if (!x) return x.error();
-    auto part = exchange::token_partition(m->n(), static_cast<uint32_t>(c.params[2]), static_cast<uint32_t>(c.params[3]));
+    auto part = exchange::token_partition(m->n(), p->part, p->parts);
     const int64_t r = part.end - part.begin, h = dim(**x, 1);
     if (r > 0 && h > 0) {
       add(kernel_id::add, timing::elements_shape{.elements = r * h});
@@ -144,7 +161,7 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     break;
   }
   case kernel_id::classifier: {
-    auto m = micro_of(c, rows);
+    auto m = micro_of<kernel_id::classifier>(c, rows);
     if (!m) return m.error();
     auto x = in(0);
     if (!x) return x.error();
@@ -187,7 +204,7 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
   }
   // Decoder kernels (tile_daemon/src/decoder_kernels.cpp), timed as the estimated kernels they are made of.
   case kernel_id::dec_embed: {  // a row gather, plus the learned position rows where there are any
-    auto m = micro_of(c, rows);
+    auto m = micro_of<kernel_id::dec_embed>(c, rows);
     if (!m) return m.error();
     auto x = out(0);
     if (!x) return x.error();
@@ -197,7 +214,7 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     break;
   }
   case kernel_id::dec_norm: {  // RMSNorm or LayerNorm: one normalisation per row
-    auto m = micro_of(c, rows);
+    auto m = micro_of<kernel_id::dec_norm>(c, rows);
     if (!m) return m.error();
     auto x = out(0);
     if (!x) return x.error();
@@ -205,18 +222,20 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     break;
   }
   case kernel_id::dec_residual: {  // this lane's share of the rows: (bias +) residual add
-    auto m = micro_of(c, rows);
+    auto m = micro_of<kernel_id::dec_residual>(c, rows);
     if (!m) return m.error();
     auto x = out(0);
     if (!x) return x.error();
-    const int64_t parts = c.params.size() > 3 && c.params[3] > 0 ? c.params[3] : 1;
+    auto p = params_of<kernel_id::dec_residual>(c);
+    if (!p) return p.error();
+    const int64_t parts = p->parts > 0 ? p->parts : 1;
     const int64_t e = (m->n() + parts - 1) / parts * dim(**x, 1);
     if (e > 0) add(kernel_id::add, timing::elements_shape{.elements = e});
     if (e > 0 && c.inputs.size() > 2) add(kernel_id::add, timing::elements_shape{.elements = e});
     break;
   }
   case kernel_id::dec_multiply: {  // SwiGLU's gate * up
-    auto m = micro_of(c, rows);
+    auto m = micro_of<kernel_id::dec_multiply>(c, rows);
     if (!m) return m.error();
     auto x = out(0);
     if (!x) return x.error();
@@ -224,7 +243,7 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     break;
   }
   case kernel_id::dec_logits: {  // at most one row per sequence: final norm, LM head
-    auto m = micro_of(c, rows);
+    auto m = micro_of<kernel_id::dec_logits>(c, rows);
     if (!m) return m.error();
     auto head = in(2);
     if (!head) return head.error();
@@ -243,7 +262,7 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
   case kernel_id::layer_norm:
   case kernel_id::gelu:
   case kernel_id::softmax:
-    return status::not_found("kernel '" + c.kernel + "' runs inside other tile kernels, never on its own");
+    return status::not_found("kernel '" + name_of(c) + "' runs inside other tile kernels, never on its own");
   }
   return q;
 }
@@ -289,7 +308,7 @@ result<program_timing> time_program(const std::map<uint32_t, exchange::program>&
       auto tt = tensors.find(t);
       const tensor_map& mine = tt == tensors.end() ? empty : tt->second;
       for (const auto& call : step.compute) {
-        ts.kernels.push_back(call.kernel);
+        ts.kernels.emplace_back(models::kernel_name(call.kernel));
         auto q = kernel_queries(call, mine, rows, opt.compute);
         if (!q) {
           if (q.error().code() == errc::not_found) {

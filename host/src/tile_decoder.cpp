@@ -3,6 +3,7 @@
 #include <set>
 
 #include "tessera/host/tile_model.hpp"
+#include "tessera/models/step_meta.hpp"
 
 namespace tessera::host {
 
@@ -106,7 +107,8 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
   TESSERA_RETURN_IF_ERROR(validate(replica, batch));
   const auto& c = compiled_;
   // Token ids of the packed rows, and the step metadata (placement.hpp: tensor_ids::step_meta).
-  std::vector<int32_t> tokens, meta{static_cast<int32_t>(batch.seqs.size()), c.max_blocks_per_seq};
+  std::vector<int32_t> tokens;
+  models::step_meta_writer meta_w(c.max_blocks_per_seq);
   int want = 0;
   batch_spec spec;
   spec.program_id = 1;
@@ -116,14 +118,10 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
     spec.seq_lengths.push_back(static_cast<int32_t>(s.tokens.size()));
     const int64_t used = (int64_t{s.start_pos} + static_cast<int64_t>(s.tokens.size()) + c.kv.block_tokens - 1) /
                          c.kv.block_tokens;
-    const size_t at = meta.size();
-    meta.resize(at + 3 + static_cast<size_t>(c.max_blocks_per_seq), -1);
-    meta[at] = s.start_pos;
-    meta[at + 1] = s.want_logits ? 1 : 0;
-    meta[at + 2] = static_cast<int32_t>(used);
-    std::copy_n(s.block_table.begin(), used, meta.begin() + static_cast<int64_t>(at) + 3);
+    meta_w.add(s.start_pos, s.want_logits, std::span<const int32_t>(s.block_table.data(), static_cast<size_t>(used)));
     want += s.want_logits ? 1 : 0;
   }
+  const std::vector<int32_t>& meta = meta_w.data();
   spec.active_tokens = static_cast<int64_t>(tokens.size());
   const size_t tbytes = tokens.size() * 4, mbytes = meta.size() * 4;
   for (uint32_t t : c.stage_tiles(replica, 0))

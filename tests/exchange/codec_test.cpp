@@ -34,7 +34,7 @@ program sample_program() {
   p.tiles = {0, 1, 2};
   p.temporaries.push_back({5, "scratch", dtype::f32, {128, 64}});
   superstep s;
-  s.compute.push_back({"matmul", {1, 2}, {5}, {1, -3}, {0.5f}});
+  s.compute.push_back({models::kernel_id::dec_norm, {1, 2}, {5}, {1, 3, 1}, {0.5f}});
   s.sends.push_back({1, 9, {5, slice_kind::token_part, 0, 64, 1, 3}});
   s.recvs.push_back({2, 4, {5, slice_kind::fixed, 16, 32, 0, 1}, true});
   s.sync = false;
@@ -66,8 +66,8 @@ TEST(Codec, ProgramRoundTripKeepsEveryField) {
   EXPECT_EQ(out.prog.tiles, (std::vector<uint32_t>{0, 1, 2}));
   EXPECT_EQ(out.prog.temporaries[0].shape, (std::vector<int64_t>{128, 64}));
   const auto& s = out.prog.steps[0];
-  EXPECT_EQ(s.compute[0].kernel, "matmul");
-  EXPECT_EQ(s.compute[0].params, (std::vector<int64_t>{1, -3}));
+  EXPECT_EQ(s.compute[0].kernel, models::kernel_id::dec_norm);
+  EXPECT_EQ(s.compute[0].params, (std::vector<int64_t>{1, 3, 1}));
   EXPECT_FLOAT_EQ(s.compute[0].fparams[0], 0.5f);
   EXPECT_EQ(s.sends[0].src.kind, slice_kind::token_part);
   EXPECT_EQ(s.sends[0].src.parts, 3u);
@@ -83,13 +83,15 @@ TEST(Codec, RealsKeepTheirBitsAndOutOfRangeIsRefused) {
   load_program m{12, sample_program()};
   const float edge[] = {0x1p64f, -0x1p63f, 0x1p63f, 3.0f, -0.0f, std::numeric_limits<float>::max(),
                         std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min()};
-  m.prog.steps[0].compute[0].fparams.assign(std::begin(edge), std::end(edge));
+  // One scale call per value (scale's parameters are one real, its factor).
+  m.prog.steps[0].compute.clear();
+  for (float x : edge) m.prog.steps[0].compute.push_back(make_call<models::kernel_id::scale>({1}, {2}, {x}));
   load_program out;
   ASSERT_TRUE(decode(encode(m), out).ok());
-  const auto& got = out.prog.steps[0].compute[0].fparams;
+  const auto& got = out.prog.steps[0].compute;
   ASSERT_EQ(got.size(), std::size(edge));
   for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(edge[i])) << "index " << i;
+    EXPECT_EQ(std::bit_cast<uint32_t>(got[i].fparams.at(0)), std::bit_cast<uint32_t>(edge[i])) << "index " << i;
 
   // The same header with one fparam re-written as a float64 of 1e300.
   envelope e = encode(m);
@@ -441,4 +443,55 @@ TEST(Checksum, CatchesSwappedBlocks) {
   std::swap_ranges(v.begin(), v.begin() + 1024, v.begin() + 4096);
   std::rotate(v.begin(), v.begin() + block, v.end());
   EXPECT_NE(payload_checksum(v.data(), bytes), base);
+}
+
+// Kernel calls travel as an id and the parameter struct's field list (models/kernel_params.hpp):
+// the decoder refuses an unknown id and parameters that do not fit the kernel's struct, naming
+// the kernel; a call written from the struct reads back field for field.
+TEST(Codec, KernelCallsAreTypedOnTheWire) {
+  using models::kernel_id;
+  models::dec_attention_params att{{1, 4}};
+  att.layer = 2, att.q0 = 4, att.q1 = 8, att.k0 = 1, att.k1 = 2, att.head_dim = 64, att.group = 4;
+  att.rotary = true, att.window = 4096, att.rope_theta = 500000.f, att.position_scale = 8.f;
+  auto with = [](kernel_call c) {
+    program p;
+    p.id = 1;
+    p.tiles = {0};
+    superstep s;
+    s.compute.push_back(std::move(c));
+    p.steps.push_back(s);
+    return load_program{3, p};
+  };
+  load_program out;
+  ASSERT_TRUE(decode(encode(with(make_call<kernel_id::dec_attention>({1, 2, 3, 4, 5, 6}, {7}, att))), out).ok());
+  const kernel_call& c = out.prog.steps[0].compute[0];
+  EXPECT_EQ(c.kernel, kernel_id::dec_attention);
+  models::dec_attention_params back;
+  ASSERT_FALSE(models::from_wire(back, c.params, c.fparams).has_value());
+  EXPECT_EQ(back.micro, 1u);
+  EXPECT_EQ(back.micros, 4u);
+  EXPECT_EQ(back.q1, 8u);
+  EXPECT_EQ(back.group, 4u);
+  EXPECT_TRUE(back.rotary);
+  EXPECT_EQ(back.window, 4096u);
+  EXPECT_FLOAT_EQ(back.rope_theta, 500000.f);
+  EXPECT_FLOAT_EQ(back.position_scale, 8.f);
+
+  struct bad_case {
+    kernel_call call;
+    std::string says;
+  };
+  const std::vector<bad_case> bad{
+      {{kernel_id::dec_attention, {1}, {2}, {1, 4}, {1.f, 1.f}}, "dec_attention"},   // too few integers
+      {{kernel_id::scale, {1}, {2}, {}, {}}, "scale"},                                // the factor is missing
+      {{kernel_id::matmul, {1, 2}, {3}, {2}, {}}, "accumulate"},                      // a boolean that is 2
+      {{kernel_id::linear, {1, 2}, {3}, {0, 1, 9}, {}}, "activation"},                // no activation 9
+      {{kernel_id::dec_norm, {1, 2}, {3}, {0, -1, 1}, {1e-5f}}, "micros"},           // a negative count
+      {{static_cast<kernel_id>(200), {1}, {2}, {}, {}}, "kernel"},                    // an id beyond the list
+  };
+  for (const auto& b : bad) {
+    status st = decode(encode(with(b.call)), out);
+    EXPECT_FALSE(st.ok()) << b.says;
+    EXPECT_NE(st.message().find(b.says), std::string::npos) << st.to_string();
+  }
 }

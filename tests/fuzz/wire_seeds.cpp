@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   lp.prog.tiles = {0, 1};
   lp.prog.temporaries = {tensor_desc{10, "tmp", dtype::i32, {4}}};
   superstep st;
-  st.compute = {kernel_call{"matmul", {1, 2}, {10}, {2, 3, 4}, {0.5f}}};
+  st.compute = {kernel_call{models::kernel_id::dec_norm, {1, 2}, {10}, {2, 3, 1}, {0.5f}}};
   st.sends = {send_op{1, 77, token_slice()}};
   st.recvs = {recv_op{1, 78, token_slice(), true}};
   lp.prog.steps = {st};

@@ -106,7 +106,7 @@ TEST(DecoderPlacement, StepProgramShape) {
   int logits = 0;
   for (const auto& [t, p] : progs)
     for (const auto& st : p.steps)
-      for (const auto& k : st.compute) logits += k.kernel == "dec_logits";
+      for (const auto& k : st.compute) logits += k.kernel == models::kernel_id::dec_logits;
   EXPECT_EQ(logits, 3);
 }
 
@@ -123,12 +123,12 @@ TEST(DecoderPlacement, EveryKernelCallIsTimedOrSaysWhyNot) {
       for (const auto& k : st.compute) {
         auto q = kernel_queries(k, tensors.at(tile), rows, timing::dtype::fp32);
         if (q.ok()) {
-          EXPECT_FALSE(q->empty()) << k.kernel;
-          timed.insert(k.kernel);
+          EXPECT_FALSE(q->empty()) << models::kernel_name(k.kernel);
+          timed.emplace(models::kernel_name(k.kernel));
         } else {
-          EXPECT_EQ(k.kernel, "dec_attention") << q.error().message();
+          EXPECT_EQ(k.kernel, models::kernel_id::dec_attention) << q.error().message();
           EXPECT_NE(q.error().message().find("LLM step model"), std::string::npos);
-          refused.insert(k.kernel);
+          refused.emplace(models::kernel_name(k.kernel));
         }
       }
   EXPECT_EQ(timed, (std::set<std::string>{"dec_embed", "dec_norm", "linear", "dec_residual", "dec_multiply", "dec_logits"}));

@@ -42,7 +42,7 @@ TEST(ProgramTiming, CopyOnOneTileIsOverheadPlusVectors) {
   p.tiles = {0};
   p.temporaries = {f32(1, {64}), f32(2, {64})};
   p.steps.resize(1);
-  p.steps[0].compute.push_back({"copy", {1}, {2}, {}, {}});
+  p.steps[0].compute.push_back({models::kernel_id::copy, {1}, {2}, {}, {}});
   auto t = time_program({{0, p}}, {{0, {{1, p.temporaries[0]}, {2, p.temporaries[1]}}}}, {8}, mk2(), one_to_one());
   ASSERT_TRUE(t) << t.error().message();
   ASSERT_EQ(t->steps.size(), 1u);
@@ -59,7 +59,7 @@ TEST(ProgramTiming, OneLinearUsesTheMicroBatchRows) {
   p.tiles = {0};
   p.temporaries = {f32(1, {64, 16}), f32(2, {32, 16}), f32(3, {32}), f32(4, {64, 32})};
   p.steps.resize(1);
-  p.steps[0].compute.push_back({"linear", {1, 2, 3}, {4}, {1, 2, 1}, {}});
+  p.steps[0].compute.push_back({models::kernel_id::linear, {1, 2, 3}, {4}, {1, 2, 1}, {}});
   tensor_table tensors;
   for (const auto& d : p.temporaries) tensors[0][d.id] = d;
   const std::vector<int32_t> lens{5, 3, 4};
@@ -120,7 +120,7 @@ TEST(ProgramTiming, UnknownKernelIsListedNotFatal) {
   exchange::program p;
   p.tiles = {0};
   p.steps.resize(1);
-  p.steps[0].compute.push_back({"matmul", {7, 8}, {9}, {}, {}});
+  p.steps[0].compute.push_back({models::kernel_id::matmul, {7, 8}, {9}, {0}, {}});
   auto t = time_program({{0, p}}, {}, {4}, mk2(), one_to_one());
   ASSERT_TRUE(t);
   EXPECT_EQ(t->unmodelled.size(), 1u);
@@ -199,7 +199,7 @@ TEST(Profiler, SyntheticRunNamesTheSlowestSuperstep) {
   EXPECT_EQ(slow[0].slowest_tile, 1u);
   EXPECT_EQ(slow[0].batch_id, 7u);
   std::vector<std::string> want;
-  for (const auto& call : c.programs[0].at(1).steps[3].compute) want.push_back(call.kernel);
+  for (const auto& call : c.programs[0].at(1).steps[3].compute) want.emplace_back(models::kernel_name(call.kernel));
   EXPECT_EQ(slow[0].kernels, want);
   auto li = (*prof)->imbalance();
   EXPECT_GT(li.wall, 1.0);

@@ -26,13 +26,13 @@ TEST(Kernels, CopyAddScaleReduce) {
   f.make(1, {4}, {1, 2, 3, 4});
   f.make(2, {4}, {10, 20, 30, 40});
   float* o = f.make(3, {4});
-  ASSERT_TRUE(f.reg.run({"add", {1, 2}, {3}, {}, {}}, f.mem, f.ctx).ok());
+  ASSERT_TRUE(f.reg.run({models::kernel_id::add, {1, 2}, {3}, {}, {}}, f.mem, f.ctx).ok());
   EXPECT_EQ(o[3], 44.f);
-  ASSERT_TRUE(f.reg.run({"scale", {1}, {3}, {}, {0.5f}}, f.mem, f.ctx).ok());
+  ASSERT_TRUE(f.reg.run({models::kernel_id::scale, {1}, {3}, {}, {0.5f}}, f.mem, f.ctx).ok());
   EXPECT_EQ(o[1], 1.f);
-  ASSERT_TRUE(f.reg.run({"reduce_sum", {1, 2, 1}, {3}, {}, {}}, f.mem, f.ctx).ok());
+  ASSERT_TRUE(f.reg.run({models::kernel_id::reduce_sum, {1, 2, 1}, {3}, {}, {}}, f.mem, f.ctx).ok());
   EXPECT_EQ(o[2], 36.f);
-  ASSERT_TRUE(f.reg.run({"copy", {2}, {3}, {}, {}}, f.mem, f.ctx).ok());
+  ASSERT_TRUE(f.reg.run({models::kernel_id::copy, {2}, {3}, {}, {}}, f.mem, f.ctx).ok());
   EXPECT_EQ(o[0], 10.f);
 }
 
@@ -45,7 +45,7 @@ TEST(Kernels, MatmulMatchesLoops) {
   f.make(1, {M, K}, a);
   f.make(2, {K, N}, b);
   float* c = f.make(3, {M, N});
-  ASSERT_TRUE(f.reg.run({"matmul", {1, 2}, {3}, {}, {}}, f.mem, f.ctx).ok());
+  ASSERT_TRUE(f.reg.run({models::kernel_id::matmul, {1, 2}, {3}, {0}, {}}, f.mem, f.ctx).ok());
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       double s = 0;
@@ -60,12 +60,31 @@ TEST(Kernels, ShapeMistakesAreStatusesNotCrashes) {
   f.make(2, {4, 3});
   f.make(3, {4, 3});
   f.make(4, {5});
-  auto st = f.reg.run({"matmul", {1, 2}, {3}, {}, {}}, f.mem, f.ctx);
+  auto st = f.reg.run({models::kernel_id::matmul, {1, 2}, {3}, {0}, {}}, f.mem, f.ctx);
   EXPECT_EQ(st.code(), errc::invalid_argument);
   EXPECT_NE(st.message().find("matmul"), std::string::npos);
-  EXPECT_FALSE(f.reg.run({"add", {1, 4}, {3}, {}, {}}, f.mem, f.ctx).ok());
-  EXPECT_EQ(f.reg.run({"add", {1, 77}, {3}, {}, {}}, f.mem, f.ctx).code(), errc::not_found);
-  EXPECT_EQ(f.reg.run({"no_such_kernel", {1}, {3}, {}, {}}, f.mem, f.ctx).code(), errc::not_found);
-  EXPECT_FALSE(f.reg.check({"add", {1}, {3}, {}, {}}).ok());  // arity
-  EXPECT_FALSE(f.reg.run({"scale", {1}, {3}, {}, {}}, f.mem, f.ctx).ok());  // missing factor
+  EXPECT_FALSE(f.reg.run({models::kernel_id::add, {1, 4}, {3}, {}, {}}, f.mem, f.ctx).ok());
+  EXPECT_EQ(f.reg.run({models::kernel_id::add, {1, 77}, {3}, {}, {}}, f.mem, f.ctx).code(), errc::not_found);
+  EXPECT_EQ(f.reg.run({models::kernel_id::layer_norm, {1}, {3}, {}, {}}, f.mem, f.ctx).code(), errc::not_found);
+  EXPECT_FALSE(f.reg.check({models::kernel_id::add, {1}, {3}, {}, {}}).ok());  // arity
+  EXPECT_FALSE(f.reg.run({models::kernel_id::scale, {1}, {3}, {}, {}}, f.mem, f.ctx).ok());  // missing factor
+}
+
+// A call whose parameters do not fit the kernel's struct is refused at load (check) and at run,
+// naming the field, before the kernel touches a tensor.
+TEST(Kernels, ParametersThatDoNotFitTheKernelsStructAreRefused) {
+  fixture f;
+  f.make(1, {2, 2}, {1, 2, 3, 4});
+  f.make(2, {2, 2}, {1, 0, 0, 1});
+  f.make(3, {2, 2});
+  const exchange::kernel_call missing{models::kernel_id::scale, {1}, {3}, {}, {}};
+  EXPECT_FALSE(f.reg.check(missing).ok());
+  const exchange::kernel_call not_bool{models::kernel_id::matmul, {1, 2}, {3}, {2}, {}};
+  status st = f.reg.check(not_bool);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("accumulate"), std::string::npos) << st.to_string();
+  st = f.reg.run(not_bool, f.mem, f.ctx);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("accumulate"), std::string::npos) << st.to_string();
+  EXPECT_TRUE(f.reg.check(exchange::make_call<models::kernel_id::scale>({1}, {3}, {0.5f})).ok());
 }

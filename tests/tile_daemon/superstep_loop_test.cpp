@@ -202,9 +202,10 @@ TEST(SuperstepLoop, TreeBarrierHoldsEveryTileUntilAllArrived) {
       std::atomic<uint32_t> early{0};
       std::atomic<uint64_t> tokens{0};
       kernel_registry reg = kernel_registry::with_builtins();
-      reg.add("arrive", {.min_inputs = 0, .max_inputs = 0, .min_outputs = 0, .max_outputs = 0},
+      // The test's "arrive" kernel stands in for scale (the registry holds kernels of the list only).
+      reg.add(models::kernel_id::scale, {.min_inputs = 0, .max_inputs = 0, .min_outputs = 0, .max_outputs = 0},
               [&](const kernel_args& a) {
-                const auto s = static_cast<uint32_t>(a.params[0]);
+                const auto s = static_cast<uint32_t>(a.params_as<models::scale_params>()->factor);
                 if (s > 0 && arrived[s - 1].load() != n) ++early;  // left barrier s - 1 too soon
                 // Stagger the tiles so some arrive late.
                 if ((a.ctx.tile_id * 7 + s) % 5 == 0) std::this_thread::sleep_for(2ms);
@@ -216,7 +217,7 @@ TEST(SuperstepLoop, TreeBarrierHoldsEveryTileUntilAllArrived) {
       for (uint32_t t = 0; t < n; ++t) p.tiles.push_back(n - 1 - t);  // ranks are not tile ids
       for (uint32_t s = 0; s < steps; ++s) {
         exchange::superstep st;
-        st.compute.push_back({"arrive", {}, {}, {int64_t(s)}, {}});
+        st.compute.push_back(exchange::make_call<models::kernel_id::scale>({}, {}, {float(s)}));
         p.steps.push_back(st);
       }
       std::vector<status> st(n);
@@ -370,9 +371,9 @@ ipc_pair_result run_ipc_pair(uint64_t in_place_min_bytes, uint64_t capacity, con
   ipc_pair_result out;
   std::atomic<bool> failed{false};
   auto whole = [](uint32_t id) { return exchange::slice_ref{id, exchange::slice_kind::fixed, 0, n, 0, 1}; };
-  auto call = [](std::string k, std::vector<uint32_t> in, uint32_t o, std::vector<float> f = {}) {
+  auto call = [](models::kernel_id k, std::vector<uint32_t> in, uint32_t o, std::vector<float> f = {}) {
     exchange::kernel_call c;
-    c.kernel = std::move(k);
+    c.kernel = k;
     c.inputs = std::move(in);
     c.outputs = {o};
     c.fparams = std::move(f);
@@ -392,15 +393,15 @@ ipc_pair_result run_ipc_pair(uint64_t in_place_min_bytes, uint64_t capacity, con
       p.steps.resize(4);
       p.steps[0].sends.push_back({peer, 1, whole(1)});
       p.steps[0].recvs.push_back({peer, 1, whole(2), false});
-      p.steps[1].compute.push_back(call("add", {1, 2}, 3));
+      p.steps[1].compute.push_back(call(models::kernel_id::add, {1, 2}, 3));
       p.steps[1].sends.push_back({peer, 2, {2, exchange::slice_kind::fixed, 0, n / 2, 0, 1}});
       p.steps[1].recvs.push_back({peer, 2, {1, exchange::slice_kind::fixed, 0, n / 2, 0, 1}, false});
-      p.steps[2].compute.push_back(call("scale", {2}, 2, {3.f}));
+      p.steps[2].compute.push_back(call(models::kernel_id::scale, {2}, 2, {3.f}));
       p.steps[2].sends.push_back({peer, 3, whole(3)});
       p.steps[2].sends.push_back({peer, 4, whole(2)});
       p.steps[2].recvs.push_back({peer, 3, whole(2), false});
       p.steps[2].recvs.push_back({peer, 4, whole(3), true});
-      p.steps[3].compute.push_back(call("add", {2, 3}, 1));
+      p.steps[3].compute.push_back(call(models::kernel_id::add, {2, 3}, 1));
       for (auto& s : p.steps) s.sync = false;
       p.steps[3].sync = true;
       fault_injector faults(plan.for_tile(int(t)), int(t), 0);

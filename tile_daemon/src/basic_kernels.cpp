@@ -33,13 +33,14 @@ status add_kernel(const kernel_args& a) {
   return ok_status();
 }
 
-// out = in * fparams[0]
+// out = in * factor
 status scale_kernel(const kernel_args& a) {
-  if (a.fparams.size() != 1) return status::invalid("scale takes one real parameter (the factor)");
+  auto p = a.params_as<models::scale_params>();
+  if (!p) return p.error();
   TESSERA_RETURN_IF_ERROR(same_elements(*a.inputs[0], *a.outputs[0]));
   const float* x = a.inputs[0]->f32();
   float* o = a.outputs[0]->f32();
-  const float s = a.fparams[0];
+  const float s = p->factor;
   for (uint64_t i = 0, n = a.outputs[0]->elements(); i < n; ++i) o[i] = x[i] * s;
   return ok_status();
 }
@@ -57,8 +58,10 @@ status reduce_sum_kernel(const kernel_args& a) {
   return ok_status();
 }
 
-// out[M,N] = A[M,K] x B[K,N] (+ out when params[0] == 1: accumulate). Rank-2 tensors.
+// out[M,N] = A[M,K] x B[K,N] (+ out when accumulating). Rank-2 tensors.
 status matmul_kernel(const kernel_args& a) {
+  auto p = a.params_as<models::matmul_params>();
+  if (!p) return p.error();
   const auto& A = *a.inputs[0];
   const auto& B = *a.inputs[1];
   auto& C = *a.outputs[0];
@@ -69,7 +72,7 @@ status matmul_kernel(const kernel_args& a) {
     return status::invalid("matmul shapes do not agree: [" + std::to_string(M) + "," + std::to_string(K) + "] x [" +
                            std::to_string(B.desc.shape[0]) + "," + std::to_string(N) + "] -> [" +
                            std::to_string(C.desc.shape[0]) + "," + std::to_string(C.desc.shape[1]) + "]");
-  const float beta = (!a.params.empty() && a.params[0] == 1) ? 1.f : 0.f;
+  const float beta = p->accumulate ? 1.f : 0.f;
   if (M == 0 || N == 0) return ok_status();
   dnnl_status_t st = dnnl_sgemm('N', 'N', M, N, K, 1.f, A.f32(), K, B.f32(), N, beta, C.f32(), N);
   if (st != dnnl_success) return status::internal("oneDNN sgemm failed with status " + std::to_string(st));

@@ -1,13 +1,13 @@
 // BERT's kernels for tile programs: thin adapters from tile tensors to models/kernels.hpp.
 //
-// Every kernel works on the rows of one micro-batch (params[0] = micro, params[1] = micros) of
+// Every kernel works on the rows of one micro-batch (its parameters' micro of micros) of
 // the batch being run, so the unused tail of the token budget is never computed.
-//   embed             ids, types, word, position, type, gamma, beta -> x            fparams: eps
-//   linear            x, W [out,in], (bias) -> y                      params[2]: 0 none, 1 gelu, 2 gelu_tanh,
-//                                                                     3 relu, 4 silu
-//   attention         qkv [B, 3*h*d] -> ctx [B, h*d]                  params[2..3]: heads, head_dim
-//   bias_residual_ln  partial, bias, x, gamma, beta -> x              params[2..3]: part, parts; fparams: eps
-//   classifier        x, pooler_w, pooler_b, cls_w, cls_b -> logits [max_seqs, labels]
+// Parameters: the kernel's struct in models/kernel_params.hpp.
+//   embed             ids, types, word, position, type, gamma, beta -> x            embed_params
+//   linear            x, W [out,in], (bias) -> y                      linear_params (activation)
+//   attention         qkv [B, 3*h*d] -> ctx [B, h*d]                  attention_params
+//   bias_residual_ln  partial, bias, x, gamma, beta -> x              bias_residual_ln_params
+//   classifier        x, pooler_w, pooler_b, cls_w, cls_b -> logits [max_seqs, labels]   rows_params
 //
 // A bf16 model's tiles hold its matrices (embedding tables, Linear weights) and activations
 // (hidden, qkv, context, ffn) as bf16 and everything else as f32: biases, LayerNorm gains, the
@@ -41,10 +41,11 @@ status same_dtype(std::initializer_list<const tile_tensor*> ts, dtype want) {
 
 
 status embed_kernel(const kernel_args& a) {
-  auto m = micro_of(a);
+  auto p = a.params_as<models::embed_params>();
+  if (!p) return p.error();
+  auto m = micro_of(a, *p);
   if (!m) return m.error();
   if (m->r1 == m->r0) return ok_status();
-  if (a.fparams.empty()) return status::invalid("embed needs fparams [eps]");
   auto& x = *a.outputs[0];
   const int64_t hidden = x.desc.shape.size() == 2 ? x.desc.shape[1] : 0;
   TESSERA_RETURN_IF_ERROR(need_rows(x, m->r1, hidden));
@@ -60,19 +61,21 @@ status embed_kernel(const kernel_args& a) {
     std::vector<float> sum(static_cast<size_t>(rows * hidden));
     models::embed(ids, types, m->offsets.data(), seqs, bf16_of(*a.inputs[2]), bf16_of(*a.inputs[3]),
                   bf16_of(*a.inputs[4]), hidden, sum.data());
-    models::layer_norm(sum.data(), rows, hidden, a.inputs[5]->f32(), a.inputs[6]->f32(), a.fparams[0],
+    models::layer_norm(sum.data(), rows, hidden, a.inputs[5]->f32(), a.inputs[6]->f32(), p->eps,
                        bf16_of(x) + m->r0 * hidden);
     return ok_status();
   }
   float* out = x.f32() + m->r0 * hidden;
   models::embed(ids, types, m->offsets.data(), seqs, a.inputs[2]->f32(), a.inputs[3]->f32(), a.inputs[4]->f32(),
                 hidden, out);
-  models::layer_norm(out, rows, hidden, a.inputs[5]->f32(), a.inputs[6]->f32(), a.fparams[0], out);
+  models::layer_norm(out, rows, hidden, a.inputs[5]->f32(), a.inputs[6]->f32(), p->eps, out);
   return ok_status();
 }
 
 status linear_kernel(const kernel_args& a) {
-  auto m = micro_of(a);
+  auto p = a.params_as<models::linear_params>();
+  if (!p) return p.error();
+  auto m = micro_of(a, *p);
   if (!m) return m.error();
   const auto& w = *a.inputs[1];
   if (w.desc.shape.size() != 2) return status::invalid("weight must be [out, in]");
@@ -96,15 +99,7 @@ status linear_kernel(const kernel_args& a) {
     else std::copy(fill.begin(), fill.end(), y.f32() + m->r0 * out);
     return ok_status();
   }
-  models::activation act = models::activation::none;
-  switch (a.params.size() > 2 ? a.params[2] : 0) {
-    case 0: break;
-    case 1: act = models::activation::gelu_erf; break;
-    case 2: act = models::activation::gelu_tanh; break;
-    case 3: act = models::activation::relu; break;
-    case 4: act = models::activation::silu; break;
-    default: return status::invalid("linear: unknown activation " + std::to_string(a.params[2]));
-  }
+  const models::activation act = p->act;
   if (is_bf16(x)) {
     const auto W = models::bf16_weight::view(bf16_of(w), out, in);
     const models::bfloat16* xs = bf16_of(x) + m->r0 * in;
@@ -118,10 +113,11 @@ status linear_kernel(const kernel_args& a) {
 }
 
 status attention_kernel(const kernel_args& a) {
-  auto m = micro_of(a);
+  auto p = a.params_as<models::attention_params>();
+  if (!p) return p.error();
+  auto m = micro_of(a, *p);
   if (!m) return m.error();
-  if (a.params.size() < 4) return status::invalid("attention needs params [micro, micros, heads, head_dim]");
-  const int heads = static_cast<int>(a.params[2]), head_dim = static_cast<int>(a.params[3]);
+  const int heads = static_cast<int>(p->heads), head_dim = static_cast<int>(p->head_dim);
   const int64_t width = int64_t{heads} * head_dim;
   TESSERA_RETURN_IF_ERROR(need_rows(*a.inputs[0], m->r1, 3 * width));
   TESSERA_RETURN_IF_ERROR(need_rows(*a.outputs[0], m->r1, width));
@@ -143,10 +139,11 @@ status attention_kernel(const kernel_args& a) {
 }
 
 status bias_residual_ln_kernel(const kernel_args& a) {
-  auto m = micro_of(a);
+  auto prm = a.params_as<models::bias_residual_ln_params>();
+  if (!prm) return prm.error();
+  auto m = micro_of(a, *prm);
   if (!m) return m.error();
-  if (a.params.size() < 4 || a.fparams.empty()) return status::invalid("needs params [micro, micros, part, parts], fparams [eps]");
-  auto part = exchange::token_partition(m->r1 - m->r0, static_cast<uint32_t>(a.params[2]), static_cast<uint32_t>(a.params[3]));
+  auto part = exchange::token_partition(m->r1 - m->r0, prm->part, prm->parts);
   const int64_t r0 = m->r0 + part.begin, rows = part.end - part.begin;
   auto& partial = *a.inputs[0];
   auto& x = *a.outputs[0];
@@ -160,16 +157,18 @@ status bias_residual_ln_kernel(const kernel_args& a) {
   for (int64_t r = 0; r < rows; ++r) models::add(p + r * hidden, bias, hidden, p + r * hidden);
   if (is_bf16(x)) {
     models::bfloat16* xr = bf16_of(x) + r0 * hidden;
-    models::add_layer_norm(p, xr, rows, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), a.fparams[0], xr);
+    models::add_layer_norm(p, xr, rows, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), prm->eps, xr);
     return ok_status();
   }
   float* xr = x.f32() + r0 * hidden;
-  models::add_layer_norm(p, xr, rows, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), a.fparams[0], xr);
+  models::add_layer_norm(p, xr, rows, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), prm->eps, xr);
   return ok_status();
 }
 
 status classifier_kernel(const kernel_args& a) {
-  auto m = micro_of(a);
+  auto p = a.params_as<models::rows_params>();
+  if (!p) return p.error();
+  auto m = micro_of(a, *p);
   if (!m) return m.error();
   auto& x = *a.inputs[0];
   auto& logits = *a.outputs[0];
@@ -198,11 +197,11 @@ status classifier_kernel(const kernel_args& a) {
 }  // namespace
 
 void register_bert_kernels(kernel_registry& reg) {
-  reg.add("embed", {7, 7, 1, 1, true}, embed_kernel);
-  reg.add("linear", {2, 3, 1, 1, true}, linear_kernel);
-  reg.add("attention", {1, 1, 1, 1, true}, attention_kernel);
-  reg.add("bias_residual_ln", {5, 5, 1, 1, true}, bias_residual_ln_kernel);
-  reg.add("classifier", {5, 5, 1, 1, true}, classifier_kernel);
+  reg.add(models::kernel_id::embed, {7, 7, 1, 1, true}, embed_kernel);
+  reg.add(models::kernel_id::linear, {2, 3, 1, 1, true}, linear_kernel);
+  reg.add(models::kernel_id::attention, {1, 1, 1, 1, true}, attention_kernel);
+  reg.add(models::kernel_id::bias_residual_ln, {5, 5, 1, 1, true}, bias_residual_ln_kernel);
+  reg.add(models::kernel_id::classifier, {5, 5, 1, 1, true}, classifier_kernel);
 }
 
 }  // namespace tessera::tile

@@ -1,21 +1,22 @@
 // Decoder kernels for tile programs (GPT-2, LLaMA): thin adapters from tile tensors to
 // models/kernels.hpp, the functions decoder_model::step runs, on the tile's layers and heads.
-// Every kernel works on the rows of one micro-batch (params[0] = micro, params[1] = micros).
-// The step metadata (int32, placement.hpp tensor_ids::step_meta) gives each sequence's start
-// position, whether it wants logits, and its block table: it travels with every step.
+// Every kernel works on the rows of one micro-batch (its parameters' micro of micros); the
+// parameters are the kernel's struct in models/kernel_params.hpp.
+// The step metadata (models/step_meta.hpp; placement.hpp tensor_ids::step_meta) gives each
+// sequence's start position, whether it wants logits, and its block table: it travels with every step.
 //   dec_embed      ids, meta, token_embedding, (position_embedding) -> x
-//   dec_norm       x, w, (b) -> y                               params[2]: 1 RMSNorm, 0 LayerNorm; fparams: eps
-//   dec_attention  q, k, v, meta, kv_keys, kv_values -> ctx     params[2..10]: local layer, q0, q1, k0, k1, head_dim,
-//                                                                group, rotary, (sliding window, 0 = none);
-//                                                                fparams: rope_theta, position scale
-//   dec_residual   partial, x, (bias) -> x                      params[2..3]: part, parts (rows this lane owns)
-//   dec_multiply   a, b -> b (b = a * b)
+//   dec_norm       x, w, (b) -> y                               dec_norm_params (RMSNorm or LayerNorm, eps)
+//   dec_attention  q, k, v, meta, kv_keys, kv_values -> ctx     dec_attention_params (layer, heads, RoPE, window)
+//   dec_residual   partial, x, (bias) -> x                      dec_residual_params (rows this lane owns)
+//   dec_multiply   a, b -> b (b = a * b)                        rows_params
 //   dec_logits     x, meta, lm_head, norm_w, (norm_b) -> logits [max_seqs, vocab], last_rows [max_seqs, hidden]
+//                                                               dec_norm_params (the final norm)
 #include <algorithm>
 #include <vector>
 
 #include "kernel_util.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/step_meta.hpp"
 #include "tessera/tile/kernel_registry.hpp"
 
 namespace tessera::tile {
@@ -24,34 +25,18 @@ namespace {
 using detail::micro_of;
 using detail::need_rows;
 
-struct meta_view {
-  const int32_t* d = nullptr;
-  int stride = 0;
-  const int32_t* seq(int64_t s) const { return d + 2 + s * (3 + int64_t{stride}); }
-  int32_t start(int64_t s) const { return seq(s)[0]; }
-  bool want(int64_t s) const { return seq(s)[1] != 0; }
-  int32_t blocks(int64_t s) const { return seq(s)[2]; }
-  const int32_t* table(int64_t s) const { return seq(s) + 3; }
-};
-
-result<meta_view> meta_of(const kernel_args& a, const tile_tensor& t) {
-  const uint64_t n = t.elements();
-  if (n < 2) return status::invalid("step metadata tensor '" + t.desc.name + "' is too small");
-  meta_view m{t.i32(), t.i32()[1]};
-  const int32_t seqs = t.i32()[0];
-  if (seqs != static_cast<int32_t>(a.ctx.seq_lengths.size()))
-    return status::invalid("step metadata names " + std::to_string(seqs) + " sequences, the batch has " +
-                           std::to_string(a.ctx.seq_lengths.size()));
-  if (m.stride < 0 || 2 + uint64_t(seqs) * (3 + uint64_t(m.stride)) > n)
-    return status::invalid("step metadata overruns its tensor (" + std::to_string(n) + " values)");
-  for (int64_t s = 0; s < seqs; ++s)
-    if (m.start(s) < 0 || m.blocks(s) < 0 || m.blocks(s) > m.stride)
-      return status::invalid("step metadata of sequence " + std::to_string(s) + " is malformed");
+/// The step metadata tensor of this batch (models/step_meta.hpp), checked.
+result<models::step_meta_view> meta_of(const kernel_args& a, const tile_tensor& t) {
+  auto m = models::step_meta_view::parse({t.i32(), static_cast<size_t>(t.elements())},
+                                         static_cast<int64_t>(a.ctx.seq_lengths.size()));
+  if (!m) return m.error().with_context("tensor '" + t.desc.name + "'");
   return m;
 }
 
 status dec_embed(const kernel_args& a) {
-  auto mv = micro_of(a);
+  auto prm = a.params_as<models::rows_params>();
+  if (!prm) return prm.error();
+  auto mv = micro_of(a, *prm);
   if (!mv) return mv.error();
   auto meta = meta_of(a, *a.inputs[1]);
   if (!meta) return meta.error();
@@ -85,9 +70,10 @@ status dec_embed(const kernel_args& a) {
 }
 
 status dec_norm(const kernel_args& a) {
-  auto mv = micro_of(a);
+  auto prm = a.params_as<models::dec_norm_params>();
+  if (!prm) return prm.error();
+  auto mv = micro_of(a, *prm);
   if (!mv) return mv.error();
-  if (a.params.size() < 3 || a.fparams.empty()) return status::invalid("dec_norm needs params [micro, micros, rms], fparams [eps]");
   const int64_t hidden = a.inputs[1]->elements();
   TESSERA_RETURN_IF_ERROR(need_rows(*a.inputs[0], mv->r1, hidden));
   TESSERA_RETURN_IF_ERROR(need_rows(*a.outputs[0], mv->r1, hidden));
@@ -95,27 +81,28 @@ status dec_norm(const kernel_args& a) {
   if (rows == 0) return ok_status();
   const float* x = a.inputs[0]->f32() + mv->r0 * hidden;
   float* y = a.outputs[0]->f32() + mv->r0 * hidden;
-  if (a.params[2] == 1) {
-    models::rms_norm(x, rows, hidden, a.inputs[1]->f32(), a.fparams[0], y);
+  if (prm->rms) {
+    models::rms_norm(x, rows, hidden, a.inputs[1]->f32(), prm->eps, y);
   } else {
     if (a.inputs.size() < 3) return status::invalid("dec_norm: LayerNorm needs a bias");
-    models::layer_norm(x, rows, hidden, a.inputs[1]->f32(), a.inputs[2]->f32(), a.fparams[0], y);
+    models::layer_norm(x, rows, hidden, a.inputs[1]->f32(), a.inputs[2]->f32(), prm->eps, y);
   }
   return ok_status();
 }
 
 status dec_attention(const kernel_args& a) {
-  auto mv = micro_of(a);
+  auto prm = a.params_as<models::dec_attention_params>();
+  if (!prm) return prm.error();
+  auto mv = micro_of(a, *prm);
   if (!mv) return mv.error();
-  if (a.params.size() < 10 || a.fparams.size() < 2)
-    return status::invalid("dec_attention needs params [micro, micros, layer, q0, q1, k0, k1, head_dim, group, rotary], "
-                           "fparams [theta, scale]");
-  const int layer = static_cast<int>(a.params[2]), q0 = static_cast<int>(a.params[3]), q1 = static_cast<int>(a.params[4]),
-            k0 = static_cast<int>(a.params[5]), k1 = static_cast<int>(a.params[6]), d = static_cast<int>(a.params[7]),
-            group = static_cast<int>(a.params[8]);
-  const bool rotary = a.params[9] != 0;
-  const int64_t window = a.params.size() > 10 ? a.params[10] : 0;
-  if (window < 0 || window > INT32_MAX) return status::invalid("dec_attention: sliding window " + std::to_string(window) + " is out of range");
+  if (prm->layer > INT32_MAX || prm->q1 > INT32_MAX || prm->k1 > INT32_MAX || prm->head_dim > INT32_MAX ||
+      prm->group > INT32_MAX || prm->window > INT32_MAX)
+    return status::invalid("dec_attention: a parameter is out of range");
+  const int layer = static_cast<int>(prm->layer), q0 = static_cast<int>(prm->q0), q1 = static_cast<int>(prm->q1),
+            k0 = static_cast<int>(prm->k0), k1 = static_cast<int>(prm->k1), d = static_cast<int>(prm->head_dim),
+            group = static_cast<int>(prm->group);
+  const bool rotary = prm->rotary;
+  const int64_t window = prm->window;
   const int nq = q1 - q0, nk = k1 - k0;
   if (nq <= 0 || nk <= 0 || d <= 0 || group <= 0 || q0 / group < k0 || (q1 - 1) / group >= k1)
     return status::invalid("dec_attention: query heads [" + std::to_string(q0) + ", " + std::to_string(q1) +
@@ -165,7 +152,7 @@ status dec_attention(const kernel_args& a) {
   float* vp = v.f32() + mv->r0 * ldk;
   if (rotary) {
     std::vector<float> cos_t(static_cast<size_t>(T * d / 2)), sin_t(cos_t.size());
-    models::rotary_tables(positions.data(), T, d, a.fparams[0], a.fparams[1], cos_t.data(), sin_t.data());
+    models::rotary_tables(positions.data(), T, d, prm->rope_theta, prm->position_scale, cos_t.data(), sin_t.data());
     models::apply_rotary(qp, T, nq, d, ldq, cos_t.data(), sin_t.data());
     models::apply_rotary(kp, T, nk, d, ldk, cos_t.data(), sin_t.data());
   }
@@ -195,10 +182,11 @@ status dec_attention(const kernel_args& a) {
 }
 
 status dec_residual(const kernel_args& a) {
-  auto mv = micro_of(a);
+  auto prm = a.params_as<models::dec_residual_params>();
+  if (!prm) return prm.error();
+  auto mv = micro_of(a, *prm);
   if (!mv) return mv.error();
-  if (a.params.size() < 4) return status::invalid("dec_residual needs params [micro, micros, part, parts]");
-  auto part = exchange::token_partition(mv->r1 - mv->r0, static_cast<uint32_t>(a.params[2]), static_cast<uint32_t>(a.params[3]));
+  auto part = exchange::token_partition(mv->r1 - mv->r0, prm->part, prm->parts);
   auto& x = *a.outputs[0];
   const int64_t hidden = x.desc.shape.size() == 2 ? x.desc.shape[1] : 0;
   TESSERA_RETURN_IF_ERROR(need_rows(*a.inputs[0], mv->r1, hidden));
@@ -214,7 +202,9 @@ status dec_residual(const kernel_args& a) {
 }
 
 status dec_multiply(const kernel_args& a) {
-  auto mv = micro_of(a);
+  auto prm = a.params_as<models::rows_params>();
+  if (!prm) return prm.error();
+  auto mv = micro_of(a, *prm);
   if (!mv) return mv.error();
   auto &g = *a.inputs[0], &u = *a.inputs[1];
   const int64_t width = u.desc.shape.size() == 2 ? u.desc.shape[1] : 0;
@@ -226,9 +216,10 @@ status dec_multiply(const kernel_args& a) {
 }
 
 status dec_logits(const kernel_args& a) {
-  auto mv = micro_of(a);
+  auto prm = a.params_as<models::dec_norm_params>();
+  if (!prm) return prm.error();
+  auto mv = micro_of(a, *prm);
   if (!mv) return mv.error();
-  if (a.params.size() < 3 || a.fparams.empty()) return status::invalid("dec_logits needs params [micro, micros, rms], fparams [eps]");
   auto meta = meta_of(a, *a.inputs[1]);
   if (!meta) return meta.error();
   const auto& x = *a.inputs[0];
@@ -250,11 +241,11 @@ status dec_logits(const kernel_args& a) {
   }
   if (n == 0) return ok_status();
   float* rows = last.f32() + first * hidden;
-  if (a.params[2] == 1) {
-    models::rms_norm(rows, n, hidden, a.inputs[3]->f32(), a.fparams[0], rows);
+  if (prm->rms) {
+    models::rms_norm(rows, n, hidden, a.inputs[3]->f32(), prm->eps, rows);
   } else {
     if (a.inputs.size() < 5) return status::invalid("dec_logits: LayerNorm needs a bias");
-    models::layer_norm(rows, n, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), a.fparams[0], rows);
+    models::layer_norm(rows, n, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), prm->eps, rows);
   }
   models::linear(rows, n, hidden, head.f32(), nullptr, vocab, logits.f32() + first * vocab);
   return ok_status();
@@ -263,12 +254,12 @@ status dec_logits(const kernel_args& a) {
 }  // namespace
 
 void register_decoder_kernels(kernel_registry& reg) {
-  reg.add("dec_embed", {3, 4, 1, 1}, dec_embed);
-  reg.add("dec_norm", {2, 3, 1, 1}, dec_norm);
-  reg.add("dec_attention", {6, 6, 1, 1}, dec_attention);
-  reg.add("dec_residual", {2, 3, 1, 1}, dec_residual);
-  reg.add("dec_multiply", {2, 2, 1, 1}, dec_multiply);
-  reg.add("dec_logits", {4, 5, 2, 2}, dec_logits);
+  reg.add(models::kernel_id::dec_embed, {3, 4, 1, 1}, dec_embed);
+  reg.add(models::kernel_id::dec_norm, {2, 3, 1, 1}, dec_norm);
+  reg.add(models::kernel_id::dec_attention, {6, 6, 1, 1}, dec_attention);
+  reg.add(models::kernel_id::dec_residual, {2, 3, 1, 1}, dec_residual);
+  reg.add(models::kernel_id::dec_multiply, {2, 2, 1, 1}, dec_multiply);
+  reg.add(models::kernel_id::dec_logits, {4, 5, 2, 2}, dec_logits);
 }
 
 }  // namespace tessera::tile

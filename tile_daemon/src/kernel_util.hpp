@@ -15,10 +15,9 @@ struct micro_view {
   std::vector<int32_t> offsets;    // of sequences [s0, s1], rebased to r0
 };
 
-inline result<micro_view> micro_of(const kernel_args& a) {
-  if (a.params.size() < 2) return status::invalid("needs params [micro, micros, ...]");
+inline result<micro_view> micro_of(const kernel_args& a, const models::micro_batch& mb) {
   if (!a.ctx.rows) return status::invalid("no batch rows in the kernel context");
-  const auto micro = static_cast<uint32_t>(a.params[0]), micros = static_cast<uint32_t>(a.params[1]);
+  const uint32_t micro = mb.micro, micros = mb.micros;
   if (micros == 0 || micro >= micros) return status::invalid("micro-batch index out of range");
   micro_view v;
   auto rows = a.ctx.rows->micro_rows(micro, micros);

@@ -78,7 +78,7 @@ demo_program make_matmul_demo(matmul_split split, uint32_t tiles, int64_t m, int
     d.storage.push_back(std::move(b_part));
     d.allocations.push_back({t, mat(id_b, "B", inner, cols), d.storage.back().data()});
     p.temporaries.push_back(mat(id_c, "C", rows, cols));
-    s.compute.push_back({"matmul", {id_a, id_b}, {id_c}, {}, {}});
+    s.compute.push_back(make_call<models::kernel_id::matmul>({id_a, id_b}, {id_c}));
     if (split == matmul_split::inner) {
       // All-reduce of the partial C: reduce-scatter by row blocks, then all-gather.
       superstep gather;

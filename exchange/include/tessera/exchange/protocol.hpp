@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tessera/common/status.hpp"
+#include "tessera/models/kernel_params.hpp"
 #include "tessera/exchange/fault_plan.hpp"
 
 namespace tessera::exchange {
@@ -109,14 +110,22 @@ struct batch_rows {
   row_range micro_seqs(uint32_t micro, uint32_t micros) const;
 };
 
-/// One kernel invocation of a compute set.
+/// One kernel invocation of a compute set. The parameters are the kernel's typed struct
+/// (models/kernel_params.hpp) in wire form; make_call writes them, the codec checks them.
 struct kernel_call {
-  std::string kernel;               ///< registry name, e.g. "matmul"
+  models::kernel_id kernel = models::kernel_id::copy;
   std::vector<uint32_t> inputs;     ///< tensor ids
   std::vector<uint32_t> outputs;    ///< tensor ids
-  std::vector<int64_t> params;      ///< kernel-specific integers
-  std::vector<float> fparams;       ///< kernel-specific reals
+  std::vector<int64_t> params;      ///< the parameter struct's integers, in field order
+  std::vector<float> fparams;       ///< its reals, in field order
 };
+
+/// A call of kernel K with its parameter struct: `make_call<kernel_id::linear>(ins, outs, {{m, M}, act})`.
+template <models::kernel_id K>
+kernel_call make_call(std::vector<uint32_t> inputs, std::vector<uint32_t> outputs, const models::params_t<K>& p = {}) {
+  auto w = models::to_wire(p);
+  return {K, std::move(inputs), std::move(outputs), std::move(w.ints), std::move(w.reals)};
+}
 
 struct send_op {
   uint32_t peer = 0;

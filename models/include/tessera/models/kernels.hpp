@@ -18,15 +18,14 @@
 
 #include <cstdint>
 
+#include "tessera/models/kernel_params.hpp"  // activation
+
 namespace tessera::models {
 
 /// Sets oneDNN/OpenMP threads (tiles 1, the reference 2), n >= 1. OpenMP keeps this per calling
 /// thread: a worker std::thread that runs kernels calls it itself.
 void set_num_threads(int n);
 int num_threads();
-
-/// Activation fused after a linear layer (silu = x * sigmoid(x)).
-enum class activation { none, gelu_erf, gelu_tanh, relu, silu };
 
 /// y[T, out] = act(x[T, in] W^T + bias), W [out, in] row-major (HF Linear), bias [out] or nullptr.
 /// ldx/ldy are row strides of x and y (0 = dense). T may vary from call to call at no cost: the

@@ -1,12 +1,15 @@
-// tessera/tile/kernel_registry.hpp: kernels by name, as a tile's compute sets call them.
+// tessera/tile/kernel_registry.hpp: kernels by id (models/kernel_list.hpp), as a tile's compute
+// sets call them.
 //
-// A kernel is a function over tensors in tile memory plus integer and real parameters. Kernels
+// A kernel is a function over tensors in tile memory plus its typed parameters
+// (models/kernel_params.hpp; read with kernel_args::params_as). Kernels
 // know nothing of supersteps, exchange or placement (PopLibs' codelets); the registry checks
 // arity when a program is loaded and the kernel checks shapes when it runs. A shape mistake in
 // a program is a status (the host compiled something wrong), never an abort of the tile.
 //
 //   kernel_registry reg = kernel_registry::with_builtins();
-//   reg.add("my_fill", {.min_inputs = 0, .min_outputs = 1}, [](const kernel_args& a) { ...; return ok_status(); });
+//   reg.add(models::kernel_id::scale, {.min_inputs = 1}, [](const kernel_args& a) {
+//     auto p = a.params_as<models::scale_params>();  if (!p) return p.error();  ...  });
 //   status st = reg.run(call, memory, ctx);
 #pragma once
 
@@ -18,6 +21,7 @@
 #include "tessera/common/status.hpp"
 #include "tessera/exchange/protocol.hpp"
 #include "tessera/models/kernel_list.hpp"
+#include "tessera/models/kernel_params.hpp"
 #include "tessera/tile/tile_memory.hpp"
 
 namespace tessera::tile {
@@ -35,8 +39,16 @@ struct kernel_args {
   const kernel_context& ctx;
   std::span<tile_tensor* const> inputs;
   std::span<tile_tensor* const> outputs;
-  std::span<const int64_t> params;
+  std::span<const int64_t> params;  ///< the parameter struct in wire form (read it with params_as)
   std::span<const float> fparams;
+
+  /// The call's parameters as the kernel's struct (checked counts and ranges).
+  template <class P>
+  result<P> params_as() const {
+    P p;
+    if (auto err = models::from_wire(p, params, fparams)) return status::invalid("parameters: " + *err);
+    return p;
+  }
 };
 
 using kernel_fn = std::function<status(const kernel_args&)>;
@@ -56,12 +68,10 @@ class kernel_registry {
   /// A registry holding copy, add, scale, reduce_sum, matmul and (bert_kernels.cpp) BERT's kernels.
   static kernel_registry with_builtins();
 
-  void add(std::string name, kernel_signature sig, kernel_fn fn);
-  /// A kernel of tessera's list (tessera/models/kernel_list.hpp), under its name there.
-  void add(models::kernel_id id, kernel_signature sig, kernel_fn fn) {
-    add(std::string(models::kernel_name(id)), sig, std::move(fn));
-  }
-  bool has(const std::string& name) const { return kernels_.count(name) != 0; }
+  /// Registers the kernel `id` of tessera's list (tessera/models/kernel_list.hpp).
+  void add(models::kernel_id id, kernel_signature sig, kernel_fn fn);
+  bool has(models::kernel_id id) const { return kernels_.count(id) != 0; }
+  /// The registered kernels' names, in list order.
   std::vector<std::string> names() const;
 
   /// Checks that the kernel exists and the call's arity fits (at program load).
@@ -74,7 +84,7 @@ class kernel_registry {
     kernel_signature sig;
     kernel_fn fn;
   };
-  std::map<std::string, entry> kernels_;
+  std::map<models::kernel_id, entry> kernels_;
 };
 
 /// Registers the elementary kernels (copy, add, scale, reduce_sum, matmul).
