@@ -16,6 +16,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "tessera/host/tile_decoder.hpp"
 #include "tessera/models/batch.hpp"
@@ -166,13 +167,94 @@ TEST(DecoderOnTiles, BadStepsAreErrorsAndTheTilesGoOn) {
         models::step_batch{{{1, {1}, 256, {0}, true}}}}) {   // beyond max positions
     auto e = d.dec->step(0, bad);
     EXPECT_FALSE(e);
-    if (!e) EXPECT_EQ(e.error().code(), errc::invalid_argument) << e.error().message();
+    if (!e) {
+      EXPECT_EQ(e.error().code(), errc::invalid_argument) << e.error().message();
+    }
   }
   // Nothing was sent for the refused steps: the tiles go on with a good one.
   auto ok = d.dec->step(0, models::step_batch{{{1, {5, 6, 7}, 0, {3}, true}}});
   ASSERT_TRUE(ok) << ok.error().to_string();
   EXPECT_EQ(ok->logits.size(), 1u);
 }
+
+// ---- Qwen2 (q/k/v biases) and Mistral (sliding window 7) on tiles ----
+// The seeded checkpoints of tests/data/models/decoders: the mixed schedule against the reference,
+// then the float64 numpy goldens (models/scripts/make_arch_goldens.py) straight from the tiles:
+// the prompt's last logits within 1e-4 and 32 greedy tokens equal up to the first golden near tie.
+
+namespace {
+
+std::string decoders_dir() {
+  const char* src = std::getenv("TESSERA_SOURCE_DIR");
+  return std::string(src ? src : TESSERA_TEST_SOURCE_DIR) + "/tests/data/models/decoders";
+}
+
+nlohmann::json arch_goldens() {
+  std::ifstream f(decoders_dir() + "/arch_goldens.json");
+  return nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+}
+
+void expect_goldens_on_tiles(const std::string& name, tile_decoder& dec, int vocab) {
+  const auto g = arch_goldens();
+  ASSERT_TRUE(g.is_object() && g["models"].contains(name)) << name << " has no goldens";
+  const auto& c = dec.compiled();
+  for (const auto& p : g["models"][name]["prompts"]) {
+    auto ids = p["ids"].get<std::vector<int32_t>>();
+    const auto want = p["logits"].back().get<std::vector<float>>();
+    const auto greedy = p["greedy"].get<std::vector<int32_t>>();
+    const auto margins = p["margins"].get<std::vector<float>>();
+    std::vector<int32_t> blocks;
+    for (int b = 0; b < c.kv.blocks_for(static_cast<int>(ids.size() + greedy.size())); ++b) blocks.push_back(b);
+    auto r = dec.step(0, models::step_batch{{{1, ids, 0, blocks, true}}});
+    ASSERT_TRUE(r) << r.error().to_string();
+    ASSERT_EQ(r->logits.size(), 1u);
+    ASSERT_EQ(static_cast<int>(r->logits[0].size()), vocab);
+    double worst = 0;
+    for (size_t v = 0; v < want.size(); ++v) worst = std::max(worst, double(std::abs(want[v] - r->logits[0][v])));
+    EXPECT_LT(worst, 1e-4) << name << " prompt logits on tiles";
+    size_t compared = 0;
+    for (size_t k = 0; k < greedy.size(); ++k) {
+      const auto& l = r->logits[0];
+      const int32_t next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+      if (compared == k && margins[k] >= 1e-3f) {
+        EXPECT_EQ(next, greedy[k]) << name << " greedy step " << k << " on tiles";
+        ++compared;
+      }
+      r = dec.step(0, models::step_batch{{{1, {next}, static_cast<int32_t>(ids.size()), blocks, true}}});
+      ASSERT_TRUE(r) << r.error().to_string();
+      ids.push_back(next);
+    }
+    EXPECT_GE(compared, 16u) << name;
+  }
+}
+
+}  // namespace
+
+class ArchOnTiles : public ::testing::TestWithParam<std::pair<const char*, plan>> {};
+
+TEST_P(ArchOnTiles, GoldensAndEveryStepEqualTheReference) {
+  const std::string name = GetParam().first;
+  auto m = models::make_decoder_from_config(decoders_dir() + "/" + name + ".config.json", 0);
+  ASSERT_TRUE(m) << m.error().to_string();
+  auto model = std::make_shared<const models::decoder_model>(std::move(*m));
+  const plan& p = GetParam().second;
+  auto d = deploy(model, p.tiles(), p);
+  ASSERT_TRUE(d.dec);
+  expect_steps_equal(*model, *d.dec, 0);
+  expect_goldens_on_tiles(name, *d.dec, model->shape().vocab_size);
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, ArchOnTiles,
+                         ::testing::Values(std::pair{"qwen2-odd", plan{1, 1, 2, 1}}, std::pair{"qwen2-untied", plan{1, 2, 1, 2}},
+                                           std::pair{"mistral-window", plan{1, 1, 2, 1}},
+                                           std::pair{"mistral-window", plan{1, 2, 1, 2}}),
+                         [](const auto& info) {
+                           std::string n = info.param.first;
+                           for (auto& ch : n)
+                             if (ch == '-') ch = '_';
+                           const plan& p = info.param.second;
+                           return n + "_S" + std::to_string(p.stages) + "W" + std::to_string(p.width);
+                         });
 
 // ---- tessera-host --check, as a user runs it ----
 
@@ -246,6 +328,25 @@ INSTANTIATE_TEST_SUITE_P(Plans, HostCheck,
                              if (ch == '-') ch = '_';
                            return m + "_N" + std::to_string(info.param.tiles) + "_" + p;
                          });
+
+// Qwen2 and Mistral as Hugging Face folders (config.json + model.safetensors of the seeded
+// checkpoints): tessera-host --check on tiles against greedy_generate, Mistral's window (7) well
+// inside the 37-token prompts.
+TEST(HostCheck, Qwen2AndMistralFoldersGenerateTheReferenceOnTiles) {
+  for (const auto& [name, tiles, plan_text] : {std::tuple{"qwen2-odd", 2, "1,1,2"}, std::tuple{"mistral-window", 2, "1,2,1,2"}}) {
+    auto m = models::make_decoder_from_config(decoders_dir() + "/" + name + ".config.json", 0);
+    ASSERT_TRUE(m) << m.error().to_string();
+    const fs::path dir = fs::temp_directory_path() / ("tessera-arch-" + std::string(name) + "-" + std::to_string(getpid()));
+    ASSERT_TRUE(models::save_decoder(*m, dir.string()).ok());
+    auto r = run("--model " + dir.string() + " --tiles " + std::to_string(tiles) + " --plan " + plan_text +
+                 " --check 4 --step-token-budget 128 --max-running 8 --kv-blocks 160 --tile-memory 96MiB");
+    fs::remove_all(dir);
+    ASSERT_EQ(r.rc, 0) << name << "\n" << r.out;
+    const int equal = count(r.out, "equal to the reference"), ties = count(r.out, "near tie");
+    EXPECT_EQ(equal + ties, 4) << name << "\n" << r.out;
+    EXPECT_GE(equal, 3) << name << "\n" << r.out;
+  }
+}
 
 TEST(HostCheck, TraceShowsEveryDecoderStepsMixAndKvBlocksPerTile) {
   const fs::path trace = fs::temp_directory_path() / ("tessera-dectiles-trace-" + std::to_string(getpid()) + ".json");
