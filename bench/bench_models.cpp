@@ -12,6 +12,9 @@
 // --dtype bf16 runs the bf16 forward (every mode; d is oneDNN's bf16 matmul) and checks its
 // logits on the first --check requests against the fp32 forward: max and mean |difference| and
 // argmax agreement.
+// --profile times each op of mode a's forwards (tessera/models/op_profile.hpp) and prints a
+// table: seconds, share of the forward, GFLOP/s of the GEMMs and attention, and attention's parts
+// as shares of its time; --profile-csv FILE writes the same rows as CSV.
 // Prints a table and RESULT lines (key=value, as ../shared/peers/summarize.py reads).
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -30,6 +33,7 @@
 #include "tessera/models/bf16_weights.hpp"
 #include "tessera/models/forward.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/op_profile.hpp"
 #include "tessera/common/cli.hpp"
 #include "tessera/common/cpu_time.hpp"
 
@@ -96,10 +100,51 @@ double bf16_gemm_seconds(const bert_config& c, int64_t T, double& flops, double&
   return now() - t0;
 }
 
+// The per-op table of a profiled mode a (stdout) and its CSV rows.
+void print_profile(const forward_profile& p, const std::string& dtype, const std::string& csv_path) {
+  struct line {
+    std::string op;
+    double secs, flops;
+  };
+  std::vector<line> lines;
+  double timed = 0;
+  for (int i = 0; i < kForwardOps; ++i) {
+    lines.push_back({op_name(static_cast<forward_op>(i)), p.secs[static_cast<size_t>(i)],
+                     p.flops[static_cast<size_t>(i)]});
+    timed += p.secs[static_cast<size_t>(i)];
+  }
+  lines.push_back({"between ops", p.forward_secs - timed, 0});
+  // Attention's parts: its wall time split in proportion to the parts' thread-seconds.
+  const double attn = p.secs[static_cast<size_t>(forward_op::attention)];
+  double part_total = 0;
+  for (double v : p.attention_thread_secs) part_total += v;
+  for (int i = 0; i < kAttentionParts && part_total > 0; ++i)
+    lines.push_back({part_name(static_cast<attention_part>(i)),
+                     attn * p.attention_thread_secs[static_cast<size_t>(i)] / part_total, 0});
+  std::printf("\nper-op profile of mode a (%s, %lld forwards, %.2f s): wall seconds per op summed over layers\n",
+              dtype.c_str(), static_cast<long long>(p.forwards), p.forward_secs);
+  std::printf("%-20s %9s %8s %9s\n", "op", "secs", "share", "GFLOP/s");
+  std::ofstream csv;
+  if (!csv_path.empty()) {
+    csv.open(csv_path);
+    csv << "dtype,op,secs,share,gflops\n";
+  }
+  for (const auto& l : lines) {
+    const double share = l.secs / p.forward_secs, gf = l.flops > 0 && l.secs > 0 ? l.flops / l.secs / 1e9 : 0;
+    char g[32] = "-";
+    if (gf > 0) std::snprintf(g, sizeof g, "%.1f", gf);
+    std::printf("%-20s %9.3f %7.1f%% %9s\n", l.op.c_str(), l.secs, 100 * share, g);
+    if (csv) csv << dtype << "," << l.op << "," << l.secs << "," << share << "," << gf << "\n";
+  }
+  std::printf("(attn.* rows split attention's time by its parts' thread-seconds; they are inside 'attention')\n");
+  if (!csv_path.empty() && !csv) std::fprintf(stderr, "%s: cannot write\n", csv_path.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_name, modes, lengths_file, dtype_text;
+  std::string model_name, modes, lengths_file, dtype_text, profile_csv;
+  bool profile_ops = false;
   int threads, requests, batch_size, check_requests;
   double long_share;
   uint64_t seed;
@@ -116,12 +161,22 @@ int main(int argc, char** argv) {
       "dtype", po::value(&dtype_text)->default_value("fp32"), "fp32 or bf16 (weights and activations)")(
       "check", po::value(&check_requests)->default_value(32),
       "bf16: compare logits with the fp32 forward on this many requests (0 = none)")(
+      "profile", po::bool_switch(&profile_ops), "time each op of mode a's forwards and print the per-op table")(
+      "profile-csv", po::value(&profile_csv), "with --profile: also write the table as CSV to this file")(
       "lengths-file", po::value(&lengths_file),
       "request lengths instead of the seed workload: integers separated by spaces, commas or brackets");
   po::variables_map vm;
   if (auto done = tessera::parse_command_line("tessera-bench-models", argc, argv, opts, vm)) return *done;
   if (threads < 1 || requests < 1 || batch_size < 1 || check_requests < 0) {
     std::cerr << "--threads, --requests and --batch must be positive, --check not negative\n";
+    return 2;
+  }
+  if (profile_ops && modes.find('a') == std::string::npos) {
+    std::cerr << "--profile times mode a: add a to --modes\n";
+    return 2;
+  }
+  if (!profile_csv.empty() && !profile_ops) {
+    std::cerr << "--profile-csv needs --profile\n";
     return 2;
   }
   const auto dt = parse_dtype(dtype_text);
@@ -188,12 +243,15 @@ int main(int argc, char** argv) {
     d_cpu += cpu;
     d_flops += flops;
   };
+  forward_profile profile;
   if (modes.find('a') != std::string::npos) {
     double secs = 0, cpu = 0;
     for (int first = 0, b = 0; first < requests; first += batch_size, ++b) {
       const packed_batch part = all.slice(first, std::min(batch_size, requests - first));
       const double t0 = now(), c0 = cpu_now();
+      set_forward_profile(profile_ops ? &profile : nullptr);
       (void)reference_forward(*model, part);
+      set_forward_profile(nullptr);
       secs += now() - t0;
       cpu += cpu_now() - c0;
       if (want_d) run_d(batch_tokens[static_cast<size_t>(b)]);
@@ -275,6 +333,7 @@ int main(int argc, char** argv) {
   if (checked > 0)
     std::printf("bf16 vs fp32 logits on the first %d requests: max abs diff %.4f, mean abs diff %.5f, argmax "
                 "agreement %.1f%%\n", checked, max_diff, mean_diff, 100.0 * agree);
+  if (profile_ops) print_profile(profile, dtype_text, profile_csv);
   std::printf("\n");
   for (const auto& r : rows)
     std::printf("RESULT impl=tessera mode=%s dtype=%s threads=%d secs=%.3f req_per_s=%.2f tok_per_s=%.0f real_tokens=%lld "

@@ -5,6 +5,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -13,13 +15,48 @@
 #include "tessera/common/check.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/kernels_bf16.hpp"
+#include "tessera/models/op_profile.hpp"
 
 namespace tessera::models {
 namespace {
 
+// One thread's clock over attention's parts when the forward is profiled: lap(part) adds the time
+// since the previous lap to that part; merge() adds the thread's sums to the profile.
+struct part_clock {
+  forward_profile* p;
+  std::array<double, kAttentionParts> secs{};
+  double last = 0;
+  explicit part_clock(forward_profile* prof) : p(prof) { start(); }
+  static double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  void start() {
+    if (p) last = now();
+  }
+  void lap(attention_part part) {
+    if (!p) return;
+    const double t = now();
+    secs[static_cast<size_t>(part)] += t - last;
+    last = t;
+  }
+  void merge() {
+    if (!p) return;
+#pragma omp critical(tessera_attention_profile)
+    for (size_t i = 0; i < secs.size(); ++i) p->attention_thread_secs[i] += secs[i];
+  }
+};
+
+template <class Items>
+void add_attention_flops(forward_profile* p, const Items& items, int head_dim) {
+  if (!p) return;
+  for (const auto& it : items)
+    p->flops[static_cast<size_t>(forward_op::attention)] += 4.0 * double(it.len) * double(it.len) * head_dim;
+}
+
 // One head of one sequence: rows [row0, row0 + len) of q/k/v/out; keys beyond `valid` masked.
 void attend_one(const strided& q, const strided& k, const strided& v, const strided_out& out, int64_t row0,
-                int64_t len, int64_t valid, int64_t col0, int head_dim, float scale, std::vector<float>& scores) {
+                int64_t len, int64_t valid, int64_t col0, int head_dim, float scale, std::vector<float>& scores,
+                part_clock& clock) {
   scores.resize(static_cast<size_t>(len * len));
   float* s = scores.data();
   const float* qh = q.data + row0 * q.ld + col0;
@@ -28,13 +65,16 @@ void attend_one(const strided& q, const strided& k, const strided& v, const stri
   float* oh = out.data + row0 * out.ld + col0;
   dnnl_status_t st = dnnl_sgemm('N', 'T', len, len, head_dim, scale, qh, q.ld, kh, k.ld, 0.0f, s, len);
   TESSERA_CHECK(st == dnnl_success) << "attention sgemm QK^T failed";
+  clock.lap(attention_part::scores_gemm);
   for (int64_t i = 0; i < len; ++i) {
     float* row = s + i * len;
     for (int64_t j = valid; j < len; ++j) row[j] = -INFINITY;
     detail::softmax_row(row, len);
   }
+  clock.lap(attention_part::softmax);
   st = dnnl_sgemm('N', 'N', len, head_dim, len, 1.0f, s, len, vh, v.ld, 0.0f, oh, out.ld);
   TESSERA_CHECK(st == dnnl_success) << "attention sgemm PV failed";
+  clock.lap(attention_part::context_gemm);
 }
 
 struct work_item {
@@ -60,14 +100,20 @@ void run_items(std::vector<work_item>& items, const strided& q, const strided& k
                const strided_out& out, int head_dim) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int64_t n = static_cast<int64_t>(items.size());
+  forward_profile* prof = current_forward_profile();
+  add_attention_flops(prof, items, head_dim);
 #pragma omp parallel if (n > 1)
   {
     std::vector<float> scores;
-#pragma omp for schedule(dynamic, 1)
+    part_clock clock(prof);
+#pragma omp for schedule(dynamic, 1) nowait
     for (int64_t i = 0; i < n; ++i) {
       const auto& it = items[static_cast<size_t>(i)];
-      attend_one(q, k, v, out, it.row0, it.len, it.valid, int64_t{it.head} * head_dim, head_dim, scale, scores);
+      clock.start();
+      attend_one(q, k, v, out, it.row0, it.len, it.valid, int64_t{it.head} * head_dim, head_dim, scale, scores,
+                 clock);
     }
+    clock.merge();
   }
 }
 
@@ -83,13 +129,17 @@ void run_items_bf16(const std::vector<work_item>& items, bf16_strided q, bf16_st
                     bf16_strided_out out, int head_dim) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int64_t n = static_cast<int64_t>(items.size()), d = head_dim;
+  forward_profile* prof = current_forward_profile();
+  add_attention_flops(prof, items, head_dim);
 #pragma omp parallel if (n > 1)
   {
     std::vector<bfloat16> qb, kb, vt, pb;
     std::vector<float> s, o;
-#pragma omp for schedule(dynamic, 1)
+    part_clock clock(prof);
+#pragma omp for schedule(dynamic, 1) nowait
     for (int64_t i = 0; i < n; ++i) {
       const auto& it = items[static_cast<size_t>(i)];
+      clock.start();
       const int64_t col0 = int64_t{it.head} * d, len = it.len, valid = it.valid, lp = (len + 31) / 32 * 32;
       qb.assign(static_cast<size_t>(lp * d), bfloat16{});
       kb.assign(static_cast<size_t>(lp * d), bfloat16{});
@@ -103,18 +153,24 @@ void run_items_bf16(const std::vector<work_item>& items, bf16_strided q, bf16_st
         std::copy_n(k.data + (it.row0 + r) * k.ld + col0, d, kb.data() + r * d);
         for (int64_t c = 0; c < d; ++c) vt[static_cast<size_t>(c * lp + r)] = vr[c];  // V^T [d, lp]
       }
+      clock.lap(attention_part::copy_in);
       // S [lp, lp] = Q K^T: K's rows are the "weight" rows of a linear layer.
       linear(qb.data(), lp, bf16_weight::view(kb.data(), lp, d), nullptr, s.data());
+      clock.lap(attention_part::scores_gemm);
       for (int64_t r = 0; r < len; ++r) {
         float* row = s.data() + r * lp;
         for (int64_t c = 0; c < valid; ++c) row[c] *= scale;
         detail::softmax_row(row, valid);
         to_bf16(row, valid, pb.data() + r * lp);  // keys from `valid` on keep P = 0
       }
+      clock.lap(attention_part::softmax);
       // O [lp, d] = P V: V^T's rows are the weight rows.
       linear(pb.data(), lp, bf16_weight::view(vt.data(), d, lp), nullptr, o.data());
+      clock.lap(attention_part::context_gemm);
       for (int64_t r = 0; r < len; ++r) to_bf16(o.data() + r * d, d, out.data + (it.row0 + r) * out.ld + col0);
+      clock.lap(attention_part::copy_out);
     }
+    clock.merge();
   }
 }
 

@@ -2,15 +2,45 @@
 #include "tessera/models/forward.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 
 #include "tessera/common/check.hpp"
 #include "tessera/models/bf16_weights.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/op_profile.hpp"
 #include "forward_internal.hpp"
 
 namespace tessera::models {
 namespace {
+
+thread_local forward_profile* profile = nullptr;
+
+double clock_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Runs f, adding its wall time and `flops` to op in the calling thread's profile (if any).
+template <class F>
+void timed(forward_op op, double flops, F&& f) {
+  forward_profile* p = profile;
+  if (!p) return f();
+  const double t0 = clock_seconds();
+  f();
+  p->secs[static_cast<size_t>(op)] += clock_seconds() - t0;
+  p->flops[static_cast<size_t>(op)] += flops;
+}
+
+// The whole forward's wall time (the ops' sum falls short of it by what lies between them).
+struct forward_clock {
+  forward_profile* p = profile;
+  double t0 = p ? clock_seconds() : 0;
+  ~forward_clock() {
+    if (!p) return;
+    p->forward_secs += clock_seconds() - t0;
+    ++p->forwards;
+  }
+};
 
 activation act_of(const bert_config& c) {
   switch (c.activation) {
@@ -31,22 +61,34 @@ std::vector<float> run_encoder(const bert_model& m, const int32_t* ids, const in
   const bert_config& c = m.config;
   const int64_t h = c.hidden_size, f = c.intermediate_size;
   const auto& e = m.weights.embeddings();
-  std::vector<float> x(static_cast<size_t>(T * h)), qkv(static_cast<size_t>(T * 3 * h)),
-      ctx(static_cast<size_t>(T * h)), tmp(static_cast<size_t>(T * h)), ffn(static_cast<size_t>(T * f));
-  embed(ids, types, seq_offsets, num_rows_groups, e.word, e.position, e.token_type, h, x.data());
-  layer_norm(x.data(), T, h, e.ln_gamma, e.ln_beta, c.norm_eps, x.data());
+  std::vector<float> x(static_cast<size_t>(T * h)), qkv_(static_cast<size_t>(T * 3 * h)),
+      ctx_(static_cast<size_t>(T * h)), tmp_(static_cast<size_t>(T * h)), ffn_(static_cast<size_t>(T * f));
+  float *const qkv = qkv_.data(), *const ctx = ctx_.data(), *const tmp = tmp_.data(), *const ffn = ffn_.data();
+  const double hh = 2.0 * T * h * h, hf = 2.0 * T * h * f;
+  timed(forward_op::embed, 0, [&] {
+    embed(ids, types, seq_offsets, num_rows_groups, e.word, e.position, e.token_type, h, x.data());
+    layer_norm(x.data(), T, h, e.ln_gamma, e.ln_beta, c.norm_eps, x.data());
+  });
   const activation act = act_of(c);
   for (int l = 0; l < c.num_layers; ++l) {
     const layer_weights& w = m.weights.layer(l);
-    linear(x.data(), T, h, w.query_w, w.query_b, h, qkv.data(), activation::none, h, 3 * h);
-    linear(x.data(), T, h, w.key_w, w.key_b, h, qkv.data() + h, activation::none, h, 3 * h);
-    linear(x.data(), T, h, w.value_w, w.value_b, h, qkv.data() + 2 * h, activation::none, h, 3 * h);
-    attend(qkv.data(), 3 * h, ctx.data());
-    linear(ctx.data(), T, h, w.attn_out_w, w.attn_out_b, h, tmp.data());
-    add_layer_norm(tmp.data(), x.data(), T, h, w.attn_ln_gamma, w.attn_ln_beta, c.norm_eps, x.data());
-    linear(x.data(), T, h, w.ffn_in_w, w.ffn_in_b, f, ffn.data(), act);
-    linear(ffn.data(), T, f, w.ffn_out_w, w.ffn_out_b, h, tmp.data());
-    add_layer_norm(tmp.data(), x.data(), T, h, w.out_ln_gamma, w.out_ln_beta, c.norm_eps, x.data());
+    timed(forward_op::qkv_gemm, 3 * hh, [&] {
+      linear(x.data(), T, h, w.query_w, w.query_b, h, qkv, activation::none, h, 3 * h);
+      linear(x.data(), T, h, w.key_w, w.key_b, h, qkv + h, activation::none, h, 3 * h);
+      linear(x.data(), T, h, w.value_w, w.value_b, h, qkv + 2 * h, activation::none, h, 3 * h);
+    });
+    timed(forward_op::attention, 0, [&] { attend(qkv, 3 * h, ctx); });
+    timed(forward_op::attn_out_gemm, hh,
+          [&] { linear(ctx, T, h, w.attn_out_w, w.attn_out_b, h, tmp); });
+    timed(forward_op::attn_add_norm, 0, [&] {
+      add_layer_norm(tmp, x.data(), T, h, w.attn_ln_gamma, w.attn_ln_beta, c.norm_eps, x.data());
+    });
+    timed(forward_op::ffn_in_gemm, hf, [&] { linear(x.data(), T, h, w.ffn_in_w, w.ffn_in_b, f, ffn, act); });
+    timed(forward_op::ffn_out_gemm, hf,
+          [&] { linear(ffn, T, f, w.ffn_out_w, w.ffn_out_b, h, tmp); });
+    timed(forward_op::ffn_add_norm, 0, [&] {
+      add_layer_norm(tmp, x.data(), T, h, w.out_ln_gamma, w.out_ln_beta, c.norm_eps, x.data());
+    });
   }
   return x;
 }
@@ -74,26 +116,32 @@ std::vector<bfloat16> run_encoder_bf16(const bert_model& m, const int32_t* ids, 
   const bert_config& c = m.config;
   const bf16_bert_weights& w = *m.bf16;
   const int64_t h = c.hidden_size, f = c.intermediate_size;
-  std::vector<bfloat16> x(static_cast<size_t>(T * h)), qkv(static_cast<size_t>(T * 3 * h)),
-      ctx(static_cast<size_t>(T * h)), tmp(static_cast<size_t>(T * h)), ffn(static_cast<size_t>(T * f));
-  {
+  std::vector<bfloat16> x(static_cast<size_t>(T * h)), qkv_(static_cast<size_t>(T * 3 * h)),
+      ctx_(static_cast<size_t>(T * h)), tmp_(static_cast<size_t>(T * h)), ffn_(static_cast<size_t>(T * f));
+  bfloat16 *const qkv = qkv_.data(), *const ctx = ctx_.data(), *const tmp = tmp_.data(), *const ffn = ffn_.data();
+  timed(forward_op::embed, 0, [&] {
     std::vector<float> e(static_cast<size_t>(T * h));
     embed(ids, types, seq_offsets, num_row_groups, w.word.data(), w.position.data(), w.token_type.data(), h,
           e.data());
     const auto& ew = m.weights.embeddings();
     layer_norm(e.data(), T, h, ew.ln_gamma, ew.ln_beta, c.norm_eps, x.data());
-  }
+  });
   const activation act = act_of(c);
+  const double hh = 2.0 * T * h * h, hf = 2.0 * T * h * f;
   for (int l = 0; l < c.num_layers; ++l) {
     const bf16_layer_weights& lw = w.layers[static_cast<size_t>(l)];
     const layer_weights& fw = m.weights.layer(l);
-    linear(x.data(), T, lw.qkv, lw.qkv_bias.data(), qkv.data());
-    attend(qkv.data(), 3 * h, ctx.data());
-    linear(ctx.data(), T, lw.attn_out, fw.attn_out_b, tmp.data());
-    add_layer_norm(tmp.data(), x.data(), T, h, fw.attn_ln_gamma, fw.attn_ln_beta, c.norm_eps, x.data());
-    linear(x.data(), T, lw.ffn_in, fw.ffn_in_b, ffn.data(), act);
-    linear(ffn.data(), T, lw.ffn_out, fw.ffn_out_b, tmp.data());
-    add_layer_norm(tmp.data(), x.data(), T, h, fw.out_ln_gamma, fw.out_ln_beta, c.norm_eps, x.data());
+    timed(forward_op::qkv_gemm, 3 * hh, [&] { linear(x.data(), T, lw.qkv, lw.qkv_bias.data(), qkv); });
+    timed(forward_op::attention, 0, [&] { attend(qkv, 3 * h, ctx); });
+    timed(forward_op::attn_out_gemm, hh, [&] { linear(ctx, T, lw.attn_out, fw.attn_out_b, tmp); });
+    timed(forward_op::attn_add_norm, 0, [&] {
+      add_layer_norm(tmp, x.data(), T, h, fw.attn_ln_gamma, fw.attn_ln_beta, c.norm_eps, x.data());
+    });
+    timed(forward_op::ffn_in_gemm, hf, [&] { linear(x.data(), T, lw.ffn_in, fw.ffn_in_b, ffn, act); });
+    timed(forward_op::ffn_out_gemm, hf, [&] { linear(ffn, T, lw.ffn_out, fw.ffn_out_b, tmp); });
+    timed(forward_op::ffn_add_norm, 0, [&] {
+      add_layer_norm(tmp, x.data(), T, h, fw.out_ln_gamma, fw.out_ln_beta, c.norm_eps, x.data());
+    });
   }
   return x;
 }
@@ -113,6 +161,37 @@ std::vector<bfloat16> run_encoder_bf16(const bert_model& m, const packed_batch& 
 }
 
 }  // namespace
+
+void set_forward_profile(forward_profile* p) { profile = p; }
+forward_profile* current_forward_profile() { return profile; }
+
+const char* op_name(forward_op op) {
+  switch (op) {
+    case forward_op::embed: return "embed+norm";
+    case forward_op::qkv_gemm: return "qkv_gemm";
+    case forward_op::attention: return "attention";
+    case forward_op::attn_out_gemm: return "attn_out_gemm";
+    case forward_op::attn_add_norm: return "attn_add+norm";
+    case forward_op::ffn_in_gemm: return "ffn_in_gemm+gelu";
+    case forward_op::ffn_out_gemm: return "ffn_out_gemm";
+    case forward_op::ffn_add_norm: return "ffn_add+norm";
+    case forward_op::head: return "pooler+classifier";
+    case forward_op::count: break;
+  }
+  return "?";
+}
+
+const char* part_name(attention_part part) {
+  switch (part) {
+    case attention_part::copy_in: return "attn.copy_in";
+    case attention_part::scores_gemm: return "attn.scores_gemm";
+    case attention_part::softmax: return "attn.scale+softmax";
+    case attention_part::context_gemm: return "attn.context_gemm";
+    case attention_part::copy_out: return "attn.copy_out";
+    case attention_part::count: break;
+  }
+  return "?";
+}
 
 std::vector<float> reference_encoder(const bert_model& m, const packed_batch& b) {
   check_batch(m, b);
@@ -135,19 +214,26 @@ std::vector<float> reference_encoder(const bert_model& m, const packed_batch& b)
 
 std::vector<float> reference_forward(const bert_model& m, const packed_batch& b) {
   check_head(m);
+  const forward_clock clock;
   std::vector<float> logits(static_cast<size_t>(b.num_seqs()) * m.config.num_labels);
   const auto& hw = m.weights.head();
+  const double h = m.config.hidden_size;
+  const double head_flops = 2.0 * b.num_seqs() * h * (h + m.config.num_labels);
   if (m.compute == dtype::bf16) {
     check_batch(m, b);
     const std::vector<bfloat16> x = run_encoder_bf16(m, b);
-    pooler_classifier(x.data(), m.config.hidden_size, b.seq_offsets.data(), b.num_seqs(), m.bf16->pooler,
-                      hw.pooler_b, m.bf16->classifier, hw.classifier_b, logits.data());
+    timed(forward_op::head, head_flops, [&] {
+      pooler_classifier(x.data(), m.config.hidden_size, b.seq_offsets.data(), b.num_seqs(), m.bf16->pooler,
+                        hw.pooler_b, m.bf16->classifier, hw.classifier_b, logits.data());
+    });
     return logits;
   }
   const std::vector<float> x = reference_encoder(m, b);
-  pooler_classifier(x.data(), m.config.hidden_size, b.seq_offsets.data(), b.num_seqs(), m.config.hidden_size,
-                    hw.pooler_w, hw.pooler_b, hw.classifier_w, hw.classifier_b, m.config.num_labels,
-                    logits.data());
+  timed(forward_op::head, head_flops, [&] {
+    pooler_classifier(x.data(), m.config.hidden_size, b.seq_offsets.data(), b.num_seqs(), m.config.hidden_size,
+                      hw.pooler_w, hw.pooler_b, hw.classifier_w, hw.classifier_b, m.config.num_labels,
+                      logits.data());
+  });
   return logits;
 }
 

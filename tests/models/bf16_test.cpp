@@ -5,6 +5,7 @@
 // (ONEDNN_MAX_CPU_ISA lowers oneDNN's ISA).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -16,8 +17,10 @@
 #include "tessera/models/bf16_weights.hpp"
 #include "tessera/models/forward.hpp"
 #include "tessera/models/kernels_bf16.hpp"
+#include "tessera/models/op_profile.hpp"
 #include "tessera/test/bf16_bounds.hpp"
 #include "tessera/test/run_tool.hpp"
+#include "tessera/test/tool_tables.hpp"
 
 namespace tessera::models {
 namespace {
@@ -349,6 +352,76 @@ TEST(bf16_cli, bench_runs_the_padded_modes_in_bf16) {
                                    "2>&1"), 0) << out;
   for (const char* mode : {"a_packed", "b_padded_arrival", "c_padded_sorted"})
     EXPECT_NE(out.find(std::string("RESULT impl=tessera mode=") + mode + " dtype=bf16"), std::string::npos) << out;
+}
+
+// The per-op profile (op_profile.hpp), fp32 and bf16: every op timed, the GEMMs' and attention's
+// flops equal to the formulas of forward_flops (counted independently here), the ops inside the
+// forward's wall time, the same logits as an unprofiled forward, and nothing recorded once off.
+TEST(forward_profile, times_every_op_and_counts_the_flops) {
+  for (const dtype d : {dtype::fp32, dtype::bf16}) {
+    if (d == dtype::bf16) require_bf16();
+    auto model = load_model("bert-mini");
+    ASSERT_TRUE(model.has_value());
+    ASSERT_EQ(set_dtype(*model, d).code(), tessera::errc::ok);
+    const std::vector<int> lens{7, 40, 1, 33};
+    const packed_batch b = synthetic_batch(lens, model->config.vocab_size);
+    const auto plain = reference_forward(*model, b);
+    forward_profile p;
+    set_forward_profile(&p);
+    const auto profiled = reference_forward(*model, b);
+    set_forward_profile(nullptr);
+    EXPECT_EQ(plain, profiled);
+    EXPECT_EQ(p.forwards, 1);
+    const bert_config& c = model->config;
+    const double T = b.num_tokens(), h = c.hidden_size, f = c.intermediate_size, L = c.num_layers;
+    double attn = 0, sum = 0;
+    for (int len : lens) attn += 4.0 * len * len * h * L;
+    EXPECT_DOUBLE_EQ(p.flops[size_t(forward_op::qkv_gemm)], 6 * T * h * h * L);
+    EXPECT_DOUBLE_EQ(p.flops[size_t(forward_op::attn_out_gemm)], 2 * T * h * h * L);
+    EXPECT_DOUBLE_EQ(p.flops[size_t(forward_op::ffn_in_gemm)], 2 * T * h * f * L);
+    EXPECT_DOUBLE_EQ(p.flops[size_t(forward_op::ffn_out_gemm)], 2 * T * h * f * L);
+    EXPECT_DOUBLE_EQ(p.flops[size_t(forward_op::attention)], attn);
+    double all_flops = 0;
+    for (int i = 0; i < kForwardOps; ++i) {
+      EXPECT_GT(p.secs[size_t(i)], 0) << op_name(forward_op(i));
+      sum += p.secs[size_t(i)];
+      all_flops += p.flops[size_t(i)];
+    }
+    EXPECT_NEAR(all_flops, forward_flops(c, lens), 1e-9 * all_flops);
+    EXPECT_LE(sum, p.forward_secs);
+    for (attention_part part : {attention_part::scores_gemm, attention_part::softmax, attention_part::context_gemm})
+      EXPECT_GT(p.attention_thread_secs[size_t(part)], 0) << part_name(part);
+    EXPECT_EQ(p.attention_thread_secs[size_t(attention_part::copy_in)] > 0, d == dtype::bf16);
+    const forward_profile before = p;
+    (void)reference_forward(*model, b);
+    EXPECT_EQ(p.forwards, before.forwards);
+    EXPECT_EQ(p.secs, before.secs);
+  }
+}
+
+// tessera-bench-models --profile prints the per-op table and writes it as CSV (one row per op,
+// "between ops", attention's parts); --profile without mode a and --profile-csv alone are refused.
+TEST(bf16_cli, bench_profile_prints_the_per_op_table_and_csv) {
+  const std::string bench = test_support::tool_path("tessera-bench-models");
+  if (bench.empty() || !std::filesystem::exists(bench)) GTEST_FAIL() << "tessera-bench-models not built (TESSERA_BIN_DIR)";
+  const auto csv = std::filesystem::temp_directory_path() / ("bench_profile_" + std::to_string(getpid()) + ".csv");
+  std::string out;
+  ASSERT_EQ(test_support::run_tool(bench, "--model bert-tiny --modes a --requests 8 --threads 2 --profile --profile-csv " +
+                                              csv.string(), out, "2>&1"), 0) << out;
+  EXPECT_NE(out.find("per-op profile of mode a (fp32, 1 forwards"), std::string::npos) << out;
+  const auto lines = test_support::csv_lines(csv, size_t(kForwardOps + 1 + kAttentionParts));
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0], "dtype,op,secs,share,gflops");
+  for (int i = 0; i < kForwardOps; ++i) {
+    const std::string name = op_name(forward_op(i));
+    EXPECT_NE(out.find("\n" + name + " "), std::string::npos) << name << "\n" << out;
+    EXPECT_EQ(lines[size_t(i) + 1].rfind("fp32," + name + ",", 0), 0u) << lines[size_t(i) + 1];
+  }
+  std::filesystem::remove(csv);
+  EXPECT_EQ(test_support::run_tool(bench, "--model bert-tiny --modes d --requests 8 --profile", out, "2>&1"), 2);
+  EXPECT_NE(out.find("--profile times mode a: add a to --modes"), std::string::npos) << out;
+  EXPECT_EQ(test_support::run_tool(bench, "--model bert-tiny --requests 8 --profile-csv x.csv", out, "2>&1"), 2);
+  EXPECT_NE(out.find("--profile-csv needs --profile"), std::string::npos) << out;
 }
 
 }  // namespace
