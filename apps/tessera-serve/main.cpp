@@ -176,7 +176,9 @@ int main(int argc, char** argv) {
                                           threads,
                                           std::chrono::nanoseconds(static_cast<int64_t>(toy_ns))));
   } else {
-    auto loaded = models::load_model(model_name);
+    // Every encoder task: a classifier, a reranker (one label) or an embedding model
+    // (a sentence-transformers folder); the reference backend pools an embedding model's rows.
+    auto loaded = models::load_encoder(model_name);
     if (!loaded) {
       std::cerr << "tessera-serve: " << loaded.error().to_string() << "\n";
       return 2;

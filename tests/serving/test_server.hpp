@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,15 +29,18 @@ struct test_server_options {
   int backend_threads = 1;
   std::chrono::nanoseconds toy_per_token{0};
   int32_t toy_labels = 2;                 ///< labels of the toy model
+  /// A preset or a folder, any encoder task (models::load_encoder): a classifier, a reranker or
+  /// an embedding model.
+  std::string model = "bert-tiny";
 };
 
 class test_server {
  public:
   explicit test_server(test_server_options o = {}) : router_(routing_config{}, default_clock(), &metrics_) {
     if (!o.toy) {
-      model_ = std::make_shared<const models::bert_model>(models::load_model("bert-tiny").value());
+      model_ = std::make_shared<const models::bert_model>(models::load_encoder(o.model).value());
       tok_ = make_model_tokenizer(*model_).value();
-      info_ = model_info_of(*model_, "bert-tiny");
+      info_ = model_info_of(*model_, std::filesystem::path(o.model).filename().string());
       for (int i = 0; i < o.replicas; ++i)
         backends_.push_back(backends::make_reference_backend(
             model_, {.name = "ref" + std::to_string(i), .kind = "gpu", .threads = o.backend_threads}));

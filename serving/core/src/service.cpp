@@ -358,7 +358,7 @@ std::string service::degraded_detail() const {
 }
 
 http_reply service::info_reply() const {
-  int32_t labels = router_.num_labels();
+  int32_t labels = info_.task == "embedding" ? 0 : router_.num_labels();
   json id2label = json::object(), label2id = json::object();
   for (int32_t i = 0; i < labels; ++i) {
     id2label[std::to_string(i)] = label(i);
@@ -405,12 +405,15 @@ http_reply service::info_reply() const {
     previous["message"] = p.describe();
   }
   // TEI's fields first (TEI v1.7.1's Info), then tessera's own. A one-label classifier is a
-  // "reranker" in TEI's terms.
+  // "reranker" in TEI's terms; an embedding model says its pooling.
+  json model_type = info_.task == "embedding"
+                        ? json{{"embedding", {{"pooling", info_.pooling}}}}
+                        : json{{labels == 1 ? "reranker" : "classifier",
+                                {{"id2label", id2label}, {"label2id", label2id}}}};
   json out{{"model_id", info_.model_id},
            {"model_sha", nullptr},
            {"model_dtype", info_.dtype},
-           {"model_type", {{labels == 1 ? "reranker" : "classifier",
-                            {{"id2label", id2label}, {"label2id", label2id}}}}},
+           {"model_type", model_type},
            {"max_concurrent_requests", max_queued},
            {"max_input_length", info_.max_input_length},
            {"max_batch_tokens", max_tokens},

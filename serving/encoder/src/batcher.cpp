@@ -185,14 +185,20 @@ void batcher::on_batch_done(std::shared_ptr<std::vector<request_ptr>> seqs, back
     if (r.timing.modelled_seconds > 0)
       metrics_->batch_modelled_duration.observe(r.timing.modelled_seconds);
   }
-  if (r.st.ok() && r.num_labels > 0 && r.logits.size() >= n * static_cast<size_t>(r.num_labels)) {
+  // Rows per sequence: one, or every token's for a sequence asking every_token (embedding models).
+  size_t rows = 0;
+  for (const auto& req : *seqs) rows += req->input.every_token ? req->input.token_ids.size() : 1;
+  if (r.st.ok() && r.num_labels > 0 && r.logits.size() >= rows * static_cast<size_t>(r.num_labels)) {
     const size_t labels = static_cast<size_t>(r.num_labels);
     sequences_served_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+    size_t row = 0;
     for (size_t i = 0; i < n; ++i) {
       auto& req = (*seqs)[i];
+      const size_t own = req->input.every_token ? req->input.token_ids.size() : 1;
       sequence_outcome o;
-      o.logits.assign(r.logits.begin() + static_cast<std::ptrdiff_t>(i * labels),
-                      r.logits.begin() + static_cast<std::ptrdiff_t>((i + 1) * labels));
+      o.logits.assign(r.logits.begin() + static_cast<std::ptrdiff_t>(row * labels),
+                      r.logits.begin() + static_cast<std::ptrdiff_t>((row + own) * labels));
+      row += own;
       o.queue_seconds = to_seconds(dispatched - req->arrival);
       o.inference_seconds = to_seconds(now - dispatched);
       o.backend = backend_name_;
@@ -204,8 +210,9 @@ void batcher::on_batch_done(std::shared_ptr<std::vector<request_ptr>> seqs, back
     }
   } else {
     status st = r.st.ok() ? status::internal("backend " + backend_name_ + " answered " +
-                                        std::to_string(r.logits.size()) + " logits for " +
-                                        std::to_string(n) + " sequences")
+                                        std::to_string(r.logits.size()) + " values for " +
+                                        std::to_string(n) + " sequences (" + std::to_string(rows) +
+                                        " rows of " + std::to_string(r.num_labels) + " expected)")
                      : r.st.with_context("backend " + backend_name_);
     if (metrics_) metrics_->batch_failures.fetch_add(1, std::memory_order_relaxed);
     if (on_failure_) {

@@ -46,6 +46,13 @@ model_info model_info_of(const models::bert_model& model, std::string model_id) 
   info.max_input_length = model.config.max_position_embeddings;
   info.vocab_size = model.config.vocab_size;
   info.dtype = model.compute == models::dtype::bf16 ? "bfloat16" : "float32";
+  info.task = std::string(models::task_name(model.task));
+  if (model.task == models::encoder_task::embedding) {
+    info.pooling = std::string(models::pooling_name(model.embedding.pooling));
+    info.hidden_size = model.config.hidden_size;
+    info.prompts = model.embedding.prompts;
+    info.default_prompt_name = model.embedding.default_prompt_name;
+  }
   return info;
 }
 

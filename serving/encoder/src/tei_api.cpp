@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "encoder_job.hpp"
 #include "tessera/serving/api.hpp"
 #include "tessera/serving/utf8.hpp"
 
@@ -15,12 +16,6 @@ namespace tessera::serving {
 using namespace detail;
 
 namespace {
-
-/// One input: a text, or a pair of texts (the model sees "[CLS] a [SEP] b [SEP]").
-struct tei_input {
-  std::string a, b;
-  bool pair = false;
-};
 
 /// What a score becomes: TEI's rule (softmax over several labels, sigmoid over one), either
 /// function forced (Hugging Face's parameters.function_to_apply), or the raw logit.
@@ -167,24 +162,11 @@ class tei_api final : public api, private encoder_parts {
   /// Which TEI predict route: /predict (always predicts), POST / (Hugging Face's answer shape),
   /// /invocations (TEI's default route: predicts, or reranks for a one-label model).
   enum class predict_dialect { tei, hugging_face, tei_default };
-  struct tei_job;
 
   void tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply);
   void tei_tokenize(std::string_view body, const reply_fn& reply);
   void tei_rerank(const json& req, time_point start, const reply_fn& reply);
-  /// Tokenizes, validates and submits a TEI request; counts it in te_*; answers with its headers.
-  void tei_infer(tei_job job, const reply_fn& reply);
-};
-
-/// One TEI inference request after its body was read: the inputs, how to cut them, and how to
-/// turn their logits into the answer's body (or an error).
-struct tei_api::tei_job {
-  std::vector<tei_input> inputs;
-  bool batch = false;  ///< counted as TEI's method="batch" (else "single")
-  bool truncate = false;
-  truncation_side side = truncation_side::right;
-  time_point start;
-  std::function<std::optional<api_error>(std::vector<sequence_outcome>&, json& body)> answer;
+  void tei_infer(tei_job job, const reply_fn& reply) { encoder_infer(*this, std::move(job), reply); }
 };
 
 void tei_api::tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply) {
@@ -196,6 +178,13 @@ void tei_api::tei_predict(std::string_view body, predict_dialect dialect, const 
   if (auto e = svc_.need_encoder()) return fail(e->status, e->type, e->message);
   json req;
   if (auto err = parse_body(body, req)) return fail(err->status, err->type, err->message);
+  // An embedding model: POST / and /invocations embed (or, on POST /, Hugging Face's
+  // sentence-similarity shape), as TEI's default route does; /predict is TEI's 424.
+  if (info_.task == "embedding") {
+    if (dialect != predict_dialect::tei) return embed_default_route(svc_, body, start, reply);
+    metrics_.tei.request_failure.add("model_type");
+    return fail(424, error_kind::backend, "Model is not a classifier model");
+  }
   // A one-label model is TEI's re-ranker: POST / and /invocations rerank there, as in TEI. On
   // POST / a body with "inputs" (Hugging Face's clients) still predicts: the fields differ.
   const bool reranker = router_.num_labels() == 1;
@@ -213,7 +202,7 @@ void tei_api::tei_predict(std::string_view body, predict_dialect dialect, const 
   job.inputs = std::move(p.inputs);
   const bool nest_single = dialect == predict_dialect::hugging_face;
   job.answer = [this, batch = p.batch, function = p.function, top_k = p.top_k, nest_single](
-                   std::vector<sequence_outcome>& outs, json& body) -> std::optional<api_error> {
+                   std::vector<sequence_outcome>& outs, json& body, size_t) -> std::optional<api_error> {
     json all = json::array();
     for (auto& o : outs) {
       std::vector<float> scores = apply(function, o.logits);
@@ -288,8 +277,8 @@ void tei_api::tei_rerank(const json& req, time_point start, const reply_fn& repl
     return fail(424, error_kind::backend, "model is not a re-ranker model");
   }
   for (const auto& t : *texts) job.inputs.push_back({query->get<std::string>(), t.get<std::string>(), true});
-  job.answer = [raw_scores, return_text, texts = *texts](std::vector<sequence_outcome>& outs,
-                                                         json& body) -> std::optional<api_error> {
+  job.answer = [raw_scores, return_text, texts = *texts](std::vector<sequence_outcome>& outs, json& body,
+                                                         size_t) -> std::optional<api_error> {
     std::vector<float> scores;
     for (auto& o : outs) {
       if (o.logits.empty()) return api_error{424, std::string(error_kind::backend), "no score"};
@@ -313,7 +302,19 @@ void tei_api::tei_rerank(const json& req, time_point start, const reply_fn& repl
   tei_infer(std::move(job), reply);
 }
 
-void tei_api::tei_infer(tei_job job, const reply_fn& reply) {
+std::optional<std::string> check_token_ids(const std::vector<int32_t>& ids, int32_t vocab_size) {
+  if (ids.empty()) return "Input validation error: `inputs` cannot be empty (a list of no token ids)";
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || (vocab_size > 0 && ids[i] >= vocab_size))
+      return "token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+             " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")";
+  return std::nullopt;
+}
+
+void encoder_infer(encoder_parts& parts, tei_job job, const reply_fn& reply) {
+  service& svc_ = parts.svc_;
+  const model_info& info_ = parts.info_;
+  serving_metrics& metrics_ = parts.metrics_;
   auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
     reply(svc_.inference_error(status, type, message));
   };
@@ -334,6 +335,24 @@ void tei_api::tei_infer(tei_job job, const reply_fn& reply) {
   seqs.reserve(job.inputs.size());
   size_t chars = 0, tokens = 0;
   for (const auto& in : job.inputs) {
+    if (in.is_ids) {  // final token ids (TEI's EncodingInput::Ids): no specials added, checked, cut if asked
+      backends::sequence_input seq;
+      if (auto e = check_token_ids(in.ids, info_.vocab_size)) return te_fail("tokenization", 422, error_kind::validation, *e);
+      seq.token_ids = in.ids;
+      if (job.truncate && static_cast<int64_t>(seq.token_ids.size()) > max_len) {
+        const auto cut = seq.token_ids.size() - static_cast<size_t>(max_len);
+        if (job.side == truncation_side::left) seq.token_ids.erase(seq.token_ids.begin(), seq.token_ids.begin() + static_cast<std::ptrdiff_t>(cut));
+        else seq.token_ids.resize(static_cast<size_t>(max_len));
+      }
+      if (auto e = svc_.check_length(seq.token_ids.size(), "`inputs`", "pass \"truncate\": true"))
+        return te_reject("tokenization", *e);
+      seq.every_token = job.every_token;
+      tokens += seq.token_ids.size();
+      metrics_.request_input_length.observe(static_cast<double>(seq.token_ids.size()));
+      te.request_input_length.observe(static_cast<double>(seq.token_ids.size()));
+      seqs.push_back(std::move(seq));
+      continue;
+    }
     if (in.a.empty() && in.b.empty())
       return te_fail("tokenization", 413, error_kind::validation, "Input validation error: `inputs` cannot be empty");
     const size_t n = count_chars(in.a) + count_chars(in.b);
@@ -349,6 +368,7 @@ void tei_api::tei_infer(tei_job job, const reply_fn& reply) {
       return te_reject("tokenization", *e);
     if (auto e = svc_.check_length(seq.token_ids.size(), "`inputs`", "pass \"truncate\": true"))
       return te_reject("tokenization", *e);
+    seq.every_token = job.every_token;
     tokens += seq.token_ids.size();
     metrics_.request_input_length.observe(static_cast<double>(seq.token_ids.size()));
     te.request_input_length.observe(static_cast<double>(seq.token_ids.size()));
@@ -361,15 +381,16 @@ void tei_api::tei_infer(tei_job job, const reply_fn& reply) {
 
   auto call = call_state::make(seqs.size(), reply, &svc_, start);
   call->on_error = [&te](unsigned status) { te.request_failure.add(status == 429 ? "overloaded" : "inference"); };
-  call->build = [this, batch = job.batch, answer = std::move(job.answer), chars, tokens, tokenization_seconds,
+  call->build = [&svc_, &metrics_, batch = job.batch, answer = std::move(job.answer), chars, tokens, tokenization_seconds,
                  start](std::vector<sequence_outcome>& outs) {
+    // TEI's x-compute-tokens; OpenAI's usage.prompt_tokens reads it from here too.
     double queue = 0, inference = 0;
     for (auto& o : outs) {
       queue += o.queue_seconds;
       inference += o.inference_seconds;
     }
     json body;
-    if (auto err = answer(outs, body)) return svc_.error_body(err->status, err->type, err->message);
+    if (auto err = answer(outs, body, tokens)) return svc_.error_body(err->status, err->type, err->message);
     http_reply r{200, "application/json", to_text(body)};
     const double n = static_cast<double>(std::max<size_t>(1, outs.size()));
     const double total_seconds = to_seconds(steady::now() - start);

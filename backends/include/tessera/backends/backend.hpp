@@ -25,6 +25,10 @@ namespace tessera::backends {
 struct sequence_input {
   std::vector<int32_t> token_ids;
   std::vector<int32_t> token_type_ids;
+  /// Embedding models only: answer every token's final hidden state (token_ids.size() rows of
+  /// num_labels values) instead of the pooled vector (one row). A backend that cannot must fail
+  /// the batch, never answer one row (the batcher checks the count).
+  bool every_token = false;
 };
 
 /// How the batch should be laid out by the backend (set by the batching policy).
@@ -52,7 +56,9 @@ struct batch_result {
   uint64_t batch_id = 0;
   status st;                  ///< not ok: no logits; the caller retries elsewhere or fails requests
   int32_t num_labels = 0;
-  std::vector<float> logits;  ///< [num_sequences, num_labels], row-major
+  /// [rows, num_labels], row-major: one row per sequence (a classifier's logits, an embedding
+  /// model's pooled vector), or token_ids.size() rows for a sequence asking every_token.
+  std::vector<float> logits;
   batch_timing timing;
 };
 
@@ -63,7 +69,7 @@ struct backend_info {
   int32_t max_sequence_length = 512;
   int32_t token_budget = 0;      ///< tokens per packed batch (tile groups); 0 = no token limit
   int32_t max_batch_sequences = 0;  ///< 0 = no limit
-  int32_t num_labels = 2;
+  int32_t num_labels = 2;        ///< an embedding model's: its hidden size (the vector's width)
 };
 
 /// One independently routable part of a backend (a tile replica, a GPU process).

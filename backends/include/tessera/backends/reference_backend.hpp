@@ -10,6 +10,8 @@
 // models::padded_forward, padded to request.padded_length (a dummy row of that length makes the
 // rectangle as wide as the batching policy asked; its logits are dropped). Forwards, packed and
 // padded, run in the model's dtype (models::set_dtype).
+// An embedding model (models::encoder_task::embedding) answers its pooled vectors (num_labels is
+// its hidden size; not normalized), or every token's vector for a sequence asking every_token.
 // Worker threads run forwards in parallel (models::reference_forward is thread-safe since its
 // runtime-M matmul; tests/backends/reference_backend_test.cpp RawForwardsAreThreadSafe guards
 // it); serialize_forwards makes them take turns process-wide, should that ever regress.

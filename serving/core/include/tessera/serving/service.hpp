@@ -61,6 +61,13 @@ struct model_info {
   int32_t max_input_length = 512;       ///< tokens, specials included
   int32_t vocab_size = 0;               ///< token ids given over KServe must be below it (0 = unchecked)
   std::string dtype = "float32";        ///< TEI's model_dtype: "float32" or "bfloat16"
+  /// What the encoder is for (models::encoder_task): "classifier", "embedding" or "reranker";
+  /// the routes that do not fit it answer TEI's 424 (embed_api.cpp, tei_api.cpp).
+  std::string task = "classifier";
+  std::string pooling;                  ///< an embedding model's pooling ("mean", "cls", ...)
+  int32_t hidden_size = 0;              ///< an embedding model's vector width
+  std::map<std::string, std::string> prompts;  ///< sentence-transformers prompts by name
+  std::string default_prompt_name;      ///< applied when a request names none ("" = none)
 };
 
 struct service_config {
