@@ -9,6 +9,7 @@
 #include <openssl/evp.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <sstream>
 #include <map>
 #include <thread>
+#include <unistd.h>
 #include <tuple>
 
 #include "test_server.hpp"
@@ -286,7 +288,11 @@ TEST_F(EmbedHttp, TextPromptsAndTruncation) {
   ASSERT_TRUE(enc.ok());
   expect_close(cut[0], post(c, "/embed", {{"inputs", enc->token_ids}})[0], "truncated");
   const json left = post(c, "/embed", {{"inputs", longer}, {"truncate", true}, {"truncation_direction", "Left"}});
-  EXPECT_EQ(left[0].size(), width());
+  const auto enc_left = server_->tok().encode(longer, 32, truncation_side::left);
+  ASSERT_TRUE(enc_left.ok());
+  expect_close(left[0], post(c, "/embed", {{"inputs", enc_left->token_ids}})[0], "truncated left");
+  expect_close(post(c, "/embed", {{"inputs", longer}, {"truncate", true}, {"truncation_direction", "left"}})[0], left[0],
+               "TEI's lower-case alias");
 }
 
 // Hugging Face's POST /: feature extraction, and sentence similarity (cosine of unit vectors).
@@ -354,6 +360,7 @@ TEST_F(EmbedHttp, HostileInputsGetAClear4xxAndServingGoesOn) {
       {"/v1/embeddings", R"({"input": "a", "dimensions": 1000})", 422, "dimensions"},
       {"/v1/embeddings", R"({"inputs": "a"})", 422, "unknown field"},
       {"/v1/embeddings", json{{"input", too_many}}.dump(), 413, "batch size 33"},
+      {"/embeddings", R"({"input": "a"})", 404, "no route"},
   };
   for (const auto& [path, body, status, words] : cases) {
     auto r = c.request("POST", path, body);
@@ -370,6 +377,48 @@ TEST_F(EmbedHttp, HostileInputsGetAClear4xxAndServingGoesOn) {
   const json got = post(c, "/embed", {{"inputs", seqs}});
   for (size_t i = 0; i < seqs.size(); ++i)
     EXPECT_LE(max_error(got[i], row(batch(1)["mean_normalized"], i, width())), tolerance);
+}
+
+// A model whose sentence-transformers config names a default prompt: it applies when the
+// request names none.
+TEST(EmbedHttpDefaultPrompt, AppliesWithoutPromptName) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tessera-embed-default-prompt-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::copy(models_dir() + "/tiny-embed", dir, fs::copy_options::recursive);
+  std::ofstream(dir / "config_sentence_transformers.json")
+      << R"({"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "query"})";
+  {
+    test_server_options o;
+    o.model = dir.string();
+    test_server srv(o);
+    http_connection c("127.0.0.1", srv.port());
+    const json plain = post(c, "/embed", {{"inputs", "where is it"}});
+    const json passage = post(c, "/embed", {{"inputs", "where is it"}, {"prompt_name", "passage"}});
+    expect_close(plain[0], post(c, "/embed", {{"inputs", "where is it"}, {"prompt_name", "query"}})[0], "default");
+    expect_close(post(c, "/v1/embeddings", {{"input", "where is it"}})["data"][0]["embedding"], plain[0],
+                 "OpenAI: the default prompt applies too");
+    EXPECT_GT(max_error(plain[0], passage[0].get<std::vector<double>>()), 1e-3);
+  }
+  fs::remove_all(dir);
+}
+
+// The tile host and the GPU baseline process have no pooling kernel: they refuse an embedding
+// folder at start-up, saying what it is, rather than compute something else.
+TEST(EmbedProcesses, TileHostAndGpuRefuseAnEmbeddingModelByName) {
+  const char* bin = std::getenv("TESSERA_BIN_DIR");
+  ASSERT_NE(bin, nullptr) << "run through ctest (TESSERA_BIN_DIR)";
+  for (std::string cmd : {std::string(bin) + "/tessera-host --serve --port 0 --model " + models_dir() + "/tiny-embed",
+                          std::string(bin) + "/tessera-gpu --model " + models_dir() + "/tiny-embed"}) {
+    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[512];
+    while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    const int rc = ::pclose(p);
+    EXPECT_NE(rc, 0) << cmd;
+    EXPECT_NE(out.find("is an embedding model"), std::string::npos) << cmd << ": " << out;
+  }
 }
 
 // A classifier (bert-tiny) answers the embedding routes with TEI's 424, base64 included.

@@ -302,7 +302,7 @@ TEST_F(HttpApi, BodyTooLargeIs413) {
 
 TEST_F(HttpApi, UnknownRouteIs404AndWrongMethodIs405) {
   expect_error(get("/nope"), 404, "not_found");
-  expect_error(post("/v1/embeddings", "{}"), 404, "not_found");
+  expect_error(post("/v1/moderations", "{}"), 404, "not_found");
   auto r = get("/predict");
   expect_error(r, 405, "method_not_allowed");
   EXPECT_EQ(r.allow, "POST");

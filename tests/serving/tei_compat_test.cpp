@@ -190,9 +190,14 @@ TEST_F(Tei, RootAndInvocationsRoutes) {
   EXPECT_EQ(json::parse(post("/", batch).body), json::parse(post("/predict", batch).body));
   for (const char* path : {"/", "/ping", "/health"}) EXPECT_EQ(get(path).status, 200u) << path;
   EXPECT_EQ(conn_.request("PUT", "/").status, 405u);
-  // TEI's routes for embedding models and its helpers are not served: an error, never another answer.
-  for (const char* path : {"/embed", "/embed_all", "/embed_sparse", "/similarity", "/v1/embeddings", "/embeddings",
-                           "/decode", "/vertex"}) {
+  // TEI's routes for embedding models answer a classifier with TEI's 424 (embed_http_test.cpp
+  // serves an embedding model); its helpers are not served: an error, never another answer.
+  for (const char* path : {"/embed", "/embed_all", "/embed_sparse", "/similarity", "/v1/embeddings"}) {
+    auto r = post(path, R"({"inputs": "x", "ids": [1]})");
+    EXPECT_EQ(r.status, 424u) << path;
+    EXPECT_NE(r.body.find("Model is not an embedding model"), std::string::npos) << path << ": " << r.body;
+  }
+  for (const char* path : {"/embeddings", "/decode", "/vertex"}) {
     auto r = post(path, R"({"inputs": "x", "ids": [1]})");
     EXPECT_EQ(r.status, 404u) << path;
     EXPECT_EQ(json::parse(r.body)["error_type"], "not_found") << path;

@@ -245,6 +245,7 @@ class embed_api final : public api, private encoder_parts {
   void embed(std::string_view body, time_point start, embed_output output, const reply_fn& reply) {
     json req;
     if (auto err = parse_body(body, req)) return fail(reply, *err);
+    if (auto e = need_embedding()) return fail(reply, *e);
     static const std::set<std::string, std::less<>> pooled_fields = {
         "inputs", "truncate", "truncation_direction", "prompt_name", "normalize", "dimensions"};
     static const std::set<std::string, std::less<>> all_fields = {"inputs", "truncate", "truncation_direction",
@@ -253,7 +254,6 @@ class embed_api final : public api, private encoder_parts {
     if (auto e = check_fields(req, pooled ? pooled_fields : all_fields, pooled ? "/embed" : "/embed_all"))
       return fail(reply, *e);
     if (!req.contains("inputs")) return fail(reply, validation("missing field \"inputs\""));
-    if (auto e = need_embedding()) return fail(reply, *e);
     tei_job job;
     job.start = start;
     job.every_token = !pooled;
@@ -297,6 +297,7 @@ class embed_api final : public api, private encoder_parts {
   /// TEI's /similarity and Hugging Face's sentence-similarity on POST /: the cosine of the source
   /// sentence's normalized vector with each sentence's.
   void similarity(const json& req, time_point start, const reply_fn& reply) {
+    if (auto e = need_embedding()) return fail(reply, *e);
     if (auto e = check_fields(req, {"inputs", "parameters"}, "a similarity request")) return fail(reply, *e);
     const auto in = req.find("inputs");
     if (in == req.end() || !in->is_object())
@@ -309,7 +310,6 @@ class embed_api final : public api, private encoder_parts {
         !std::all_of(sentences->begin(), sentences->end(), [](const json& s) { return s.is_string(); }))
       return fail(reply, validation("\"sentences\" must be a list of strings"));
     if (sentences->empty()) return fail(reply, {400, std::string(error_kind::empty), "`sentences` cannot be empty"});
-    if (auto e = need_embedding()) return fail(reply, *e);
     tei_job job;
     job.start = start;
     job.batch = true;
@@ -354,6 +354,7 @@ class embed_api final : public api, private encoder_parts {
     if (auto e = svc_.need_encoder()) return fail(reply, *e);
     json req;
     if (auto err = parse_body(body, req)) return fail(reply, *err);
+    if (auto e = need_embedding()) return fail(reply, *e);
     if (auto e = check_fields(req, {"input", "model", "user", "encoding_format", "dimensions"}, "/v1/embeddings"))
       return fail(reply, *e);
     for (const char* name : {"model", "user"})
@@ -365,7 +366,6 @@ class embed_api final : public api, private encoder_parts {
       if (*it == "base64") base64 = true;
       else if (*it != "float") return fail(reply, validation("\"encoding_format\" must be \"float\" or \"base64\""));
     }
-    if (auto e = need_embedding()) return fail(reply, *e);
     tei_job job;
     job.start = start;
     job.truncate = cfg_.auto_truncate;
