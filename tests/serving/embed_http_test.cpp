@@ -295,6 +295,46 @@ TEST_F(EmbedHttp, TextPromptsAndTruncation) {
                "TEI's lower-case alias");
 }
 
+// KServe v2 infer on an embedding model: an FP32 tensor [batch, hidden] named "embeddings", unit
+// length as the folder's Normalize module says; token ids padded with an attention mask, and text.
+TEST_F(EmbedHttp, KServeInferAnswersTheVectorsAsATensor) {
+  http_connection c("127.0.0.1", server_->port());
+  const json meta = json::parse(c.request("GET", "/v2/models/tiny-embed").body);
+  EXPECT_EQ(meta["outputs"][0], json({{"name", "embeddings"}, {"datatype", "FP32"}, {"shape", {-1, 40}}})) << meta.dump();
+  const auto seqs = sequences(batch(1));
+  size_t longest = 0;
+  for (const auto& s : seqs) longest = std::max(longest, s.size());
+  std::vector<int32_t> ids, mask;
+  for (const auto& s : seqs)
+    for (size_t t = 0; t < longest; ++t) {
+      ids.push_back(t < s.size() ? s[t] : 0);
+      mask.push_back(t < s.size() ? 1 : 0);
+    }
+  const auto n = static_cast<int64_t>(seqs.size()), l = static_cast<int64_t>(longest);
+  const json got = post(c, "/v2/models/tiny-embed/infer",
+                        {{"inputs",
+                          {{{"name", "input_ids"}, {"datatype", "INT64"}, {"shape", {n, l}}, {"data", ids}},
+                           {{"name", "attention_mask"}, {"datatype", "INT64"}, {"shape", {n, l}}, {"data", mask}}}}});
+  ASSERT_TRUE(got.contains("outputs")) << got.dump();
+  const json& out = got["outputs"][0];
+  EXPECT_EQ(out["name"], "embeddings");
+  EXPECT_EQ(out["datatype"], "FP32");
+  EXPECT_EQ(out["shape"], json({n, 40}));
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const json v(std::vector<float>(out["data"].begin() + static_cast<std::ptrdiff_t>(i * width()),
+                                    out["data"].begin() + static_cast<std::ptrdiff_t>((i + 1) * width())));
+    EXPECT_LE(max_error(v, row(batch(1)["mean_normalized"], i, width())), tolerance) << "sequence " << i;
+  }
+  const json text = post(c, "/v2/models/tiny-embed/infer",
+                         {{"inputs", {{{"name", "text"}, {"datatype", "BYTES"}, {"shape", {1}}, {"data", {"a b c"}}}}}});
+  const json v(std::vector<float>(text["outputs"][0]["data"].begin(), text["outputs"][0]["data"].end()));
+  expect_close(v, post(c, "/embed", {{"inputs", "a b c"}})[0], "KServe text");
+  post(c, "/v2/models/tiny-embed/infer",
+       {{"inputs", {{{"name", "text"}, {"datatype", "BYTES"}, {"shape", {1}}, {"data", {"a"}}}}},
+        {"outputs", {{{"name", "logits"}}}}},
+       400);
+}
+
 // Hugging Face's POST /: feature extraction, and sentence similarity (cosine of unit vectors).
 TEST_F(EmbedHttp, RootRouteFeatureExtractionAndSimilarity) {
   http_connection c("127.0.0.1", server_->port());

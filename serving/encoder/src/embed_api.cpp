@@ -13,6 +13,7 @@
 #include <set>
 
 #include "encoder_job.hpp"
+#include "tessera/models/embedding.hpp"
 #include "tessera/serving/api.hpp"
 #include "tessera/serving/utf8.hpp"
 
@@ -155,17 +156,10 @@ std::optional<api_error> check_fields(const json& req, const std::set<std::strin
 }
 
 /// The pooled vector as TEI answers it: cut to `dimensions` (Matryoshka), then scaled to unit
-/// length when `normalize` (the sum of squares in double, as TEI).
+/// length when `normalize` (the sum of squares in double, as TEI; a zero vector stays zero).
 std::vector<float> finish_vector(std::vector<float> v, const embed_fields& f) {
   if (f.dimensions) v.resize(static_cast<size_t>(*f.dimensions));
-  if (f.normalize) {
-    double ss = 0;
-    for (float x : v) ss += static_cast<double>(x) * x;
-    if (ss > 0) {
-      const auto scale = static_cast<float>(1.0 / std::sqrt(ss));
-      for (float& x : v) x *= scale;
-    }
-  }
+  if (f.normalize) models::l2_normalize(v.data(), 1, static_cast<int64_t>(v.size()));
   return v;
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 
+#include "tessera/models/embedding.hpp"
 #include "tessera/serving/api.hpp"
 #include "tessera/serving/utf8.hpp"
 
@@ -157,6 +158,8 @@ class kserve_api final : public api, private encoder_parts {
                     const request_headers& headers, const reply_fn& reply);
   void kserve_infer(std::string_view body, const request_headers& headers, const reply_fn& reply);
   http_reply kserve_model_reply() const;
+  /// The one output: "logits", or "embeddings" ([batch, hidden] FP32) for an embedding model.
+  std::string output_name() const { return info_.task == "embedding" ? "embeddings" : "logits"; }
 };
 
 void kserve_api::kserve_route(std::string_view method, std::string_view path, std::string_view body,
@@ -210,7 +213,8 @@ void kserve_api::kserve_route(std::string_view method, std::string_view path, st
 }
 
 http_reply kserve_api::kserve_model_reply() const {
-  const int32_t labels = router_.num_labels();
+  const bool embedding = info_.task == "embedding";
+  const int32_t labels = embedding ? 0 : router_.num_labels();
   json label_names = json::array();
   for (int32_t i = 0; i < labels; ++i) label_names.push_back(svc_.label(i));
   auto tensor_meta = [](std::string_view name, std::string_view type, json shape) {
@@ -225,7 +229,7 @@ http_reply kserve_api::kserve_model_reply() const {
                                    tensor_meta("input_ids", "INT64", {-1, -1}),
                                    tensor_meta("token_type_ids", "INT64", {-1, -1}),
                                    tensor_meta("attention_mask", "INT64", {-1, -1})})},
-           {"outputs", json::array({tensor_meta("logits", "FP32", {-1, labels})})},
+           {"outputs", json::array({tensor_meta(output_name(), "FP32", {-1, embedding ? info_.hidden_size : labels})})},
            {"parameters",
             {{"input_forms",
               {"text [N] (BYTES, UTF-8): N texts",
@@ -285,7 +289,8 @@ void kserve_api::kserve_infer(std::string_view body, const request_headers& head
       (key == "truncate" ? truncate : binary_output) = value.get<bool>();
     }
   }
-  // Outputs: only "logits" exists; each may ask for binary data.
+  // Outputs: one exists ("logits", or an embedding model's "embeddings"); it may ask for binary data.
+  const std::string out_name = output_name();
   bool logits_wanted = true, logits_binary = binary_output;
   if (req.contains("outputs") && !req["outputs"].is_null()) {
     const json& outs = req["outputs"];
@@ -294,8 +299,9 @@ void kserve_api::kserve_infer(std::string_view body, const request_headers& head
     for (const auto& o : outs) {
       if (!o.is_object() || !o.contains("name") || !o["name"].is_string())
         return invalid("every requested output needs a string \"name\"");
-      if (o["name"] != "logits") return invalid("unknown output '" + printable(o["name"].get<std::string>(), 60) + "'; this model has 'logits'");
-      if (logits_wanted) return invalid("output 'logits' requested twice");
+      if (o["name"] != out_name)
+        return invalid("unknown output '" + printable(o["name"].get<std::string>(), 60) + "'; this model has '" + out_name + "'");
+      if (logits_wanted) return invalid("output '" + out_name + "' requested twice");
       logits_wanted = true;
       if (o.contains("parameters") && !o["parameters"].is_null()) {
         if (!o["parameters"].is_object()) return invalid("an output's \"parameters\" must be an object");
@@ -303,7 +309,7 @@ void kserve_api::kserve_infer(std::string_view body, const request_headers& head
           if (key == "binary_data" && (value.is_boolean() || value.is_null())) {
             if (value.is_boolean()) logits_binary = value.get<bool>();
           } else {
-            return invalid("output 'logits': parameters take binary_data (true or false) only");
+            return invalid("output '" + out_name + "': parameters take binary_data (true or false) only");
           }
         }
       }
@@ -400,16 +406,21 @@ void kserve_api::kserve_infer(std::string_view body, const request_headers& head
 
   auto call = call_state::make(seqs.size(), reply, &svc_, start);
   json id = req.contains("id") ? req["id"] : json();
-  call->build = [model = info_.model_id, id, logits_wanted, logits_binary](std::vector<sequence_outcome>& outs) {
+  // An embedding model's vectors as sentence-transformers gives them: unit length when the folder
+  // has a Normalize module.
+  const bool normalize = info_.task == "embedding" && info_.normalize;
+  call->build = [model = info_.model_id, id, logits_wanted, logits_binary, out_name,
+                 normalize](std::vector<sequence_outcome>& outs) {
     const size_t labels = outs.empty() ? 0 : outs[0].logits.size();
     std::vector<float> data;
     data.reserve(outs.size() * labels);
     for (auto& o : outs) data.insert(data.end(), o.logits.begin(), o.logits.end());
+    if (normalize) models::l2_normalize(data.data(), static_cast<int64_t>(outs.size()), static_cast<int64_t>(labels));
     json out{{"model_name", model}, {"model_version", model_version}, {"outputs", json::array()}};
     if (!id.is_null()) out["id"] = id;
     std::string binary_part;
     if (logits_wanted) {
-      json o{{"name", "logits"}, {"datatype", "FP32"}, {"shape", {outs.size(), labels}}};
+      json o{{"name", out_name}, {"datatype", "FP32"}, {"shape", {outs.size(), labels}}};
       if (logits_binary) {
         binary_part.assign(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float));
         o["parameters"] = {{"binary_data_size", binary_part.size()}};

@@ -50,6 +50,7 @@ model_info model_info_of(const models::bert_model& model, std::string model_id) 
   if (model.task == models::encoder_task::embedding) {
     info.pooling = std::string(models::pooling_name(model.embedding.pooling));
     info.hidden_size = model.config.hidden_size;
+    info.normalize = model.embedding.normalize;
     info.prompts = model.embedding.prompts;
     info.default_prompt_name = model.embedding.default_prompt_name;
   }

@@ -66,6 +66,7 @@ struct model_info {
   std::string task = "classifier";
   std::string pooling;                  ///< an embedding model's pooling ("mean", "cls", ...)
   int32_t hidden_size = 0;              ///< an embedding model's vector width
+  bool normalize = false;               ///< an embedding model's folder has a Normalize module
   std::map<std::string, std::string> prompts;  ///< sentence-transformers prompts by name
   std::string default_prompt_name;      ///< applied when a request names none ("" = none)
 };
