@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -226,6 +227,38 @@ TEST_F(EmbedHttp, EmbedAllMatchesTokenGoldens) {
     });
   for (auto& t : threads) t.join();
   EXPECT_EQ(wrong.load(), 0);
+}
+
+// One request's inputs go through the router's dynamic batcher together: 32 sequences take
+// fewer forwards than sequences.
+TEST_F(EmbedHttp, ARequestsInputsAreBatchedTogether) {
+  http_connection c("127.0.0.1", server_->port());
+  const auto seqs = sequences(batch(0));
+  const int64_t before = server_->backend().batches_run();
+  post(c, "/embed", {{"inputs", seqs}});
+  const int64_t forwards = server_->backend().batches_run() - before;
+  EXPECT_GE(forwards, 1);
+  EXPECT_LT(forwards, static_cast<int64_t>(seqs.size()));
+  std::cout << "[ batching ] " << seqs.size() << " sequences of one /embed request: " << forwards << " forward(s)\n";
+}
+
+// tessera-loadgen's /predict-style driver on /embed (--target /embed): the seed's length mix,
+// texts truncated to the model's 32 tokens; every request answered 200.
+TEST_F(EmbedHttp, LoadgenDrivesEmbed) {
+  const char* bin = std::getenv("TESSERA_BIN_DIR");
+  ASSERT_NE(bin, nullptr) << "run through ctest (TESSERA_BIN_DIR)";
+  const std::string out = (std::filesystem::temp_directory_path() / ("tessera-embed-loadgen-" + std::to_string(::getpid()) + ".json")).string();
+  const std::string cmd = std::string(bin) + "/tessera-loadgen --port " + std::to_string(server_->port()) +
+                          " --target /embed --mode closed --connections 4 --requests 200 --mix seed-40 --json " + out +
+                          " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream f(out);
+  const json report = json::parse(f, nullptr, false);
+  std::filesystem::remove(out);
+  EXPECT_EQ(report["ok"], 200) << report.dump();
+  EXPECT_EQ(report["errors"], 0) << report.dump();
+  EXPECT_GT(report["throughput_rps"].get<double>(), 0);
+  EXPECT_GT(report["latency_ms"]["p99"].get<double>(), 0);
 }
 
 // OpenAI's /v1/embeddings: a list of id lists, float and base64 (little-endian float32), usage.
