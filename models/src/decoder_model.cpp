@@ -10,6 +10,7 @@
 #include "tessera/common/text.hpp"
 #include "model_folder.hpp"
 #include "tessera/models/safetensors.hpp"
+#include "tessera/models/gguf_reader.hpp"
 
 namespace tessera::models {
 namespace fs = std::filesystem;
@@ -243,6 +244,7 @@ result<decoder_model> load_decoder(std::string_view path_or_preset, uint64_t pre
   const fs::path dir{std::string(path_or_preset)};
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
+    if (fs::is_regular_file(dir, ec) && looks_like_gguf(dir.string())) return load_gguf_decoder(dir.string());
     if (detail::is_preset_name(path_or_preset)) return make_preset_decoder(path_or_preset, preset_seed);
     std::vector<std::string> decoders;
     for (const auto& n : preset_names())
