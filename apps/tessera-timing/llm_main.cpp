@@ -107,6 +107,8 @@ int main(int argc, char** argv) {
       "systems", po::value<std::string>()->default_value(""),
       "experiment: system specs, comma-separated (default: a100-40gb, h100-sxm, three IPU pods, one streaming IPU-M2000);"
       " the first priced GPU is the cost reference")(
+      "experiment-seeds", po::value<int64_t>()->default_value(5),
+      "experiment: continuous rows re-run on this many seeds (median and spread; 0 skips)")(
       "quick", "experiment: fewer requests per run (a smoke run; the figures move by a few percent)")(
       "ttft-p99", po::value<double>()->default_value(2.0), "experiment: SLO, p99 time to first token (s)")(
       "tpot-p99", po::value<double>()->default_value(0.1), "experiment: SLO, p99 time per output token (s)")(
@@ -156,6 +158,8 @@ int main(int argc, char** argv) {
     o.cost = {vm["amortisation-years"].as<double>(), vm["utilisation"].as<double>(), vm["usd-per-kwh"].as<double>()};
     o.ipu_price_usd = vm["ipu-price-usd"].as<double>();
     o.seed = vm["seed"].as<uint64_t>();
+    o.seeds = vm["experiment-seeds"].as<int64_t>();
+    if (o.seeds < 0) return fail(tessera::status::invalid("--experiment-seeds must be >= 0 (0: skip the table over seeds)"));
     if (const auto& list = vm["systems"].as<std::string>(); !list.empty()) {
       o.systems.clear();
       std::stringstream ss(list);

@@ -1,4 +1,5 @@
 // The LLM experiment: systems x batching at an SLO, load sweeps, cost and energy per million tokens.
+#include <algorithm>
 #include "tessera/timing/llm_experiment.hpp"
 
 #include <cstdio>
@@ -157,8 +158,76 @@ result<std::string> run_llm_experiment(const llm_experiment_options& o, std::ost
        << "/Mtok. An IPU price at or below the '-25%' column makes that IPU system's cost per million tokens 25% lower "
           "than the reference's at the same SLO.\n";
 
+  // Over seeds: the continuous rows re-run on o.seeds seeds (median and min..max).
+  std::ostringstream seeds_csv;
+  seeds_csv << "system,seed,tokens_per_s,usd_per_mtok,break_even_parity_usd,break_even_25pct_usd\n";
+  if (o.seeds > 0) {
+    auto med = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+    };
+    auto spread = [&](const std::vector<double>& v, const char* f, bool dollars) {
+      if (v.empty()) return std::string("-");
+      auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+      return dollars ? money(med(v)) + " (" + money(*lo) + ".." + money(*hi) + ")"
+                     : num(med(v), f) + " (" + num(*lo, f) + ".." + num(*hi, f) + ")";
+    };
+    // The reference's $/Mtok per seed first (the break-even prices are per seed against it).
+    std::vector<double> ref_usd;
+    struct per_system {
+      std::vector<double> tok, usd, par, b25;
+    };
+    std::vector<per_system> all(systems.size());
+    for (size_t si = 0; si < systems.size(); ++si) {
+      const llm_system& s = systems[si];
+      for (int64_t k = 0; k < o.seeds; ++k) {
+        auto p = throughput_at_slo(s, *dims, o.traffic, cont, o.slo, n, o.seed + uint64_t(k));
+        if (!p) return p.error().with_context(s.spec + " seed " + std::to_string(o.seed + uint64_t(k)));
+        all[si].tok.push_back(p->rate_per_s > 0 ? p->report.tokens_per_s : 0);
+      }
+      log << "llm-experiment: " << s.spec << " continuous over " << o.seeds << " seeds\n";
+    }
+    const size_t ref_index = ref_sys ? size_t(ref_sys - systems.data()) : systems.size();
+    for (size_t si = 0; si < systems.size(); ++si) {
+      const llm_system& s = systems[si];
+      std::optional<double> price = s.price_usd;
+      if (!price && s.kind == "ipu" && o.ipu_price_usd > 0) price = o.ipu_price_usd * double(s.chips);
+      for (size_t k = 0; k < all[si].tok.size(); ++k) {
+        const double tok = all[si].tok[k];
+        double usd = -1, par = 0, b25 = 0;
+        if (tok > 0) {
+          auto c = cost_per_million_tokens(price.value_or(0), s.tdp_watts, tok, o.cost);
+          if (c && price) usd = c->usd_per_million_tokens, all[si].usd.push_back(usd);
+          if (ref_index < systems.size() && s.kind == "ipu" && all[ref_index].tok[k] > 0) {
+            auto rc = cost_per_million_tokens(*ref_sys->price_usd, ref_sys->tdp_watts, all[ref_index].tok[k], o.cost);
+            if (rc) {
+              par = break_even_price_usd(rc->usd_per_million_tokens, s.tdp_watts, tok, o.cost) / double(s.chips);
+              b25 = break_even_price_usd(0.75 * rc->usd_per_million_tokens, s.tdp_watts, tok, o.cost) / double(s.chips);
+              all[si].par.push_back(par);
+              all[si].b25.push_back(b25);
+            }
+          }
+        }
+        seeds_csv << s.spec << "," << o.seed + k << "," << tok << "," << (usd >= 0 ? num(usd) : "") << ","
+                  << (par != 0 ? num(par, "%.0f") : "") << "," << (b25 != 0 ? num(b25, "%.0f") : "") << "\n";
+      }
+    }
+    md << "\n## Over seeds (continuous batching; seeds " << o.seed << ".." << o.seed + uint64_t(o.seeds) - 1
+       << "): median (min..max)\n\n| system | tok/s at SLO | $/Mtok | IPU price for parity | IPU price for -25% |\n"
+          "|---|---|---|---|---|\n";
+    for (size_t si = 0; si < systems.size(); ++si)
+      md << "| " << systems[si].spec << " | " << spread(all[si].tok, "%.0f", false) << " | "
+         << spread(all[si].usd, "%.3f", true) << " | " << spread(all[si].par, "%.0f", true) << " | "
+         << spread(all[si].b25, "%.0f", true) << " |\n";
+  }
+
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
+  {
+    std::ofstream sc(std::filesystem::path(o.out_dir) / "llm-experiment-seeds.csv");
+    if (!sc) return status::io_error("cannot write " + (std::filesystem::path(o.out_dir) / "llm-experiment-seeds.csv").string());
+    sc << seeds_csv.str();
+  }
   const auto csv_path = std::filesystem::path(o.out_dir) / "llm-experiment.csv";
   const auto md_path = std::filesystem::path(o.out_dir) / "llm-experiment.md";
   std::ofstream c(csv_path), m(md_path);

@@ -10,6 +10,9 @@
 //
 // Writes <out_dir>/llm-experiment.csv (one row per system x batching x load, the SLO rows marked),
 // <out_dir>/llm-experiment.md (the tables, the assumptions and the command) and returns the markdown.
+// The continuous rows are then re-run on `seeds` seeds: the markdown's "Over seeds" table and
+// <out_dir>/llm-experiment-seeds.csv give the median and the spread (min..max) of tokens/s at the SLO,
+// $/Mtok and the IPU break-even prices.
 //
 // Usage:
 //   tessera::timing::llm_experiment_options o;  o.out_dir = "results";
@@ -43,6 +46,7 @@ struct llm_experiment_options {
   int64_t requests = 1000;
   bool quick = false;          ///< 300 requests per run
   uint64_t seed = 42;
+  int64_t seeds = 5;           ///< continuous rows re-run on seeds seed..seed+seeds-1: median and spread
   std::string command;         ///< recorded in the markdown
 };
 
