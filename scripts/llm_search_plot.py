@@ -14,7 +14,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: llm_search_plot.py IN.csv OUT.png")
-    rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["feasible"] == "1"]
+    try:
+        with open(sys.argv[1], newline="") as f:
+            reader = csv.DictReader(f)
+            want = {"kind", "feasible", "pareto", "price_usd", "tokens_per_s", "tpot_p50_s", "tokens_med", "tokens_lo",
+                    "tokens_hi"}
+            missing = want - set(reader.fieldnames or [])
+            if missing:
+                sys.exit("llm_search_plot: %s is not a search CSV (no column %s)" % (sys.argv[1], ", ".join(sorted(missing))))
+            rows = [r for r in reader if r["feasible"] == "1"]
+    except OSError as e:
+        sys.exit("llm_search_plot: cannot read %s: %s" % (sys.argv[1], e.strerror))
     if not rows:
         sys.exit("llm_search_plot: no feasible point in " + sys.argv[1])
     fig, ax = plt.subplots(figsize=(9, 6))

@@ -2,11 +2,14 @@
 // cost formula, the held-out LLM anchors, the serving simulator, and tessera-llm-timing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -473,5 +476,119 @@ TEST(llm_tool, validate_prints_held_out_ipu_and_h100_rows_from_the_file) {
   EXPECT_NE(out.find("H100: 6 held-out rows"), std::string::npos) << out;
 }
 
+
+// `experiment --experiment-seeds N`: the continuous rows re-run on seeds seed..seed+N-1. The per-seed
+// CSV is checked three ways: each seed's tok/s equals a separate run with --seed that seed (and no
+// table over seeds); the markdown's "Over seeds" cells are the median (mean of the middle two for an
+// even N), min and max of the CSV's column; --experiment-seeds 0 writes neither, and a negative count is refused.
+namespace {
+std::vector<std::string> split_on(const std::string& line, char sep) {
+  std::vector<std::string> cells;
+  std::stringstream ss(line);
+  std::string c;
+  while (std::getline(ss, c, sep)) {
+    const size_t a = c.find_first_not_of(' '), b = c.find_last_not_of(' ');
+    cells.push_back(a == std::string::npos ? "" : c.substr(a, b - a + 1));
+  }
+  return cells;
+}
+std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+// The cells of the markdown table row starting "| first |" after `section`, or empty.
+std::vector<std::string> md_row(const std::string& md, const std::string& section, const std::string& first) {
+  size_t at = md.find(section);
+  if (at == std::string::npos) return {};
+  at = md.find("\n| " + first + " |", at);
+  if (at == std::string::npos) return {};
+  ++at;
+  return split_on(md.substr(at, md.find('\n', at) - at), '|');  // [0] is empty
+}
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+}  // namespace
+
+TEST(llm_tool, experiment_over_seeds_matches_the_per_seed_runs) {
+  if (tool().empty() || !std::filesystem::exists(tool())) GTEST_FAIL() << "tessera-llm-timing not built (TESSERA_BIN_DIR)";
+  const auto dir = std::filesystem::temp_directory_path() / ("tessera_llm_seeds_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string systems = "--quick --systems a100-40gb,ipu-mk2:chips=64,ipu-mk2:chips=4:weights=streaming ";
+  std::string out;
+  ASSERT_EQ(run("experiment " + systems + "--experiment-seeds 4 --seed 7 --out-dir " + (dir / "four").string(), out), 0) << out;
+  const std::string md = read_all(dir / "four" / "llm-experiment.md");
+  ASSERT_NE(md.find("## Over seeds (continuous batching; seeds 7..10): median (min..max)"), std::string::npos) << md;
+  std::stringstream csv(read_all(dir / "four" / "llm-experiment-seeds.csv"));
+  std::string line;
+  std::getline(csv, line);
+  ASSERT_EQ(line, "system,seed,tokens_per_s,usd_per_mtok,break_even_parity_usd,break_even_25pct_usd");
+  std::map<std::string, std::vector<std::vector<std::string>>> by_system;
+  while (std::getline(csv, line)) {
+    auto cells = split_on(line, ',');
+    cells.resize(6);
+    by_system[cells[0]].push_back(cells);
+  }
+  ASSERT_EQ(by_system.size(), 3u);
+  for (const auto& [spec, rows] : by_system) ASSERT_EQ(rows.size(), 4u) << spec;
+
+  // Each seed's tok/s is the main table's figure of a separate run on that seed alone.
+  for (int seed : {7, 10}) {
+    const auto one = dir / ("seed" + std::to_string(seed));
+    ASSERT_EQ(run("experiment " + systems + "--experiment-seeds 0 --seed " + std::to_string(seed) + " --out-dir " + one.string(), out), 0) << out;
+    const std::string md1 = read_all(one / "llm-experiment.md");
+    EXPECT_EQ(md1.find("Over seeds"), std::string::npos);
+    EXPECT_FALSE(std::filesystem::exists(one / "llm-experiment-seeds.csv"));
+    for (const auto& [spec, rows] : by_system) {
+      const auto cells = md_row(md1, "## Throughput at the SLO", spec + " | continuous");
+      ASSERT_GE(cells.size(), 5u) << spec << "\n" << md1;
+      const double tok = std::stod(rows[size_t(seed - 7)][2]);
+      if (tok > 0) EXPECT_EQ(cells[4], fmt("%.0f", tok)) << spec << " seed " << seed;
+      else EXPECT_EQ(cells[3], "misses the SLO at any load above idle") << spec << " seed " << seed;
+    }
+  }
+
+  // The table over seeds: median (min..max) of the CSV's columns.
+  auto stats = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const double med = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    return std::array<double, 3>{med, v.front(), v.back()};
+  };
+  auto column = [&](const std::string& spec, size_t col) {
+    std::vector<double> v;
+    for (const auto& r : by_system[spec])
+      if (!r[col].empty() && std::stod(r[2]) > 0) v.push_back(std::stod(r[col]));
+    return v;
+  };
+  const auto a100 = md_row(md, "## Over seeds", "a100-40gb");
+  ASSERT_EQ(a100.size(), 6u) << md;
+  auto t = stats(column("a100-40gb", 2));
+  EXPECT_EQ(a100[2], fmt("%.0f", t[0]) + " (" + fmt("%.0f", t[1]) + ".." + fmt("%.0f", t[2]) + ")");
+  auto u = stats(column("a100-40gb", 3));
+  EXPECT_EQ(a100[3], fmt("$%.3g", u[0]) + " (" + fmt("$%.3g", u[1]) + ".." + fmt("$%.3g", u[2]) + ")");
+  EXPECT_LT(t[1], t[2]) << "4 seeds gave one throughput: the seed changes nothing";
+  const auto ipu = md_row(md, "## Over seeds", "ipu-mk2:chips=64");
+  ASSERT_EQ(ipu.size(), 6u) << md;
+  t = stats(column("ipu-mk2:chips=64", 2));
+  EXPECT_EQ(ipu[2], fmt("%.0f", t[0]) + " (" + fmt("%.0f", t[1]) + ".." + fmt("%.0f", t[2]) + ")");
+  EXPECT_EQ(ipu[3], "-");  // no IPU price given
+  for (size_t col : {4u, 5u}) {
+    auto p = stats(column("ipu-mk2:chips=64", col));
+    EXPECT_EQ(ipu[col], fmt("$%.0f", p[0]) + " (" + fmt("$%.0f", p[1]) + ".." + fmt("$%.0f", p[2]) + ")") << col;
+  }
+  EXPECT_EQ(md_row(md, "## Over seeds", "ipu-mk2:chips=4:weights=streaming").at(2), "misses the SLO on every seed");
+
+  // --experiment-seeds 0 over a folder with an earlier table: the stale CSV goes.
+  ASSERT_EQ(run("experiment " + systems + "--experiment-seeds 0 --out-dir " + (dir / "four").string(), out), 0) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "four" / "llm-experiment-seeds.csv"));
+  EXPECT_EQ(read_all(dir / "four" / "llm-experiment.md").find("Over seeds"), std::string::npos);
+  // A negative count is refused before any work, naming the option.
+  EXPECT_EQ(run("experiment --experiment-seeds -1 --out-dir " + (dir / "neg").string(), out), 2);
+  EXPECT_NE(out.find("--experiment-seeds"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "neg" / "llm-experiment.md"));
+  std::filesystem::remove_all(dir);
+}
 }  // namespace
 }  // namespace tessera::timing

@@ -1,7 +1,7 @@
 // The LLM experiment: systems x batching at an SLO, load sweeps, cost and energy per million tokens.
-#include <algorithm>
 #include "tessera/timing/llm_experiment.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +26,7 @@ result<std::string> run_llm_experiment(const llm_experiment_options& o, std::ost
   auto dims = decoder_dims_of(*shape);
   if (!dims) return dims.error();
   if (o.systems.empty()) return status::invalid("no systems to compare");
+  if (o.seeds < 0) return status::invalid("seeds (--experiment-seeds) must be >= 0 (0: skip the table over seeds)");
   const int64_t n = o.quick ? 300 : o.requests;
   schedule_options cont = o.continuous, stat = o.static_batch;
   cont.policy = batching::continuous;
@@ -208,25 +209,34 @@ result<std::string> run_llm_experiment(const llm_experiment_options& o, std::ost
             }
           }
         }
-        seeds_csv << s.spec << "," << o.seed + k << "," << tok << "," << (usd >= 0 ? num(usd) : "") << ","
-                  << (par != 0 ? num(par, "%.0f") : "") << "," << (b25 != 0 ? num(b25, "%.0f") : "") << "\n";
+        // Full precision: the markdown's medians are of these values, not of rounded ones.
+        seeds_csv << s.spec << "," << o.seed + k << "," << num(tok, "%.10g") << "," << (usd >= 0 ? num(usd, "%.10g") : "")
+                  << "," << (par != 0 ? num(par, "%.10g") : "") << "," << (b25 != 0 ? num(b25, "%.10g") : "") << "\n";
       }
     }
     md << "\n## Over seeds (continuous batching; seeds " << o.seed << ".." << o.seed + uint64_t(o.seeds) - 1
        << "): median (min..max)\n\n| system | tok/s at SLO | $/Mtok | IPU price for parity | IPU price for -25% |\n"
           "|---|---|---|---|---|\n";
-    for (size_t si = 0; si < systems.size(); ++si)
+    for (size_t si = 0; si < systems.size(); ++si) {
+      if (std::all_of(all[si].tok.begin(), all[si].tok.end(), [](double t) { return t <= 0; })) {
+        md << "| " << systems[si].spec << " | misses the SLO on every seed | - | - | - |\n";
+        continue;
+      }
       md << "| " << systems[si].spec << " | " << spread(all[si].tok, "%.0f", false) << " | "
          << spread(all[si].usd, "%.3f", true) << " | " << spread(all[si].par, "%.0f", true) << " | "
          << spread(all[si].b25, "%.0f", true) << " |\n";
+    }
   }
 
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
-  {
-    std::ofstream sc(std::filesystem::path(o.out_dir) / "llm-experiment-seeds.csv");
-    if (!sc) return status::io_error("cannot write " + (std::filesystem::path(o.out_dir) / "llm-experiment-seeds.csv").string());
+  // --experiment-seeds 0: no table over seeds, and no stale one left from an earlier run.
+  if (const auto seeds_path = std::filesystem::path(o.out_dir) / "llm-experiment-seeds.csv"; o.seeds > 0) {
+    std::ofstream sc(seeds_path);
+    if (!sc) return status::io_error("cannot write " + seeds_path.string());
     sc << seeds_csv.str();
+  } else {
+    std::filesystem::remove(seeds_path, ec);
   }
   const auto csv_path = std::filesystem::path(o.out_dir) / "llm-experiment.csv";
   const auto md_path = std::filesystem::path(o.out_dir) / "llm-experiment.md";
