@@ -452,6 +452,52 @@ TEST_F(EmbedHttp, HostileInputsGetAClear4xxAndServingGoesOn) {
     EXPECT_LE(max_error(got[i], row(batch(1)["mean_normalized"], i, width())), tolerance);
 }
 
+// Packed batches (the token-budget policy: no padding) give the goldens too; the suite above
+// runs padded batches (dynamic_padded).
+TEST(EmbedHttpPacked, TokenBudgetBatchesMatchTheGoldens) {
+  test_server_options o = embed_options();
+  o.batching = batching_config{.kind = policy_kind::token_budget, .max_batch_size = 32, .token_budget = 256,
+                               .max_queue_delay = std::chrono::milliseconds(1)};
+  test_server srv(o);
+  http_connection c("127.0.0.1", srv.port());
+  const json& entry = goldens()["embed_batches"][0];
+  const auto seqs = sequences(entry);
+  const json got = post(c, "/embed", {{"inputs", seqs}});
+  ASSERT_EQ(got.size(), seqs.size());
+  double worst = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) worst = std::max(worst, max_error(got[i], row(entry["mean_normalized"], i, 40)));
+  EXPECT_LE(worst, tolerance);
+  std::cout << "[ packed ] /embed: max |error| " << worst << "\n";
+}
+
+// bf16 (tessera-serve --dtype bf16): the same routes, within the models tests' bf16 bounds
+// (0.03 absolute, cosine >= 0.999 with the float64 golden).
+TEST(EmbedHttpBf16, EmbedAndEmbedAllWithinBf16Bounds) {
+  test_server_options o = embed_options();
+  o.dtype = models::dtype::bf16;
+  test_server srv(o);
+  http_connection c("127.0.0.1", srv.port());
+  EXPECT_EQ(json::parse(c.request("GET", "/info").body)["model_dtype"], "bfloat16");
+  const json& entry = goldens()["embed_batches"][0];
+  const auto seqs = sequences(entry);
+  const json got = post(c, "/embed", {{"inputs", seqs}});
+  const json all = post(c, "/embed_all", {{"inputs", seqs}});
+  ASSERT_EQ(got.size(), seqs.size());
+  ASSERT_EQ(all.size(), seqs.size());
+  double worst = 0, worst_cos = 1;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const auto want = row(entry["mean_normalized"], i, 40);
+    worst = std::max(worst, max_error(got[i], want));
+    double dot = 0;
+    for (size_t j = 0; j < 40; ++j) dot += got[i][j].get<double>() * want[j];
+    worst_cos = std::min(worst_cos, dot);
+    EXPECT_EQ(all[i].size(), seqs[i].size());
+  }
+  EXPECT_LE(worst, 0.03);
+  EXPECT_GE(worst_cos, 0.999);
+  std::cout << "[ bf16 ] /embed: max |error| " << worst << ", min cosine " << worst_cos << "\n";
+}
+
 // A model whose sentence-transformers config names a default prompt: it applies when the
 // request names none.
 TEST(EmbedHttpDefaultPrompt, AppliesWithoutPromptName) {

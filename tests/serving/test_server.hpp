@@ -32,13 +32,16 @@ struct test_server_options {
   /// A preset or a folder, any encoder task (models::load_encoder): a classifier, a reranker or
   /// an embedding model.
   std::string model = "bert-tiny";
+  models::dtype dtype = models::dtype::fp32;  ///< what the reference forward computes in
 };
 
 class test_server {
  public:
   explicit test_server(test_server_options o = {}) : router_(routing_config{}, default_clock(), &metrics_) {
     if (!o.toy) {
-      model_ = std::make_shared<const models::bert_model>(models::load_encoder(o.model).value());
+      auto loaded = models::load_encoder(o.model).value();
+      TESSERA_CHECK(models::set_dtype(loaded, o.dtype).ok());
+      model_ = std::make_shared<const models::bert_model>(std::move(loaded));
       tok_ = make_model_tokenizer(*model_).value();
       info_ = model_info_of(*model_, std::filesystem::path(o.model).filename().string());
       for (int i = 0; i < o.replicas; ++i)
