@@ -3,6 +3,7 @@
 // at its own position after its prompt.
 //
 //   build/bin/tessera-bench-decoders --models llama-tiny,gpt2 --threads 2 --prompt 128 --decode 32 --batches 1,32
+//   build/bin/tessera-bench-decoders --models gpt2,llama-1b --dtypes fp32,bf16   (bf16 / fp32 ratios, one run)
 //
 // Prefill: for each batch size B, B prompts of --prompt seeded tokens in one mixed step (packed, no
 // padding; a prefill under 1 s is timed again, warm: the first pays its fresh workspaces' page
@@ -40,6 +41,11 @@ using namespace tessera::models;
 namespace {
 
 double now() { return tessera::wall_seconds(); }
+std::string two_places(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", v);
+  return b;
+}
 // Process CPU time: on a shared machine, requests / (cpu / threads) estimates dedicated-core speed
 // (pessimistically: OpenMP spin-waits count as CPU time).
 double cpu_now() { return tessera::self_cpu_seconds(); }
@@ -205,7 +211,7 @@ attn_time time_attention(const model_shape& c, int B, int rows, int ctx, int rep
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string models, batches;
+  std::string models, batches, dtypes;
   int threads, prompt, decode;
   uint64_t seed;
   po::options_description opts("tessera-bench-decoders: single-process prefill and decode tokens/s");
@@ -216,6 +222,9 @@ int main(int argc, char** argv) {
       "decode", po::value(&decode)->default_value(32), "decode steps per sequence")(
       "batches", po::value(&batches)->default_value("1,32"), "decode batch sizes (sequences), comma-separated")(
       "seed", po::value(&seed)->default_value(0), "weights and prompt seed")(
+      "dtypes", po::value(&dtypes)->default_value("fp32"),
+      "forward dtypes, comma-separated (fp32, bf16): each model runs in each, one after the other, and the table "
+      "adds a ratio to the first dtype's decode tok/s")(
       "attention", "also time the attention kernel alone against oneDNN batched matmul + softmax: a prefill "
                    "chunk (1 x --prompt rows) and a decode step (each --batches count of one row after --prompt)")(
       "sgemm", "after each prefill, oneDNN's sgemm alone on its GEMM shapes: prefill GFLOP/s (GEMMs, attention, "
@@ -238,12 +247,39 @@ int main(int argc, char** argv) {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   std::printf("threads %d, OMP_WAIT_POLICY=%s, prompt %d, decode %d\n", threads, policy ? policy : "(unset)", prompt,
               decode);
-  std::printf("%-12s %-9s %6s %8s %10s %10s %12s %12s\n", "model", "phase", "seqs", "tokens", "wall s", "cpu s",
-              "tok/s wall", "tok/s cpu");
+  std::vector<dtype> dts;
+  for (const auto& d : tessera::split_list(dtypes)) {
+    auto dt = parse_dtype(d);
+    if (!dt) {
+      std::cerr << "--dtypes: " << dt.error().message() << "\n";
+      return 2;
+    }
+    if (auto st = check_dtype_supported(*dt); !st.ok()) {
+      std::cerr << "--dtypes: " << st.message() << "\n";
+      return 2;
+    }
+    dts.push_back(*dt);
+  }
+  if (dts.empty()) {
+    std::cerr << "--dtypes is empty\n";
+    return 2;
+  }
+  std::printf("%-12s %-5s %-9s %6s %8s %10s %10s %12s %12s %9s %9s\n", "model", "dtype", "phase", "seqs", "tokens",
+              "wall s", "cpu s", "tok/s wall", "tok/s cpu", "x first", "x 1st cpu");
   for (const auto& name : tessera::split_list(models)) {
-    auto m = load_decoder(name, seed);
-    if (!m) {
-      std::cerr << m.error().to_string() << "\n";
+   auto loaded = load_decoder(name, seed);
+   if (!loaded) {
+     std::cerr << loaded.error().to_string() << "\n";
+     return 2;
+   }
+   // decode tok/s (wall, cpu) of the first dtype per batch size: the ratios of the others to it.
+   std::vector<std::pair<double, double>> first_rate;
+   for (size_t di = 0; di < dts.size(); ++di) {
+    const dtype dt = dts[di];
+    const char* dname = dtype_name(dt).data();
+    auto* m = &*loaded;
+    if (auto st = m->set_dtype(dt); !st.ok()) {
+      std::cerr << name << ": " << st.message() << "\n";
       return 2;
     }
     if (prompt + decode > m->shape().max_position_embeddings) {
@@ -266,7 +302,8 @@ int main(int argc, char** argv) {
                     1e3 * t.onednn, t.onednn / t.tessera);
       }
     }
-    for (int B : bs) {
+    for (size_t bi = 0; bi < bs.size(); ++bi) {
+      const int B = bs[bi];
       auto r = run(*m, B, prompt, decode, seed);
       if (!r) {
         std::cerr << name << ": " << r.error().to_string() << "\n";
@@ -286,15 +323,20 @@ int main(int argc, char** argv) {
                     name.c_str(), B, prompt, threads, mine, roof, mine / roof, mine_cpu, roof_cpu, mine_cpu / roof_cpu);
       }
       for (const auto& [phase, x] : {std::pair{"prefill", r->first}, std::pair{"decode", r->second}}) {
-        const double per_cpu = x.tokens / (x.cpu / threads);
-        std::printf("%-12s %-9s %6d %8lld %10.3f %10.3f %12.1f %12.1f\n", name.c_str(), phase, B,
-                    static_cast<long long>(x.tokens), x.wall, x.cpu, x.tokens / x.wall, per_cpu);
-        std::printf("RESULT bench=decoders model=%s phase=%s seqs=%d prompt=%d threads=%d tokens=%lld wall_s=%.4f "
-                    "cpu_s=%.4f tok_per_s_wall=%.2f tok_per_s_cpu=%.2f\n",
-                    name.c_str(), phase, B, prompt, threads, static_cast<long long>(x.tokens), x.wall, x.cpu,
-                    x.tokens / x.wall, per_cpu);
+        const double per_cpu = x.tokens / (x.cpu / threads), per_wall = x.tokens / x.wall;
+        const bool dec = std::string(phase) == "decode";
+        if (dec && di == 0) first_rate.push_back({per_wall, per_cpu});
+        const double ratio = dec ? per_wall / first_rate[bi].first : 0, ratio_cpu = dec ? per_cpu / first_rate[bi].second : 0;
+        std::printf("%-12s %-5s %-9s %6d %8lld %10.3f %10.3f %12.1f %12.1f %9s %9s\n", name.c_str(), dname, phase, B,
+                    static_cast<long long>(x.tokens), x.wall, x.cpu, per_wall, per_cpu,
+                    dec ? two_places(ratio).c_str() : "-", dec ? two_places(ratio_cpu).c_str() : "-");
+        std::printf("RESULT bench=decoders model=%s dtype=%s phase=%s seqs=%d prompt=%d threads=%d tokens=%lld wall_s=%.4f "
+                    "cpu_s=%.4f tok_per_s_wall=%.2f tok_per_s_cpu=%.2f ratio_to_first_dtype=%.3f ratio_to_first_dtype_cpu=%.3f\n",
+                    name.c_str(), dname, phase, B, prompt, threads, static_cast<long long>(x.tokens), x.wall, x.cpu,
+                    per_wall, per_cpu, ratio, ratio_cpu);
       }
     }
+   }
   }
   return 0;
 }

@@ -42,7 +42,7 @@ tessera::result<std::vector<int32_t>> parse_ids(const std::string& text) {
 }  // namespace
 
 int generate_main(int argc, char** argv) {
-  std::string model_name, prompt_ids, prompt_text, save_dir, config_path, tokenizer_name;
+  std::string model_name, prompt_ids, prompt_text, save_dir, config_path, tokenizer_name, dtype_text;
   uint64_t seed = 0;
   int threads = 2, max_tokens = 16, block_tokens = 16, prefill_chunk = 0;
   po::options_description opts("tessera-models generate: greedy generation with a GPT-2 or LLaMA decoder");
@@ -60,6 +60,8 @@ int generate_main(int argc, char** argv) {
       "block-tokens", po::value(&block_tokens)->default_value(16), "KV cache block size in positions")(
       "prefill-chunk", po::value(&prefill_chunk)->default_value(0), "prefill in chunks of this many tokens (0 = one)")(
       "threads", po::value(&threads)->default_value(2), "oneDNN/OpenMP threads")(
+      "dtype", po::value(&dtype_text)->default_value("fp32"),
+      "fp32 (the reference) or bf16 (bf16 matrices, fp32 accumulation, norms, softmax and logits)")(
       "info", "print the config.json and the tensor names")(
       "save", po::value(&save_dir), "write the model as a Hugging Face folder (config.json, model.safetensors)");
   po::variables_map vm;
@@ -72,9 +74,18 @@ int generate_main(int argc, char** argv) {
     std::cerr << "give --prompt or --prompt-ids, not both\n";
     return 2;
   }
+  const auto dt = parse_dtype(dtype_text);
+  if (!dt) {
+    std::cerr << dt.error().message() << "\n";
+    return 2;
+  }
   auto model = config_path.empty() ? load_decoder(model_name, seed) : make_decoder_from_config(config_path, seed);
   if (!model) {
     std::cerr << model.error().to_string() << "\n";
+    return 2;
+  }
+  if (const tessera::status st = model->set_dtype(*dt); !st.ok()) {
+    std::cerr << st.message() << "\n";
     return 2;
   }
   if (vm.count("info")) {

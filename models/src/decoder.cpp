@@ -7,8 +7,20 @@
 
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/kernels_bf16.hpp"
 
 namespace tessera::models {
+
+// The bf16 copies of a decoder's Linear matrices (decoder_model::set_dtype).
+struct bf16_decoder_weights {
+  struct layer {
+    bf16_weight qkv, o, gate, up, down;  // qkv: [q_width + 2 kv_width, hidden], Q, K, V rows
+    std::vector<float> qkv_bias;         // empty when the layer has no Q/K/V biases
+  };
+  std::vector<layer> layers;
+  bf16_weight lm_head;
+};
+
 namespace {
 
 activation act_of(activation_kind a) {
@@ -40,6 +52,17 @@ struct buffer {
 struct workspace {
   buffer x, xn, tmp, qkv, ctx, up, gate, cos_t, sin_t, last, logits;
 };
+struct bf16_buffer {
+  std::unique_ptr<bfloat16[]> p;
+  int64_t n = 0;
+};
+bfloat16* grow(bf16_buffer& b, int64_t n) {
+  if (b.n < n) {
+    b.p.reset(new bfloat16[static_cast<size_t>(n)]);
+    b.n = n;
+  }
+  return b.p.get();
+}
 float* grow(buffer& b, int64_t n) {
   if (b.n < n) {
     b.p.reset(new float[static_cast<size_t>(n)]);
@@ -50,13 +73,23 @@ float* grow(buffer& b, int64_t n) {
 
 // Embeddings, every layer, and the final norm + LM head on `logit_rows` into out [rows][vocab]
 // (vectors reused: resized, not reallocated when they already have the room).
-void run_decoder(const model_shape& c, const decoder_weights& w, const std::vector<int32_t>& tokens,
+void run_decoder(const model_shape& c, const decoder_weights& w, const bf16_decoder_weights* bw,
+                 const std::vector<int32_t>& tokens,
                  const std::vector<int32_t>& positions, const std::vector<int32_t>& logit_rows,
                  const attention_fn& attend, std::vector<std::vector<float>>& out) {
   const int64_t T = static_cast<int64_t>(tokens.size()), h = c.hidden_size, f = c.intermediate_size;
   const int64_t qw = c.q_width(), kvw = c.kv_width(), ld = qw + 2 * kvw;
   const int d = c.head_dim();
   thread_local workspace ws;
+  thread_local bf16_buffer xb16;
+  // y[T, W.out()] = act(x W^T + b) on the bf16 matrix: x's rows (stride ldx) rounded to bf16 once.
+  auto linear16 = [&](const float* in, int64_t ldx, const bf16_weight& W, const float* b, float* y, activation a,
+                      int64_t ldy) {
+    const int64_t k = W.in();
+    bfloat16* xb = grow(xb16, T * k);
+    for (int64_t t = 0; t < T; ++t) to_bf16(in + t * ldx, k, xb + t * k);
+    linear(xb, T, W, b, y, a, 0, ldy);
+  };
   float* x = grow(ws.x, T * h);
   float* xn = grow(ws.xn, T * h);
   float* tmp = grow(ws.tmp, T * h);
@@ -85,6 +118,28 @@ void run_decoder(const model_shape& c, const decoder_weights& w, const std::vect
   for (int l = 0; l < c.num_layers; ++l) {
     const decoder_layer_weights& lw = w.layers[static_cast<size_t>(l)];
     norm(c, x, T, lw.norm1_w, lw.norm1_b, xn);
+    if (bw) {
+      const auto& bl = bw->layers[static_cast<size_t>(l)];
+      linear16(xn, h, bl.qkv, bl.qkv_bias.empty() ? nullptr : bl.qkv_bias.data(), qkv, activation::none, ld);
+      if (rotary) {
+        apply_rotary(qkv, T, c.num_heads, d, ld, cos_t, sin_t);
+        apply_rotary(qkv + qw, T, c.num_kv_heads, d, ld, cos_t, sin_t);
+      }
+      attend(l, qkv, ld, ctx);
+      linear16(ctx, qw, bl.o, lw.o_b, tmp, activation::none, h);
+      add(x, tmp, T * h, x);
+      norm(c, x, T, lw.norm2_w, lw.norm2_b, xn);
+      if (c.gated_mlp) {
+        linear16(xn, h, bl.gate, nullptr, gate, act, f);
+        linear16(xn, h, bl.up, lw.up_b, up, activation::none, f);
+        multiply(gate, up, T * f, up);
+      } else {
+        linear16(xn, h, bl.up, lw.up_b, up, act, f);
+      }
+      linear16(up, f, bl.down, lw.down_b, tmp, activation::none, h);
+      add(x, tmp, T * h, x);
+      continue;
+    }
     // GPT-2's c_attn is one [q + 2 kv, hidden] matrix (and bias): one GEMM instead of three.
     const bool fused_qkv = lw.k_w == lw.q_w + qw * h && lw.v_w == lw.k_w + kvw * h &&
                            ((!lw.q_b && !lw.k_b && !lw.v_b) || (lw.k_b == lw.q_b + qw && lw.v_b == lw.k_b + kvw));
@@ -118,7 +173,13 @@ void run_decoder(const model_shape& c, const decoder_weights& w, const std::vect
   float* logits = grow(ws.logits, R * V);
   for (int64_t r = 0; r < R; ++r) std::copy_n(x + int64_t{logit_rows[r]} * h, h, last + r * h);
   norm(c, last, R, w.final_norm_w, w.final_norm_b, last);
-  linear(last, R, h, w.lm_head, nullptr, V, logits);
+  if (bw) {
+    bfloat16* lb = grow(xb16, R * h);
+    to_bf16(last, R * h, lb);
+    linear(lb, R, bw->lm_head, nullptr, logits);
+  } else {
+    linear(last, R, h, w.lm_head, nullptr, V, logits);
+  }
   out.resize(static_cast<size_t>(R));
   for (int64_t r = 0; r < R; ++r) out[static_cast<size_t>(r)].assign(logits + r * V, logits + (r + 1) * V);
 }
@@ -209,7 +270,7 @@ status decoder_model::step(const step_batch& batch, paged_kv_cache& cache,
     attention_paged({qkv, ld}, {kbase, vbase, bt, block_stride, head_stride}, seqs.data(),
                     static_cast<int>(seqs.size()), c.num_heads, kvh, d, {ctx, qw}, c.sliding_window);
   };
-  run_decoder(c, w_, tokens, positions, logit_rows, attend, logits);
+  run_decoder(c, w_, bf16_.get(), tokens, positions, logit_rows, attend, logits);
   return {};
 }
 
@@ -252,8 +313,44 @@ result<std::vector<std::vector<float>>> decoder_model::full_logits(const std::ve
     }
   };
   std::vector<std::vector<float>> logits;
-  run_decoder(c, w_, tokens, positions, rows, attend, logits);
+  run_decoder(c, w_, bf16_.get(), tokens, positions, rows, attend, logits);
   return logits;
+}
+
+status decoder_model::set_dtype(dtype d) {
+  if (d == dtype::fp32) {
+    bf16_.reset();
+    return ok_status();
+  }
+  TESSERA_RETURN_IF_ERROR(check_dtype_supported(d));
+  if (bf16_) return ok_status();
+  const model_shape& c = shape_;
+  const int64_t h = c.hidden_size, f = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
+  auto b = std::make_shared<bf16_decoder_weights>();
+  std::vector<float> rows;
+  for (const decoder_layer_weights& lw : w_.layers) {
+    bf16_decoder_weights::layer bl;
+    // Q, K and V stacked as one matrix (one GEMM a layer), whether or not the checkpoint fuses them.
+    rows.resize(static_cast<size_t>((qw + 2 * kvw) * h));
+    std::copy_n(lw.q_w, qw * h, rows.data());
+    std::copy_n(lw.k_w, kvw * h, rows.data() + qw * h);
+    std::copy_n(lw.v_w, kvw * h, rows.data() + (qw + kvw) * h);
+    bl.qkv = bf16_weight::pack(rows.data(), qw + 2 * kvw, h);
+    if (lw.q_b || lw.k_b || lw.v_b) {
+      bl.qkv_bias.assign(static_cast<size_t>(qw + 2 * kvw), 0.0f);
+      if (lw.q_b) std::copy_n(lw.q_b, qw, bl.qkv_bias.data());
+      if (lw.k_b) std::copy_n(lw.k_b, kvw, bl.qkv_bias.data() + qw);
+      if (lw.v_b) std::copy_n(lw.v_b, kvw, bl.qkv_bias.data() + qw + kvw);
+    }
+    bl.o = bf16_weight::pack(lw.o_w, h, qw);
+    if (lw.gate_w) bl.gate = bf16_weight::pack(lw.gate_w, f, h);
+    bl.up = bf16_weight::pack(lw.up_w, f, h);
+    bl.down = bf16_weight::pack(lw.down_w, h, f);
+    b->layers.push_back(std::move(bl));
+  }
+  b->lm_head = bf16_weight::pack(w_.lm_head, c.vocab_size, h);
+  bf16_ = std::move(b);
+  return ok_status();
 }
 
 result<generation> greedy_generate(const decoder_model& model, const std::vector<int32_t>& prompt,

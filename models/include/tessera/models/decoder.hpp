@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tessera/common/status.hpp"
+#include "tessera/models/bf16.hpp"
 #include "tessera/models/kv_cache.hpp"
 #include "tessera/models/shape.hpp"
 #include "tessera/models/weights.hpp"
@@ -112,6 +113,13 @@ class decoder_model {
   /// cache (plain causal attention over the whole sequence): the reference the cached paths are
   /// checked against.
   result<std::vector<std::vector<float>>> full_logits(const std::vector<int32_t>& tokens) const;
+  /// The forward's dtype. bf16: every Linear matrix (Q/K/V fused, O, MLP, the LM head) converted
+  /// once to bf16 and run on oneDNN's bf16 matmul with fp32 accumulation; GEMM inputs are rounded
+  /// to bf16, the residual stream, norms, rotary, attention (softmax included) and logits stay fp32;
+  /// embedding rows are read from the fp32 tables. step() and full_logits() both follow it. Error
+  /// (`unsupported`, nothing changed) when this CPU has no native bf16. fp32 drops the copies.
+  status set_dtype(dtype d);
+  dtype compute_dtype() const { return bf16_ ? dtype::bf16 : dtype::fp32; }
 
  private:
   model_shape shape_;
@@ -119,7 +127,18 @@ class decoder_model {
   std::shared_ptr<const void> storage_;
   std::shared_ptr<std::vector<float>> transposed_;  // GPT-2 Conv1D weights in [out, in]
   std::map<std::string, tensor_view, std::less<>> tensors_;
+  std::shared_ptr<const struct bf16_decoder_weights> bf16_;  // set_dtype(bf16)
 };
+/// How far bf16 decoder logits may be from fp32's: max |diff| <= this x max(1, max |fp32 logit|)
+/// (docs/models.md, "bf16 decoders": 1.7x the worst measured on the seeded tiny decoders of every
+/// family, whose logits are small next to their hidden states; a model of another seed is 10x off).
+inline constexpr double bf16_decoder_logit_bound = 0.1;
+/// Greedy agreement with the fp32 reference holds up to the first near-tie: a step whose fp32
+/// top-2 logit gap is below twice the bound (bf16_decoder_logit_bound x max(1, max |fp32 logit|)
+/// each way), where either token is within bf16's error.
+inline double bf16_decoder_near_tie(double max_abs_fp32_logit) {
+  return 2 * bf16_decoder_logit_bound * (max_abs_fp32_logit > 1 ? max_abs_fp32_logit : 1.0);
+}
 
 /// A decoder preset (gpt2-tiny, gpt2, gpt2-medium, llama-tiny, llama-1b; llama-2-7b and
 /// llama-3-8b are shapes for timing) with seeded weights, bit-identical on every machine and
