@@ -60,5 +60,32 @@ TEST(gpu_roofline, unknown_kernel_is_reported_with_the_query) {
   EXPECT_NE(e.error().message().find("conv2d"), std::string::npos);
 }
 
+// The fused attention kernel runs one block per (sequence, head): with fewer blocks than SMs only
+// that many SMs compute (docs/timing.md, Validation). On 100 SMs with 10 heads: 1 sequence (10
+// blocks) takes as long to compute as 10 sequences (100 blocks, the GPU full), 20 sequences twice that.
+TEST(gpu_roofline, fused_attention_with_fewer_blocks_than_sms_computes_on_that_many) {
+  auto compute_of = [](int seqs) {
+    const auto q = make_query(models::kernel_id::attention,
+                              attention_shape{.heads = 10, .head_dim = 64, .seq_lens = std::vector<int64_t>(size_t(seqs), 512)});
+    std::vector<kernel_query> ops = {q};
+    auto e = estimate_gpu_ops(round_gpu(true), ops);
+    EXPECT_TRUE(e) << e.error().to_string();
+    EXPECT_EQ(e->kernels.size(), 1u);
+    return e->kernels[0].compute_s;
+  };
+  const double one = compute_of(1), ten = compute_of(10), twenty = compute_of(20);
+  EXPECT_GT(one, 0);
+  EXPECT_NEAR(one, ten, 1e-12 * ten);
+  EXPECT_NEAR(twenty, 2 * ten, 1e-12 * ten);
+  // Without the term, one sequence would be a tenth of ten: 4 L^2 d h FLOPs at 100 TFLOP/s x efficiency.
+  gpu_preset no_sms = round_gpu(true);
+  no_sms.sms = 0;
+  const auto q = make_query(models::kernel_id::attention, attention_shape{.heads = 10, .head_dim = 64, .seq_lens = {512}});
+  std::vector<kernel_query> ops = {q};
+  auto e = estimate_gpu_ops(no_sms, ops);
+  ASSERT_TRUE(e);
+  EXPECT_NEAR(e->kernels[0].compute_s * 10, one, 1e-12 * one);
+}
+
 }  // namespace
 }  // namespace tessera::timing

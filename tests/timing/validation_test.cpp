@@ -30,8 +30,9 @@ std::filesystem::path source_dir() {
 }
 
 // The held-out rows docs/timing.md names as missing their target (and says why).
-const std::set<std::string> documented_misses = {"a100-trt-bert-base-s384-b1", "a100-trt-bert-base-s384-b2",
-                                                 "a100-trt-bert-large-s384-b1", "a100-trt-bert-large-s384-b2"};
+// With the fused attention's occupancy term (docs/timing.md, Validation); before it the s384 b2 and
+// bert-large s384 b1/b2 rows missed too (-24.8%, -29.0%, -16.7%).
+const std::set<std::string> documented_misses = {"a100-trt-bert-base-s384-b1"};
 
 std::string id_of(const validation_row& r) { return r.name.substr(0, r.name.find(' ')); }
 
@@ -199,7 +200,7 @@ TEST(validation, held_out_errors_are_the_documented_ones) {
   for (const auto& r : rep->calibration) EXPECT_LT(std::abs(r.error_percent()), 5) << r.name;  // fit residuals
 }
 
-// The figures README and docs/timing.md quote: A100 32 of 36 within 15%, mean |error| 8.0%, max 33.6%;
+// The figures README and docs/timing.md quote: A100 35 of 36 within 15%, mean |error| 6.4%, max 15.6%;
 // IPU 3 of 3, max 3.2%.
 TEST(validation, summary_figures_are_the_quoted_ones) {
   auto rep = validate_timing_model();
@@ -215,18 +216,18 @@ TEST(validation, summary_figures_are_the_quoted_ones) {
     }
   }
   EXPECT_EQ(a100, 36);
-  EXPECT_EQ(a100_within, 32);
-  EXPECT_NEAR(a100_sum / a100, 8.0, 0.05);
-  EXPECT_NEAR(a100_max, 33.6, 0.05);
+  EXPECT_EQ(a100_within, 35);
+  EXPECT_NEAR(a100_sum / a100, 6.4, 0.05);
+  EXPECT_NEAR(a100_max, 15.6, 0.05);
   EXPECT_EQ(ipu, 3);
   EXPECT_EQ(ipu_within, 3);
   EXPECT_NEAR(ipu_max, 3.2, 0.05);
   const std::string md = validation_report_markdown(*rep);
-  EXPECT_NE(md.find("held out, A100 rows (target 15%): 32 of 36 within target; mean |error| 8.0%, max 33.6%"),
+  EXPECT_NE(md.find("held out, A100 rows (target 15%): 35 of 36 within target; mean |error| 6.4%, max 15.6%"),
             std::string::npos)
       << md;
   const std::string readme = read_text(source_dir() / "README.md");
-  EXPECT_NE(readme.find("32 within 15%, mean |error| 8.0%"), std::string::npos);
+  EXPECT_NE(readme.find("35 within 15%, mean |error| 6.4%"), std::string::npos);
   EXPECT_NE(readme.find("3 held-out C600 points (within 3.2%)"), std::string::npos);
 }
 

@@ -237,7 +237,8 @@ kernel_estimator attention() {
     const double qkv = s->sum_l * h * d * b;     // one of Q, K, V or O
     const double scores = s->sum_l2 * h * b;
     if (fused)  // FMHA: scores stay on chip
-      return gpu_list{{"attention", 4 * s->sum_l2 * d * h, 5 * s->sum_l2 * h, 4 * qkv}};
+      return gpu_list{{.name = "attention", .tensor_flops = 4 * s->sum_l2 * d * h, .vector_flops = 5 * s->sum_l2 * h,
+                       .hbm_bytes = 4 * qkv, .blocks = double(q.seq_lens.size()) * h}};
     return gpu_list{{"attention.qk", 2 * s->sum_l2 * d * h, 0, 2 * qkv + scores},
                     {"attention.softmax", 0, 6 * s->sum_l2 * h, 2 * scores},
                     {"attention.pv", 2 * s->sum_l2 * d * h, 0, scores + 2 * qkv}};

@@ -11,6 +11,8 @@ gpu_kernel_time gpu_kernel_seconds(const gpu_preset& p, const gpu_kernel_work& w
                              (t == dtype::fp16 ? p.calibration.tensor_core_efficiency : p.calibration.fp32_efficiency);
   const double vector_peak = p.fp32_flops_per_s * p.calibration.fp32_efficiency;
   k.compute_s = w.tensor_flops / tensor_peak + w.vector_flops / vector_peak;
+  // Fewer blocks than SMs: only `blocks` SMs compute (one wave, each block on its own SM).
+  if (w.blocks > 0 && p.sms > 0 && w.blocks < double(p.sms)) k.compute_s *= double(p.sms) / w.blocks;
   k.memory_s = w.hbm_bytes / (p.hbm_bytes_per_s * p.calibration.hbm_efficiency);
   k.memory_bound = k.memory_s > k.compute_s;
   k.seconds = std::max(k.compute_s, k.memory_s) + p.launch_overhead_s;

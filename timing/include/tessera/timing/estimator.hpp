@@ -37,6 +37,10 @@ struct gpu_kernel_work {
   bool fusable_epilogue = false;
   /// HBM bytes it still costs once absorbed (a residual add still reads its other operand).
   double epilogue_bytes = 0;
+  /// Thread blocks the kernel launches when fewer than the GPU's SMs can occupy it (0: it fills the
+  /// GPU). A fused attention kernel runs one block per (sequence, head), looping over the query
+  /// tiles inside the block, so with batch x heads < SMs only that many SMs compute.
+  double blocks = 0;
 };
 
 /// Per-tile cost of a kernel spread evenly over a number of physical tiles.
