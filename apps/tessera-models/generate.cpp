@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tessera/models/bpe_tokenizer.hpp"
+#include "tessera/models/gguf_reader.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/common/cli.hpp"
@@ -108,10 +109,12 @@ int generate_main(int argc, char** argv) {
       namespace fs = std::filesystem;
       std::error_code ec;
       const bool own = fs::exists(fs::path(model_name) / "tokenizer.json", ec) ||
-                       fs::exists(fs::path(model_name) / "vocab.json", ec);
+                       fs::exists(fs::path(model_name) / "vocab.json", ec) ||
+                       (fs::is_regular_file(model_name, ec) && looks_like_gguf(model_name));  // the GGUF's own
       tokenizer_name = own ? model_name : std::string(model->shape().traits().tokenizer);
     }
-    auto t = bpe_tokenizer::load(tokenizer_name);
+    const bool from_gguf = tokenizer_name == model_name && looks_like_gguf(model_name);
+    auto t = from_gguf ? load_gguf_tokenizer(model_name) : bpe_tokenizer::load(tokenizer_name);
     if (!t) {
       std::cerr << t.error().to_string() << "\n";
       return 2;

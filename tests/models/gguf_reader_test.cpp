@@ -485,6 +485,14 @@ TEST(gguf_reader, lies_and_refusals_name_what_is_wrong) {
   const uint32_t v1 = 1, big_endian = 0x03000000;
   expect_error(patched(ok, 4, &v1, 4), "version 1 is not supported");
   expect_error(patched(ok, 4, &big_endian, 4), "big-endian");
+  const uint32_t v4 = 4;
+  expect_error(patched(ok, 4, &v4, 4), "GGUF version 4 is not supported (2 and 3 are)");
+  {  // the metadata says ffn 16, the tensors are 8 wide
+    std::string wide = ok;
+    const size_t at = wide.find("gpt2.feed_forward_length") + 24 + 4;
+    const uint32_t sixteen = 16;
+    expect_error(patched(wide, at, &sixteen, 4), "tensor \"blk.0.ffn_up.weight\" has ne [4, 8], expected [4, 16] from the metadata");
+  }
   // The first key's length: beyond the file.
   expect_error(patched(ok, 24, &huge, 8), "claims");
 
@@ -622,6 +630,143 @@ TEST(gguf_reader, fuzz_seeds_written_by_python_load) {
   EXPECT_EQ(l->shape().head_dim(), 8);
   EXPECT_EQ(l->weights().token_embedding[6], d);  // F16 element 6: 0.01 * (6 mod 5)
   EXPECT_EQ(l->weights().token_embedding[5], 0.0f);
+}
+
+}  // namespace
+}  // namespace tessera::models
+
+#include <set>
+
+#include "tessera/models/kernels.hpp"
+#include "tessera/test/run_tool.hpp"
+
+namespace tessera::models {
+namespace {
+
+const std::vector<std::string> texts = {
+    "Hello, world! The quick brown fox", "Once upon a time, in a land far away,", "naïve café 東京 🙂 x = 42;",
+    "  leading spaces\tand\ttabs\n\nnew lines", "</s> and <s> typed in the text", "<|endoftext|>", "", "a",
+    "numbers 1234567890 and symbols !@#$%^&*()"};
+
+// The tokenizer a GGUF file carries encodes and decodes as the preset it was exported from (the
+// preset's whole vocabulary: llama-tiny 32000 SentencePiece tokens with scores, gpt2-tiny 50257
+// byte-level tokens with merges).
+TEST(gguf_tokenizer, encodes_and_decodes_as_the_exported_preset) {
+  for (const auto& [preset, tok] : std::vector<std::pair<std::string, std::string>>{{"llama-tiny", "llama"}, {"gpt2-tiny", "gpt2"}}) {
+    SCOPED_TRACE(preset);
+    auto m = make_preset_decoder(preset, 0);
+    ASSERT_TRUE(m) << m.error().to_string();
+    const std::string path = exported(*m, tok, preset);
+    auto want = bpe_tokenizer::load(tok);
+    auto got = load_gguf_tokenizer(path);
+    ASSERT_TRUE(want && got) << (got ? want.error().to_string() : got.error().to_string());
+    EXPECT_EQ(got->vocab_size(), want->vocab_size());
+    EXPECT_EQ(got->bos_id(), want->bos_id());
+    EXPECT_EQ(got->eos_id(), want->eos_id());
+    EXPECT_EQ(got->kind(), want->kind());
+    for (const auto& t : texts) {
+      auto a = want->encode(t), b = got->encode(t);
+      ASSERT_TRUE(a && b) << t;
+      EXPECT_EQ(*b, *a) << "\"" << t << "\"";
+      auto da = want->decode(*a), db = got->decode(*a);
+      ASSERT_TRUE(da && db);
+      EXPECT_EQ(*db, *da);
+    }
+  }
+}
+
+TEST(gguf_tokenizer, other_models_are_refused_by_name) {
+  writer w;
+  w.text("tokenizer.ggml.model", "bert");
+  w.strings("tokenizer.ggml.tokens", {"a", "b"});
+  const std::string b = w.bytes();
+  auto g = parse_gguf(b.data(), b.size(), "bert.gguf");
+  ASSERT_TRUE(g);
+  auto t = gguf_tokenizer(*g);
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.error().to_string().find("tokenizer.ggml.model \"bert\" is not supported (gpt2, llama)"), std::string::npos)
+      << t.error().to_string();
+}
+
+// llama.cpp (node-llama-cpp's CPU build) and tessera on the same GGUF files: the goldens of
+// tests/data/models/decoders/llamacpp_goldens.json were made by llama.cpp from the files
+// write_gguf makes of these seeded models (models/scripts/make_llamacpp_goldens.sh; the writer is
+// deterministic); here tessera imports those files: prompt ids from the file's own tokenizer equal
+// llama.cpp's, greedy tokens equal step for step up to the first near tie (top-2 margin < 1e-3).
+TEST(gguf_oracle_import, llamacpp_tokens_from_the_imported_file) {
+  set_num_threads(2);
+  const auto g = nlohmann::json::parse(read_file(data_dir() + "/decoders/llamacpp_goldens.json"));
+  ASSERT_GE(g["models"].size(), 5u);
+  size_t texts_checked = 0;
+  for (const auto& [name, entry] : g["models"].items()) {
+    SCOPED_TRACE(name);
+    decoder_model src;
+    if (entry.contains("config")) {
+      src = seeded(entry["config"].get<std::string>(), entry["seed"].get<uint64_t>());
+    } else {
+      auto p = make_preset_decoder(entry["preset"].get<std::string>(), entry["seed"].get<uint64_t>());
+      ASSERT_TRUE(p) << p.error().to_string();
+      src = std::move(*p);
+    }
+    const std::string path = exported(src, std::string(src.shape().traits().tokenizer), name);
+    auto m = load_decoder(path);
+    ASSERT_TRUE(m) << m.error().to_string();
+    auto tok = load_gguf_tokenizer(path);
+    ASSERT_TRUE(tok) << tok.error().to_string();
+    size_t compared = 0, total = 0;
+    for (const auto& p : entry["prompts"]) {
+      const auto ids = p["ids"].get<std::vector<int32_t>>();
+      if (p.contains("text")) {
+        auto mine = tok->encode(p["text"].get<std::string>());
+        ASSERT_TRUE(mine) << mine.error().to_string();
+        EXPECT_EQ(*mine, ids) << "prompt ids of " << p["text"];
+        ++texts_checked;
+      }
+      const auto want = p["tokens"].get<std::vector<int32_t>>();
+      auto got = greedy_generate(*m, ids, {.max_tokens = static_cast<int>(want.size())});
+      ASSERT_TRUE(got) << got.error().to_string();
+      ASSERT_EQ(got->tokens.size(), want.size());
+      total += want.size();
+      for (size_t i = 0; i < want.size(); ++i, ++compared) {
+        if (got->tokens[i] == want[i]) continue;
+        EXPECT_LT(got->top2_margin[i], 1e-3f) << "greedy step " << i << " is " << got->tokens[i] << ", llama.cpp's " << want[i];
+        break;
+      }
+    }
+    EXPECT_GE(compared * 4, total * 3) << "most steps must be comparable";
+  }
+  EXPECT_GE(texts_checked, 8u);
+}
+
+// End to end from the command line: `tessera-models generate --model x.gguf --prompt TEXT` takes
+// the weights and the tokenizer from the file and prints the same ids as the source model.
+TEST(gguf_tokenizer, generate_command_line_runs_a_gguf_file) {
+  auto m = make_preset_decoder("llama-tiny", 0);
+  ASSERT_TRUE(m);
+  const std::string path = exported(*m, "llama", "cli-llama-tiny");
+  auto tok = bpe_tokenizer::load("llama");
+  ASSERT_TRUE(tok);
+  auto ids = tok->encode("Once upon a time");
+  ASSERT_TRUE(ids);
+  auto want = greedy_generate(*m, *ids, {.max_tokens = 6});
+  ASSERT_TRUE(want);
+  std::string out;
+  ASSERT_EQ(test_support::run_tool(test_support::tool_path("tessera-models"),
+                                   "generate --model " + path + " --prompt 'Once upon a time' --max-tokens 6", out, "2>&1"),
+            0) << out;
+  std::string expect_prompt = "prompt ids:", expect_gen = "generated ids:";
+  for (int32_t t : *ids) expect_prompt += " " + std::to_string(t);
+  for (int32_t t : want->tokens) expect_gen += " " + std::to_string(t);
+  EXPECT_NE(out.find(expect_prompt + "\n"), std::string::npos) << out;
+  EXPECT_NE(out.find(expect_gen + "\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("generated text: "), std::string::npos) << out;
+  // A truncated file is a clean refusal naming it.
+  const std::string cut = path + ".cut.gguf";
+  const std::string bytes = read_file(path);
+  std::ofstream(cut, std::ios::binary).write(bytes.data(), 100000);
+  EXPECT_EQ(test_support::run_tool(test_support::tool_path("tessera-models"), "generate --model " + cut + " --prompt-ids 1,2", out, "2>&1"), 2);
+  EXPECT_NE(out.find(cut), std::string::npos) << out;
+  EXPECT_NE(out.find("\"tokenizer.ggml.tokens\" claims 32000 elements"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tessera/common/status.hpp"
+#include "tessera/models/bpe_tokenizer.hpp"
 #include "tessera/models/decoder.hpp"
 
 namespace tessera::models {
@@ -94,6 +95,13 @@ result<model_shape> gguf_decoder_shape(const gguf_file& file);
 /// A decoder from a GGUF file: shape as gguf_decoder_shape, weights in fp32.
 result<decoder_model> load_gguf_decoder(const std::string& path);
 result<decoder_model> gguf_decoder(const gguf_file& file);
+
+/// The file's tokenizer: tokenizer.ggml.model "gpt2" (tokens + merges: byte-level BPE) or "llama"
+/// (tokens, scores, token_type: SentencePiece-style BPE with byte fallback; merges rebuilt from the
+/// scores, a pair merging into the highest-scoring token first; control and unknown tokens
+/// special; <s> added when tokenizer.ggml.add_bos_token is not false). Other models refused by name.
+result<bpe_tokenizer> gguf_tokenizer(const gguf_file& file);
+result<bpe_tokenizer> load_gguf_tokenizer(const std::string& path);
 
 /// True when the path ends in ".gguf" or the file starts with the GGUF magic.
 bool looks_like_gguf(const std::string& path);
