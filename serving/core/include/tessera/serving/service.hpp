@@ -17,6 +17,8 @@
 //     POST /tokenize  {"inputs": "text" | ["text", ...], "add_special_tokens": bool}
 //                     -> [[{"id","text","special","start","stop"}]] (byte offsets)
 //     GET /info, /health, / and /ping (health), /metrics (Prometheus text)
+//   Embedding models (encoder/src/embed_api.cpp): POST /embed, /embed_all, /embed_sparse (refused),
+//     /similarity, /v1/embeddings (OpenAI's, as TEI serves it); docs/serving.md has the fields.
 //   KServe v2 / Open Inference Protocol (encoder/src/kserve_api.cpp): GET /v2, /v2/health/{live,ready},
 //     /v2/models/{name}[/versions/1][/ready]; POST /v2/models/{name}[/versions/1]/infer in JSON
 //     or with the binary tensor data extension (Inference-Header-Content-Length).
