@@ -133,7 +133,7 @@ void run_items_bf16(const std::vector<work_item>& items, bf16_strided q, bf16_st
   add_attention_flops(prof, items, head_dim);
 #pragma omp parallel if (n > 1)
   {
-    std::vector<bfloat16> qb, kb, vt, pb;
+    std::vector<bfloat16> qb, kb, vb, pb;
     std::vector<float> s, o;
     part_clock clock(prof);
 #pragma omp for schedule(dynamic, 1) nowait
@@ -141,18 +141,21 @@ void run_items_bf16(const std::vector<work_item>& items, bf16_strided q, bf16_st
       const auto& it = items[static_cast<size_t>(i)];
       clock.start();
       const int64_t col0 = int64_t{it.head} * d, len = it.len, valid = it.valid, lp = (len + 31) / 32 * 32;
-      qb.assign(static_cast<size_t>(lp * d), bfloat16{});
-      kb.assign(static_cast<size_t>(lp * d), bfloat16{});
-      vt.assign(static_cast<size_t>(d * lp), bfloat16{});
-      pb.assign(static_cast<size_t>(lp * lp), bfloat16{});
+      // Rows (Q, K, V) and P's entries past `len` / `valid` hold whatever an earlier item left:
+      // bf16 values that all came from finite data, so the rows of S and O they make are finite and
+      // never read; only V's padding rows meet P's zeros, and those are zeroed here.
+      const size_t need = static_cast<size_t>(lp * d);
+      if (qb.size() < need) qb.resize(need), kb.resize(need), vb.resize(need);
+      if (pb.size() < static_cast<size_t>(lp * lp)) pb.resize(static_cast<size_t>(lp * lp));
       s.resize(static_cast<size_t>(lp * lp));
-      o.resize(static_cast<size_t>(lp * d));
+      o.resize(need);
       for (int64_t r = 0; r < len; ++r) {
-        const bfloat16* vr = v.data + (it.row0 + r) * v.ld + col0;
-        std::copy_n(q.data + (it.row0 + r) * q.ld + col0, d, qb.data() + r * d);
-        std::copy_n(k.data + (it.row0 + r) * k.ld + col0, d, kb.data() + r * d);
-        for (int64_t c = 0; c < d; ++c) vt[static_cast<size_t>(c * lp + r)] = vr[c];  // V^T [d, lp]
+        const int64_t src = (it.row0 + r);
+        std::copy_n(q.data + src * q.ld + col0, d, qb.data() + r * d);
+        std::copy_n(k.data + src * k.ld + col0, d, kb.data() + r * d);
+        std::copy_n(v.data + src * v.ld + col0, d, vb.data() + r * d);
       }
+      std::fill(vb.begin() + len * d, vb.begin() + lp * d, bfloat16{});
       clock.lap(attention_part::copy_in);
       // S [lp, lp] = Q K^T: K's rows are the "weight" rows of a linear layer.
       linear(qb.data(), lp, bf16_weight::view(kb.data(), lp, d), nullptr, s.data());
@@ -161,11 +164,12 @@ void run_items_bf16(const std::vector<work_item>& items, bf16_strided q, bf16_st
         float* row = s.data() + r * lp;
         for (int64_t c = 0; c < valid; ++c) row[c] *= scale;
         detail::softmax_row(row, valid);
-        to_bf16(row, valid, pb.data() + r * lp);  // keys from `valid` on keep P = 0
+        to_bf16(row, valid, pb.data() + r * lp);
+        std::fill_n(pb.data() + r * lp + valid, lp - valid, bfloat16{});  // keys from `valid` on: P = 0
       }
       clock.lap(attention_part::softmax);
-      // O [lp, d] = P V: V^T's rows are the weight rows.
-      linear(pb.data(), lp, bf16_weight::view(vt.data(), d, lp), nullptr, o.data());
+      // O [lp, d] = P V: V [lp, d] is the weight read in-major.
+      linear(pb.data(), lp, bf16_weight::view_in_major(vb.data(), lp, d), nullptr, o.data());
       clock.lap(attention_part::context_gemm);
       for (int64_t r = 0; r < len; ++r) to_bf16(o.data() + r * d, d, out.data + (it.row0 + r) * out.ld + col0);
       clock.lap(attention_part::copy_out);

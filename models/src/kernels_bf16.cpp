@@ -49,17 +49,17 @@ struct matmul_key {
   int64_t in, out, ldx, ldy, rows;
   bool bias, f32_out;
   activation act;
-  bool packed;
+  bool packed, in_major = false;
   bool operator==(const matmul_key& o) const {
-    return std::tie(in, out, ldx, ldy, rows, bias, f32_out, act, packed) ==
-           std::tie(o.in, o.out, o.ldx, o.ldy, o.rows, o.bias, o.f32_out, o.act, o.packed);
+    return std::tie(in, out, ldx, ldy, rows, bias, f32_out, act, packed, in_major) ==
+           std::tie(o.in, o.out, o.ldx, o.ldy, o.rows, o.bias, o.f32_out, o.act, o.packed, o.in_major);
   }
 };
 struct matmul_key_hash {
   size_t operator()(const matmul_key& k) const {
     size_t h = 1469598103934665603ull;
     for (int64_t v : {k.in, k.out, k.ldx, k.ldy, k.rows, int64_t{k.bias}, int64_t{k.f32_out}, int64_t(k.act),
-                      int64_t{k.packed}})
+                      int64_t{k.packed}, int64_t{k.in_major}})
       h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
     return h;
   }
@@ -91,7 +91,9 @@ std::shared_ptr<const matmul_entry> get_matmul(const matmul_key& k) {
   auto e = std::make_shared<matmul_entry>();
   e->src = dnnl::memory::desc(dims{k.rows, k.in}, dt::bf16, dims{k.ldx, 1});
   // W [out, in] row-major is W^T [in, out] with strides (1, in).
-  e->wei = k.packed ? packed_weight_desc(k.in, k.out) : dnnl::memory::desc(dims{k.in, k.out}, dt::bf16, dims{1, k.in});
+  e->wei = k.packed     ? packed_weight_desc(k.in, k.out)
+           : k.in_major ? dnnl::memory::desc(dims{k.in, k.out}, dt::bf16, dims{k.out, 1})
+                        : dnnl::memory::desc(dims{k.in, k.out}, dt::bf16, dims{1, k.in});
   e->dst = dnnl::memory::desc(dims{k.rows, k.out}, k.f32_out ? dt::f32 : dt::bf16, dims{k.ldy, 1});
   if (k.bias) e->bias = dnnl::memory::desc(dims{1, k.out}, dt::f32, dims{k.out, 1});
   dnnl::primitive_attr attr;
@@ -142,7 +144,7 @@ void linear_any(const bfloat16* x, int64_t T, const bf16_weight& W, const float*
   auto* out = static_cast<char*>(y);
   int64_t row = 0;
   auto run = [&](int64_t rows) {
-    run_matmul({W.in(), W.out(), ldx, ldy, rows, bias != nullptr, f32_out, act, W.packed()}, x + row * ldx, W, bias,
+    run_matmul({W.in(), W.out(), ldx, ldy, rows, bias != nullptr, f32_out, act, W.packed(), W.in_major()}, x + row * ldx, W, bias,
                out + row * ldy * y_bytes);
     row += rows;
   };
@@ -188,6 +190,12 @@ bf16_weight bf16_weight::view(const bfloat16* W, int64_t out, int64_t in) {
   return w;
 }
 
+bf16_weight bf16_weight::view_in_major(const bfloat16* W_t, int64_t in, int64_t out) {
+  bf16_weight w = view(W_t, out, in);
+  w.in_major_ = true;
+  return w;
+}
+
 void linear(const bfloat16* x, int64_t T, const bf16_weight& W, const float* bias, bfloat16* y, activation act,
             int64_t ldx, int64_t ldy) {
   linear_any(x, T, W, bias, y, false, act, ldx, ldy);
@@ -199,7 +207,8 @@ void linear(const bfloat16* x, int64_t T, const bf16_weight& W, const float* bia
 }
 
 void gemm_bf16_abt(const bfloat16* A, const bf16_weight& B, bfloat16* C, int64_t M) {
-  run_matmul({B.in(), B.out(), B.in(), B.out(), M, false, false, activation::none, B.packed()}, A, B, nullptr, C);
+  run_matmul({B.in(), B.out(), B.in(), B.out(), M, false, false, activation::none, B.packed(), B.in_major()}, A, B,
+             nullptr, C);
 }
 
 namespace {

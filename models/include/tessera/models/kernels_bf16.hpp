@@ -33,7 +33,10 @@ class bf16_weight {
   /// Plain row-major [out, in] bf16, not copied. oneDNN's brgemm reads it as fast as the packed
   /// layout on BERT shapes here (it copies blocks of W as it goes).
   static bf16_weight view(const bfloat16* W, int64_t out, int64_t in);
+  /// Plain row-major [in, out] bf16 (W^T's rows, e.g. attention's V for P V), not copied.
+  static bf16_weight view_in_major(const bfloat16* W_t, int64_t in, int64_t out);
   bool packed() const { return packed_; }
+  bool in_major() const { return in_major_; }
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
   /// Bytes of the packed weight (2 per element plus the layout's padding, if any).
@@ -45,6 +48,7 @@ class bf16_weight {
   std::shared_ptr<const void> data_;
   int64_t in_ = 0, out_ = 0, bytes_ = 0;
   bool packed_ = true;
+  bool in_major_ = false;
 };
 
 /// y[T, W.out()] = act(x[T, W.in()] W^T + bias) with bf16 x and W, fp32 accumulation, bias [out]
