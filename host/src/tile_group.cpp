@@ -67,6 +67,11 @@ status tile_group::bind_and_launch() {
   h.reply_id = [](const envelope& e) { return peek_request_id(e); };
   h.on_message = [this](const std::string& peer, envelope&& e) { on_message(peer, std::move(e)); };
   h.on_tick = [this](steady::time_point now) { on_tick(now); };
+  h.on_disconnect = [this](const std::string& peer) {
+    std::lock_guard lk(mu_);
+    for (auto& t : tiles_)
+      if (t.registered && !t.failed && routes_[t.id] == peer) t.disconnected_at = steady::now();
+  };
   auto ch = channel::open(ctx_, std::move(o), std::move(h));
   if (!ch)
     return status::io_error("cannot bind the host's control socket at " + cfg_.control_bind + ": " +
@@ -196,6 +201,7 @@ void tile_group::on_message(const std::string& identity, envelope&& e) {
         t.memory_used = t.memory_high_water = 0;
         if (!t.local) t.pid = m.pid;
         t.last_heartbeat = steady::now();
+        t.disconnected_at = {};
         routes_[m.tile_id] = identity;
       }
       changed_.notify_all();
@@ -251,6 +257,13 @@ void tile_group::on_tick(steady::time_point now) {
           failures.push_back({t.id, "process " + *why});
           continue;
         }
+      }
+      if (t.registered && t.disconnected_at > t.last_heartbeat && now - t.disconnected_at > cfg_.disconnect_grace) {
+        failures.push_back(
+            {t.id, "control connection closed, nothing heard for " +
+                       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - t.disconnected_at).count()) +
+                       " ms (grace " + std::to_string(cfg_.disconnect_grace.count()) + " ms)"});
+        continue;
       }
       if (t.registered && now - t.last_heartbeat > cfg_.heartbeat_timeout)
         failures.push_back(

@@ -6,7 +6,8 @@
                                DIR/stop exists; counts in DIR/stats.json
   kill_load.py report DIR      per kill in DIR/kills ("time tile incarnation label"): seconds from
                                the kill to the first /info with a replica down, and to every replica
-                               up with the tile at that incarnation; exit 1 if one never came back"""
+                               up with the tile at that incarnation; exit 1 if one never came back
+Every request's start, end and HTTP status (0: no answer) go to DIR/requests.csv at the end."""
 import http.client, json, os, sys, threading, time
 
 
@@ -54,6 +55,7 @@ for t in texts:
 def same(a, b):
     return len(a) == len(b) and all(x["label"] == y["label"] and abs(x["score"] - y["score"]) < 1e-4 for x, y in zip(a, b))
 stats = {"sent": 0, "ok": 0, "errors": 0, "wrong": 0, "problems": []}
+timeline = []  # (start, end, HTTP status, right)
 lock = threading.Lock()
 stop = lambda: os.path.exists(out + "/stop")
 def worker(i):
@@ -62,6 +64,7 @@ def worker(i):
         if not os.path.exists(out + "/load"): time.sleep(0.01); continue
         k = (k * 7 + 3) % len(texts)
         with lock: stats["sent"] += 1
+        t0 = time.time()
         try: s, b = post(c, texts[k])
         except Exception as e:
             s, b = 0, str(e).encode(); c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
@@ -71,6 +74,7 @@ def worker(i):
             elif not same(json.loads(b), want[k]):
                 stats["wrong"] += 1; stats["problems"].append(f"{time.time():.3f} wrong {k} {b[:200]!r}")
             else: stats["ok"] += 1
+            timeline.append((t0, time.time(), s, s == 200 and same(json.loads(b), want[k])))
 def monitor():
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10); last = None
     with open(out + "/monitor.log", "a") as f:
@@ -93,5 +97,11 @@ last_dump = 0
 while not stop():
     time.sleep(0.5)
     with lock: json.dump(stats, open(out + "/stats.json", "w"))
+with open(out + "/requests.csv", "w") as f:
+    f.write("start,end,status,right\n")
+    for a, b, s, r in timeline: f.write(f"{a:.4f},{b:.4f},{s},{int(r)}\n")
 for t in ts: t.join()
 with lock: json.dump(stats, open(out + "/stats.json", "w"))
+with open(out + "/requests.csv", "w") as f:
+    f.write("start,end,status,right\n")
+    for a, b, s, r in timeline: f.write(f"{a:.4f},{b:.4f},{s},{int(r)}\n")

@@ -195,40 +195,48 @@ TEST(TileGroup, TileKilledMidRunIsReportedWithinBoundedTime) {
 // An external tile (ssh, Slurm) killed between batches: the host hears of it when it sends the
 // next batch there ("not connected"). The batch ends at once; its other parts are never sent (sent,
 // they would wait for the dead tile's slices until the tiles' exchange timeout: 30 s by default).
-TEST(TileGroup, BatchWhoseFirstTileIsGoneEndsAtOnceWithoutWaitingForTheExchange) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  const std::string control = "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
-  auto cfg = small_group(2);
-  cfg.launch_local = false;
-  cfg.control_bind = control;
-  cfg.heartbeat_timeout = 100000ms;  // only the failed send can tell
-  cfg.run_timeout = 100000ms;
-  auto started = std::async(std::launch::async, [&] { return tile_group::start(cfg); });
+// Two tiles started as a launcher would (not children of the group), on loopback: `cfg` plus
+// the control endpoint; the tiles are SIGKILLed and reaped when this goes away.
+struct external_pair {
+  std::future<result<std::unique_ptr<tile_group>>> started;
   std::vector<pid_t> tiles;
-  for (int i = 0; i < 2; ++i) {
-    const std::string tile = default_bin_dir() + "/tessera-tile";
-    std::vector<std::string> args = {tile, "--host", control, "--tile-id", std::to_string(i), "--memory", "33554432",
-                                     "--exchange-bind", "tcp://127.0.0.1:0", "--exchange-timeout-ms", "100000"};
-    std::vector<char*> argv;
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, tile.c_str(), nullptr, nullptr, argv.data(), environ), 0) << tile;
-    tiles.push_back(pid);
-  }
-  struct reap {
-    std::vector<pid_t>& p;
-    ~reap() {
-      for (pid_t x : p) kill(x, SIGKILL), waitpid(x, nullptr, 0);
+  explicit external_pair(tile_group_config cfg) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    close(fd);
+    const std::string control = "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    cfg.launch_local = false;
+    cfg.control_bind = control;
+    started = std::async(std::launch::async, [cfg] { return tile_group::start(cfg); });
+    for (uint32_t i = 0; i < cfg.tiles; ++i) {
+      const std::string tile = default_bin_dir() + "/tessera-tile";
+      std::vector<std::string> args = {tile, "--host", control, "--tile-id", std::to_string(i), "--memory", "33554432",
+                                       "--exchange-bind", "tcp://127.0.0.1:0", "--exchange-timeout-ms", "100000"};
+      std::vector<char*> argv;
+      for (auto& s : args) argv.push_back(s.data());
+      argv.push_back(nullptr);
+      pid_t pid = 0;
+      EXPECT_EQ(posix_spawn(&pid, tile.c_str(), nullptr, nullptr, argv.data(), environ), 0) << tile;
+      if (pid > 0) tiles.push_back(pid);
     }
-  } reaper{tiles};
+  }
+  ~external_pair() {
+    for (pid_t x : tiles) kill(x, SIGKILL), waitpid(x, nullptr, 0);
+  }
+};
+
+TEST(TileGroup, BatchWhoseFirstTileIsGoneEndsAtOnceWithoutWaitingForTheExchange) {
+  auto cfg = small_group(2);
+  cfg.heartbeat_timeout = 100000ms;  // only the failed send (or the closed connection) can tell
+  cfg.run_timeout = 100000ms;
+  external_pair ext(cfg);
+  auto& tiles = ext.tiles;
+  auto& started = ext.started;
   auto g = started.get();
   ASSERT_TRUE(g) << g.error().to_string();
   auto d = make_matmul_demo(matmul_split::inner, 2, 20, 30, 10, 1);  // the tiles all-reduce C
@@ -248,6 +256,33 @@ TEST(TileGroup, BatchWhoseFirstTileIsGoneEndsAtOnceWithoutWaitingForTheExchange)
   EXPECT_LT(seconds, 30.0) << "the batch waited for the exchange timeout (100 s here)";
   EXPECT_EQ((*g)->health().code(), errc::peer_failed);
   std::printf("batch ended %.3f s after it was submitted, with: %s\n", seconds, r.error().message().c_str());
+}
+
+// A remote tile whose process dies (or whose machine's kernel closes its sockets): the host's
+// socket monitor sees the control connection close and the tile fails after disconnect_grace
+// (300 ms), not after heartbeat_timeout (100 s here). A stopped tile (below) closes nothing and
+// is still found by its silence.
+TEST(TileGroup, ClosedConnectionOfAnExternalTileIsNoticedWellUnderASecond) {
+  auto cfg = small_group(2);
+  cfg.heartbeat_timeout = 100000ms;
+  external_pair ext(cfg);
+  auto g = ext.started.get();
+  ASSERT_TRUE(g) << g.error().to_string();
+  ASSERT_EQ(ext.tiles.size(), 2u);
+  std::this_thread::sleep_for(300ms);  // heartbeats flowing
+  ASSERT_TRUE((*g)->health().ok());
+  ASSERT_EQ(kill(ext.tiles[1], SIGKILL), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  waitpid(ext.tiles[1], nullptr, 0);
+  ext.tiles.pop_back();
+  while ((*g)->health().ok() && std::chrono::steady_clock::now() - t0 < 10s) std::this_thread::sleep_for(5ms);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto h = (*g)->health();
+  ASSERT_EQ(h.code(), errc::peer_failed) << "tile 1 not failed after " << seconds << " s";
+  EXPECT_NE(h.message().find("tile 1"), std::string::npos) << h.message();
+  EXPECT_NE(h.message().find("connection closed"), std::string::npos) << h.message();
+  EXPECT_LT(seconds, 1.0) << h.message();
+  std::printf("tile 1 killed: failed after %.3f s with: %s\n", seconds, h.message().c_str());
 }
 
 TEST(TileGroup, StoppedTileIsDetectedByHeartbeat) {

@@ -55,6 +55,11 @@ struct tile_group_config {
   std::chrono::milliseconds register_timeout{20000};
   std::chrono::milliseconds heartbeat_interval{200};
   std::chrono::milliseconds heartbeat_timeout{3000};
+  /// A tile whose control connection closed (the channel's socket monitor) fails when nothing
+  /// more is heard from it within this, instead of heartbeat_timeout: a dead process or a lost
+  /// machine whose kernel closed the socket is noticed in well under a second. A silent
+  /// partition closes nothing and still takes heartbeat_timeout.
+  std::chrono::milliseconds disconnect_grace{300};
   std::chrono::milliseconds request_timeout{120000};  ///< alloc / load / fetch replies
   std::chrono::milliseconds run_timeout{120000};      ///< one batch on every tile
   std::chrono::milliseconds exchange_timeout{30000};  ///< tiles' wait for one slice
@@ -78,6 +83,8 @@ struct tile_info {
   uint64_t stale_messages = 0;        ///< exchange duplicates / late slices it discarded
   exchange::fault_counts injected{};  ///< faults this incarnation injected (its --faults), per kind
   std::chrono::steady_clock::time_point last_heartbeat{};
+  /// When its control connection was last seen closing (zero: not since it registered).
+  std::chrono::steady_clock::time_point disconnected_at{};
 };
 
 /// Data for one tile at the start of a run.
