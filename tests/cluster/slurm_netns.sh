@@ -59,7 +59,7 @@ grep -q "launch: tile 1 on $TS_PREFIX$ns died (killed by signal 9 (KILL)); start
   fail "the task did not log the restart of tile 1"
 # Started again at once, before the host's 3 s heartbeat limit: the new incarnation's
 # registration fails the old one, if its dropped connection or its silence did not first.
-grep -E "tile 1 failed: (incarnation 1 registered in place of incarnation 0|no heartbeat|tile control: tile-1-0 is not connected)" "$out/serve/host.log" ||
+grep -E "tile 1 failed: (incarnation 1 registered in place of incarnation 0|control connection closed|no heartbeat|tile control: tile-1-0 is not connected)" "$out/serve/host.log" ||
   fail "the host never took tile 1's old incarnation out"
 
 say "5. tile 1 killed again, past --max-tile-restarts 1: the step ends and the job stops, naming the tile"
