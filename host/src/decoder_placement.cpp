@@ -176,7 +176,6 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
     case models::activation_kind::relu: act = models::activation::relu; break;
     case models::activation_kind::silu: act = models::activation::silu; break;
   }
-  const float rope_scale = c.rope_scaling == models::rope_scaling_kind::linear ? c.rope_scaling_factor : 1.0f;
   const bool rotary = c.positions == models::position_kind::rotary;
   int max_layers = 0;
   for (int s = 0; s < S; ++s) {
@@ -224,7 +223,7 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
           att.k0 = static_cast<uint32_t>(d.heads.k0), att.k1 = static_cast<uint32_t>(d.heads.k1);
           att.head_dim = static_cast<uint32_t>(L.hd()), att.group = static_cast<uint32_t>(L.group());
           att.rotary = rotary, att.window = static_cast<uint32_t>(c.sliding_window);
-          att.rope_theta = c.rope_theta, att.position_scale = rope_scale;
+          att.rope = c.rope();
           a.push_back(make_call<kid::dec_attention>(
               {ids::dec_q, ids::dec_k, ids::dec_v, ids::step_meta, ids::kv_keys, ids::kv_values}, {ids::context}, att));
           a.push_back(make_call<kid::linear>({ids::context, ids::dec_layer(l, ids::o_w)}, {ids::partial}, plain));

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Goldens of the decoder architectures added after LLaMA (Qwen2, Mistral), in float64 numpy.
+"""Goldens of the decoder architectures added after LLaMA (Qwen2, Mistral) and of Hugging Face's
+rope_scaling types llama3 and yarn, in float64 numpy.
 
 usage: /usr/bin/python3 models/scripts/make_arch_goldens.py [--bin build/bin/tessera-models]
            [--data tests/data/models/decoders] [--out tests/data/models/decoders/arch_goldens.json]
@@ -16,6 +17,15 @@ modelling semantics of Qwen2ForCausalLM and MistralForCausalLM (not from tessera
   Qwen2: q_proj, k_proj and v_proj have biases (o_proj and the MLP none).
   Mistral: sliding-window attention, query at position i sees keys j with i - sliding_window < j <= i
     (Hugging Face's sliding-window causal mask; llama.cpp's SWA is the same).
+  rope_scaling (from config.json), written from the definitions in the Llama 3.1 and YaRN papers:
+    llama3: a frequency whose wavelength 2 pi / f exceeds original / low_freq_factor is divided by
+      factor, one shorter than original / high_freq_factor is kept, and between the two the
+      frequency is interpolated linearly in r = original / wavelength between f / factor (at
+      r = low_freq_factor) and f (at r = high_freq_factor);
+    yarn: dimension pair i is kept when it turns more than beta_fast times over the original
+      context, divided by factor when fewer than beta_slow, and blended linearly in i between the
+      two bounds (rounded outwards); cos and sin are multiplied by attention_factor
+      (default 0.1 ln(factor) + 1).
 It writes, per prompt, the logits at every position and 32 greedy tokens (each from a full
 recomputation) with their top-2 margins, in the format of goldens.json; for a windowed model also
 the greedy tokens (and margins) of the same weights under full causal attention
@@ -26,7 +36,7 @@ import argparse, json, os, struct, subprocess, sys, tempfile
 
 import numpy as np
 
-CONFIGS = ["qwen2-odd", "qwen2-untied", "mistral-window"]
+CONFIGS = ["qwen2-odd", "qwen2-untied", "mistral-window", "llama31-rope", "qwen2-yarn"]
 PROMPTS = [[1, 17, 250, 3, 99, 42, 7, 128, 200, 5, 66, 31, 2],
            [1, 299, 0, 150, 151, 152, 9, 9, 9, 77, 120, 43, 8, 254, 33, 61, 100, 12, 199, 4]]
 GREEDY = 32
@@ -52,13 +62,42 @@ def rmsnorm(x, gain, eps):
     return gain * x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
 
 
-def rope(x, pos, theta):
+def frequencies(d, theta, scaling, max_positions):
+    """The d/2 rotation frequencies and the magnitude of cos/sin under config.json's rope_scaling."""
+    base = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    kind = (scaling or {}).get("rope_type") or (scaling or {}).get("type") or "default"
+    if kind == "default":
+        return base, 1.0
+    factor = float(scaling["factor"])
+    if kind == "linear":
+        return base / factor, 1.0
+    if kind == "llama3":
+        orig = float(scaling["original_max_position_embeddings"])
+        lo, hi = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        r = orig / (2 * np.pi / base)                       # turns over the original context
+        t = np.clip((r - lo) / (hi - lo), 0.0, 1.0)          # 0: long wavelengths, 1: short ones
+        return base / factor * (1 - t) + base * t, 1.0
+    if kind == "yarn":
+        orig = float(scaling.get("original_max_position_embeddings") or max_positions)
+        fast, slow = float(scaling.get("beta_fast") or 32), float(scaling.get("beta_slow") or 1)
+        # The dimension index at which a pair turns n times over the original context.
+        at = lambda n: d * np.log(orig / (n * 2 * np.pi)) / (2 * np.log(theta))
+        first, last = max(np.floor(at(fast)), 0.0), min(np.ceil(at(slow)), d - 1.0)
+        if first == last:
+            last += 0.001
+        interpolated = np.clip((np.arange(d // 2) - first) / (last - first), 0.0, 1.0)
+        mag = scaling.get("attention_factor") or (0.1 * np.log(factor) + 1.0 if factor > 1 else 1.0)
+        return base / factor * interpolated + base * (1 - interpolated), float(mag)
+    raise SystemExit(f"rope_scaling type {kind} has no golden here")
+
+
+def rope(x, pos, theta, scaling=None, max_positions=0):
     """x [T, heads, d] rotated by position: x * cos + rotate_half(x) * sin."""
     d = x.shape[-1]
-    freq = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    freq, mag = frequencies(d, theta, scaling, max_positions)
     angle = pos[:, None].astype(np.float64) * freq[None, :]          # [T, d/2]
-    cos = np.concatenate([np.cos(angle)] * 2, axis=-1)[:, None, :]
-    sin = np.concatenate([np.sin(angle)] * 2, axis=-1)[:, None, :]
+    cos = mag * np.concatenate([np.cos(angle)] * 2, axis=-1)[:, None, :]
+    sin = mag * np.concatenate([np.sin(angle)] * 2, axis=-1)[:, None, :]
     half = d // 2
     rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
     return x * cos + rotated * sin
@@ -97,8 +136,9 @@ def forward(cfg, W, ids, window):
             y = inp @ W[p + name + ".weight"].T
             return y + W[p + name + ".bias"] if qkv_bias and name.split(".")[-1] in ("q_proj", "k_proj", "v_proj") else y
         a = rmsnorm(x, W[p + "input_layernorm.weight"], eps)
-        q = rope(proj("self_attn.q_proj", a).reshape(T, H, d), pos, theta)
-        k = rope(proj("self_attn.k_proj", a).reshape(T, KV, d), pos, theta)
+        scaling, maxp = cfg.get("rope_scaling"), cfg.get("max_position_embeddings", 0)
+        q = rope(proj("self_attn.q_proj", a).reshape(T, H, d), pos, theta, scaling, maxp)
+        k = rope(proj("self_attn.k_proj", a).reshape(T, KV, d), pos, theta, scaling, maxp)
         v = proj("self_attn.v_proj", a).reshape(T, KV, d)
         x = x + attention(q, k, v, window) @ W[p + "self_attn.o_proj.weight"].T
         m = rmsnorm(x, W[p + "post_attention_layernorm.weight"], eps)

@@ -111,8 +111,7 @@ void run_decoder(const model_shape& c, const decoder_weights& w, const bf16_deco
   float* cos_t = rotary ? grow(ws.cos_t, T * d / 2) : nullptr;
   float* sin_t = rotary ? grow(ws.sin_t, T * d / 2) : nullptr;
   if (rotary) {
-    const double scale = c.rope_scaling == rope_scaling_kind::linear ? c.rope_scaling_factor : 1.0;
-    rotary_tables(positions.data(), T, d, c.rope_theta, scale, cos_t, sin_t);
+    rotary_tables(positions.data(), T, d, c.rope(), cos_t, sin_t);
   }
   const activation act = act_of(c.activation);
   for (int l = 0; l < c.num_layers; ++l) {

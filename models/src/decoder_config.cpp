@@ -1,4 +1,6 @@
 // Hugging Face config.json of the decoders (GPT-2; LLaMA, Qwen2, Mistral), in and out.
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "tessera/models/decoder.hpp"
@@ -73,6 +75,60 @@ status parse_gpt2(const fields& f, model_shape& s) {
   return {};
 }
 
+// HF's rope_scaling: {rope_type (or type): default | linear | llama3 | yarn, factor, ...}.
+status parse_rope_scaling(const json& r, model_shape& s) {
+  if (!r.is_object()) return status::invalid("field \"rope_scaling\" must be an object or null, got " + r.dump());
+  static const char* const known[] = {"rope_type", "type", "factor", "low_freq_factor", "high_freq_factor",
+                                      "original_max_position_embeddings", "beta_fast", "beta_slow",
+                                      "attention_factor", "mscale", "mscale_all_dim", "truncate"};
+  for (const auto& [k, v] : r.items())
+    if (std::find(std::begin(known), std::end(known), k) == std::end(known))
+      return status::unsupported("field \"rope_scaling." + k + "\" is not supported");
+  std::string kind = "default";
+  for (const char* k : {"type", "rope_type"})
+    if (r.contains(k) && r[k].is_string()) kind = r[k].get<std::string>();
+  auto number = [&](const char* k, float& out, bool required) -> status {
+    if (!r.contains(k) || r[k].is_null()) {
+      if (required) return status::invalid("field \"rope_scaling." + std::string(k) + "\" is required for " + kind + " scaling");
+      return ok_status();
+    }
+    if (!r[k].is_number()) return status::invalid("field \"rope_scaling." + std::string(k) + "\" must be a number, got " + r[k].dump());
+    out = r[k].get<float>();
+    return ok_status();
+  };
+  if (kind == "default") return ok_status();
+  if (kind == "dynamic")
+    return status::unsupported("rope_scaling type \"dynamic\" is not supported: its frequencies change with each "
+                               "sequence's length, so keys cached at one length would be rotated unlike those computed at "
+                               "another; supported: linear, llama3, yarn");
+  TESSERA_RETURN_IF_ERROR(number("factor", s.rope_scaling_factor, true));
+  if (kind == "linear") {
+    s.rope_scaling = rope_scaling_kind::linear;
+  } else if (kind == "llama3") {
+    s.rope_scaling = rope_scaling_kind::llama3;
+    TESSERA_RETURN_IF_ERROR(number("low_freq_factor", s.rope_low_freq_factor, true));
+    TESSERA_RETURN_IF_ERROR(number("high_freq_factor", s.rope_high_freq_factor, true));
+    TESSERA_RETURN_IF_ERROR(number("original_max_position_embeddings", s.rope_original_max_positions, true));
+  } else if (kind == "yarn") {
+    s.rope_scaling = rope_scaling_kind::yarn;
+    for (const char* k : {"mscale", "mscale_all_dim"})
+      if (r.contains(k) && !r[k].is_null())
+        return status::unsupported("field \"rope_scaling." + std::string(k) + "\" (DeepSeek's yarn) is not supported");
+    if (r.contains("truncate") && r["truncate"] != true)
+      return status::unsupported("field \"rope_scaling.truncate\" false is not supported");
+    s.rope_original_max_positions = static_cast<float>(s.max_position_embeddings);
+    TESSERA_RETURN_IF_ERROR(number("original_max_position_embeddings", s.rope_original_max_positions, false));
+    TESSERA_RETURN_IF_ERROR(number("beta_fast", s.rope_beta_fast, false));
+    TESSERA_RETURN_IF_ERROR(number("beta_slow", s.rope_beta_slow, false));
+    // HF's default: 0.1 ln(factor) + 1 (1 when factor <= 1).
+    s.rope_attention_factor = s.rope_scaling_factor > 1 ? 0.1f * std::log(s.rope_scaling_factor) + 1.0f : 1.0f;
+    TESSERA_RETURN_IF_ERROR(number("attention_factor", s.rope_attention_factor, false));
+  } else {
+    return status::unsupported("rope_scaling type \"" + kind + "\" is not supported; supported: linear, llama3, yarn or null");
+  }
+  return ok_status();
+}
+
 // LLaMA's fields, which Qwen2 and Mistral share; what differs is in the traits row.
 status parse_llama(const json& j, const fields& f, model_shape& s) {
   TESSERA_RETURN_IF_ERROR(f.get_int("hidden_size", s.hidden_size, true));
@@ -94,21 +150,7 @@ status parse_llama(const json& j, const fields& f, model_shape& s) {
   // Qwen2 names a window but applies it only with use_sliding_window, and then to some layers.
   TESSERA_RETURN_IF_ERROR(f.refuse_true("use_sliding_window", "sliding-window attention on some layers only is not supported"));
   if (t.sliding_window) TESSERA_RETURN_IF_ERROR(f.get_int("sliding_window", s.sliding_window));
-  if (f.has("rope_scaling")) {
-    const auto& r = j["rope_scaling"];
-    if (!r.is_object()) return status::invalid("field \"rope_scaling\" must be an object or null, got " + r.dump());
-    std::string kind;
-    for (const char* k : {"rope_type", "type"})
-      if (r.contains(k) && r[k].is_string()) kind = r[k].get<std::string>();
-    if (kind == "linear") {
-      s.rope_scaling = rope_scaling_kind::linear;
-      if (!r.contains("factor") || !r["factor"].is_number())
-        return status::invalid("field \"rope_scaling.factor\" must be a number for linear scaling");
-      s.rope_scaling_factor = r["factor"].get<float>();
-    } else if (kind != "default") {
-      return status::unsupported("rope_scaling type \"" + kind + "\" is not supported; use \"linear\" or null");
-    }
-  }
+  if (f.has("rope_scaling")) TESSERA_RETURN_IF_ERROR(parse_rope_scaling(j["rope_scaling"], s));
   return {};
 }
 
@@ -190,10 +232,23 @@ std::string decoder_config_json(const model_shape& s) {
     j["max_position_embeddings"] = s.max_position_embeddings;
     j["rms_norm_eps"] = s.norm_eps;
     j["rope_theta"] = s.rope_theta;
-    if (s.rope_scaling == rope_scaling_kind::linear)
-      j["rope_scaling"] = {{"type", "linear"}, {"rope_type", "linear"}, {"factor", s.rope_scaling_factor}};
-    else
-      j["rope_scaling"] = nullptr;
+    switch (s.rope_scaling) {
+      case rope_scaling_kind::none: j["rope_scaling"] = nullptr; break;
+      case rope_scaling_kind::linear:
+        j["rope_scaling"] = {{"type", "linear"}, {"rope_type", "linear"}, {"factor", s.rope_scaling_factor}};
+        break;
+      case rope_scaling_kind::llama3:
+        j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", s.rope_scaling_factor},
+                             {"low_freq_factor", s.rope_low_freq_factor}, {"high_freq_factor", s.rope_high_freq_factor},
+                             {"original_max_position_embeddings", s.rope_original_max_positions}};
+        break;
+      case rope_scaling_kind::yarn:
+        j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", s.rope_scaling_factor},
+                             {"original_max_position_embeddings", s.rope_original_max_positions},
+                             {"beta_fast", s.rope_beta_fast}, {"beta_slow", s.rope_beta_slow},
+                             {"attention_factor", s.rope_attention_factor}};
+        break;
+    }
     j["hidden_act"] = "silu";
     if (s.arch == architecture::llama) {
       j["attention_bias"] = false;

@@ -40,17 +40,65 @@ void multiply(const float* a, const float* b, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
 }
 
-void rotary_tables(const int32_t* positions, int64_t T, int head_dim, double theta, double position_scale,
-                   float* cos_out, float* sin_out) {
+std::vector<double> rope_inv_freq(const rope_params& rope, int head_dim) {
   const int half = head_dim / 2;
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) inv_freq[i] = 1.0 / std::pow(theta, 2.0 * i / head_dim);
+  const double pi = 3.14159265358979323846, factor = rope.factor, theta = rope.theta;
+  std::vector<double> inv(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) inv[i] = 1.0 / std::pow(theta, 2.0 * i / head_dim);
+  switch (rope.kind) {
+    case rope_kind::none:
+      break;
+    case rope_kind::linear:
+      for (double& f : inv) f /= factor;
+      break;
+    case rope_kind::llama3: {
+      // Wavelengths longer than the original context / low_freq_factor are interpolated (/ factor),
+      // shorter than / high_freq_factor kept, and those between blended linearly in 1 / wavelength.
+      const double orig = rope.original_max_positions;
+      const double low_wavelen = orig / rope.low_freq_factor, high_wavelen = orig / rope.high_freq_factor;
+      for (double& f : inv) {
+        const double wavelen = 2 * pi / f;
+        if (wavelen > low_wavelen) {
+          f /= factor;
+        } else if (wavelen >= high_wavelen) {
+          const double smooth = (orig / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
+          f = (1 - smooth) * f / factor + smooth * f;
+        }
+      }
+      break;
+    }
+    case rope_kind::yarn: {
+      // The dimensions whose rotations over the original context fall between beta_slow and
+      // beta_fast turns are blended by a linear ramp: below them kept, above them interpolated.
+      const double orig = rope.original_max_positions;
+      auto correction_dim = [&](double turns) {
+        return head_dim * std::log(orig / (turns * 2 * pi)) / (2 * std::log(theta));
+      };
+      const double lo = std::max(0.0, std::floor(correction_dim(rope.beta_fast)));
+      double hi = std::min(double(head_dim - 1), std::ceil(correction_dim(rope.beta_slow)));
+      if (hi == lo) hi += 0.001;
+      for (int i = 0; i < half; ++i) {
+        const double ramp = std::clamp((i - lo) / (hi - lo), 0.0, 1.0);
+        const double keep = 1 - ramp;  // weight of the original (extrapolated) frequency
+        inv[i] = inv[i] / factor * (1 - keep) + inv[i] * keep;
+      }
+      break;
+    }
+  }
+  return inv;
+}
+
+void rotary_tables(const int32_t* positions, int64_t T, int head_dim, const rope_params& rope, float* cos_out,
+                   float* sin_out) {
+  const int half = head_dim / 2;
+  const std::vector<double> inv_freq = rope_inv_freq(rope, head_dim);
+  const double mag = rope.kind == rope_kind::yarn ? rope.attention_factor : 1.0;
   for (int64_t t = 0; t < T; ++t) {
-    const double p = positions[t] / position_scale;
+    const double p = positions[t];
     for (int i = 0; i < half; ++i) {
       const double a = p * inv_freq[i];
-      cos_out[t * half + i] = static_cast<float>(std::cos(a));
-      sin_out[t * half + i] = static_cast<float>(std::sin(a));
+      cos_out[t * half + i] = static_cast<float>(mag * std::cos(a));
+      sin_out[t * half + i] = static_cast<float>(mag * std::sin(a));
     }
   }
 }

@@ -152,6 +152,9 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
   const model_shape& c = model.shape();
   const decoder_weights& w = model.weights();
   if (!c.is_decoder()) return status::invalid("GGUF export is for gpt2 and llama decoders, not " + c.name);
+  if (c.rope_scaling == rope_scaling_kind::llama3 || c.rope_scaling == rope_scaling_kind::yarn)
+    return status::unsupported("GGUF export of rope_scaling llama3 and yarn is not written (llama.cpp keeps llama3's "
+                               "frequencies as a rope_freqs tensor); export a model with linear or no scaling");
   const bool llama = c.arch == architecture::llama;
   const std::string arch = llama ? "llama" : "gpt2";
   if (llama && (c.activation != activation_kind::silu || !c.gated_mlp || c.norm != norm_kind::rms_norm))

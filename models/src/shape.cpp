@@ -132,8 +132,17 @@ status model_shape::validate() const {
     if (head_dim() % 2 != 0)
       return status::invalid("head_dim " + std::to_string(head_dim()) + " must be even for rotary embeddings");
     if (!(rope_theta > 1.0f)) return status::invalid("rope_theta must be > 1, got " + std::to_string(rope_theta));
-    if (rope_scaling == rope_scaling_kind::linear && !(rope_scaling_factor > 0.0f))
+    if (rope_scaling != rope_scaling_kind::none && !(rope_scaling_factor > 0.0f))
       return status::invalid("rope_scaling.factor must be positive, got " + std::to_string(rope_scaling_factor));
+    if (rope_scaling == rope_scaling_kind::llama3 &&
+        !(rope_low_freq_factor > 0.0f && rope_high_freq_factor > rope_low_freq_factor && rope_original_max_positions > 0.0f))
+      return status::invalid("rope_scaling (llama3) needs 0 < low_freq_factor < high_freq_factor and "
+                             "original_max_position_embeddings > 0");
+    if (rope_scaling == rope_scaling_kind::yarn &&
+        !(rope_beta_fast > rope_beta_slow && rope_beta_slow > 0.0f && rope_original_max_positions > 0.0f &&
+          rope_attention_factor > 0.0f))
+      return status::invalid("rope_scaling (yarn) needs beta_fast > beta_slow > 0, original_max_position_embeddings > 0 "
+                             "and attention_factor > 0");
   }
   if (is_decoder()) {
     if (bos_token_id >= vocab_size)

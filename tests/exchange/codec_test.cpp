@@ -452,7 +452,7 @@ TEST(Codec, KernelCallsAreTypedOnTheWire) {
   using models::kernel_id;
   models::dec_attention_params att{{1, 4}};
   att.layer = 2, att.q0 = 4, att.q1 = 8, att.k0 = 1, att.k1 = 2, att.head_dim = 64, att.group = 4;
-  att.rotary = true, att.window = 4096, att.rope_theta = 500000.f, att.position_scale = 8.f;
+  att.rotary = true, att.window = 4096, att.rope.theta = 500000.f, att.rope.kind = models::rope_kind::llama3, att.rope.factor = 8.f;
   auto with = [](kernel_call c) {
     program p;
     p.id = 1;
@@ -474,8 +474,9 @@ TEST(Codec, KernelCallsAreTypedOnTheWire) {
   EXPECT_EQ(back.group, 4u);
   EXPECT_TRUE(back.rotary);
   EXPECT_EQ(back.window, 4096u);
-  EXPECT_FLOAT_EQ(back.rope_theta, 500000.f);
-  EXPECT_FLOAT_EQ(back.position_scale, 8.f);
+  EXPECT_FLOAT_EQ(back.rope.theta, 500000.f);
+  EXPECT_EQ(back.rope.kind, models::rope_kind::llama3);
+  EXPECT_FLOAT_EQ(back.rope.factor, 8.f);
 
   struct bad_case {
     kernel_call call;

@@ -247,7 +247,8 @@ TEST_P(ArchOnTiles, GoldensAndEveryStepEqualTheReference) {
 INSTANTIATE_TEST_SUITE_P(Plans, ArchOnTiles,
                          ::testing::Values(std::pair{"qwen2-odd", plan{1, 1, 2, 1}}, std::pair{"qwen2-untied", plan{1, 2, 1, 2}},
                                            std::pair{"mistral-window", plan{1, 1, 2, 1}},
-                                           std::pair{"mistral-window", plan{1, 2, 1, 2}}),
+                                           std::pair{"mistral-window", plan{1, 2, 1, 2}},
+                                           std::pair{"llama31-rope", plan{1, 1, 2, 1}}, std::pair{"qwen2-yarn", plan{1, 2, 1, 2}}),
                          [](const auto& info) {
                            std::string n = info.param.first;
                            for (auto& ch : n)

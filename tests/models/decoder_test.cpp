@@ -61,7 +61,8 @@ std::vector<int32_t> blocks(int first, int n) {
   return v;
 }
 
-const char* const kOdd[] = {"llama-odd", "gpt2-odd", "llama-tied", "qwen2-odd", "qwen2-untied", "mistral-window"};
+const char* const kOdd[] = {"llama-odd", "gpt2-odd", "llama-tied", "qwen2-odd", "qwen2-untied", "mistral-window",
+                            "llama31-rope", "qwen2-yarn"};
 
 TEST(decoder_shape, presets_and_parameter_counts) {
   // HF's own counts: GPT2LMHeadModel (tied) 124,439,808 and 354,823,168; TinyLlama-1.1B
@@ -580,7 +581,63 @@ void check_goldens(const std::string& file, size_t min_models) {
 TEST(decoder_goldens, pytorch_logits_and_greedy_tokens) { check_goldens("goldens.json", 2); }
 
 // Qwen2 (q, k, v biases; tied and untied; rope_theta 1e6 from config.json) and Mistral (window 7).
-TEST(decoder_goldens, numpy_qwen2_and_mistral_logits_and_greedy_tokens) { check_goldens("arch_goldens.json", 3); }
+TEST(decoder_goldens, numpy_qwen2_and_mistral_logits_and_greedy_tokens) { check_goldens("arch_goldens.json", 5); }
+
+// Hugging Face's rope_scaling types: llama3 (Llama 3.1) and yarn parse with their fields, the
+// goldens above hold for them (llama31-rope, qwen2-yarn), and the scaling is not a no-op: the same
+// weights without it give other logits. dynamic is refused with its reason, as is anything unknown.
+TEST(decoder_config, rope_scaling_types) {
+  auto l = odd_shape("llama31-rope");
+  EXPECT_EQ(l.rope_scaling, rope_scaling_kind::llama3);
+  EXPECT_EQ(l.rope_scaling_factor, 8.0f);
+  EXPECT_EQ(l.rope_original_max_positions, 64.0f);
+  auto y = odd_shape("qwen2-yarn");
+  EXPECT_EQ(y.rope_scaling, rope_scaling_kind::yarn);
+  EXPECT_NEAR(y.rope_attention_factor, 0.1 * std::log(4.0) + 1.0, 1e-6);  // HF's default
+  EXPECT_EQ(y.rope_beta_fast, 32.0f);
+  // The frequencies: llama3 keeps the highest, divides the lowest by factor; yarn likewise.
+  for (const auto& s : {l, y}) {
+    const auto scaled = rope_inv_freq(s.rope(), s.head_dim());
+    rope_params plain = s.rope();
+    plain.kind = rope_kind::none;
+    const auto base = rope_inv_freq(plain, s.head_dim());
+    EXPECT_DOUBLE_EQ(scaled.front(), base.front()) << s.name;
+    EXPECT_NEAR(scaled.back(), base.back() / s.rope_scaling_factor, 1e-12) << s.name;
+  }
+  for (const char* name : {"llama31-rope", "qwen2-yarn"}) {
+    auto m = odd_model(name, 0);
+    model_shape unscaled = m.shape();
+    unscaled.rope_scaling = rope_scaling_kind::none;
+    auto u = make_seeded_decoder(unscaled, 0);
+    ASSERT_TRUE(u) << u.error().to_string();
+    const std::vector<int32_t> ids{1, 17, 250, 3, 99, 42, 7, 128, 200, 5, 66, 31, 2};
+    auto a = m.full_logits(ids);
+    auto b = u->full_logits(ids);
+    ASSERT_TRUE(a && b);
+    EXPECT_GT(max_abs_diff(a->back(), b->back()), 1e-3f) << name << ": the scaling changes the answer";
+  }
+  auto refused = [](const std::string& scaling, const std::string& needle) {
+    auto j = nlohmann::json::parse(read_file(data_dir() + "/decoders/llama31-rope.config.json"));
+    j["rope_scaling"] = nlohmann::json::parse(scaling);
+    auto r = parse_decoder_config_json(j.dump());
+    ASSERT_FALSE(r) << scaling;
+    EXPECT_NE(r.error().message().find(needle), std::string::npos) << r.error().to_string();
+  };
+  refused(R"({"rope_type": "dynamic", "factor": 2})", "dynamic");
+  refused(R"({"rope_type": "longrope", "factor": 2})", "longrope");
+  refused(R"({"rope_type": "llama3", "factor": 8})", "low_freq_factor");
+  refused(R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1,
+              "original_max_position_embeddings": 64})", "low_freq_factor");
+  refused(R"({"rope_type": "yarn", "factor": 4, "mscale": 1})", "mscale");
+  refused(R"({"rope_type": "yarn", "factor": "big"})", "factor");
+  refused(R"({"rope_type": "linear", "factor": 2, "short_factor": [1]})", "short_factor");
+  // What config.json said is what a saved folder says again.
+  auto j = nlohmann::json::parse(decoder_config_json(l));
+  EXPECT_EQ(j["rope_scaling"]["rope_type"], "llama3");
+  auto again = parse_decoder_config_json(j.dump());
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_EQ(again->rope_original_max_positions, 64.0f);
+}
 
 // ---- Hugging Face folders ----
 

@@ -59,15 +59,15 @@ TEST(StepMeta, RandomValuesAreRefusedOrReadInsideTheTensor) {
 
 TEST(KernelParams, EveryKernelsStructReadsBackWhatItWrote) {
   dec_attention_params a{{2, 3}};
-  a.q1 = 5, a.k1 = 1, a.window = 7, a.rotary = true, a.rope_theta = 1e6f;
+  a.q1 = 5, a.k1 = 1, a.window = 7, a.rotary = true, a.rope.theta = 1e6f;
   auto w = to_wire(a);
-  EXPECT_EQ(w.ints.size(), 11u);
-  EXPECT_EQ(w.reals.size(), 2u);
+  EXPECT_EQ(w.ints.size(), 12u);  // ... and the rope kind
+  EXPECT_EQ(w.reals.size(), 8u);
   dec_attention_params b;
   ASSERT_FALSE(from_wire(b, w.ints, w.reals).has_value());
   EXPECT_EQ(b.micro, 2u);
   EXPECT_EQ(b.window, 7u);
-  EXPECT_FLOAT_EQ(b.rope_theta, 1e6f);
+  EXPECT_FLOAT_EQ(b.rope.theta, 1e6f);
   EXPECT_FALSE(check_params(kernel_id::dec_attention, w.ints, w.reals).has_value());
   EXPECT_TRUE(check_params(kernel_id::dec_norm, w.ints, w.reals).has_value());  // another kernel's struct
   // Ranges: an unsigned field refuses a negative value, a boolean anything but 0 and 1.

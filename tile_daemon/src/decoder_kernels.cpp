@@ -152,7 +152,7 @@ status dec_attention(const kernel_args& a) {
   float* vp = v.f32() + mv->r0 * ldk;
   if (rotary) {
     std::vector<float> cos_t(static_cast<size_t>(T * d / 2)), sin_t(cos_t.size());
-    models::rotary_tables(positions.data(), T, d, prm->rope_theta, prm->position_scale, cos_t.data(), sin_t.data());
+    models::rotary_tables(positions.data(), T, d, prm->rope, cos_t.data(), sin_t.data());
     models::apply_rotary(qp, T, nq, d, ldq, cos_t.data(), sin_t.data());
     models::apply_rotary(kp, T, nk, d, ldk, cos_t.data(), sin_t.data());
   }

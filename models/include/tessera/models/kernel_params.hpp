@@ -42,6 +42,38 @@ enum class activation : uint8_t { none, gelu_erf, gelu_tanh, relu, silu };
 /// The largest value of each enum a parameter struct holds (the reader refuses anything above).
 constexpr activation wire_max(activation) { return activation::silu; }
 
+/// Rotary position embeddings as Hugging Face's rope_scaling defines them (models/src/decoder_kernels.cpp
+/// rope_inv_freq computes the frequencies; rotary_tables the angles).
+enum class rope_kind : uint8_t {
+  none,    ///< inv_freq[i] = theta^(-2i/d)
+  linear,  ///< every frequency divided by factor (positions / factor)
+  llama3,  ///< Llama 3.1: long wavelengths divided by factor, short ones kept, a smooth blend between
+  yarn,    ///< YaRN: NTK-by-parts blend of interpolated and kept frequencies, cos and sin scaled by attention_factor
+};
+constexpr rope_kind wire_max(rope_kind) { return rope_kind::yarn; }
+struct rope_params {
+  rope_kind kind = rope_kind::none;
+  float theta = 10000.f;
+  float factor = 1.f;
+  float low_freq_factor = 1.f;          ///< llama3
+  float high_freq_factor = 4.f;         ///< llama3
+  float original_max_positions = 8192;  ///< llama3, yarn: the context the model was trained on
+  float beta_fast = 32.f;               ///< yarn
+  float beta_slow = 1.f;                ///< yarn
+  float attention_factor = 1.f;         ///< yarn: cos and sin are multiplied by it
+  template <class F, class S> static void rope_fields(F& f, S& s) {
+    f(s.kind, "rope.kind");
+    f(s.theta, "rope.theta");
+    f(s.factor, "rope.factor");
+    f(s.low_freq_factor, "rope.low_freq_factor");
+    f(s.high_freq_factor, "rope.high_freq_factor");
+    f(s.original_max_positions, "rope.original_max_positions");
+    f(s.beta_fast, "rope.beta_fast");
+    f(s.beta_slow, "rope.beta_slow");
+    f(s.attention_factor, "rope.attention_factor");
+  }
+};
+
 struct no_params {
   template <class F, class S> static void fields(F&, S&) {}
 };
@@ -116,8 +148,7 @@ struct dec_attention_params : micro_batch {
   uint32_t group = 1;          ///< query heads per KV head (grouped-query attention)
   bool rotary = false;         ///< RoPE on q and k
   uint32_t window = 0;         ///< sliding window in positions; 0 = none
-  float rope_theta = 10000.f;
-  float position_scale = 1.f;  ///< linear RoPE scaling: positions divided by it
+  rope_params rope;            ///< with rotary
   template <class F, class S> static void fields(F& f, S& s) {
     micro_fields(f, s);
     f(s.layer, "layer");
@@ -129,8 +160,7 @@ struct dec_attention_params : micro_batch {
     f(s.group, "group");
     f(s.rotary, "rotary");
     f(s.window, "window");
-    f(s.rope_theta, "rope_theta");
-    f(s.position_scale, "position_scale");
+    rope_params::rope_fields(f, s.rope);
   }
 };
 

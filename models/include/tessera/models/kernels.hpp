@@ -91,10 +91,13 @@ void rms_norm(const float* x, int64_t T, int64_t n, const float* gamma, float ep
 /// y = a * b elementwise (y may alias a or b).
 void multiply(const float* a, const float* b, int64_t n, float* y);
 
-/// Rotary tables for T rows: angle(t, i) = (positions[t] / position_scale) / theta^(2i / head_dim)
-/// for i < head_dim / 2, computed in double; cos and sin [T, head_dim / 2] as float.
-void rotary_tables(const int32_t* positions, int64_t T, int head_dim, double theta, double position_scale,
-                   float* cos_out, float* sin_out);
+/// The rotary frequencies inv_freq[i], i < head_dim / 2, of `rope` (Hugging Face's
+/// _compute_*_parameters for default, linear, llama3 and yarn), in double.
+std::vector<double> rope_inv_freq(const rope_params& rope, int head_dim);
+/// Rotary tables for T rows: angle(t, i) = positions[t] * inv_freq[i], computed in double; cos and
+/// sin [T, head_dim / 2] as float, multiplied by rope.attention_factor for yarn.
+void rotary_tables(const int32_t* positions, int64_t T, int head_dim, const rope_params& rope, float* cos_out,
+                   float* sin_out);
 /// Rotates each of num_heads heads of T rows in place (row stride ld), HF's rotate_half pairing:
 /// x'[i] = x[i] cos - x[i + d/2] sin, x'[i + d/2] = x[i + d/2] cos + x[i] sin.
 void apply_rotary(float* x, int64_t T, int num_heads, int head_dim, int64_t ld, const float* cos_t,

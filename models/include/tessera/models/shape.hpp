@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tessera/common/status.hpp"
+#include "tessera/models/kernel_params.hpp"
 
 namespace tessera::models {
 
@@ -49,8 +50,8 @@ enum class position_kind : uint8_t {
   rotary,   ///< rotary embeddings on q and k (Su et al. 2021), HF's rotate_half pairing (i, i + d/2)
 };
 
-/// HF rope_scaling: none, or "linear" (positions divided by factor before the rotation).
-enum class rope_scaling_kind : uint8_t { none, linear };
+/// HF rope_scaling's rope_type (kernel_params.hpp, rope_kind, says what each does).
+using rope_scaling_kind = rope_kind;
 
 /// Sizes and kinds of a transformer. Defaults are bert-base with a 2-label head.
 /// Decoders (gpt2, llama) have type_vocab_size 0 and num_labels 0; their logits are over vocab_size.
@@ -74,7 +75,16 @@ struct model_shape {
   bool gated_mlp = false;            ///< down(act(gate(x)) * up(x)) (SwiGLU with silu) instead of out(act(in(x)))
   float rope_theta = 10000.0f;       ///< HF rope_theta (rotary only)
   rope_scaling_kind rope_scaling = rope_scaling_kind::none;
-  float rope_scaling_factor = 1.0f;  ///< HF rope_scaling.factor (linear: position / factor)
+  float rope_scaling_factor = 1.0f;  ///< HF rope_scaling.factor
+  /// HF rope_scaling's other fields (llama3: low/high_freq_factor, original_max_position_embeddings;
+  /// yarn: beta_fast, beta_slow, attention_factor, original_max_position_embeddings).
+  float rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f, rope_original_max_positions = 8192.0f;
+  float rope_beta_fast = 32.0f, rope_beta_slow = 1.0f, rope_attention_factor = 1.0f;
+  /// The rotary parameters the kernels take.
+  rope_params rope() const {
+    return {rope_scaling, rope_theta, rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor,
+            rope_original_max_positions, rope_beta_fast, rope_beta_slow, rope_attention_factor};
+  }
   bool tie_word_embeddings = false;  ///< decoders: the LM head is the token embedding matrix
   int bos_token_id = -1;             ///< -1 = none
   int eos_token_id = -1;             ///< -1 = none
