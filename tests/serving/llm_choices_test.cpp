@@ -9,10 +9,12 @@
 #include <cmath>
 #include <future>
 #include <map>
+#include <tuple>
 #include <set>
 #include <thread>
 
 #include "tessera/serving/llm_engine.hpp"
+#include "tessera/serving/openai_choices.hpp"
 #include "tessera/toys/toy_llm.hpp"
 
 namespace tessera::serving {
@@ -289,6 +291,107 @@ TEST(LlmChoices, RefusalsCancellationAndNothingLeaks) {
   }
   wait_blocks_free(m);
   e.stop();
+}
+
+// The OpenAI fields: hostile values are refused naming the field; good ones reach the request.
+TEST(OpenaiChoices, FieldsAreReadOrRefusedNamingThem) {
+  using nlohmann::json;
+  auto read = [](const json& j, bool chat, bool stream = false) {
+    llm_request r;
+    openai_choices x;
+    auto e = read_openai_choices(j, chat, toy_llm_vocab, stream, r, x);
+    return std::make_tuple(e, r, x);
+  };
+  const std::vector<std::tuple<json, bool, bool, std::string>> refused = {
+      {{{"n", 0}}, false, false, "n"},
+      {{{"n", 129}}, false, false, "n"},
+      {{{"n", 1e12}}, true, false, "n"},
+      {{{"n", "3"}}, false, false, "n"},
+      {{{"n", true}}, false, false, "n"},
+      {{{"n", 2.5}}, false, false, "n"},
+      {{{"best_of", 2}, {"n", 3}}, false, false, "best_of"},
+      {{{"best_of", 21}}, false, false, "best_of"},
+      {{{"best_of", 3}}, false, true, "best_of"},
+      {{{"logprobs", 6}}, false, false, "logprobs"},
+      {{{"logprobs", -1}}, false, false, "logprobs"},
+      {{{"logprobs", true}}, false, false, "logprobs"},
+      {{{"logprobs", 3}}, true, false, "logprobs"},
+      {{{"top_logprobs", 3}}, true, false, "top_logprobs"},
+      {{{"logprobs", true}, {"top_logprobs", 21}}, true, false, "top_logprobs"},
+      {{{"echo", 1}}, false, false, "echo"},
+      {{{"presence_penalty", 2.5}}, false, false, "presence_penalty"},
+      {{{"frequency_penalty", "x"}}, true, false, "frequency_penalty"},
+      {{{"repetition_penalty", 0}}, false, false, "repetition_penalty"},
+      {{{"logit_bias", json::array({1, 2})}}, false, false, "logit_bias"},
+      {{{"logit_bias", {{"258", 1}}}}, false, false, "logit_bias"},
+      {{{"logit_bias", {{"-1", 1}}}}, false, false, "logit_bias"},
+      {{{"logit_bias", {{"12a", 1}}}}, false, false, "logit_bias"},
+      {{{"logit_bias", {{"12", 101}}}}, false, false, "logit_bias"},
+      {{{"logit_bias", {{"12", "big"}}}}, true, false, "logit_bias"},
+  };
+  for (const auto& [j, chat, stream, param] : refused) {
+    auto [e, r, x] = read(j, chat, stream);
+    ASSERT_TRUE(e) << j.dump();
+    EXPECT_EQ(e->param, param) << j.dump();
+    EXPECT_NE(e->message.find(param), std::string::npos) << e->message;
+  }
+  auto [e, r, x] = read({{"n", 2}, {"best_of", 4}, {"logprobs", 0}, {"echo", true}, {"presence_penalty", 0.5},
+                         {"repetition_penalty", 1.2}, {"logit_bias", {{"65", -100}, {"66", 5.5}}}},
+                        false);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_EQ(r.n, 4);
+  EXPECT_EQ(x.n, 2);
+  EXPECT_EQ(r.logprobs, 0);
+  EXPECT_TRUE(r.prompt_logprobs);
+  EXPECT_EQ(r.sampling.presence_penalty, 0.5);
+  EXPECT_EQ(r.sampling.repetition_penalty, 1.2);
+  ASSERT_EQ(r.sampling.logit_bias.size(), 2u);
+  auto [e2, r2, x2] = read({{"logprobs", true}, {"top_logprobs", 4}}, true);
+  ASSERT_FALSE(e2);
+  EXPECT_EQ(r2.logprobs, 4);
+  EXPECT_FALSE(r2.prompt_logprobs);
+  // best_of above n ranks by log-probabilities even when none are shown.
+  auto [e3, r3, x3] = read({{"best_of", 3}}, false);
+  ASSERT_FALSE(e3);
+  EXPECT_EQ(r3.logprobs, 0);
+  EXPECT_EQ(x3.logprobs, -1);
+}
+
+TEST(OpenaiChoices, LogprobShapesAndBestOf) {
+  auto tok = make_byte_tokenizer();
+  token_logprob first;
+  first.token = 'H';
+  token_logprob t{'i', -0.5, {{'i', -0.5}, {'o', -1.25}}};
+  token_logprob half{0xC3, -2.0, {}};  // half of a two-byte character
+  auto j = completion_logprobs_json(*tok, {first, t, half});
+  EXPECT_EQ(j["tokens"], nlohmann::json({"H", "i", "bytes:\\xc3"}));
+  EXPECT_TRUE(j["token_logprobs"][0].is_null());
+  EXPECT_TRUE(j["top_logprobs"][0].is_null());
+  EXPECT_EQ(j["token_logprobs"][1], -0.5);
+  EXPECT_EQ(j["top_logprobs"][1]["o"], -1.25);
+  EXPECT_EQ(j["text_offset"], nlohmann::json({0, 1, 2}));
+  auto c = chat_logprobs_json(*tok, {t, half}, 1);
+  EXPECT_EQ(c["content"][0]["token"], "i");
+  EXPECT_EQ(c["content"][0]["bytes"], nlohmann::json({105}));
+  EXPECT_EQ(c["content"][0]["top_logprobs"].size(), 1u);
+  EXPECT_EQ(c["content"][1]["bytes"], nlohmann::json({0xC3}));
+  EXPECT_TRUE(c["refusal"].is_null());
+  choice_collector col(3);
+  const double means[3] = {-2.0, -0.5, -1.0};
+  for (int i = 0; i < 3; ++i) {
+    llm_event ev;
+    ev.index = i;
+    ev.tokens = {65, 66};
+    ev.logprobs = {{65, means[i] * 2, {}}, {66, 0.0, {}}};  // mean = means[i]
+    ev.finished = true;
+    ev.finish_reason = "length";
+    ev.completion_tokens = 2;
+    EXPECT_EQ(col.add(ev), i == 2);
+  }
+  EXPECT_EQ(col.best(1), std::vector<size_t>({1}));
+  EXPECT_EQ(col.best(2), std::vector<size_t>({1, 2}));
+  EXPECT_EQ(col.completion_tokens(), 6);
+  EXPECT_EQ(col.failed(), nullptr);
 }
 
 }  // namespace
