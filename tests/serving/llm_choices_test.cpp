@@ -312,7 +312,7 @@ TEST(OpenaiChoices, FieldsAreReadOrRefusedNamingThem) {
       {{{"best_of", 2}, {"n", 3}}, false, false, "best_of"},
       {{{"best_of", 21}}, false, false, "best_of"},
       {{{"best_of", 3}}, false, true, "best_of"},
-      {{{"logprobs", 6}}, false, false, "logprobs"},
+      {{{"logprobs", 21}}, false, false, "logprobs"},
       {{{"logprobs", -1}}, false, false, "logprobs"},
       {{{"logprobs", true}}, false, false, "logprobs"},
       {{{"logprobs", 3}}, true, false, "logprobs"},
@@ -382,7 +382,7 @@ TEST(OpenaiChoices, LogprobShapesAndBestOf) {
     llm_event ev;
     ev.index = i;
     ev.tokens = {65, 66};
-    ev.logprobs = {{65, means[i] * 2, {}}, {66, 0.0, {}}};  // mean = means[i]
+    ev.logprobs = {{65, means[i] * 2, {}}, {66, 0.0, {}}};  // sum = 2 * means[i]
     ev.finished = true;
     ev.finish_reason = "length";
     ev.completion_tokens = 2;

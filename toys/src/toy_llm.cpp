@@ -113,6 +113,9 @@ class byte_tokenizer : public llm_tokenizer {
     return out + s.flush();
   }
   std::unique_ptr<token_stream> stream() const override { return std::make_unique<byte_stream>(); }
+  std::string token_bytes(int32_t id) const override {
+    return id >= 0 && id < 256 ? std::string(1, static_cast<char>(id)) : std::string();
+  }
   int32_t bos_id() const override { return toy_llm_bos; }
   int32_t eos_id() const override { return toy_llm_eos; }
   int32_t vocab_size() const override { return toy_llm_vocab; }

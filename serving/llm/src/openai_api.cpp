@@ -6,6 +6,7 @@
 #include <random>
 
 #include "tessera/serving/api.hpp"
+#include "tessera/serving/openai_choices.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/serving/utf8.hpp"
 
@@ -69,6 +70,7 @@ struct generation {
   bool stream = false;
   bool include_usage = false;
   bool max_tokens_given = false;
+  openai_choices choices;  // n, best_of, logprobs, echo as the answer shows them
 };
 
 std::optional<oai_error> number_in(const json& j, const char* name, double lo, double hi, double& out) {
@@ -108,7 +110,7 @@ std::optional<oai_error> read_generation(const json& j, bool chat, int32_t vocab
   static const std::vector<std::string> common{
       "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n", "stop", "stop_token_ids",
       "ignore_eos", "stream", "stream_options", "presence_penalty", "frequency_penalty", "logit_bias",
-      "logprobs", "user"};
+      "repetition_penalty", "logprobs", "user"};
   static const std::vector<std::string> completions_only{"prompt", "echo", "best_of", "suffix"};
   static const std::vector<std::string> chat_only{"messages", "max_completion_tokens", "top_logprobs",
                                                   "tools", "tool_choice", "response_format",
@@ -121,7 +123,8 @@ std::optional<oai_error> read_generation(const json& j, bool chat, int32_t vocab
   }
   int64_t i = 0;
   const char* max_name = chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (auto e = integer_in(j, max_name, 1, 1 << 30, i)) return e;
+  // max_tokens 0 scores the prompt (completions with echo; checked below).
+  if (auto e = integer_in(j, max_name, chat ? 1 : 0, 1 << 30, i)) return e;
   if (j.contains(max_name) && !j[max_name].is_null()) {
     g.req.max_tokens = static_cast<int32_t>(i);
     g.max_tokens_given = true;
@@ -138,9 +141,6 @@ std::optional<oai_error> read_generation(const json& j, bool chat, int32_t vocab
     if (auto e = integer_in(j, "seed", INT64_MIN, INT64_MAX, i)) return e;
     g.req.sampling.seed = static_cast<uint64_t>(i);
   }
-  i = 1;
-  if (auto e = integer_in(j, "n", 1, 1 << 20, i)) return e;
-  if (i != 1) return bad("n", "only n = 1 is supported: send one request per choice");
   if (j.contains("stop") && !j["stop"].is_null()) {
     const json& s = j["stop"];
     if (s.is_string()) {
@@ -181,19 +181,10 @@ std::optional<oai_error> read_generation(const json& j, bool chat, int32_t vocab
       g.include_usage = value.get<bool>();
     }
   }
-  // Accepted only at their neutral values: anything else would be silently not done.
-  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-    if (j.contains(name) && !j[name].is_null() && !(j[name].is_number() && j[name].get<double>() == 0))
-      return bad(name, std::string("'") + name + "' is not supported (only 0)");
-  }
-  if (j.contains("logit_bias") && !j["logit_bias"].is_null() && !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
-    return bad("logit_bias", "'logit_bias' is not supported");
-  if (j.contains("logprobs") && !j["logprobs"].is_null() && j["logprobs"] != false)
-    return bad("logprobs", "'logprobs' is not supported");
-  if (j.contains("top_logprobs") && !j["top_logprobs"].is_null())
-    return bad("top_logprobs", "'top_logprobs' is not supported");
-  if (j.contains("echo") && !j["echo"].is_null() && j["echo"] != false) return bad("echo", "'echo' is not supported");
-  if (j.contains("best_of") && !j["best_of"].is_null() && j["best_of"] != 1) return bad("best_of", "only best_of = 1 is supported");
+  // n, best_of, logprobs, top_logprobs, echo, the penalties and logit_bias (openai_choices.hpp).
+  if (auto e = read_openai_choices(j, chat, vocab, g.stream, g.req, g.choices)) return bad(e->param, e->message);
+  if (g.max_tokens_given && g.req.max_tokens == 0 && !g.choices.echo)
+    return bad(max_name, "'max_tokens': 0 generates nothing; it is only allowed with 'echo': true (scoring the prompt)");
   if (j.contains("suffix") && !j["suffix"].is_null()) return bad("suffix", "'suffix' is not supported");
   for (const char* name : {"tools", "tool_choice", "functions", "function_call", "parallel_tool_calls"})
     if (j.contains(name) && !j[name].is_null()) return bad(name, std::string("'") + name + "' (tool calls) is not supported");
@@ -243,26 +234,42 @@ struct oai_call {
   bool chat = false;
   std::string id, model;
   int64_t created = 0;
-  std::string text;
-  bool first_chunk = true;
   generation g;
+  std::shared_ptr<const llm_tokenizer> tokenizer;
+  std::unique_ptr<choice_collector> collected;  // every choice's events (not streamed)
+  // Streamed: per choice, its first chunk sent, its text's byte offset (text_offset), its end.
+  std::vector<char> started, ended;
+  std::vector<size_t> offset;
+  size_t ended_count = 0;
+  int32_t completion_tokens = 0;
+  bool failed = false;
+  std::string echo_text;  // the prompt's text, shown before each choice's with echo
 };
 
-json usage_json(const llm_event& ev) {
-  return json{{"prompt_tokens", ev.prompt_tokens},
-              {"completion_tokens", ev.completion_tokens},
-              {"total_tokens", ev.prompt_tokens + ev.completion_tokens}};
+json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {
+  return json{{"prompt_tokens", prompt_tokens},
+              {"completion_tokens", completion_tokens},
+              {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-json chunk_json(const oai_call& c, const std::string& text, bool role, const json& finish) {
+/// The logprobs object of some tokens of a choice (null when not asked for); `offset` is the
+/// byte offset of the first one in the choice's text (completions' text_offset).
+json logprobs_json(const oai_call& c, const std::vector<token_logprob>& tokens, size_t offset) {
+  const openai_choices& x = c.g.choices;
+  if (c.chat) return x.chat_logprobs ? chat_logprobs_json(*c.tokenizer, tokens, x.logprobs) : json(nullptr);
+  return x.logprobs >= 0 ? completion_logprobs_json(*c.tokenizer, tokens, offset) : json(nullptr);
+}
+
+json chunk_json(const oai_call& c, int32_t index, const std::string& text, bool role, const json& finish,
+                json logprobs = nullptr) {
   json choice;
   if (c.chat) {
     json delta = json::object();
     if (role) delta["role"] = "assistant";
     if (!text.empty() || role) delta["content"] = text;
-    choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    choice = {{"index", index}, {"delta", delta}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
   } else {
-    choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    choice = {{"index", index}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
   }
   return json{{"id", c.id},
               {"object", c.chat ? "chat.completion.chunk" : "text_completion"},
@@ -392,54 +399,98 @@ void openai_api::openai_generate(std::string_view body, bool chat, const request
   std::shared_ptr<reply_stream> stream;
   if (g.stream) stream = std::make_shared<reply_stream>();
   service* self = &svc_;
+  call->tokenizer = llm_.tokenizer;
+  if (g.choices.echo) call->echo_text = llm_.tokenizer->decode(g.req.prompt);
+  const size_t count = static_cast<size_t>(std::max(g.req.n, 1));
   if (stream) {
+    call->started.assign(count, 0);
+    call->ended.assign(count, 0);
+    call->offset.assign(count, 0);
     g.req.on_event = [call, stream, self, start](llm_event ev) {
+      if (call->failed || ev.index < 0 || static_cast<size_t>(ev.index) >= call->ended.size()) return;
+      const size_t i = static_cast<size_t>(ev.index);
       std::string out;
-      if (call->first_chunk && call->chat) out += sse(chunk_json(*call, "", true, nullptr));
-      call->first_chunk = false;
-      if (!ev.text.empty()) out += sse(chunk_json(*call, ev.text, false, nullptr));
+      if (!call->started[i]) {
+        call->started[i] = 1;
+        if (call->chat) out += sse(chunk_json(*call, ev.index, "", true, nullptr));
+        if (call->g.choices.echo) {  // the prompt first, with its log-probabilities
+          const std::string& text = call->echo_text;
+          json lp = logprobs_json(*call, ev.prompt_logprobs, 0);
+          for (const auto& t : ev.prompt_logprobs) call->offset[i] += call->tokenizer->token_bytes(t.token).size();
+          out += sse(chunk_json(*call, ev.index, text, false, nullptr, std::move(lp)));
+        }
+      }
+      if (!ev.text.empty() || !ev.logprobs.empty()) {
+        json lp = logprobs_json(*call, ev.logprobs, call->offset[i]);
+        for (const auto& t : ev.logprobs) call->offset[i] += call->tokenizer->token_bytes(t.token).size();
+        out += sse(chunk_json(*call, ev.index, ev.text, false, nullptr, std::move(lp)));
+      }
       if (ev.finished) {
         if (ev.finish_reason == "error" || ev.finish_reason == "cancelled") {
           oai_error e = from_status(ev.error.ok() ? status::internal("generation failed") : ev.error, "");
           self->metrics().count_failure(e.type);
           out += sse(error_json(e));
-        } else {
-          out += sse(chunk_json(*call, "", false, ev.finish_reason));
+          out += "data: [DONE]\n\n";
+          call->failed = true;
+          stream->write(std::move(out));
+          stream->close();
+          return;
+        }
+        out += sse(chunk_json(*call, ev.index, "", false, ev.finish_reason));
+        call->ended[i] = 1;
+        call->completion_tokens += ev.completion_tokens;
+        if (++call->ended_count == call->ended.size()) {
           if (call->g.include_usage) {
-            json u = chunk_json(*call, "", false, nullptr);
+            json u = chunk_json(*call, 0, "", false, nullptr);
             u["choices"] = json::array();
-            u["usage"] = usage_json(ev);
+            u["usage"] = usage_json(ev.prompt_tokens, call->completion_tokens);
             out += sse(u);
           }
           self->metrics().request_success.fetch_add(1, std::memory_order_relaxed);
           self->metrics().request_duration.observe(to_seconds(steady::now() - start));
+          out += "data: [DONE]\n\n";
         }
-        out += "data: [DONE]\n\n";
       }
       stream->write(std::move(out));
-      if (ev.finished) stream->close();
+      if (call->ended_count == call->ended.size()) stream->close();
     };
   } else {
+    call->collected = std::make_unique<choice_collector>(static_cast<int32_t>(count));
     g.req.on_event = [call, reply, self, start](llm_event ev) {
-      call->text += ev.text;
-      if (!ev.finished) return;
-      if (ev.finish_reason == "error" || ev.finish_reason == "cancelled") {
-        oai_error e = from_status(ev.error.ok() ? status::internal("generation failed") : ev.error, "");
+      if (!call->collected->add(ev)) return;
+      const choice_collector& col = *call->collected;
+      if (const auto* f = col.failed()) {
+        oai_error e = from_status(f->error.ok() ? status::internal("generation failed") : f->error, "");
         self->metrics().count_failure(e.type);
         return reply(error_http(e));
       }
-      json choice = call->chat ? json{{"index", 0},
-                                      {"message", {{"role", "assistant"}, {"content", call->text}}},
-                                      {"logprobs", nullptr},
-                                      {"finish_reason", ev.finish_reason}}
-                               : json{{"index", 0}, {"text", call->text}, {"logprobs", nullptr},
-                                      {"finish_reason", ev.finish_reason}};
+      const openai_choices& x = call->g.choices;
+      json choices = json::array();
+      int32_t index = 0;
+      for (size_t k : col.best(x.n)) {  // best_of: the n best; else all of them, in order
+        const auto& c = col.choices()[k];
+        std::string text = c.text;
+        std::vector<token_logprob> lps;
+        if (x.echo) {
+          text = call->echo_text + text;
+          lps = c.prompt_logprobs;
+        }
+        lps.insert(lps.end(), c.logprobs.begin(), c.logprobs.end());
+        json lp = logprobs_json(*call, lps, 0);
+        choices.push_back(call->chat ? json{{"index", index},
+                                            {"message", {{"role", "assistant"}, {"content", text}}},
+                                            {"logprobs", lp},
+                                            {"finish_reason", c.finish_reason}}
+                                     : json{{"index", index}, {"text", text}, {"logprobs", lp},
+                                            {"finish_reason", c.finish_reason}});
+        ++index;
+      }
       json out{{"id", call->id},
                {"object", call->chat ? "chat.completion" : "text_completion"},
                {"created", call->created},
                {"model", call->model},
-               {"choices", json::array({choice})},
-               {"usage", usage_json(ev)}};
+               {"choices", choices},
+               {"usage", usage_json(col.prompt_tokens(), col.completion_tokens())}};
       self->metrics().request_success.fetch_add(1, std::memory_order_relaxed);
       self->metrics().request_duration.observe(to_seconds(steady::now() - start));
       reply({200, "application/json", to_text(out)});

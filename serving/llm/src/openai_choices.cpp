@@ -85,8 +85,8 @@ std::optional<openai_field_error> read_openai_choices(const json& j, bool chat, 
       return openai_field_error{"best_of", "'best_of' above 'n' cannot be streamed (the best are known only at the end)"};
     if (present(j, "logprobs")) {
       if (j["logprobs"].is_boolean())
-        return openai_field_error{"logprobs", "'logprobs' on /v1/completions is the number of alternatives (0..5), not a boolean"};
-      if (auto e = integer(j, "logprobs", 0, 5, x.logprobs)) return e;
+        return openai_field_error{"logprobs", "'logprobs' on /v1/completions is the number of alternatives (0..20), not a boolean"};
+      if (auto e = integer(j, "logprobs", 0, 20, x.logprobs)) return e;
     }
     if (present(j, "echo")) {
       if (!j["echo"].is_boolean()) return openai_field_error{"echo", "'echo' must be true or false, not " + kind(j["echo"])};
@@ -139,7 +139,7 @@ std::optional<openai_field_error> read_openai_choices(const json& j, bool chat, 
 }
 
 std::string token_text(const llm_tokenizer& tok, int32_t id, std::string* bytes) {
-  std::string b = tok.decode({id});
+  std::string b = tok.token_bytes(id);
   std::string out = find_invalid_utf8(b) ? escaped_bytes(b) : b;
   if (bytes) *bytes = std::move(b);
   return out;
@@ -212,14 +212,12 @@ std::vector<size_t> choice_collector::best(int32_t n) const {
   std::vector<size_t> order(choices_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   if (n >= static_cast<int32_t>(order.size())) return order;
-  auto mean = [&](size_t i) {
-    const auto& lp = choices_[i].logprobs;
-    if (lp.empty()) return 0.0;  // max_tokens 0: every choice is the prompt alone
+  auto cumulative = [&](size_t i) {  // max_tokens 0: 0 for every choice (the prompt alone)
     double s = 0;
-    for (const auto& t : lp) s += t.logprob;
-    return s / static_cast<double>(lp.size());
+    for (const auto& t : choices_[i].logprobs) s += t.logprob;
+    return s;
   };
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mean(a) > mean(b); });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cumulative(a) > cumulative(b); });
   order.resize(static_cast<size_t>(std::max(n, 0)));
   std::sort(order.begin(), order.end());
   return order;

@@ -37,6 +37,9 @@ class llm_tokenizer {
   /// model has one. Thread-safe.
   virtual result<std::vector<int32_t>> encode(std::string_view text, bool add_special) const = 0;
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  /// One token's raw bytes (part of a UTF-8 character, when the token is), for log-probability
+  /// answers; by default its decoded text (an incomplete character as U+FFFD).
+  virtual std::string token_bytes(int32_t id) const { return decode({id}); }
   virtual std::unique_ptr<token_stream> stream() const = 0;
   virtual int32_t bos_id() const = 0;  ///< -1: none
   virtual int32_t eos_id() const = 0;  ///< -1: none
