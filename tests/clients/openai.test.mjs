@@ -120,6 +120,56 @@ for (const { program, model, args } of servers) {
       );
     });
 
+    test("completions with logprobs + echo, n = 3 with a seed, chat with logprobs and top_logprobs", async () => {
+      const prompt = "The tile emulator answered";
+      const want = reference(model, prompt, 6);
+      const got = await client.completions.create({ model, prompt, max_tokens: 6, temperature: 0, echo: true, logprobs: 2 });
+      const c = got.choices[0];
+      assert.equal(c.text, prompt + want.text);
+      const lp = c.logprobs;
+      assert.equal(lp.tokens.length, got.usage.prompt_tokens + 6);
+      assert.equal(lp.token_logprobs[0], null);
+      for (let i = 1; i < lp.tokens.length; i++) {
+        assert.ok(lp.token_logprobs[i] <= 0, `token ${i}: ${lp.token_logprobs[i]}`);
+        assert.ok(lp.text_offset[i] >= lp.text_offset[i - 1]);
+        assert.equal(Object.keys(lp.top_logprobs[i]).length <= 2, true);
+      }
+      // Greedy: each generated token is its position's most likely one.
+      for (let i = got.usage.prompt_tokens; i < lp.tokens.length; i++) {
+        const best = Math.max(...Object.values(lp.top_logprobs[i]));
+        assert.ok(Math.abs(best - lp.token_logprobs[i]) < 1e-6, `token ${i}`);
+      }
+      // Scoring only (lm-evaluation-harness): max_tokens 0 with echo gives the same prompt numbers.
+      const scored = await client.completions.create({ model, prompt, max_tokens: 0, echo: true, logprobs: 1 });
+      assert.equal(scored.usage.completion_tokens, 0);
+      for (let i = 1; i < scored.usage.prompt_tokens; i++)
+        assert.ok(Math.abs(scored.choices[0].logprobs.token_logprobs[i] - lp.token_logprobs[i]) < 1e-4, `token ${i}`);
+      // n = 3 with a seed: choice i is a lone request with seed + i.
+      const ask = { model, prompt: "random", max_tokens: 8, temperature: 1 };
+      const three = await client.completions.create({ ...ask, n: 3, seed: 11 });
+      assert.equal(three.choices.length, 3);
+      for (let i = 0; i < 3; i++) {
+        const lone = await client.completions.create({ ...ask, seed: 11 + i });
+        assert.equal(three.choices[i].index, i);
+        assert.equal(three.choices[i].text, lone.choices[0].text);
+      }
+      const chat = await client.chat.completions.create({
+        model, messages: [{ role: "user", content: "Name a prime." }], max_tokens: 5, temperature: 0,
+        logprobs: true, top_logprobs: 2,
+      });
+      const content = chat.choices[0].logprobs.content;
+      assert.equal(content.length, chat.usage.completion_tokens);
+      for (const t of content) {
+        assert.equal(t.top_logprobs.length, 2);
+        assert.ok(Math.abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6);  // greedy: the most likely
+        assert.ok(Array.isArray(t.bytes));
+      }
+      await assert.rejects(
+        client.completions.create({ model, prompt: "x", max_tokens: 2, n: 2, best_of: 1 }),
+        (e) => e instanceof OpenAI.BadRequestError && e.param === "best_of",
+      );
+    });
+
     if (program === "tessera-gpu") {
       test("the GPU process reports its latencies on the modelled clock too", async () => {
         const text = await (await fetch(`${server.url}/metrics`)).text();
