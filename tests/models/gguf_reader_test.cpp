@@ -315,7 +315,7 @@ TEST(gguf_reader, hand_written_llama_file) {
   w.f32("llama.rope.freq_base", 500000.0f);
   w.u32("llama.rope.dimension_count", 4);
   w.text("tokenizer.ggml.model", "llama");
-  w.strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "\xe2\x96\x81a", "b", "\xe2\x96\x81" "ab"});
+  w.strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "b", "\xe2\x96\x81" "ab"});
   w.array<float>("tokenizer.ggml.scores", 6, {0, 0, 0, -1, -2, -3});
   w.array<int32_t>("tokenizer.ggml.token_type", 5, {2, 3, 3, 1, 1, 1});
   w.array<uint8_t>("test.u8s", 0, {1, 2, 255});
