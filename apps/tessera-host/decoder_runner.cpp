@@ -17,6 +17,7 @@
 #include "tessera/host/tile_decoder.hpp"
 #include "tessera/host/tile_llm_backend.hpp"
 #include "tessera/models/bpe_tokenizer.hpp"
+#include "tessera/models/gguf_reader.hpp"
 #include "tessera/serving/http_server.hpp"
 #include "tessera/serving/llm_engine.hpp"
 #include "tessera/serving/serve_llm.hpp"
@@ -57,6 +58,8 @@ constexpr int kPrefillChunk = 16;
 
 bool is_decoder_model(const std::string& name) {
   if (auto s = models::shape_preset(name); s) return s->is_decoder();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(name, ec) && models::looks_like_gguf(name)) return true;  // GGUF holds decoders
   std::ifstream f(name + "/config.json");
   if (!f) return false;
   std::stringstream ss;
@@ -65,7 +68,7 @@ bool is_decoder_model(const std::string& name) {
 }
 
 int serve_decoder(std::unique_ptr<tile_decoder> deployed, std::shared_ptr<const models::decoder_model> shared_model,
-                  model_options& o, uint32_t tiles);
+                  model_options& o, uint32_t tiles, std::shared_ptr<const serving::llm_tokenizer> tokenizer);
 int check_generation(tile_decoder& dec, const models::decoder_model& m, const model_options& o);
 
 int run_decoder_model(tile_group_config group_cfg, model_options o) {
@@ -84,6 +87,14 @@ int run_decoder_model(tile_group_config group_cfg, model_options o) {
   if (!loaded) return fail(loaded.error());
   auto model = std::make_shared<const models::decoder_model>(std::move(*loaded));
   const models::model_shape& shape = model->shape();
+  // Serving: the tokenizer (a GGUF file's or folder's own, with its chat template) before any tile
+  // starts, so a file whose tokenizer cannot be read fails here.
+  std::shared_ptr<const serving::llm_tokenizer> tokenizer;
+  if (o.serve) {
+    auto bpe = models::load_decoder_tokenizer(o.model, shape.traits().tokenizer);
+    if (!bpe) return fail(bpe.error());
+    tokenizer = serving::make_bpe_llm_tokenizer(std::move(*bpe));
+  }
 
   placement_request req;
   req.tiles = static_cast<int>(group_cfg.tiles);
@@ -109,11 +120,11 @@ int run_decoder_model(tile_group_config group_cfg, model_options o) {
   if (o.check_batches > 0)
     if (int rc = check_generation(**deployed, *model, o); rc != 0 || !o.serve) return rc;
   if (!o.serve) return 0;
-  return serve_decoder(std::move(*deployed), model, o, group_cfg.tiles);
+  return serve_decoder(std::move(*deployed), model, o, group_cfg.tiles, std::move(tokenizer));
 }
 
 int serve_decoder(std::unique_ptr<tile_decoder> deployed, std::shared_ptr<const models::decoder_model> shared_model,
-                  model_options& o, uint32_t tiles) {
+                  model_options& o, uint32_t tiles, std::shared_ptr<const serving::llm_tokenizer> tokenizer) {
   const models::decoder_model& model = *shared_model;
   // One engine per replica of the plan (tiles0, tiles1, ...), then --gpu-replicas in-process
   // GPU-style decoders (gpu0, ...); the LLM router picks one per request (--routing).
@@ -139,7 +150,8 @@ int serve_decoder(std::unique_ptr<tile_decoder> deployed, std::shared_ptr<const 
   std::string suffix = " tiles " + std::to_string(tiles) + " replicas " + std::to_string(replicas);
   if (o.gpu_replicas > 0) suffix += " gpu " + std::to_string(o.gpu_replicas);
   const int rc = serving::serve_llm({.backends = all, .model = o.model, .arch = model.shape().arch,
-                                     .program = "tessera-host", .listening_suffix = suffix},
+                                     .program = "tessera-host", .listening_suffix = suffix,
+                                     .tokenizer = std::move(tokenizer)},
                                     o.lo, o.so);
   int64_t steps = 0, recoveries = 0;
   for (auto& b : *on_tiles) {

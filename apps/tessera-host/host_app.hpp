@@ -21,7 +21,7 @@ struct demo_options {
 int run_demo(tile_group& g, const demo_options& o);
 
 struct model_options {
-  std::string model;          ///< preset or Hugging Face folder
+  std::string model;          ///< preset, Hugging Face folder or (decoders) GGUF file
   uint64_t seed = 0;          ///< preset weights
   models::dtype dtype = models::dtype::fp32;  ///< --dtype: BERT on tiles in fp32 or bf16
   std::optional<plan> forced;
@@ -43,7 +43,8 @@ struct model_options {
 /// weights, then serves or checks.
 int run_model(tile_group_config group_cfg, model_options o);
 
-/// A decoder preset (gpt2-tiny, llama-tiny, ...) or a Hugging Face folder of a GPT-2 or LLaMA model.
+/// A decoder preset (gpt2-tiny, llama-tiny, ...), a Hugging Face folder of a GPT-2 or LLaMA model, or
+/// a GGUF file (or a path ending .gguf: loading it says what is wrong).
 bool is_decoder_model(const std::string& name);
 /// run_model for decoders (decoder_runner.cpp): --check K generates K sequences of different
 /// lengths, joining and leaving between steps, greedily on the tiles and compares every token

@@ -1,7 +1,9 @@
 // tessera-models export-gguf: a GPT-2 or LLaMA decoder (preset, Hugging Face folder, or seeded
-// weights of a config.json) written as a GGUF v3 file (f32) for llama.cpp, with its tokenizer.
+// weights of a config.json) written as a GGUF v3 file (f32, or f16 matrices) for llama.cpp, with its
+// tokenizer and, when given, a chat template.
 //
 //   tessera-models export-gguf --model llama-tiny --out /tmp/llama-tiny.gguf
+//   tessera-models export-gguf --model gpt2 --type f16 --chat-template-file chatml.jinja --out gpt2-f16.gguf
 //   tessera-models export-gguf --config tests/data/models/decoders/llama-odd.config.json --out odd.gguf
 #include <boost/program_options.hpp>
 #include <filesystem>
@@ -17,7 +19,7 @@ namespace po = boost::program_options;
 using namespace tessera::models;
 
 int export_gguf_main(int argc, char** argv) {
-  std::string model_name, config_path, tokenizer_name, out;
+  std::string model_name, config_path, tokenizer_name, out, type = "f32", template_file;
   uint64_t seed = 0;
   po::options_description opts("tessera-models export-gguf: a decoder as a GGUF file (f32) for llama.cpp");
   opts.add_options()("help", "this help")(
@@ -27,12 +29,32 @@ int export_gguf_main(int argc, char** argv) {
       "tokenizer", po::value(&tokenizer_name),
       "tokenizer preset (gpt2, llama) or folder; default: the model folder's own, else the architecture's preset "
       "(cut to the model's vocab_size when larger)")(
+      "type", po::value(&type)->default_value(type),
+      "f32 (every tensor) or f16 (matrices F16, rounded to nearest even; norms and biases F32)")(
+      "chat-template-file", po::value(&template_file),
+      "a Jinja chat template written as tokenizer.chat_template (default: the tokenizer folder's own, if any)")(
       "out", po::value(&out), "the GGUF file to write");
   po::variables_map vm;
   if (auto done = tessera::parse_command_line("tessera-models export-gguf", argc, argv, opts, vm)) return *done;
   if (out.empty() || (model_name.empty() == config_path.empty())) {
     std::cerr << "export-gguf: give --out and one of --model or --config\n" << opts;
     return 2;
+  }
+  if (type != "f32" && type != "f16") {
+    std::cerr << "export-gguf: --type is f32 or f16, not '" << type << "'\n";
+    return 2;
+  }
+  gguf_write_options wo;
+  wo.f16 = type == "f16";
+  if (!template_file.empty()) {
+    std::ifstream in(template_file, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (!in || ss.str().empty()) {
+      std::cerr << "export-gguf: --chat-template-file " << template_file << ": cannot read it (or it is empty)\n";
+      return 2;
+    }
+    wo.chat_template = ss.str();
   }
   auto model = config_path.empty() ? load_decoder(model_name, seed) : make_decoder_from_config(config_path, seed);
   if (!model) {
@@ -50,11 +72,12 @@ int export_gguf_main(int argc, char** argv) {
     std::cerr << tok.error().to_string() << "\n";
     return 2;
   }
-  if (auto st = write_gguf(*model, *tok, out); !st.ok()) {
+  if (auto st = write_gguf(*model, *tok, out, wo); !st.ok()) {
     std::cerr << st.to_string() << "\n";
     return 2;
   }
   std::cout << "wrote " << out << " (" << std::filesystem::file_size(out) << " bytes, " << model->shape().name
-            << ", tokenizer " << tokenizer_name << ")\n";
+            << ", " << type << ", tokenizer " << tokenizer_name
+            << (wo.chat_template.empty() ? "" : ", chat template " + template_file) << ")\n";
   return 0;
 }

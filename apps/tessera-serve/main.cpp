@@ -11,6 +11,7 @@
 #include "tessera/backends/decoder_backend.hpp"
 #include "tessera/backends/reference_backend.hpp"
 #include "tessera/models/decoder.hpp"
+#include "tessera/models/gguf_reader.hpp"
 #include "tessera/common/log.hpp"
 #include "tessera/serving/http_server.hpp"
 #include "tessera/serving/model_adapters.hpp"
@@ -28,9 +29,11 @@ using namespace tessera::toys;
 
 namespace {
 
-/// A decoder preset or a folder whose config.json is a decoder's (parse_decoder_config_json).
+/// A decoder preset, a GGUF file (or a name ending in .gguf: loading says what is wrong with it) or
+/// a folder whose config.json is a decoder's (parse_decoder_config_json).
 bool is_decoder(const std::string& name) {
   if (!std::filesystem::is_directory(name)) {
+    if (models::looks_like_gguf(name)) return true;
     auto s = models::shape_preset(name);
     return s && s->is_decoder();
   }
@@ -66,7 +69,8 @@ int main(int argc, char** argv) {
       ("help", "print this help")
       ("model", po::value(&model_name)->default_value("bert-tiny"),
        "preset (bert-tiny, bert-mini, bert-small, bert-base, bert-large; decoders, served on the "
-       "OpenAI API: gpt2-tiny, gpt2, gpt2-medium, llama-tiny, llama-1b), Hugging Face folder, "
+       "OpenAI API: gpt2-tiny, gpt2, gpt2-medium, llama-tiny, llama-1b), Hugging Face folder, a GGUF file "
+       "(a decoder with its tokenizer and chat template), "
        "'toy' (a hash model that measures the front door alone) or 'toy-llm' (a hash decoder)")
       ("replicas", po::value(&replicas)->default_value(1), "in-process backends behind the router")
       ("kinds", po::value(&kinds)->default_value("gpu"),
@@ -137,9 +141,7 @@ int main(int argc, char** argv) {
     }
     auto model = std::make_shared<const models::decoder_model>(std::move(*loaded));
     arch_chat = model->shape().traits().chat_format;
-    const bool folder = std::filesystem::is_directory(model_name);
-    auto bpe = folder ? models::bpe_tokenizer::from_dir(model_name)
-                      : models::bpe_tokenizer::preset(model->shape().traits().tokenizer);
+    auto bpe = models::load_decoder_tokenizer(model_name, model->shape().traits().tokenizer);
     if (!bpe) {
       std::cerr << "tessera-serve: " << bpe.error().to_string() << "\n";
       return 2;

@@ -882,15 +882,32 @@ result<std::shared_ptr<bpe_tokenizer_impl>> vocab_merges(std::string_view vocab_
 
 // ---- public API ----
 
-result<bpe_tokenizer> bpe_tokenizer::from_tokenizer_json(std::string_view json_text, std::string_view source) {
-  auto t = tokenizer_json(json_text, std::string(source), json::object());
+namespace {
+
+result<json> config_or_empty(std::string_view text, std::string_view source) {
+  if (text.empty()) return json::object();
+  auto parsed = parse_json(text, std::string(source) + " (tokenizer config)");
+  if (!parsed) return parsed.error();
+  if (!parsed->is_object()) return status::invalid(std::string(source) + ": the tokenizer config is not a JSON object");
+  return parsed;
+}
+
+}  // namespace
+
+result<bpe_tokenizer> bpe_tokenizer::from_tokenizer_json(std::string_view json_text, std::string_view source,
+                                                         std::string_view tokenizer_config) {
+  auto config = config_or_empty(tokenizer_config, source);
+  if (!config) return config.error();
+  auto t = tokenizer_json(json_text, std::string(source), *config);
   if (!t) return t.error();
   return bpe_tokenizer_access::make(std::move(*t));
 }
 
 result<bpe_tokenizer> bpe_tokenizer::from_vocab_merges(std::string_view vocab_json, std::string_view merges_txt,
-                                                       std::string_view source) {
-  auto t = vocab_merges(vocab_json, merges_txt, std::string(source), json::object());
+                                                       std::string_view source, std::string_view tokenizer_config) {
+  auto config = config_or_empty(tokenizer_config, source);
+  if (!config) return config.error();
+  auto t = vocab_merges(vocab_json, merges_txt, std::string(source), *config);
   if (!t) return t.error();
   return bpe_tokenizer_access::make(std::move(*t));
 }

@@ -244,7 +244,9 @@ result<decoder_model> load_decoder(std::string_view path_or_preset, uint64_t pre
   const fs::path dir{std::string(path_or_preset)};
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    if (fs::is_regular_file(dir, ec) && looks_like_gguf(dir.string())) return load_gguf_decoder(dir.string());
+    // A GGUF file, or a missing x.gguf (the reader's error names it rather than the presets).
+    if (fs::is_regular_file(dir, ec) ? looks_like_gguf(dir.string()) : dir.extension() == ".gguf")
+      return load_gguf_decoder(dir.string());
     if (detail::is_preset_name(path_or_preset)) return make_preset_decoder(path_or_preset, preset_seed);
     std::vector<std::string> decoders;
     for (const auto& n : preset_names())

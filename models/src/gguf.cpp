@@ -1,6 +1,7 @@
-// write_gguf: a decoder as GGUF v3 (f32), laid out as llama.cpp reads it (see gguf.hpp).
+// write_gguf: a decoder as GGUF v3 (f32 or f16 matrices), laid out as llama.cpp reads it (see gguf.hpp).
 #include "tessera/models/gguf.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -90,7 +91,27 @@ gguf_tensor stacked(std::string name, std::vector<std::pair<const float*, int64_
           }};
 }
 
-status write_tokenizer(header_writer& hw, const model_shape& c, const bpe_tokenizer& tok) {
+// IEEE binary16 of `f`, rounded to nearest even (overflow to infinity, NaN kept a NaN).
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t mag = x & 0x7fffffffu;
+  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65536: inf
+  if (mag < 0x38800000u) {  // a half subnormal (or zero): units of 2^-24, rounded to nearest even
+    const float a = std::fabs(f) * 16777216.0f;  // exact: a power-of-two scale
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a)));
+  }
+  // Normal: rebias the exponent, round the 13 dropped mantissa bits to nearest even.
+  uint32_t h = ((mag >> 13) - (112u << 10));
+  const uint32_t rest = mag & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry into the exponent is right
+  return static_cast<uint16_t>(sign | h);
+}
+
+status write_tokenizer(header_writer& hw, const model_shape& c, const bpe_tokenizer& tok,
+                       const std::string& chat_template) {
   const bool llama = c.arch == architecture::llama;
   if (llama != (tok.kind() == bpe_kind::sentencepiece))
     return status::invalid(std::string("a ") + (llama ? "llama" : "gpt2") + " model needs a " +
@@ -143,12 +164,15 @@ status write_tokenizer(header_writer& hw, const model_shape& c, const bpe_tokeni
   hw.kv_bool("tokenizer.ggml.add_bos_token", llama);
   hw.kv_bool("tokenizer.ggml.add_eos_token", false);
   if (llama) hw.kv_bool("tokenizer.ggml.add_space_prefix", true);
+  const std::string& tmpl = chat_template.empty() ? tok.chat_template() : chat_template;
+  if (!tmpl.empty()) hw.kv_str("tokenizer.chat_template", tmpl);
   return {};
 }
 
 }  // namespace
 
-status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, const std::string& path) {
+status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, const std::string& path,
+                  const gguf_write_options& options) {
   const model_shape& c = model.shape();
   const decoder_weights& w = model.weights();
   if (!c.is_decoder()) return status::invalid("GGUF export is for gpt2 and llama decoders, not " + c.name);
@@ -165,7 +189,7 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
   header_writer hw;
   hw.kv_str("general.architecture", arch);
   hw.kv_str("general.name", c.name);
-  hw.kv_u32("general.file_type", 0);  // all f32
+  hw.kv_u32("general.file_type", options.f16 ? 1 : 0);  // all f32, or MOSTLY_F16
   hw.kv_u32(arch + ".context_length", static_cast<uint32_t>(c.max_position_embeddings));
   hw.kv_u32(arch + ".embedding_length", static_cast<uint32_t>(c.hidden_size));
   hw.kv_u32(arch + ".block_count", static_cast<uint32_t>(c.num_layers));
@@ -186,7 +210,7 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
   } else {
     hw.kv_f32(arch + ".attention.layer_norm_epsilon", c.norm_eps);
   }
-  if (status st = write_tokenizer(hw, c, tokenizer); !st.ok()) return st.with_context(path);
+  if (status st = write_tokenizer(hw, c, tokenizer, options.chat_template); !st.ok()) return st.with_context(path);
 
   const int64_t h = c.hidden_size, f = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
   std::vector<gguf_tensor> ts;
@@ -229,6 +253,8 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
   out += hw.bytes;
   uint64_t offset = 0;
   std::vector<uint64_t> offsets;
+  // F16 for the matrices when asked; vectors stay F32 (as llama.cpp's converter keeps them).
+  auto half = [&options](const gguf_tensor& t) { return options.f16 && t.cols > 0; };
   for (const gguf_tensor& t : ts) {
     header_writer ti;
     ti.str(t.name);
@@ -240,11 +266,12 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
       ti.pod<uint32_t>(1);
       ti.pod<uint64_t>(static_cast<uint64_t>(t.rows));
     }
-    ti.pod<uint32_t>(0);  // GGML_TYPE_F32
+    ti.pod<uint32_t>(half(t) ? 1 : 0);  // GGML_TYPE_F16 or GGML_TYPE_F32
     ti.pod<uint64_t>(offset);
     out += ti.bytes;
     offsets.push_back(offset);
-    offset += (static_cast<uint64_t>(t.rows * std::max<int64_t>(t.cols, 1)) * 4 + alignment - 1) / alignment * alignment;
+    const uint64_t elem = half(t) ? 2 : 4;
+    offset += (static_cast<uint64_t>(t.rows * std::max<int64_t>(t.cols, 1)) * elem + alignment - 1) / alignment * alignment;
   }
   out.resize((out.size() + alignment - 1) / alignment * alignment, '\0');
 
@@ -253,13 +280,21 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
   if (!file) return status::invalid(path + ": cannot open for writing");
   file.write(out.data(), static_cast<std::streamsize>(out.size()));
   std::vector<float> buf;
+  std::vector<uint16_t> halves;
   uint64_t written = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
     const std::string pad(static_cast<size_t>(offsets[i] - written), '\0');
     file.write(pad.data(), static_cast<std::streamsize>(pad.size()));
     ts[i].fill(buf);
-    file.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size() * 4));
-    written = offsets[i] + buf.size() * 4;
+    if (half(ts[i])) {
+      halves.resize(buf.size());
+      for (size_t k = 0; k < buf.size(); ++k) halves[k] = float_to_half(buf[k]);
+      file.write(reinterpret_cast<const char*>(halves.data()), static_cast<std::streamsize>(halves.size() * 2));
+      written = offsets[i] + halves.size() * 2;
+    } else {
+      file.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size() * 4));
+      written = offsets[i] + buf.size() * 4;
+    }
   }
   file.close();
   std::error_code ec;

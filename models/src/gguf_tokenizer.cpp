@@ -1,6 +1,7 @@
 // The tokenizer of a GGUF file, as the tokenizer formats tessera already reads (vocab.json +
 // merges.txt for gpt2, a tokenizer.json for llama), so encoding is the one bpe_tokenizer.
 #include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -47,6 +48,13 @@ result<bpe_tokenizer> gguf_tokenizer(const gguf_file& g) {
     const gguf_value* v = g.find(key);
     return v && v->is_integer() && v->i >= 0 && static_cast<size_t>(v->i) < n ? v->i : -1;
   };
+  // tokenizer.chat_template (a Jinja string) travels as tokenizer_config.json's chat_template does.
+  nlohmann::json config = nlohmann::json::object();
+  if (const gguf_value* ct = g.find("tokenizer.chat_template")) {
+    if (ct->type != gguf_type::string) return status::invalid(g.source + ": tokenizer.chat_template must be a string");
+    config["chat_template"] = ct->s;
+  }
+  const std::string config_text = config.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (model->s == "gpt2") {
     nlohmann::json vocab = nlohmann::json::object();
     for (size_t i = 0; i < n; ++i) vocab[tok[i]] = i;
@@ -60,7 +68,7 @@ result<bpe_tokenizer> gguf_tokenizer(const gguf_file& g) {
       text += m + "\n";
     }
     auto t = bpe_tokenizer::from_vocab_merges(vocab.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), text,
-                                             g.source + " (tokenizer.ggml.tokens/merges)");
+                                             g.source + " (tokenizer.ggml.tokens/merges)", config_text);
     if (!t) return t.error();
     return t;
   }
@@ -128,13 +136,20 @@ result<bpe_tokenizer> gguf_tokenizer(const gguf_file& g) {
                 {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", true},
                 {"byte_fallback", true}, {"vocab", vocab}, {"merges", merges}};
   return bpe_tokenizer::from_tokenizer_json(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                                            g.source + " (tokenizer.ggml.*)");
+                                            g.source + " (tokenizer.ggml.*)", config_text);
 }
 
 result<bpe_tokenizer> load_gguf_tokenizer(const std::string& path) {
   auto g = map_gguf(path);
   if (!g) return g.error();
   return gguf_tokenizer(*g);
+}
+
+result<bpe_tokenizer> load_decoder_tokenizer(const std::string& model, std::string_view preset) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(model, ec)) return bpe_tokenizer::from_dir(model);
+  if (std::filesystem::is_regular_file(model, ec) && looks_like_gguf(model)) return load_gguf_tokenizer(model);
+  return bpe_tokenizer::preset(preset);
 }
 
 }  // namespace tessera::models

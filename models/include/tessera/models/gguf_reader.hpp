@@ -100,8 +100,13 @@ result<decoder_model> gguf_decoder(const gguf_file& file);
 /// (tokens, scores, token_type: SentencePiece-style BPE with byte fallback; merges rebuilt from the
 /// scores, a pair merging into the highest-scoring token first; control and unknown tokens
 /// special; <s> added when tokenizer.ggml.add_bos_token is not false). Other models refused by name.
+/// tokenizer.chat_template, when present, is the tokenizer's chat_template().
 result<bpe_tokenizer> gguf_tokenizer(const gguf_file& file);
 result<bpe_tokenizer> load_gguf_tokenizer(const std::string& path);
+
+/// The tokenizer a decoder named `model` comes with: a folder's own (from_dir), a GGUF file's own
+/// (gguf_tokenizer, its chat template included), else the preset `preset` (gpt2, llama).
+result<bpe_tokenizer> load_decoder_tokenizer(const std::string& model, std::string_view preset);
 
 /// True when the path ends in ".gguf" or the file starts with the GGUF magic.
 bool looks_like_gguf(const std::string& path);

@@ -1,6 +1,6 @@
 // tessera/serving/serve_llm.hpp: serves a decoder on the OpenAI API until a stop signal: the
 // continuous-batching engine over an llm_backend, the decoder's tokenizer (a Hugging Face
-// folder's, else the preset of its architecture), an HTTP server. tessera-gpu --serve and
+// folder's or a GGUF file's, else the preset of its architecture), an HTTP server. tessera-gpu --serve and
 // tessera-host --serve (decoders) run it.
 //
 //   serving::take_stop_signals();                   // first in main(), before any thread starts
@@ -16,6 +16,7 @@
 
 #include "tessera/backends/llm_backend.hpp"
 #include "tessera/models/shape.hpp"
+#include "tessera/serving/llm_tokenizer.hpp"
 #include "tessera/serving/serve_options.hpp"
 #include "tessera/serving/service.hpp"
 
@@ -25,16 +26,20 @@ struct llm_serve_target {
   /// One per replica, each behind an engine of its own; an llm_router (so.routing) sends each
   /// request to one of them.
   std::vector<std::shared_ptr<backends::llm_backend>> backends;
-  std::string model;                  ///< a preset name or a Hugging Face folder (its tokenizer)
+  std::string model;                  ///< a preset name, a Hugging Face folder or a GGUF file (its tokenizer)
   models::architecture arch = models::architecture::llama;  ///< the preset tokenizer otherwise
   std::string program = "tessera";    ///< names the process in errors
   std::string listening_suffix;       ///< appended to "listening on URL model ID"
+  /// The tokenizer, when the caller loaded it already (to fail before starting tiles); else
+  /// serve_llm loads `model`'s (models::load_decoder_tokenizer).
+  std::shared_ptr<const llm_tokenizer> tokenizer;
 };
 
 /// Puts `engine` behind `llm` (whose tokenizer and model_id are set): the chat format
 /// (`chat_template` by name, else detected from the tokenizer's template, else the
 /// architecture's default; a name was checked by finish_llm_options) and the /v1/models creation
-/// time. The caller starts the engine.
+/// time. A checkpoint template recognised as none of the formats is said on stderr (chat then
+/// renders plain). The caller starts the engine.
 void attach_engine(llm_api& llm, llm_endpoint& engine, const std::string& chat_template,
                    std::string_view architecture_chat);
 

@@ -1,0 +1,60 @@
+// llama.cpp's side of a GGUF file's chat template: for each file, its tokenizer.chat_template (read
+// by node-llama-cpp's GGUF parser) rendered by @huggingface/jinja (the Jinja engine node-llama-cpp
+// itself renders templates with; trim_blocks and lstrip_blocks as transformers' apply_chat_template)
+// with add_generation_prompt and the file's bos/eos token texts; the prompt ids llama.cpp's tokenizer
+// makes of that text (special tokens parsed, BOS added when the file says so and the text does not
+// already start with it, as llama-server does); and llama.cpp's greedy tokens after it (CPU, f32).
+//
+//   node chat_oracle.mjs SPEC.json OUT.json
+// SPEC: {"threads": 2, "max_tokens": 12, "conversations": [[{"role", "content"}, ...], ...],
+//        "models": [{"name", "gguf", "source"}]}            (source: copied through for the test)
+// OUT:  {"generated_by", "node_llama_cpp", "models": {name: {...source, "template", "bos_text",
+//        "conversations": [{"messages", "rendered", "ids", "tokens"}]}}}
+import { readFileSync, writeFileSync } from "node:fs";
+import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+import { Template } from "@huggingface/jinja";
+
+const [specPath, outPath] = process.argv.slice(2);
+if (!specPath || !outPath) {
+  console.error("usage: node chat_oracle.mjs SPEC.json OUT.json");
+  process.exit(2);
+}
+const spec = JSON.parse(readFileSync(specPath, "utf8"));
+const threads = spec.threads ?? 2;
+const maxTokens = spec.max_tokens ?? 12;
+const version = JSON.parse(readFileSync(new URL("./node_modules/node-llama-cpp/package.json", import.meta.url), "utf8")).version;
+
+const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error, maxThreads: threads });
+const out = { generated_by: "bench/peers/llamacpp/chat_oracle.mjs (GGUF chat template by @huggingface/jinja, " +
+              "llama.cpp's tokenizer and greedy decoding through node-llama-cpp, CPU, f32)",
+              node_llama_cpp: version, threads, max_tokens: maxTokens, models: {} };
+for (const m of spec.models) {
+  const model = await llama.loadModel({ modelPath: m.gguf, gpuLayers: 0, useMmap: false, checkTensors: true });
+  const template = model.fileInfo.metadata?.tokenizer?.chat_template;
+  if (typeof template !== "string") throw new Error(`${m.gguf}: no tokenizer.chat_template`);
+  const bos = model.tokens.bosString ?? "", eos = model.tokens.eosString ?? "";
+  const conversations = [];
+  for (const messages of spec.conversations) {
+    const rendered = new Template(template).render({ messages, bos_token: bos, eos_token: eos, add_generation_prompt: true });
+    const ids = Array.from(model.tokenize(rendered, true));
+    if (model.tokens.shouldPrependBosToken && model.tokens.bos != null && ids[0] !== model.tokens.bos)
+      ids.unshift(model.tokens.bos);
+    const context = await model.createContext({
+      contextSize: Math.max(64, ids.length + maxTokens + 8), sequences: 1, threads, batchSize: 512,
+      flashAttention: false, experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
+      ignoreMemorySafetyChecks: true,
+    });
+    const seq = context.getSequence();
+    const tokens = [];
+    for await (const t of seq.evaluate(ids, { temperature: 0, yieldEogToken: true })) {
+      tokens.push(t);
+      if (tokens.length >= maxTokens) break;
+    }
+    await context.dispose();
+    conversations.push({ messages, rendered, ids, tokens });
+    console.error(`${m.name}: ${JSON.stringify(rendered)} -> ${ids.length} ids -> ${tokens.join(" ")}`);
+  }
+  out.models[m.name] = { ...(m.source ?? {}), template, bos_text: bos, conversations };
+  await model.dispose();
+}
+writeFileSync(outPath, JSON.stringify(out, null, 1) + "\n");
