@@ -73,6 +73,8 @@ std::vector<uint32_t> compiled_model::stage_tiles(int replica, int stage) const 
   return v;
 }
 
+int compiled_model::output_width() const { return config.num_labels > 0 ? config.num_labels : config.hidden_size; }
+
 uint32_t compiled_model::output_tile(int replica) const { return stage_tiles(replica, chosen.stages - 1)[0]; }
 
 int compiled_model::barriers() const {
@@ -92,6 +94,7 @@ struct layout {
   int budget;
   int max_seqs;
   models::dtype dt = models::dtype::fp32;
+  models::pooling_mode pooling = models::pooling_mode::cls;  ///< an embedding model's (num_labels 0)
   // A matrix or an activation: bf16 in a bf16 model.
   tensor_desc mat(uint32_t id, std::string name, std::vector<int64_t> shape) const {
     return {id, std::move(name), dt == models::dtype::bf16 ? dtype::bf16 : dtype::f32, std::move(shape)};
@@ -145,7 +148,8 @@ void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards,
     add.weight(f32(ids::layer(l, ids::out_beta), tag + "out_ln.beta", {H}), shard_kind::whole, pre + "output.LayerNorm.bias");
   }
   const bool head_tile = last && t.lane == 0;
-  if (head_tile) {
+  const bool embedding = L.cfg.num_labels == 0;  // a sentence-transformers model: pooling, no head weights
+  if (head_tile && !embedding) {
     add.weight(L.mat(ids::pooler_w, "pooler.w", {H, H}), shard_kind::whole, "pooler.dense.weight");
     add.weight(f32(ids::pooler_b, "pooler.b", {H}), shard_kind::whole, "pooler.dense.bias");
     add.weight(L.mat(ids::cls_w, "classifier.w", {L.cfg.num_labels, H}), shard_kind::whole, "classifier.weight");
@@ -163,7 +167,8 @@ void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards,
     add.act(f32(ids::partial, "partial_sum", {T, H}));
     add.act(L.mat(ids::ffn, "ffn", {T, fw}));
   }
-  if (head_tile) add.act(f32(ids::logits, "logits", {L.max_seqs, L.cfg.num_labels}));
+  if (head_tile && !embedding) add.act(f32(ids::logits, "logits", {L.max_seqs, L.cfg.num_labels}));
+  if (head_tile && embedding) add.act(f32(ids::logits, "pooled", {L.max_seqs, H}));
   // Exchange: the most this tile receives in one superstep (reduce-scatter / all-gather parts
   // of the stage, or a whole micro-batch from the previous stage), reserved in tile memory as
   // the emulated hardware would.
@@ -229,7 +234,10 @@ std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vec
           b.layer_exchange(t, base, H, w, m, M, lanes_of(L, r, s, W),
                            l == lr.end - 1 && s + 1 < S ? lanes_of(L, r, s + 1, W) : std::vector<uint32_t>{});
         }
-        if (s == S - 1 && w == 0)
+        if (s == S - 1 && w == 0 && L.cfg.num_labels == 0)
+          b.step(t, static_cast<size_t>(c * K + K - 1)).compute.push_back(
+              make_call<kid::pool>({ids::hidden}, {ids::logits}, {mp(m), L.pooling}));
+        else if (s == S - 1 && w == 0)
           b.step(t, static_cast<size_t>(c * K + K - 1)).compute.push_back(
               make_call<kid::classifier>({ids::hidden, ids::pooler_w, ids::pooler_b, ids::cls_w, ids::cls_b}, {ids::logits}, {mp(m)}));
       }
@@ -409,7 +417,7 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
   std::string smallest_table;
   uint64_t smallest_need = UINT64_MAX;
   for (const plan& p : *candidates) {
-    layout L{cfg, p, req.token_budget, max_seqs, req.dtype};
+    layout L{cfg, p, req.token_budget, max_seqs, req.dtype, req.pooling};
     layout_result lr = lay_out(L);
     const double secs = estimate_batch_seconds(cfg, p, req.token_budget, req.machine);
     const double rate = p.replicas * req.token_budget / secs;
@@ -444,7 +452,7 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
       bool fits = false;
       for (const plan& p : plans_for(cfg, n)) {
         if (p.replicas != 1) continue;
-        layout L{cfg, p, req.token_budget, max_seqs, req.dtype};
+        layout L{cfg, p, req.token_budget, max_seqs, req.dtype, req.pooling};
         if (lay_out(L).max_bytes <= req.tile_memory) {
           more_tiles = "--tiles " + std::to_string(n) + " (plan " + p.to_string() + ")";
           fits = true;
@@ -461,6 +469,7 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
   }
   best.config = cfg;
   best.dtype = req.dtype;
+  best.pooling = req.pooling;
   best.token_budget = req.token_budget;
   best.max_sequences = max_seqs;
   return best;
@@ -477,6 +486,12 @@ std::string compiled_model::describe() const {
     os << "KV cache: " << kv.num_blocks << " blocks of " << kv.block_tokens << " positions per replica ("
        << int64_t{kv.num_blocks} * kv.block_tokens << " tokens in flight), each tile holding its layers' and kv heads' part; "
        << kv_heads_note << "\n";
+  if (!decoder && config.num_labels == 0) {
+    os << "embedding model: the head tile of each replica (tile";
+    for (int r = 0; r < chosen.replicas; ++r) os << (r ? ", " : " ") << output_tile(r);
+    os << ") pools the last layer's rows (" << models::pooling_name(pooling) << " pooling) into a pooled ["
+       << max_sequences << ", " << config.hidden_size << "] f32 tensor: only pooled vectors go to the host\n";
+  }
   if (candidates.size() > 1) {
     os << "plans that fit (estimated tokens/s):";
     for (const auto& [p, r] : candidates) os << "  " << p.to_string() << ": " << static_cast<int64_t>(r);

@@ -172,6 +172,15 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
       add(kernel_id::classifier, timing::classifier_shape{.seqs = seqs, .hidden = h, .labels = labels});
     break;
   }
+  case kernel_id::pool: {  // one pass over the micro-batch's rows: timed as an add over them
+    auto m = micro_of<kernel_id::pool>(c, rows);
+    if (!m) return m.error();
+    auto x = in(0);
+    if (!x) return x.error();
+    const int64_t r = m->rows.end - m->rows.begin, h = dim(**x, 1);
+    if (r > 0 && h > 0) add(kernel_id::add, timing::elements_shape{.elements = r * h});
+    break;
+  }
   case kernel_id::copy:
   case kernel_id::add:
   case kernel_id::scale: {

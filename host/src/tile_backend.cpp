@@ -36,7 +36,7 @@ tile_backend::tile_backend(std::unique_ptr<tile_model> model, std::string name, 
   info_.max_sequence_length = c.config.max_position_embeddings;
   info_.token_budget = c.token_budget;
   info_.max_batch_sequences = c.max_sequences;
-  info_.num_labels = c.config.num_labels;
+  info_.num_labels = c.output_width();
   replicas_.resize(static_cast<size_t>(c.chosen.replicas));
   for (int r = 0; r < c.chosen.replicas; ++r) replicas_[r].tiles = model_->replica_tiles(r);
   // A tile that already failed (between deploy and now) takes its replica out at once.
@@ -166,6 +166,12 @@ backends::batch_result tile_backend::run_once(int replica, const backends::batch
   backends::batch_result out;
   out.batch_id = req.batch_id;
   out.num_labels = info_.num_labels;
+  for (const auto& s : req.sequences)
+    if (s.every_token) {  // the head tile ships pooled vectors (or logits) only
+      out.st = status::invalid(info_.name + ": every token's vector is not computed on tiles: the head tile pools "
+                               "the last layer's rows and sends only each sequence's pooled vector");
+      return out;
+    }
   int real = 0;
   models::packed_batch b = to_packed(req, &real);
   // Filler sequences can push a padded batch past the budget: run it in budget-sized pieces.

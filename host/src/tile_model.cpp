@@ -26,7 +26,9 @@ result<std::unique_ptr<tile_model>> tile_model::deploy(tile_group& group, compil
 
 result<tile_deployment> deploy_bert(const models::bert_model& model, const placement_request& req,
                                     tile_group_config group, const deploy_hooks& hooks) {
-  auto compiled = compile_bert(model.config, req);
+  placement_request with_pooling = req;
+  if (model.task == models::encoder_task::embedding) with_pooling.pooling = model.embedding.pooling;
+  auto compiled = compile_bert(model.config, with_pooling);
   if (!compiled.ok()) return compiled.error();
   if (hooks.compiled) hooks.compiled(*compiled);
   group.tiles = static_cast<uint32_t>(req.tiles);
@@ -123,7 +125,7 @@ result<tile_batch_result> tile_model::run(int replica, const models::packed_batc
     spec.inputs.push_back({t, {ids::token_ids, slice_kind::token_rows, 0, 1}, batch.token_ids.data(), bytes});
     spec.inputs.push_back({t, {ids::token_types, slice_kind::token_rows, 0, 1}, batch.token_type_ids.data(), bytes});
   }
-  const uint64_t logits = static_cast<uint64_t>(batch.num_seqs()) * static_cast<uint64_t>(c.config.num_labels);
+  const uint64_t logits = static_cast<uint64_t>(batch.num_seqs()) * static_cast<uint64_t>(c.output_width());
   spec.outputs.push_back({c.output_tile(replica), {ids::logits, slice_kind::fixed, 0, logits}});
   auto r = group_.run(spec);
   if (!r) return r.error();

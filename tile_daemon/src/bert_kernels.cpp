@@ -8,6 +8,7 @@
 //   attention         qkv [B, 3*h*d] -> ctx [B, h*d]                  attention_params
 //   bias_residual_ln  partial, bias, x, gamma, beta -> x              bias_residual_ln_params
 //   classifier        x, pooler_w, pooler_b, cls_w, cls_b -> logits [max_seqs, labels]   rows_params
+//   pool              x -> pooled [max_seqs, hidden] (an embedding model's head)      pool_params
 //
 // A bf16 model's tiles hold its matrices (embedding tables, Linear weights) and activations
 // (hidden, qkv, context, ffn) as bf16 and everything else as f32: biases, LayerNorm gains, the
@@ -15,6 +16,7 @@
 // Each kernel follows its tensors' dtypes and refuses a mix it does not compute.
 #include <vector>
 
+#include "tessera/models/embedding.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/kernels_bf16.hpp"
 #include "kernel_util.hpp"
@@ -194,6 +196,42 @@ status classifier_kernel(const kernel_args& a) {
   return ok_status();
 }
 
+// An embedding model's head: each sequence's pooled vector (pool_params: the micro-batch and a
+// models::pooling_mode), so only [seqs, hidden] floats leave the tile, not every token's row.
+status pool_kernel(const kernel_args& a) {
+  auto p = a.params_as<models::pool_params>();
+  if (!p) return p.error();
+  auto m = micro_of(a, *p);
+  if (!m) return m.error();
+  auto& x = *a.inputs[0];
+  auto& pooled = *a.outputs[0];
+  const int64_t hidden = x.desc.shape.size() == 2 ? x.desc.shape[1] : 0;
+  TESSERA_RETURN_IF_ERROR(need_rows(x, m->r1, hidden));
+  if (pooled.desc.shape.size() != 2 || pooled.desc.shape[1] != hidden || pooled.desc.shape[0] < m->s1)
+    return status::invalid("pooled tensor is not [>= " + std::to_string(m->s1) + ", " + std::to_string(hidden) + "]");
+  TESSERA_RETURN_IF_ERROR(same_dtype({&pooled}, dtype::f32));
+  if (m->s1 == m->s0) return ok_status();
+  const int seqs = static_cast<int>(m->s1 - m->s0);
+  std::vector<int32_t> starts(static_cast<size_t>(seqs)), lengths(static_cast<size_t>(seqs));
+  for (int i = 0; i < seqs; ++i) {
+    starts[static_cast<size_t>(i)] = m->offsets[static_cast<size_t>(i)];
+    lengths[static_cast<size_t>(i)] = m->offsets[static_cast<size_t>(i) + 1] - m->offsets[static_cast<size_t>(i)];
+  }
+  const int64_t rows = m->r1 - m->r0;
+  std::vector<float> converted;
+  const float* xr = nullptr;
+  if (is_bf16(x)) {
+    converted.resize(static_cast<size_t>(rows * hidden));
+    models::to_float(bf16_of(x) + m->r0 * hidden, rows * hidden, converted.data());
+    xr = converted.data();
+  } else {
+    xr = x.f32() + m->r0 * hidden;
+  }
+  models::pool_rows(xr, hidden, hidden, starts.data(), lengths.data(), seqs,
+                    p->mode, pooled.f32() + m->s0 * hidden);
+  return ok_status();
+}
+
 }  // namespace
 
 void register_bert_kernels(kernel_registry& reg) {
@@ -202,6 +240,7 @@ void register_bert_kernels(kernel_registry& reg) {
   reg.add(models::kernel_id::attention, {1, 1, 1, 1, true}, attention_kernel);
   reg.add(models::kernel_id::bias_residual_ln, {5, 5, 1, 1, true}, bias_residual_ln_kernel);
   reg.add(models::kernel_id::classifier, {5, 5, 1, 1, true}, classifier_kernel);
+  reg.add(models::kernel_id::pool, {1, 1, 1, 1, true}, pool_kernel);
 }
 
 }  // namespace tessera::tile

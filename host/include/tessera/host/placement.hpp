@@ -29,6 +29,7 @@
 #include "tessera/exchange/protocol.hpp"
 #include "tessera/models/bf16.hpp"
 #include "tessera/models/config.hpp"
+#include "tessera/models/embedding.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kv_cache.hpp"
 #include "tessera/models/weights.hpp"
@@ -72,6 +73,9 @@ struct placement_request {
   /// (hidden, qkv, context, ffn) as bf16, 2 bytes an element in the memory plan, and sends hidden
   /// rows over the exchange as bf16; partial sums, biases and gains stay f32. Decoders: fp32 only.
   models::dtype dtype = models::dtype::fp32;
+  /// BERT embedding models (config num_labels 0): how the head tile pools the last layer's rows
+  /// (a "pool" kernel there), so only [sequences, hidden] floats go to the host.
+  models::pooling_mode pooling = models::pooling_mode::cls;
 };
 
 /// One row of a tile's memory plan.
@@ -123,6 +127,7 @@ result<std::vector<float>> materialize(const models::decoder_model& m, const wei
 struct compiled_model {
   models::bert_config config;
   models::dtype dtype = models::dtype::fp32;  ///< of the matrices and activations (placement_request)
+  models::pooling_mode pooling = models::pooling_mode::cls;  ///< embedding models (placement_request)
   plan chosen;
   int token_budget = 0;
   int max_sequences = 0;
@@ -142,7 +147,10 @@ struct compiled_model {
 
   /// Tiles of replica r, stage s (lanes in order).
   std::vector<uint32_t> stage_tiles(int replica, int stage) const;
-  /// The tile that computes the logits of replica r.
+  /// Floats per sequence in the output: num_labels (logits), or hidden_size for an embedding
+  /// model (its pooled vectors).
+  int output_width() const;
+  /// The tile that computes the logits (or pooled vectors) of replica r.
   uint32_t output_tile(int replica) const;
   /// Supersteps one batch takes.
   int supersteps() const;

@@ -21,7 +21,7 @@
 namespace tessera::host {
 
 struct tile_batch_result {
-  std::vector<float> logits;       ///< [num_seqs, num_labels]
+  std::vector<float> logits;       ///< [num_seqs, num_labels]; an embedding model's pooled vectors [num_seqs, hidden]
   double wall_seconds = 0;
   int64_t supersteps = 0;
   uint64_t bytes_exchanged = 0;    ///< sent by all tiles of the replica

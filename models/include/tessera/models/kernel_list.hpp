@@ -32,6 +32,7 @@
   X(attention, true, true)                \
   X(bias_residual_ln, true, false)        \
   X(classifier, true, true)               \
+  X(pool, true, false)                    \
   X(dec_embed, true, false)               \
   X(dec_norm, true, false)                \
   X(dec_attention, true, false)           \

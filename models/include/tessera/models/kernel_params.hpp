@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/models/embedding.hpp"
 #include "tessera/models/kernel_list.hpp"
 
 namespace tessera::models {
@@ -129,6 +130,12 @@ struct dec_residual_params : micro_batch {
 struct rows_params : micro_batch {
   template <class F, class S> static void fields(F& f, S& s) { micro_fields(f, s); }
 };
+// pool (an embedding model's head): each sequence's vector of the micro-batch, pooled by `mode`
+constexpr pooling_mode wire_max(pooling_mode) { return pooling_mode::lasttoken; }
+struct pool_params : micro_batch {
+  pooling_mode mode = pooling_mode::cls;
+  template <class F, class S> static void fields(F& f, S& s) { micro_fields(f, s); f(s.mode, "mode"); }
+};
 // dec_norm and dec_logits (the final norm before the LM head): RMSNorm or LayerNorm
 struct dec_norm_params : micro_batch {
   bool rms = true;
@@ -173,6 +180,7 @@ template <> struct params_for<kernel_id::linear> { using type = linear_params; }
 template <> struct params_for<kernel_id::attention> { using type = attention_params; };
 template <> struct params_for<kernel_id::bias_residual_ln> { using type = bias_residual_ln_params; };
 template <> struct params_for<kernel_id::classifier> { using type = rows_params; };
+template <> struct params_for<kernel_id::pool> { using type = pool_params; };
 template <> struct params_for<kernel_id::dec_embed> { using type = rows_params; };
 template <> struct params_for<kernel_id::dec_norm> { using type = dec_norm_params; };
 template <> struct params_for<kernel_id::dec_attention> { using type = dec_attention_params; };
