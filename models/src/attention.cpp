@@ -121,12 +121,17 @@ void run_items(std::vector<work_item>& items, const strided& q, const strided& k
 // P rounded to bf16, O = P V. brgemm needs the row count fixed when the primitive is made (a
 // runtime count falls back to gemm:jit, slower than fp32 sgemm here), so a sequence of L rows runs
 // padded to Lp, L rounded up to a multiple of 32: at most 16 shapes up to 512, each primitive made
-// once and kept. The padding holds zeros; keys beyond L are masked to -inf before the softmax and
-// rows beyond L are not read back. Only one (sequence, head)'s Lp x Lp block lives at a time, per
-// thread. Padded (GPU style) items mask the keys beyond `valid` too and compute every row of the
-// rectangle, as the fp32 path does.
-void run_items_bf16(const std::vector<work_item>& items, bf16_strided q, bf16_strided k, bf16_strided v,
-                    bf16_strided_out out, int head_dim) {
+// once and kept. Keys beyond `valid` are masked (P's columns there are 0) and rows beyond L are
+// not read back. Padded (GPU style) items mask the keys beyond `valid` too and compute every row
+// of the rectangle, as the fp32 path does.
+// Q, K and V are read where they are (strided views of the caller's rows, no copy) when the Lp
+// rows from the item's first row lie inside the batch's `rows` rows: the rows past L are the next
+// sequences' Q, K and V, finite GEMM outputs, so S's rows and columns past L are finite and never
+// read, and V's rows past L meet only P's zeros. An item whose Lp rows would run past the batch's
+// end (the last sequences) is copied into blocks whose padding rows of V are zeroed. Only one
+// (sequence, head)'s Lp x Lp block lives at a time, per thread.
+void run_items_bf16(const std::vector<work_item>& items, int64_t rows, bf16_strided q, bf16_strided k,
+                    bf16_strided v, bf16_strided_out out, int head_dim) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int64_t n = static_cast<int64_t>(items.size()), d = head_dim;
   forward_profile* prof = current_forward_profile();
@@ -141,24 +146,29 @@ void run_items_bf16(const std::vector<work_item>& items, bf16_strided q, bf16_st
       const auto& it = items[static_cast<size_t>(i)];
       clock.start();
       const int64_t col0 = int64_t{it.head} * d, len = it.len, valid = it.valid, lp = (len + 31) / 32 * 32;
-      // Rows (Q, K, V) and P's entries past `len` / `valid` hold whatever an earlier item left:
-      // bf16 values that all came from finite data, so the rows of S and O they make are finite and
-      // never read; only V's padding rows meet P's zeros, and those are zeroed here.
       const size_t need = static_cast<size_t>(lp * d);
-      if (qb.size() < need) qb.resize(need), kb.resize(need), vb.resize(need);
       if (pb.size() < static_cast<size_t>(lp * lp)) pb.resize(static_cast<size_t>(lp * lp));
       s.resize(static_cast<size_t>(lp * lp));
       o.resize(need);
-      for (int64_t r = 0; r < len; ++r) {
-        const int64_t src = (it.row0 + r);
-        std::copy_n(q.data + src * q.ld + col0, d, qb.data() + r * d);
-        std::copy_n(k.data + src * k.ld + col0, d, kb.data() + r * d);
-        std::copy_n(v.data + src * v.ld + col0, d, vb.data() + r * d);
+      const bfloat16 *qs = q.data + it.row0 * q.ld + col0, *ks = k.data + it.row0 * k.ld + col0,
+                     *vs = v.data + it.row0 * v.ld + col0;
+      int64_t ldq = q.ld, ldk = k.ld, ldv = v.ld;
+      if (it.row0 + lp > rows) {
+        // Rows (Q, K) past `len` hold whatever an earlier item left (finite bf16 values); V's
+        // padding rows meet P's zeros and are zeroed.
+        if (qb.size() < need) qb.resize(need), kb.resize(need), vb.resize(need);
+        for (int64_t r = 0; r < len; ++r) {
+          std::copy_n(qs + r * q.ld, d, qb.data() + r * d);
+          std::copy_n(ks + r * k.ld, d, kb.data() + r * d);
+          std::copy_n(vs + r * v.ld, d, vb.data() + r * d);
+        }
+        std::fill(vb.begin() + len * d, vb.begin() + lp * d, bfloat16{});
+        qs = qb.data(), ks = kb.data(), vs = vb.data();
+        ldq = ldk = ldv = d;
       }
-      std::fill(vb.begin() + len * d, vb.begin() + lp * d, bfloat16{});
       clock.lap(attention_part::copy_in);
       // S [lp, lp] = Q K^T: K's rows are the "weight" rows of a linear layer.
-      linear(qb.data(), lp, bf16_weight::view(kb.data(), lp, d), nullptr, s.data());
+      linear(qs, lp, bf16_weight::view(ks, lp, d, ldk), nullptr, s.data(), activation::none, ldq, lp);
       clock.lap(attention_part::scores_gemm);
       for (int64_t r = 0; r < len; ++r) {
         float* row = s.data() + r * lp;
@@ -169,7 +179,7 @@ void run_items_bf16(const std::vector<work_item>& items, bf16_strided q, bf16_st
       }
       clock.lap(attention_part::softmax);
       // O [lp, d] = P V: V [lp, d] is the weight read in-major.
-      linear(pb.data(), lp, bf16_weight::view_in_major(vb.data(), lp, d), nullptr, o.data());
+      linear(pb.data(), lp, bf16_weight::view_in_major(vs, lp, d, ldv), nullptr, o.data());
       clock.lap(attention_part::context_gemm);
       for (int64_t r = 0; r < len; ++r) to_bf16(o.data() + r * d, d, out.data + (it.row0 + r) * out.ld + col0);
       clock.lap(attention_part::copy_out);
@@ -198,12 +208,14 @@ void attention_packed(strided q, strided k, strided v, const int32_t* seq_offset
 
 void attention_packed(bf16_strided q, bf16_strided k, bf16_strided v, const int32_t* seq_offsets, int num_seqs,
                       int num_heads, int head_dim, bf16_strided_out out) {
-  run_items_bf16(packed_items(seq_offsets, num_seqs, num_heads), q, k, v, out, head_dim);
+  run_items_bf16(packed_items(seq_offsets, num_seqs, num_heads), num_seqs > 0 ? seq_offsets[num_seqs] : 0, q, k, v,
+                 out, head_dim);
 }
 
 void attention_padded(bf16_strided q, bf16_strided k, bf16_strided v, const int32_t* lengths, int batch,
                       int max_len, int num_heads, int head_dim, bf16_strided_out out) {
-  run_items_bf16(padded_items(lengths, batch, max_len, num_heads), q, k, v, out, head_dim);
+  run_items_bf16(padded_items(lengths, batch, max_len, num_heads), int64_t{batch} * max_len, q, k, v, out,
+                 head_dim);
 }
 
 void attention_padded(strided q, strided k, strided v, const int32_t* lengths, int batch, int max_len,

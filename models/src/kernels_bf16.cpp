@@ -50,16 +50,17 @@ struct matmul_key {
   bool bias, f32_out;
   activation act;
   bool packed, in_major = false;
+  int64_t ldw = 0;  // a view's row stride (0: packed)
   bool operator==(const matmul_key& o) const {
-    return std::tie(in, out, ldx, ldy, rows, bias, f32_out, act, packed, in_major) ==
-           std::tie(o.in, o.out, o.ldx, o.ldy, o.rows, o.bias, o.f32_out, o.act, o.packed, o.in_major);
+    return std::tie(in, out, ldx, ldy, rows, bias, f32_out, act, packed, in_major, ldw) ==
+           std::tie(o.in, o.out, o.ldx, o.ldy, o.rows, o.bias, o.f32_out, o.act, o.packed, o.in_major, o.ldw);
   }
 };
 struct matmul_key_hash {
   size_t operator()(const matmul_key& k) const {
     size_t h = 1469598103934665603ull;
     for (int64_t v : {k.in, k.out, k.ldx, k.ldy, k.rows, int64_t{k.bias}, int64_t{k.f32_out}, int64_t(k.act),
-                      int64_t{k.packed}, int64_t{k.in_major}})
+                      int64_t{k.packed}, int64_t{k.in_major}, k.ldw})
       h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
     return h;
   }
@@ -90,10 +91,10 @@ std::shared_ptr<const matmul_entry> get_matmul(const matmul_key& k) {
   }
   auto e = std::make_shared<matmul_entry>();
   e->src = dnnl::memory::desc(dims{k.rows, k.in}, dt::bf16, dims{k.ldx, 1});
-  // W [out, in] row-major is W^T [in, out] with strides (1, in).
+  // W [out, in] row-major (row stride ldw) is W^T [in, out] with strides (1, ldw).
   e->wei = k.packed     ? packed_weight_desc(k.in, k.out)
-           : k.in_major ? dnnl::memory::desc(dims{k.in, k.out}, dt::bf16, dims{k.out, 1})
-                        : dnnl::memory::desc(dims{k.in, k.out}, dt::bf16, dims{1, k.in});
+           : k.in_major ? dnnl::memory::desc(dims{k.in, k.out}, dt::bf16, dims{k.ldw, 1})
+                        : dnnl::memory::desc(dims{k.in, k.out}, dt::bf16, dims{1, k.ldw});
   e->dst = dnnl::memory::desc(dims{k.rows, k.out}, k.f32_out ? dt::f32 : dt::bf16, dims{k.ldy, 1});
   if (k.bias) e->bias = dnnl::memory::desc(dims{1, k.out}, dt::f32, dims{k.out, 1});
   dnnl::primitive_attr attr;
@@ -144,7 +145,8 @@ void linear_any(const bfloat16* x, int64_t T, const bf16_weight& W, const float*
   auto* out = static_cast<char*>(y);
   int64_t row = 0;
   auto run = [&](int64_t rows) {
-    run_matmul({W.in(), W.out(), ldx, ldy, rows, bias != nullptr, f32_out, act, W.packed(), W.in_major()}, x + row * ldx, W, bias,
+    run_matmul({W.in(), W.out(), ldx, ldy, rows, bias != nullptr, f32_out, act, W.packed(), W.in_major(), W.ld()},
+               x + row * ldx, W, bias,
                out + row * ldy * y_bytes);
     row += rows;
   };
@@ -179,19 +181,26 @@ bf16_weight bf16_weight::pack(const float* W, int64_t out, int64_t in, int64_t l
   return w;
 }
 
-bf16_weight bf16_weight::view(const bfloat16* W, int64_t out, int64_t in) {
-  TESSERA_CHECK(W != nullptr && out > 0 && in > 0) << "bf16_weight::view " << out << " x " << in;
+bf16_weight bf16_weight::view(const bfloat16* W, int64_t out, int64_t in, int64_t ldw) {
+  if (ldw == 0) ldw = in;
+  TESSERA_CHECK(W != nullptr && out > 0 && in > 0 && ldw >= in)
+      << "bf16_weight::view " << out << " x " << in << " ldw " << ldw;
   bf16_weight w;
   w.in_ = in;
   w.out_ = out;
+  w.ld_ = ldw;
   w.bytes_ = 2 * out * in;
   w.packed_ = false;
   w.data_ = std::shared_ptr<const void>(std::shared_ptr<const void>(), W);  // not owned
   return w;
 }
 
-bf16_weight bf16_weight::view_in_major(const bfloat16* W_t, int64_t in, int64_t out) {
+bf16_weight bf16_weight::view_in_major(const bfloat16* W_t, int64_t in, int64_t out, int64_t ldw) {
+  if (ldw == 0) ldw = out;
+  TESSERA_CHECK(W_t != nullptr && out > 0 && in > 0 && ldw >= out)
+      << "bf16_weight::view_in_major " << in << " x " << out << " ldw " << ldw;
   bf16_weight w = view(W_t, out, in);
+  w.ld_ = ldw;
   w.in_major_ = true;
   return w;
 }
@@ -207,8 +216,8 @@ void linear(const bfloat16* x, int64_t T, const bf16_weight& W, const float* bia
 }
 
 void gemm_bf16_abt(const bfloat16* A, const bf16_weight& B, bfloat16* C, int64_t M) {
-  run_matmul({B.in(), B.out(), B.in(), B.out(), M, false, false, activation::none, B.packed(), B.in_major()}, A, B,
-             nullptr, C);
+  run_matmul({B.in(), B.out(), B.in(), B.out(), M, false, false, activation::none, B.packed(), B.in_major(), B.ld()},
+             A, B, nullptr, C);
 }
 
 namespace {

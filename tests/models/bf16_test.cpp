@@ -197,6 +197,45 @@ TEST(bf16, attention_equals_fp32_on_bf16_values) {
   EXPECT_GT(worst, 0.05) << "bf16 attention equals fp32 within far less than one rounding: did it run in bf16?";
 }
 
+// bf16 attention reads Q, K and V in place (strided views) for a sequence whose 32-row padded
+// block lies inside the batch, and copies only a sequence whose block would run past the batch's
+// last row. Every sequence's context must equal that of the same sequence run alone (always the
+// copied path: its block runs past a batch of one), bit for bit, and rows past the batch (NaN
+// here) must never be read.
+TEST(bf16, attention_reads_q_k_v_in_place_and_nothing_past_the_batch) {
+  require_bf16();
+  set_num_threads(2);
+  const int heads = 3, d = 64;
+  const int64_t h = heads * d, ld = 3 * h;
+  const std::vector<int32_t> offsets{0, 5, 40, 41, 100, 133, 140};  // lengths 5, 35, 1, 59, 33, 7
+  const int n = static_cast<int>(offsets.size()) - 1;
+  const int64_t T = offsets.back(), extra = 64;
+  auto qkv = random_floats(T * ld, 21, 2.0f);
+  const auto qkv16 = round_to_bf16(qkv);
+  std::vector<bfloat16> buf(static_cast<size_t>((T + extra) * ld), bfloat16{0x7fc0});  // NaN past the batch
+  std::copy(qkv16.begin(), qkv16.end(), buf.begin());
+  std::vector<bfloat16> got(static_cast<size_t>(T * h));
+  attention_packed(bf16_strided{buf.data(), ld}, bf16_strided{buf.data() + h, ld}, bf16_strided{buf.data() + 2 * h, ld},
+                   offsets.data(), n, heads, d, bf16_strided_out{got.data(), h});
+  int in_place = 0;
+  for (int s = 0; s < n; ++s) {
+    const int64_t r0 = offsets[s], len = offsets[s + 1] - r0;
+    if (r0 + (len + 31) / 32 * 32 <= T) ++in_place;
+    std::vector<bfloat16> one(qkv16.begin() + r0 * ld, qkv16.begin() + (r0 + len) * ld), alone(static_cast<size_t>(len * h));
+    const std::vector<int32_t> off1{0, static_cast<int32_t>(len)};
+    attention_packed(bf16_strided{one.data(), ld}, bf16_strided{one.data() + h, ld},
+                     bf16_strided{one.data() + 2 * h, ld}, off1.data(), 1, heads, d, bf16_strided_out{alone.data(), h});
+    for (int64_t i = 0; i < len * h; ++i) {
+      const float g = to_float(got[static_cast<size_t>(r0 * h + i)]);
+      ASSERT_TRUE(std::isfinite(g)) << "sequence " << s << " row " << i / h << ": a row past the batch was read";
+      ASSERT_EQ(got[static_cast<size_t>(r0 * h + i)].bits, alone[static_cast<size_t>(i)].bits)
+          << "sequence " << s << " row " << i / h << " col " << i % h;
+    }
+  }
+  EXPECT_GE(in_place, 3) << "the batch should run most sequences on the in-place path";
+  EXPECT_LT(in_place, n) << "the batch should run its last sequence on the copied path";
+}
+
 TEST(bf16, layer_norm_and_embeddings_compute_in_fp32) {
   require_bf16();
   const int64_t T = 37, n = 200;

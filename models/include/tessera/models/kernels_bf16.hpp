@@ -30,15 +30,18 @@ class bf16_weight {
   bf16_weight() = default;
   /// Converts W (fp32 rows of `in` values, row stride ldw, 0 = in) once.
   static bf16_weight pack(const float* W, int64_t out, int64_t in, int64_t ldw = 0);
-  /// Plain row-major [out, in] bf16, not copied. oneDNN's brgemm reads it as fast as the packed
-  /// layout on BERT shapes here (it copies blocks of W as it goes).
-  static bf16_weight view(const bfloat16* W, int64_t out, int64_t in);
-  /// Plain row-major [in, out] bf16 (W^T's rows, e.g. attention's V for P V), not copied.
-  static bf16_weight view_in_major(const bfloat16* W_t, int64_t in, int64_t out);
+  /// Plain row-major [out, in] bf16 with row stride ldw (0 = in), not copied. oneDNN's brgemm
+  /// reads it as fast as the packed layout on BERT shapes here (it copies blocks of W as it goes).
+  static bf16_weight view(const bfloat16* W, int64_t out, int64_t in, int64_t ldw = 0);
+  /// Plain row-major [in, out] bf16 (W^T's rows, e.g. attention's V for P V) with row stride ldw
+  /// (0 = out), not copied.
+  static bf16_weight view_in_major(const bfloat16* W_t, int64_t in, int64_t out, int64_t ldw = 0);
   bool packed() const { return packed_; }
   bool in_major() const { return in_major_; }
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
+  /// Row stride of a view in elements (in() for view, out() for view_in_major when dense); 0 if packed.
+  int64_t ld() const { return ld_; }
   /// Bytes of the packed weight (2 per element plus the layout's padding, if any).
   int64_t bytes() const { return bytes_; }
   const void* data() const { return data_.get(); }
@@ -46,7 +49,7 @@ class bf16_weight {
 
  private:
   std::shared_ptr<const void> data_;
-  int64_t in_ = 0, out_ = 0, bytes_ = 0;
+  int64_t in_ = 0, out_ = 0, bytes_ = 0, ld_ = 0;
   bool packed_ = true;
   bool in_major_ = false;
 };
@@ -84,7 +87,11 @@ struct bf16_strided_out {
 };
 
 /// attention_packed of kernels.hpp over bf16 q, k, v and out: scores and P V accumulate in fp32,
-/// the softmax runs in fp32, the context is rounded to bf16 once.
+/// the softmax runs in fp32, the context is rounded to bf16 once. Q, K and V are read in place
+/// (strided views) wherever a sequence's block, its length rounded up to 32 rows, ends inside the
+/// batch, so every row of q, k and v up to seq_offsets[num_seqs] must hold finite values (the
+/// rows past a sequence meet only masked scores and zero probabilities); rows past the batch are
+/// never read (the last sequences are copied into zero-padded blocks).
 void attention_packed(bf16_strided q, bf16_strided k, bf16_strided v, const int32_t* seq_offsets, int num_seqs,
                       int num_heads, int head_dim, bf16_strided_out out);
 /// attention_padded of kernels.hpp in bf16 (GPU style: batch x max_len rows, keys at positions
