@@ -13,7 +13,7 @@
 // (pessimistically: OpenMP spin-waits count as CPU time). On a machine shared with other jobs,
 // run it with OMP_WAIT_POLICY=passive: libgomp's spinning threads otherwise lose whole time slices
 // to each other (gpt2 decode at batch 1 on 2 threads under load: 0.7 s passive vs 14 s active for
-// 8 tokens). Prints a table and RESULT lines.
+// 8 tokens). Prints a table and RESULT lines. A bf16 row runs bf16 matrices and a bf16 KV cache.
 // The same workload on tile processes: tessera-bench-decoder-tiles (bench_decoder_tiles.cpp).
 #include <algorithm>
 #include <array>
@@ -59,7 +59,7 @@ struct measured {
 tessera::result<std::pair<measured, measured>> run(const decoder_model& m, int B, int prompt, int decode, uint64_t seed) {
   const auto& c = m.shape();
   const int bt = 16, per_seq = (prompt + decode + bt - 1) / bt;
-  auto cache = paged_kv_cache::make(c, {bt, B * per_seq});
+  auto cache = paged_kv_cache::make(c, {bt, B * per_seq, m.compute_dtype()});  // a bf16 model: a bf16 KV cache
   if (!cache) return cache.error();
   splitmix64 r(seed);
   step_batch batch;

@@ -5,10 +5,10 @@
 
 namespace tessera::backends {
 
-int32_t kv_blocks_for_bytes(const models::model_shape& shape, int32_t block_tokens, int64_t bytes) {
-  const int64_t per = models::kv_layout::bytes_per_block(block_tokens, shape.num_layers, shape.num_kv_heads,
-                                                         shape.head_dim());
-  return per > 0 ? static_cast<int32_t>(std::min<int64_t>(bytes / per, 1 << 24)) : 0;
+int32_t kv_blocks_for_bytes(const models::model_shape& shape, int32_t block_tokens, int64_t bytes,
+                            models::dtype kv_dtype) {
+  return models::kv_layout::blocks_in(bytes, block_tokens, shape.num_layers, shape.num_kv_heads, shape.head_dim(),
+                                      kv_dtype);
 }
 
 result<std::shared_ptr<step_fn_backend>> make_decoder_backend(std::shared_ptr<const models::decoder_model> model,

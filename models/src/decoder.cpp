@@ -255,18 +255,25 @@ status decoder_model::step(const step_batch& batch, paged_kv_cache& cache,
     // The new tokens' K and V into their blocks, then attention over the cache.
     float* kbase = cache.key(layer, 0, 0);
     float* vbase = cache.value(layer, 0, 0);
+    bfloat16* kbase16 = cache.key16(layer, 0, 0);  // a bf16 cache: rows rounded as they are stored
+    bfloat16* vbase16 = cache.value16(layer, 0, 0);
     for (const paged_seq& s : seqs) {
       for (int r = 0; r < s.rows; ++r) {
         const int pos = s.start_pos + r;
         const int64_t off = int64_t{s.block_table[pos / bt]} * block_stride + int64_t{pos % bt} * d;
         const float* row = qkv + int64_t{s.row + r} * ld;
         for (int hh = 0; hh < kvh; ++hh) {
-          std::copy_n(row + qw + int64_t{hh} * d, d, kbase + off + hh * head_stride);
-          std::copy_n(row + qw + kvw + int64_t{hh} * d, d, vbase + off + hh * head_stride);
+          if (kbase16) {
+            to_bf16(row + qw + int64_t{hh} * d, d, kbase16 + off + hh * head_stride);
+            to_bf16(row + qw + kvw + int64_t{hh} * d, d, vbase16 + off + hh * head_stride);
+          } else {
+            std::copy_n(row + qw + int64_t{hh} * d, d, kbase + off + hh * head_stride);
+            std::copy_n(row + qw + kvw + int64_t{hh} * d, d, vbase + off + hh * head_stride);
+          }
         }
       }
     }
-    attention_paged({qkv, ld}, {kbase, vbase, bt, block_stride, head_stride}, seqs.data(),
+    attention_paged({qkv, ld}, {kbase, vbase, bt, block_stride, head_stride, kbase16, vbase16}, seqs.data(),
                     static_cast<int>(seqs.size()), c.num_heads, kvh, d, {ctx, qw}, c.sliding_window);
   };
   run_decoder(c, w_, bf16_.get(), tokens, positions, logit_rows, attend, logits);
@@ -365,7 +372,7 @@ result<generation> greedy_generate(const decoder_model& model, const std::vector
   if (o.block_tokens < 1) return status::invalid("block_tokens must be positive, got " + std::to_string(o.block_tokens));
   if (o.prefill_chunk < 0)
     return status::invalid("prefill_chunk must be zero (whole prompt) or positive, got " + std::to_string(o.prefill_chunk));
-  kv_layout layout{o.block_tokens, 0};
+  kv_layout layout{o.block_tokens, 0, o.kv_dtype.value_or(model.compute_dtype())};
   layout.num_blocks = std::max(1, layout.blocks_for(total));
   auto cache = paged_kv_cache::make(c, layout);
   if (!cache) return cache.error();

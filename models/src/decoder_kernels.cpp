@@ -153,10 +153,32 @@ struct attention_scratch {
   scratch_buf q, k, v, s, o;
 };
 
+// The cache's element type: fp32 or bf16 rows, read as fp32.
+inline float ld(const float* p, int64_t i) { return p[i]; }
+inline float ld(const bfloat16* p, int64_t i) { return to_float(p[i]); }
+template <class T>
+const T* keys_of(const paged_kv_view& kv);
+template <>
+const float* keys_of<float>(const paged_kv_view& kv) { return kv.k; }
+template <>
+const bfloat16* keys_of<bfloat16>(const paged_kv_view& kv) { return kv.k16; }
+template <class T>
+const T* values_of(const paged_kv_view& kv);
+template <>
+const float* values_of<float>(const paged_kv_view& kv) { return kv.v; }
+template <>
+const bfloat16* values_of<bfloat16>(const paged_kv_view& kv) { return kv.v16; }
+// 16 values from p as fp32 (bf16: the upper half of each lane).
+__attribute__((target("avx512f"))) inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+__attribute__((target("avx512f"))) inline __m512 load16(const bfloat16* p) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+
 // Query rows [r0, r1) of one sequence and the `group` query heads sharing kv head kvh, one key at a
 // time (decode: a row or a few). Every query row reads each cached K and V row once for all heads.
 // Vectorised across head_dim by the compiler (AVX-512 in the clone the caller picks).
-template <int MaxGroup>
+template <int MaxGroup, class T>
 __attribute__((always_inline)) inline void attend_rows_body(const float* q, int64_t ldq, const paged_kv_view& kv,
                                                             const paged_seq& s, int r0, int r1, int kvh, int group,
                                                             int d, float scale, float* out, int64_t ldo,
@@ -173,15 +195,15 @@ __attribute__((always_inline)) inline void attend_rows_body(const float* q, int6
         sc[g] = scores + int64_t{g} * len;
       }
       for (int j0 = 0; j0 < len; j0 += bt) {
-        const float* kb = kv.k + int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
+        const T* kb = keys_of<T>(kv) + int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
         const int n = std::min(bt, len - j0);
         for (int j = 0; j < n; ++j) {
-          const float* kr = kb + int64_t{j} * d;
+          const T* kr = kb + int64_t{j} * d;
           for (int g = 0; g < ng; ++g) {
             const float* qg = qr[g];
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-            for (int i = 0; i < d; ++i) dot += qg[i] * kr[i];
+            for (int i = 0; i < d; ++i) dot += qg[i] * ld(kr, i);
             sc[g][j0 + j] = dot * scale;
           }
         }
@@ -191,15 +213,15 @@ __attribute__((always_inline)) inline void attend_rows_body(const float* q, int6
         std::fill_n(out + int64_t{s.row + r} * ldo + int64_t{kvh * group + g0 + g} * d, d, 0.0f);
       }
       for (int j0 = 0; j0 < len; j0 += bt) {
-        const float* vb = kv.v + int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
+        const T* vb = values_of<T>(kv) + int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
         const int n = std::min(bt, len - j0);
         for (int j = 0; j < n; ++j) {
-          const float* vr = vb + int64_t{j} * d;
+          const T* vr = vb + int64_t{j} * d;
           for (int g = 0; g < ng; ++g) {
             float* o = out + int64_t{s.row + r} * ldo + int64_t{kvh * group + g0 + g} * d;
             const float p = sc[g][j0 + j];
 #pragma omp simd
-            for (int i = 0; i < d; ++i) o[i] += p * vr[i];
+            for (int i = 0; i < d; ++i) o[i] += p * ld(vr, i);
           }
         }
       }
@@ -209,18 +231,20 @@ __attribute__((always_inline)) inline void attend_rows_body(const float* q, int6
 
 constexpr int kMaxGroup = 8;
 
+template <class T>
 __attribute__((target("avx512f"))) void attend_rows_avx512(const float* q, int64_t ldq, const paged_kv_view& kv,
                                                            const paged_seq& s, int r0, int r1, int kvh, int group,
                                                            int d, float scale, float* out, int64_t ldo, float* scores) {
-  attend_rows_body<kMaxGroup>(q, ldq, kv, s, r0, r1, kvh, group, d, scale, out, ldo, scores);
+  attend_rows_body<kMaxGroup, T>(q, ldq, kv, s, r0, r1, kvh, group, d, scale, out, ldo, scores);
 }
+template <class T>
 void attend_rows_default(const float* q, int64_t ldq, const paged_kv_view& kv, const paged_seq& s, int r0, int r1,
                          int kvh, int group, int d, float scale, float* out, int64_t ldo, float* scores) {
-  attend_rows_body<kMaxGroup>(q, ldq, kv, s, r0, r1, kvh, group, d, scale, out, ldo, scores);
+  attend_rows_body<kMaxGroup, T>(q, ldq, kv, s, r0, r1, kvh, group, d, scale, out, ldo, scores);
 }
 // The row kernel for head_dim = 16 * DV: q and the output row held in registers, the scores of 16
 // keys of a block at a time from 16 dot products reduced together (sum_lanes16), q pre-scaled.
-template <int DV>
+template <int DV, class T>
 __attribute__((target("avx512f"))) void attend_rows_avx512_d(const float* q, int64_t ldq, const paged_kv_view& kv,
                                                              const paged_seq& s, int r0, int r1, int kvh, int group,
                                                              float scale, float* out, int64_t ldo, float* scores) {
@@ -235,7 +259,7 @@ __attribute__((target("avx512f"))) void attend_rows_avx512_d(const float* q, int
       __m512 qv[DV];
       for (int c = 0; c < DV; ++c) qv[c] = _mm512_mul_ps(_mm512_loadu_ps(qr + 16 * c), vscale);
       for (int j0 = 0; j0 < len; j0 += bt) {
-        const float* kb = kv.k + int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
+        const T* kb = keys_of<T>(kv) + int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
         const int n = std::min(bt, len - j0);
         for (int j1 = 0; j1 < n; j1 += 16) {
           const int m = std::min(16, n - j1);
@@ -243,9 +267,9 @@ __attribute__((target("avx512f"))) void attend_rows_avx512_d(const float* q, int
 #pragma GCC unroll 16
           for (int j = 0; j < 16; ++j) {
             if (j < m) {
-              const float* kr = kb + int64_t{j1 + j} * d;
-              __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
-              for (int c = 1; c < DV; ++c) a = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kr + 16 * c), a);
+              const T* kr = kb + int64_t{j1 + j} * d;
+              __m512 a = _mm512_mul_ps(qv[0], load16(kr));
+              for (int c = 1; c < DV; ++c) a = _mm512_fmadd_ps(qv[c], load16(kr + 16 * c), a);
               acc[j] = a;
             } else {
               acc[j] = _mm512_setzero_ps();
@@ -258,12 +282,12 @@ __attribute__((target("avx512f"))) void attend_rows_avx512_d(const float* q, int
       __m512 o[DV];
       for (int c = 0; c < DV; ++c) o[c] = _mm512_setzero_ps();
       for (int j0 = 0; j0 < len; j0 += bt) {
-        const float* vb = kv.v + int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
+        const T* vb = values_of<T>(kv) + int64_t{s.block_table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride;
         const int n = std::min(bt, len - j0);
         for (int j = 0; j < n; ++j) {
           const __m512 p = _mm512_set1_ps(scores[j0 + j]);
-          const float* vr = vb + int64_t{j} * d;
-          for (int c = 0; c < DV; ++c) o[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * c), o[c]);
+          const T* vr = vb + int64_t{j} * d;
+          for (int c = 0; c < DV; ++c) o[c] = _mm512_fmadd_ps(p, load16(vr + 16 * c), o[c]);
         }
       }
       float* orow = out + int64_t{s.row + r} * ldo + col;
@@ -277,22 +301,23 @@ using attend_rows_fn = void (*)(const float*, int64_t, const paged_kv_view&, con
 
 // The row kernel for this head_dim and CPU: a register-resident clone for head_dim 16..128 in
 // steps of 16 on AVX-512, else the compiler-vectorised one (head_dim passed at run time).
-template <int DV>
+template <int DV, class T>
 void attend_rows_fixed(const float* q, int64_t ldq, const paged_kv_view& kv, const paged_seq& s, int r0, int r1,
                        int kvh, int group, float scale, float* out, int64_t ldo, float* scores) {
-  attend_rows_avx512_d<DV>(q, ldq, kv, s, r0, r1, kvh, group, scale, out, ldo, scores);
+  attend_rows_avx512_d<DV, T>(q, ldq, kv, s, r0, r1, kvh, group, scale, out, ldo, scores);
 }
+template <class T>
 attend_rows_fn fixed_row_kernel(int d) {
   if (!detail::has_avx512 || d % 16 != 0) return nullptr;
   switch (d / 16) {
-    case 1: return attend_rows_fixed<1>;
-    case 2: return attend_rows_fixed<2>;
-    case 3: return attend_rows_fixed<3>;
-    case 4: return attend_rows_fixed<4>;
-    case 5: return attend_rows_fixed<5>;
-    case 6: return attend_rows_fixed<6>;
-    case 7: return attend_rows_fixed<7>;
-    case 8: return attend_rows_fixed<8>;
+    case 1: return attend_rows_fixed<1, T>;
+    case 2: return attend_rows_fixed<2, T>;
+    case 3: return attend_rows_fixed<3, T>;
+    case 4: return attend_rows_fixed<4, T>;
+    case 5: return attend_rows_fixed<5, T>;
+    case 6: return attend_rows_fixed<6, T>;
+    case 7: return attend_rows_fixed<7, T>;
+    case 8: return attend_rows_fixed<8, T>;
     default: return nullptr;
   }
 }
@@ -304,6 +329,14 @@ void gather_rows(const float* base, const paged_kv_view& kv, const int32_t* tabl
   for (int j0 = 0; j0 < len; j0 += bt)
     std::copy_n(base + int64_t{table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride,
                 int64_t{std::min(bt, len - j0)} * d, dst + int64_t{j0} * d);
+}
+// The same from a bf16 cache, widened to fp32.
+void gather_rows(const bfloat16* base, const paged_kv_view& kv, const int32_t* table, int kvh, int len, int d,
+                 float* dst) {
+  const int bt = kv.block_tokens;
+  for (int j0 = 0; j0 < len; j0 += bt)
+    to_float(base + int64_t{table[j0 / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride,
+             int64_t{std::min(bt, len - j0)} * d, dst + int64_t{j0} * d);
 }
 
 // Query rows [r0, r1) of one sequence (a prefill chunk) and the `group` query heads of kv head
@@ -321,8 +354,13 @@ void attend_gemm(const float* q, int64_t ldq, const paged_kv_view& kv, const pag
   for (int g = 0; g < group; ++g)
     for (int i = 0; i < R; ++i)
       std::copy_n(q + int64_t{s.row + r0 + i} * ldq + int64_t{kvh * group + g} * d, d, qs + int64_t{g * R + i} * d);
-  gather_rows(kv.k, kv, s.block_table, kvh, L, d, ks);
-  gather_rows(kv.v, kv, s.block_table, kvh, L, d, vs);
+  if (kv.k16) {
+    gather_rows(kv.k16, kv, s.block_table, kvh, L, d, ks);
+    gather_rows(kv.v16, kv, s.block_table, kvh, L, d, vs);
+  } else {
+    gather_rows(kv.k, kv, s.block_table, kvh, L, d, ks);
+    gather_rows(kv.v, kv, s.block_table, kvh, L, d, vs);
+  }
   dnnl_status_t st = dnnl_sgemm('N', 'T', M, L, d, scale, qs, d, ks, d, 0.0f, sc, L);
   TESSERA_CHECK(st == dnnl_success) << "paged attention sgemm QK^T failed";
   for (int m = 0; m < M; ++m) {
@@ -340,6 +378,7 @@ void attend_gemm(const float* q, int64_t ldq, const paged_kv_view& kv, const pag
 
 // Query rows [r0, r1) of one sequence under a sliding window W: row r at position p attends the
 // keys p - W + 1 .. p of kv head kvh, read from the blocks in place; plain loops, one row at a time.
+template <class T>
 void attend_rows_window(const float* q, int64_t ldq, const paged_kv_view& kv, const paged_seq& s, int r0, int r1,
                         int kvh, int group, int d, float scale, int window, float* out, int64_t ldo, float* scores) {
   const int bt = kv.block_tokens;
@@ -349,22 +388,22 @@ void attend_rows_window(const float* q, int64_t ldq, const paged_kv_view& kv, co
       const int64_t col = int64_t{kvh * group + g} * d;
       const float* qr = q + int64_t{s.row + r} * ldq + col;
       for (int j = lo; j <= pos; ++j) {
-        const float* kr = kv.k + int64_t{s.block_table[j / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride +
-                          int64_t{j % bt} * d;
+        const T* kr = keys_of<T>(kv) + int64_t{s.block_table[j / bt]} * kv.block_stride +
+                      int64_t{kvh} * kv.head_stride + int64_t{j % bt} * d;
         float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-        for (int i = 0; i < d; ++i) acc += qr[i] * kr[i];
+        for (int i = 0; i < d; ++i) acc += qr[i] * ld(kr, i);
         scores[j - lo] = acc * scale;
       }
       detail::softmax_row(scores, n);
       float* o = out + int64_t{s.row + r} * ldo + col;
       std::fill(o, o + d, 0.0f);
       for (int j = lo; j <= pos; ++j) {
-        const float* vr = kv.v + int64_t{s.block_table[j / bt]} * kv.block_stride + int64_t{kvh} * kv.head_stride +
-                          int64_t{j % bt} * d;
+        const T* vr = values_of<T>(kv) + int64_t{s.block_table[j / bt]} * kv.block_stride +
+                      int64_t{kvh} * kv.head_stride + int64_t{j % bt} * d;
         const float p = scores[j - lo];
 #pragma omp simd
-        for (int i = 0; i < d; ++i) o[i] += p * vr[i];
+        for (int i = 0; i < d; ++i) o[i] += p * ld(vr, i);
       }
     }
   }
@@ -398,7 +437,11 @@ void attention_paged(strided q, paged_kv_view kv, const paged_seq* seqs, int num
   // Longest first, so the dynamic schedule balances the tail.
   std::stable_sort(tasks.begin(), tasks.end(), [](const task& a, const task& b) { return a.cost > b.cost; });
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const attend_rows_fn fixed = fixed_row_kernel(head_dim);
+  const bool b16 = kv.k16 != nullptr;
+  const attend_rows_fn fixed = b16 ? fixed_row_kernel<bfloat16>(head_dim) : fixed_row_kernel<float>(head_dim);
+  const auto window_rows = b16 ? attend_rows_window<bfloat16> : attend_rows_window<float>;
+  const auto any_rows = detail::has_avx512 ? (b16 ? attend_rows_avx512<bfloat16> : attend_rows_avx512<float>)
+                                           : (b16 ? attend_rows_default<bfloat16> : attend_rows_default<float>);
   const int64_t n_tasks = static_cast<int64_t>(tasks.size()) * num_kv_heads;
 #pragma omp parallel if (work * num_heads * head_dim > 32768 && n_tasks > 1)
   {
@@ -409,16 +452,15 @@ void attention_paged(strided q, paged_kv_view kv, const paged_seq* seqs, int num
       const int kvh = static_cast<int>(i % num_kv_heads);
       const paged_seq& s = seqs[t.seq];
       if (sliding_window > 0 && s.start_pos + t.r1 > sliding_window) {  // the window binds: the keys of some row start later
-        attend_rows_window(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group, head_dim, scale, sliding_window, out.data, out.ld,
-                           w.s.get(sliding_window));
+        window_rows(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group, head_dim, scale, sliding_window, out.data, out.ld,
+                    w.s.get(sliding_window));
       } else if (t.gemm) {
         attend_gemm(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group, head_dim, scale, out.data, out.ld, w);
       } else if (fixed) {
         fixed(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group, scale, out.data, out.ld, w.s.get(s.start_pos + t.r1));
       } else {
         float* scores = w.s.get(int64_t{std::min(group, kMaxGroup)} * (s.start_pos + t.r1));
-        (detail::has_avx512 ? attend_rows_avx512 : attend_rows_default)(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group,
-                                                                        head_dim, scale, out.data, out.ld, scores);
+        any_rows(q.data, q.ld, kv, s, t.r0, t.r1, kvh, group, head_dim, scale, out.data, out.ld, scores);
       }
     }
   }

@@ -1,6 +1,8 @@
 // The block pool (ids with reference counts) and the paged K/V storage.
 #include "tessera/models/kv_cache.hpp"
 
+#include <algorithm>
+
 #include "tessera/models/shape.hpp"
 
 namespace tessera::models {
@@ -9,6 +11,11 @@ status kv_layout::validate() const {
   if (block_tokens < 1) return status::invalid("kv block_tokens must be positive, got " + std::to_string(block_tokens));
   if (num_blocks < 1) return status::invalid("kv num_blocks must be positive, got " + std::to_string(num_blocks));
   return {};
+}
+
+int32_t kv_layout::blocks_in(int64_t bytes, int block_tokens, int layers, int kv_heads, int head_dim, dtype d) {
+  const int64_t per = bytes_per_block(block_tokens, layers, kv_heads, head_dim, d);
+  return per > 0 && bytes > 0 ? static_cast<int32_t>(std::min<int64_t>(bytes / per, int64_t{1} << 24)) : 0;
 }
 
 block_pool::block_pool(int total_blocks) : refs_(static_cast<size_t>(total_blocks > 0 ? total_blocks : 0), 0) {
@@ -51,8 +58,13 @@ paged_kv_cache::paged_kv_cache(int num_layers, int num_kv_heads, int head_dim, k
     : layers_(num_layers), kv_heads_(num_kv_heads), head_dim_(head_dim), layout_(layout) {
   const size_t n = static_cast<size_t>(int64_t{num_layers} * layout.num_blocks * num_kv_heads * layout.block_tokens *
                                        head_dim);
-  k_.assign(n, 0.0f);
-  v_.assign(n, 0.0f);
+  if (layout.kv_dtype == dtype::bf16) {
+    k16_.assign(n, bfloat16{});
+    v16_.assign(n, bfloat16{});
+  } else {
+    k_.assign(n, 0.0f);
+    v_.assign(n, 0.0f);
+  }
 }
 
 result<paged_kv_cache> paged_kv_cache::make(const model_shape& shape, kv_layout layout) {

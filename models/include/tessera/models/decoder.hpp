@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -136,9 +137,14 @@ inline constexpr double bf16_decoder_logit_bound = 0.1;
 /// Greedy agreement with the fp32 reference holds up to the first near-tie: a step whose fp32
 /// top-2 logit gap is below twice the bound (bf16_decoder_logit_bound x max(1, max |fp32 logit|)
 /// each way), where either token is within bf16's error.
-inline double bf16_decoder_near_tie(double max_abs_fp32_logit) {
-  return 2 * bf16_decoder_logit_bound * (max_abs_fp32_logit > 1 ? max_abs_fp32_logit : 1.0);
+inline double bf16_decoder_near_tie(double max_abs_fp32_logit, double bound = bf16_decoder_logit_bound) {
+  return 2 * bound * (max_abs_fp32_logit > 1 ? max_abs_fp32_logit : 1.0);
 }
+/// The same with the KV cache in bf16 too (the model's bf16 default: greedy_generate, tiles):
+/// bf16 matrices alone reach 0.105 at one teacher-forced llama-tiny step, a bf16 cache alone 0.048,
+/// the two 0.174 (docs/models.md, "bf16 paged KV cache"); an fp32-weight model over a bf16 cache
+/// stays within bf16_decoder_logit_bound.
+inline constexpr double bf16_kv_decoder_logit_bound = 0.25;
 
 /// A decoder preset (gpt2-tiny, gpt2, gpt2-medium, llama-tiny, llama-1b; llama-2-7b and
 /// llama-3-8b are shapes for timing) with seeded weights, bit-identical on every machine and
@@ -175,6 +181,7 @@ struct generate_options {
   int block_tokens = 16;      ///< cache block size
   int prefill_chunk = 0;      ///< prefill in chunks of this many tokens (0 = the whole prompt at once)
   bool keep_logits = false;   ///< keep every step's logits in generation::logits (vocab floats a token)
+  std::optional<dtype> kv_dtype;  ///< the KV cache's element type (unset: the model's compute_dtype())
 };
 
 struct generation {

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "tessera/models/bf16.hpp"
 #include "tessera/models/kernel_params.hpp"  // activation
 
 namespace tessera::models {
@@ -104,12 +105,15 @@ void apply_rotary(float* x, int64_t T, int num_heads, int head_dim, int64_t ld, 
                   const float* sin_t);
 
 /// One layer of a paged K/V cache: head h of block b starts at k + b*block_stride + h*head_stride,
-/// [block_tokens, head_dim] rows.
+/// [block_tokens, head_dim] rows. A bf16 cache sets k16/v16 (same strides, in elements) and leaves
+/// k/v null: its rows are widened to fp32 as they are read.
 struct paged_kv_view {
   const float* k;
   const float* v;
   int block_tokens;
   int64_t block_stride, head_stride;
+  const bfloat16* k16 = nullptr;
+  const bfloat16* v16 = nullptr;
 };
 /// A sequence's query rows in a packed batch: rows [row, row + rows) are positions
 /// start_pos .. start_pos + rows - 1; its K/V for positions 0 .. start_pos + rows - 1 are in the
@@ -124,6 +128,7 @@ struct paged_seq {
 /// group's query heads) runs as GEMMs per kv head: the group's heads stacked as rows, S = Q K^T over
 /// K gathered from the blocks, causal mask, fp32 softmax, O = S V (oneDNN sgemm); decode rows run
 /// over the blocks in place, hand-vectorised (AVX-512 with q and the output in registers).
+/// A bf16 cache (kv.k16) is read into fp32: scores, softmax and the output stay fp32.
 /// sliding_window W > 0 (Mistral) leaves position i the keys at positions i - W + 1 .. i; rows
 /// whose context exceeds the window run a plain per-row kernel over those keys only.
 void attention_paged(strided q, paged_kv_view kv, const paged_seq* seqs, int num_seqs, int num_heads,

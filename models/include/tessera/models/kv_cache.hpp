@@ -12,6 +12,11 @@
 //   paged_kv_cache cache(shape.num_layers, shape.num_kv_heads, shape.head_dim(), layout);
 //   auto b = pool.allocate();                          // nullopt when every block is in use
 //   float* k = cache.key(layer, *b, kv_head);          // [block_tokens, head_dim]
+//
+// The K/V element type is the layout's kv_dtype: fp32 (the reference) or bf16 (key16/value16;
+// attention reads bf16 rows into fp32 and accumulates, softmaxes and writes in fp32). A bf16 block
+// of the same block_tokens takes half the bytes, so the same memory holds twice the blocks and
+// positions (bytes_per_block, blocks_in).
 #pragma once
 
 #include <cstdint>
@@ -19,20 +24,26 @@
 #include <vector>
 
 #include "tessera/common/status.hpp"
+#include "tessera/models/bf16.hpp"
 
 namespace tessera::models {
 
 struct model_shape;
 
-/// How the cache is cut: positions per block and blocks in the pool.
+/// How the cache is cut: positions per block, blocks in the pool, and the K/V element type.
 struct kv_layout {
   int block_tokens = 16;
   int num_blocks = 0;
+  dtype kv_dtype = dtype::fp32;
 
-  /// Bytes of one block's K and V for `layers` layers of `kv_heads` heads of head_dim (fp32).
-  static int64_t bytes_per_block(int block_tokens, int layers, int kv_heads, int head_dim) {
-    return int64_t{2} * block_tokens * layers * kv_heads * head_dim * 4;
+  /// Bytes of one block's K and V for `layers` layers of `kv_heads` heads of head_dim, at
+  /// `d`'s element size (4 bytes fp32, 2 bf16).
+  static int64_t bytes_per_block(int block_tokens, int layers, int kv_heads, int head_dim, dtype d = dtype::fp32) {
+    return int64_t{2} * block_tokens * layers * kv_heads * head_dim * dtype_bytes(d);
   }
+  /// Whole blocks of `block_tokens` positions that `bytes` hold for `layers` x `kv_heads` x head_dim
+  /// in `d` (capped at 2^24 blocks; 0 when not one fits).
+  static int32_t blocks_in(int64_t bytes, int block_tokens, int layers, int kv_heads, int head_dim, dtype d);
   /// Blocks needed for `tokens` positions.
   int blocks_for(int64_t tokens) const {
     return static_cast<int>((tokens + block_tokens - 1) / block_tokens);
@@ -76,13 +87,35 @@ class paged_kv_cache {
   int num_layers() const { return layers_; }
   int num_kv_heads() const { return kv_heads_; }
   int head_dim() const { return head_dim_; }
-  int64_t bytes() const { return static_cast<int64_t>(k_.size() + v_.size()) * 4; }
+  dtype kv_dtype() const { return layout_.kv_dtype; }
+  int64_t bytes() const {
+    return static_cast<int64_t>(k_.size() + v_.size()) * 4 + static_cast<int64_t>(k16_.size() + v16_.size()) * 2;
+  }
+  /// Positions the cache holds: num_blocks x block_tokens.
+  int64_t positions() const { return int64_t{layout_.num_blocks} * layout_.block_tokens; }
 
-  /// [block_tokens, head_dim] rows of one block and head.
-  float* key(int layer, int block, int kv_head) { return k_.data() + offset(layer, block, kv_head); }
-  float* value(int layer, int block, int kv_head) { return v_.data() + offset(layer, block, kv_head); }
-  const float* key(int layer, int block, int kv_head) const { return k_.data() + offset(layer, block, kv_head); }
-  const float* value(int layer, int block, int kv_head) const { return v_.data() + offset(layer, block, kv_head); }
+  /// [block_tokens, head_dim] rows of one block and head of an fp32 cache (nullptr for a bf16 one).
+  float* key(int layer, int block, int kv_head) { return k_.empty() ? nullptr : k_.data() + offset(layer, block, kv_head); }
+  float* value(int layer, int block, int kv_head) { return v_.empty() ? nullptr : v_.data() + offset(layer, block, kv_head); }
+  const float* key(int layer, int block, int kv_head) const {
+    return k_.empty() ? nullptr : k_.data() + offset(layer, block, kv_head);
+  }
+  const float* value(int layer, int block, int kv_head) const {
+    return v_.empty() ? nullptr : v_.data() + offset(layer, block, kv_head);
+  }
+  /// The same rows of a bf16 cache (nullptr for an fp32 one).
+  bfloat16* key16(int layer, int block, int kv_head) {
+    return k16_.empty() ? nullptr : k16_.data() + offset(layer, block, kv_head);
+  }
+  bfloat16* value16(int layer, int block, int kv_head) {
+    return v16_.empty() ? nullptr : v16_.data() + offset(layer, block, kv_head);
+  }
+  const bfloat16* key16(int layer, int block, int kv_head) const {
+    return k16_.empty() ? nullptr : k16_.data() + offset(layer, block, kv_head);
+  }
+  const bfloat16* value16(int layer, int block, int kv_head) const {
+    return v16_.empty() ? nullptr : v16_.data() + offset(layer, block, kv_head);
+  }
 
  private:
   int64_t offset(int layer, int block, int kv_head) const {
@@ -90,7 +123,8 @@ class paged_kv_cache {
   }
   int layers_, kv_heads_, head_dim_;
   kv_layout layout_;
-  std::vector<float> k_, v_;
+  std::vector<float> k_, v_;         // fp32 cache
+  std::vector<bfloat16> k16_, v16_;  // bf16 cache
 };
 
 }  // namespace tessera::models
