@@ -716,8 +716,17 @@ status load_post_processor(bpe_tokenizer_impl& t, const json& p, const std::stri
     for (const auto& s : p.value("processors", json::array())) TESSERA_RETURN_IF_ERROR(load_post_processor(t, s, where));
     return ok_status();
   }
+  if (type == "RobertaProcessing") {  // <s> $A </s> (RoBERTa's tokenizer.json)
+    if (!p.contains("cls") || !p.contains("sep") || !p["cls"].is_array() || p["cls"].size() != 2 || !p["sep"].is_array() ||
+        p["sep"].size() != 2)
+      return status::invalid(where + ": RobertaProcessing needs \"cls\" and \"sep\" as [token, id]");
+    t.prefix = {p["cls"][1].get<int32_t>()};
+    t.suffix = {p["sep"][1].get<int32_t>()};
+    return ok_status();
+  }
   if (type != "TemplateProcessing")
-    return status::unsupported(where + ": post-processor \"" + type + "\" is not supported (TemplateProcessing, ByteLevel are)");
+    return status::unsupported(where + ": post-processor \"" + type +
+                               "\" is not supported (TemplateProcessing, RobertaProcessing, ByteLevel are)");
   bool seen_sequence = false;
   const json specials = p.value("special_tokens", json::object());
   for (const auto& piece : p.value("single", json::array())) {
