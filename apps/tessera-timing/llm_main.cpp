@@ -3,9 +3,11 @@
 //   tessera-llm-timing step --system a100-40gb --model llama-2-7b --decode 64x512 --prefill 1x2048
 //   tessera-llm-timing system --system ipu-mk2:chips=64          (every figure and its source)
 //   tessera-llm-timing simulate --system a100-40gb --rate 4 --requests 1000 --batching static
+//   tessera-llm-timing simulate --trace azure.csv --time-scale 0.5 --slo-ttft-ms 500 --slo-tpot-ms 50
 //   tessera-llm-timing validate                                  (modelled vs published, held out)
 //   tessera-llm-timing experiment --out-dir results              (CSV + markdown; scripts/llm-experiment plots)
 //   tessera-llm-timing search --csv results/llm-search.csv      (design-space search; scripts/llm-search plots)
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -17,6 +19,7 @@
 #include <boost/program_options.hpp>
 
 #include "tessera/common/cli.hpp"
+#include "tessera/common/llm_trace.hpp"
 #include "tessera/timing/llm_experiment.hpp"
 #include "tessera/timing/llm_schedule.hpp"
 #include "tessera/timing/llm_search.hpp"
@@ -117,6 +120,20 @@ int main(int argc, char** argv) {
       "amortisation-years", po::value<double>()->default_value(3), "cost: years the price is spread over")(
       "ipu-price-usd", po::value<double>()->default_value(0),
       "cost: price per IPU (its share of an IPU-Machine and Pod); 0: none is published, report the break-even price");
+  if (cmd == "simulate")
+    opts.add_options()("trace", po::value<std::string>(),
+                       "simulate: replay this trace file instead of Poisson arrivals: arrival_seconds,prompt_tokens,"
+                       "output_tokens (what tessera-loadgen --write-trace writes), Azure's LLM inference trace "
+                       "(TIMESTAMP,ContextTokens,GeneratedTokens) or BurstGPT (Timestamp,...,Request tokens,Response tokens,...)")(
+        "time-scale", po::value<double>()->default_value(1.0), "simulate --trace: multiply its arrival times by this")(
+        "duration", po::value<double>()->default_value(0.0),
+        "simulate --trace: replay only the requests arriving within this many seconds (after --time-scale; 0: all)")(
+        "slo-ttft-ms", po::value<double>()->default_value(0.0),
+        "simulate: goodput's bound on the time to first token, ms (0: not checked)")(
+        "slo-tpot-ms", po::value<double>()->default_value(0.0),
+        "simulate: goodput's bound on the time per output token after the first, ms (0: not checked); goodput = "
+        "requests within both bounds per second, as vLLM's benchmark_serving and genai-perf count it")(
+        "csv", po::value<std::string>()->default_value(""), "simulate: append a CSV row (header when the file is new)");
   if (cmd == "search")
     opts.add_options()("csv", po::value<std::string>()->default_value(""), "search: every evaluated point to this CSV")(
         "workload", po::value<std::string>()->default_value("sharegpt"), "search: the built-in mix (sharegpt)")(
@@ -261,15 +278,84 @@ int main(int argc, char** argv) {
     o.token_budget = vm["token-budget"].as<int64_t>();
     o.static_batch = vm["static-batch"].as<int64_t>();
     if (vm["rate"].as<double>() < 0) return fail(tessera::status::invalid("--rate must be >= 0"));
-    auto trace = poisson_trace(vm["requests"].as<int64_t>(), vm["rate"].as<double>(), {}, vm["seed"].as<uint64_t>());
+    const double slo_ttft_ms = vm["slo-ttft-ms"].as<double>(), slo_tpot_ms = vm["slo-tpot-ms"].as<double>();
+    if (!(slo_ttft_ms >= 0) || !(slo_tpot_ms >= 0) || !std::isfinite(slo_ttft_ms) || !std::isfinite(slo_tpot_ms))
+      return fail(tessera::status::invalid("--slo-ttft-ms and --slo-tpot-ms must be >= 0"));
+    o.goodput_ttft_s = slo_ttft_ms / 1e3;
+    o.goodput_tpot_s = slo_tpot_ms / 1e3;
+    const double time_scale = vm["time-scale"].as<double>(), duration = vm["duration"].as<double>();
+    std::vector<llm_request> trace;
+    std::string workload;
+    if (vm.count("trace")) {
+      // The trace gives the arrivals and the lengths: the options that would draw them do not apply.
+      for (const char* other : {"rate", "seed"})
+        if (!vm[other].defaulted())
+          return fail(tessera::status::invalid(std::string("--") + other + " does not apply with --trace (the trace gives "
+                                               "the arrivals and lengths; scale them with --time-scale)"));
+      if (!(time_scale > 0) || !std::isfinite(time_scale)) return fail(tessera::status::invalid("--time-scale must be > 0"));
+      if (!(duration >= 0) || !std::isfinite(duration)) return fail(tessera::status::invalid("--duration must be >= 0"));
+      const std::string path = vm["trace"].as<std::string>();
+      auto t = tessera::read_llm_trace(path);
+      if (!t) return fail(t.error());
+      if (!t->has_output())
+        return fail(tessera::status::invalid(path + ": a " + t->format + " trace gives no output lengths; the timing "
+                                             "engine needs arrival_seconds,prompt_tokens,output_tokens, Azure's or BurstGPT's columns"));
+      const int64_t limit = vm["requests"].defaulted() ? 0 : vm["requests"].as<int64_t>();
+      for (const auto& row : t->rows) {
+        const double at = row.arrival_seconds * time_scale;
+        if (duration > 0 && at > duration) break;
+        if (limit > 0 && int64_t(trace.size()) >= limit) break;
+        trace.push_back({at, row.prompt_tokens, row.output_tokens});
+      }
+      if (trace.empty())
+        return fail(tessera::status::invalid(path + ": no request arrives within --duration " + std::to_string(duration) + " s"));
+      if (t->skipped > 0)
+        std::fprintf(stderr, "tessera-llm-timing: %s: %lld rows with 0 prompt or output tokens skipped (the first on line %d)\n",
+                     path.c_str(), (long long)t->skipped, t->first_skipped_line);
+      workload = "trace:" + path + " (" + t->format + ")";
+    } else {
+      for (const char* other : {"time-scale", "duration"})
+        if (!vm[other].defaulted())
+          return fail(tessera::status::invalid(std::string("--") + other + " applies only with --trace"));
+      trace = poisson_trace(vm["requests"].as<int64_t>(), vm["rate"].as<double>(), {}, vm["seed"].as<uint64_t>());
+      workload = "sharegpt-like";
+    }
     auto r = simulate_llm_serving(*sys, *dims, trace, o);
     if (!r) return fail(r.error());
+    // The offered rate: the requests over the span of their arrivals (a trace's own rate).
+    const double span = trace.back().arrival_s - trace.front().arrival_s;
+    const double offered = vm.count("trace") ? (span > 0 ? double(trace.size() - 1) / span : 0) : vm["rate"].as<double>();
     std::printf("%s, %s batching, %lld requests at %.3g/s: %.0f output tokens/s over %.1f s\n", sys->spec.c_str(),
-                pol.c_str(), (long long)r->requests, vm["rate"].as<double>(), r->tokens_per_s, r->duration_s);
-    std::printf("TTFT p50 %.3f s p99 %.3f s | TPOT p50 %.1f ms p99 %.1f ms | e2e p50 %.2f s p99 %.2f s\n", r->ttft_p50_s,
-                r->ttft_p99_s, r->tpot_p50_s * 1e3, r->tpot_p99_s * 1e3, r->e2e_p50_s, r->e2e_p99_s);
+                pol.c_str(), (long long)r->requests, offered, r->tokens_per_s, r->duration_s);
+    if (vm.count("trace")) std::printf("workload %s%s\n", workload.c_str(), time_scale != 1 ? (", arrivals x " + std::to_string(time_scale)).c_str() : "");
+    // Milliseconds to 4 significant digits: a tiny model's modelled step is microseconds.
+    std::printf("TTFT p50 %.4g ms p99 %.4g ms | TPOT p50 %.4g ms p99 %.4g ms | e2e p50 %.4g ms p99 %.4g ms\n",
+                r->ttft_p50_s * 1e3, r->ttft_p99_s * 1e3, r->tpot_p50_s * 1e3, r->tpot_p99_s * 1e3, r->e2e_p50_s * 1e3,
+                r->e2e_p99_s * 1e3);
     std::printf("%lld steps, %.1f tokens per step, %.0f%% memory-bound, %lld preemptions\n", (long long)r->steps,
                 r->mean_step_tokens, r->memory_bound_fraction * 100, (long long)r->preemptions);
+    if (slo_ttft_ms > 0 || slo_tpot_ms > 0)
+      std::printf("goodput %.3f req/s (%lld of %lld requests within TTFT <= %g ms and TPOT <= %g ms; 0: not checked)\n",
+                  r->goodput_rps, (long long)r->good, (long long)r->requests, slo_ttft_ms, slo_tpot_ms);
+    if (const std::string csv = vm["csv"].as<std::string>(); !csv.empty()) {
+      const bool fresh = !std::ifstream(csv).good();
+      std::ofstream out(csv, std::ios::app);
+      if (fresh)
+        out << "system,model,batching,workload,time_scale,requests,offered_rps,duration_s,output_tok_per_s,ttft_p50_ms,"
+               "ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,e2e_p50_ms,e2e_p99_ms,slo_ttft_ms,slo_tpot_ms,good,goodput_rps\n";
+      std::string w = workload;
+      for (char& c : w)
+        if (c == ',') c = ';';
+      char buf[512];
+      std::snprintf(buf, sizeof buf, "%s,%s,%s,%s,%g,%lld,%.4f,%.4f,%.2f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%g,%g,%lld,%.4f\n",
+                    sys->spec.c_str(), vm["model"].as<std::string>().c_str(), pol.c_str(), w.c_str(), time_scale,
+                    (long long)r->requests, offered, r->duration_s, r->tokens_per_s, r->ttft_p50_s * 1e3,
+                    r->ttft_p99_s * 1e3, r->tpot_p50_s * 1e3, r->tpot_p99_s * 1e3, r->e2e_p50_s * 1e3, r->e2e_p99_s * 1e3,
+                    slo_ttft_ms, slo_tpot_ms, (long long)r->good, r->goodput_rps);
+      out << buf;
+      out.flush();
+      if (!out) return fail(tessera::status::io_error(csv + ": cannot write"));
+    }
     return 0;
   }
   return fail(tessera::status::invalid("unknown command '" + cmd + "'; use step, system, simulate, validate, experiment or search"));

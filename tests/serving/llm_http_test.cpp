@@ -12,11 +12,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "tessera/common/llm_trace.hpp"
 #include "tessera/test/child_process.hpp"
 #include "tessera/test/http_client.hpp"
 #include "tessera/test/json_post.hpp"
@@ -426,6 +428,139 @@ TEST(LlmHttp, LoadgenSpeaksTheStreamingApi) {
   EXPECT_EQ(field(comp, "prompt_tokens"), 20 * (32 + 16));
   EXPECT_GE(field(comp, "output_tokens"), 20 * 4);
   EXPECT_LE(field(comp, "output_tokens"), 20 * 8);
+  std::filesystem::remove(csv);
+  EXPECT_EQ(s.p.stop(), 0);
+}
+
+// A CSV file's rows as name -> value maps.
+std::vector<std::map<std::string, std::string>> csv_rows(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::vector<std::string> h;
+  std::vector<std::map<std::string, std::string>> out;
+  if (std::getline(in, line)) {
+    std::stringstream hs(line);
+    for (std::string x; std::getline(hs, x, ',');) h.push_back(x);
+  }
+  while (std::getline(in, line)) {
+    std::stringstream vs(line);
+    std::map<std::string, std::string> row;
+    size_t i = 0;
+    for (std::string x; std::getline(vs, x, ',') && i < h.size(); ++i) row[h[i]] = x;
+    out.push_back(row);
+  }
+  return out;
+}
+
+std::string run_loadgen(uint16_t port, const std::string& args) {
+  const std::string out = ::testing::TempDir() + "/tessera_llm_loadgen_trace.out";
+  const std::string cmd = bin("tessera-loadgen") + " --quiet --port " + std::to_string(port) + " " + args + " > " + out + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(rc, 0) << cmd << "\n" << text;
+  return text;
+}
+
+// tessera-loadgen --openai --trace replays every trace format against a live server: as many
+// requests as the trace has rows (BurstGPT's failed row skipped), the prompt and output tokens the
+// server counted equal the trace's sums (python3's csv module: tests/data/traces/make_samples.py
+// wrote them), the requests written back (--write-trace) arrive at the trace's times scaled by
+// --time-scale (relative to its first row for the public formats), and --duration cuts the rows
+// arriving after it.
+TEST(LlmHttp, LoadgenReplaysEveryTraceFormat) {
+  llm_server s({"--toy-llm-step-us", "200"});
+  ASSERT_NE(s.port(), 0);
+  const std::string dir = std::string(std::getenv("TESSERA_SOURCE_DIR") ? std::getenv("TESSERA_SOURCE_DIR")
+                                                                        : TESSERA_TEST_SOURCE_DIR) + "/tests/data/traces/";
+  struct golden {
+    const char* file;
+    int rows;
+    int64_t prompt, output;
+  };
+  const golden goldens[] = {{"tessera.csv", 24, 1459, 308},
+                            {"azure_2023.csv", 24, 1849, 312},
+                            {"azure_2024.csv", 24, 1464, 323},
+                            {"burstgpt.csv", 23, 1564, 261}};
+  const std::string csv = ::testing::TempDir() + "/tessera_llm_loadgen_trace.csv";
+  const std::string sent = ::testing::TempDir() + "/tessera_llm_loadgen_sent.csv";
+  for (const auto& g : goldens) {
+    std::filesystem::remove(csv);
+    // BurstGPT's sample spans 27 s at whole seconds: replayed 20x faster.
+    const double scale = std::string(g.file) == "burstgpt.csv" ? 0.05 : 0.5;
+    const std::string out =
+        run_loadgen(s.port(), "--openai completions --prompt-ids --prompt-id-range 0-250 --mode open --trace " + dir + g.file +
+                                  " --time-scale " + std::to_string(scale) + " --slo-ttft-ms 100000 --slo-tpot-ms 100000 --csv " +
+                                  csv + " --write-trace " + sent);
+    auto rows = csv_rows(csv);
+    ASSERT_EQ(rows.size(), 1u) << out;
+    EXPECT_EQ(std::stoi(rows[0]["ok"]), g.rows) << g.file << "\n" << out;
+    EXPECT_EQ(std::stoi(rows[0]["errors"]), 0) << g.file;
+    EXPECT_EQ(std::stoll(rows[0]["prompt_tokens"]), g.prompt) << g.file;
+    EXPECT_EQ(std::stoll(rows[0]["output_tokens"]), g.output) << g.file;
+    EXPECT_EQ(std::stoi(rows[0]["good"]), g.rows) << "bounds no request misses: every one is good";
+    EXPECT_NE(rows[0]["workload"].find(g.file), std::string::npos);
+    auto want = read_llm_trace(dir + g.file);
+    auto got = read_llm_trace(sent);
+    ASSERT_TRUE(want.has_value() && got.has_value());
+    ASSERT_EQ(got->rows.size(), want->rows.size());
+    for (size_t i = 0; i < got->rows.size(); ++i) {
+      // Planned arrivals (latency counts from them): the scaled trace, to the timer's nanosecond.
+      EXPECT_NEAR(got->rows[i].arrival_seconds, want->rows[i].arrival_seconds * scale, 1e-6) << g.file << " row " << i;
+      EXPECT_EQ(got->rows[i].prompt_tokens, want->rows[i].prompt_tokens) << g.file << " row " << i;
+      EXPECT_EQ(got->rows[i].output_tokens, want->rows[i].output_tokens) << g.file << " row " << i;
+    }
+  }
+  // --duration: only the rows arriving within it (tessera.csv at x0.5: 0.009 .. 1.20 s).
+  std::filesystem::remove(csv);
+  auto full = read_llm_trace(dir + "tessera.csv");
+  ASSERT_TRUE(full.has_value());
+  int within = 0;
+  for (const auto& r : full->rows) within += r.arrival_seconds * 0.5 <= 0.5;
+  run_loadgen(s.port(), "--openai completions --prompt-ids --prompt-id-range 0-250 --mode open --trace " + dir +
+                            "tessera.csv --time-scale 0.5 --duration 0.5 --csv " + csv);
+  auto rows = csv_rows(csv);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_GT(within, 3);
+  EXPECT_LT(within, 24);
+  EXPECT_EQ(std::stoi(rows[0]["sent"]), within);
+  // An SLO no request can meet: goodput 0, every request still ok.
+  std::filesystem::remove(csv);
+  run_loadgen(s.port(), "--openai completions --prompt-ids --prompt-id-range 0-250 --mode open --trace " + dir +
+                            "azure_2023.csv --slo-ttft-ms 0.000001 --csv " + csv);
+  rows = csv_rows(csv);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(std::stoi(rows[0]["ok"]), 24);
+  EXPECT_EQ(std::stoi(rows[0]["good"]), 0);
+  EXPECT_EQ(std::stod(rows[0]["goodput_rps"]), 0);
+  std::filesystem::remove(csv);
+  std::filesystem::remove(sent);
+  EXPECT_EQ(s.p.stop(), 0);
+}
+
+// --sweep: one run per rate, a CSV row and a written trace each; goodput within the offered rate.
+TEST(LlmHttp, LoadgenSweepsRequestRates) {
+  llm_server s({"--toy-llm-step-us", "200"});
+  ASSERT_NE(s.port(), 0);
+  const std::string csv = ::testing::TempDir() + "/tessera_llm_sweep.csv";
+  const std::string sent = ::testing::TempDir() + "/tessera_llm_sweep_sent.csv";
+  std::filesystem::remove(csv);
+  run_loadgen(s.port(), "--openai completions --prompt-ids --prompt-id-range 0-250 --mode open --sweep 20,40 --requests 12 "
+                        "--prompt-len U[8,32] --output-len 4 --slo-ttft-ms 100000 --slo-tpot-ms 100000 --csv " + csv +
+                        " --write-trace " + sent);
+  auto rows = csv_rows(csv);
+  ASSERT_EQ(rows.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(std::stod(rows[i]["rate"]), i ? 40 : 20);
+    EXPECT_EQ(std::stoi(rows[i]["ok"]), 12);
+    EXPECT_EQ(std::stoi(rows[i]["good"]), 12);
+    EXPECT_NEAR(std::stod(rows[i]["goodput_rps"]), 12 / std::stod(rows[i]["duration_s"]), 0.05 * 12 / std::stod(rows[i]["duration_s"]));
+    const std::string per_rate = ::testing::TempDir() + "/tessera_llm_sweep_sent-rate" + (i ? "40" : "20") + ".csv";
+    auto t = read_llm_trace(per_rate);
+    ASSERT_TRUE(t.has_value()) << per_rate;
+    EXPECT_EQ(t->rows.size(), 12u);
+    std::filesystem::remove(per_rate);
+  }
   std::filesystem::remove(csv);
   EXPECT_EQ(s.p.stop(), 0);
 }

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "tessera/common/llm_trace.hpp"
 #include "tessera/timing/anchors.hpp"
 #include "tessera/timing/llm_schedule.hpp"
 #include "tessera/timing/llm_system.hpp"
@@ -400,6 +401,44 @@ TEST(llm_schedule, randomized_runs_keep_their_invariants) {
   EXPECT_GT(refused, 0);
 }
 
+// Goodput (vLLM's benchmark_serving / genai-perf): a request is good when its TTFT and its TPOT
+// are within their bounds. One request alone: its TTFT and TPOT are the run's p50s, so a bound at
+// the value keeps it and one a hair below drops it; no bound keeps every request.
+TEST(llm_schedule, goodput_counts_the_requests_within_both_bounds) {
+  const auto s = sys_of("a100-40gb");
+  const std::vector<llm_request> one{{0.0, 300, 40}};
+  auto base = simulate_llm_serving(s, llama7b(), one, {});
+  ASSERT_TRUE(base) << base.error().to_string();
+  EXPECT_EQ(base->good, 1);
+  EXPECT_DOUBLE_EQ(base->goodput_rps, 1 / base->duration_s);
+  auto with = [&](double ttft, double tpot) {
+    schedule_options o;
+    o.goodput_ttft_s = ttft, o.goodput_tpot_s = tpot;
+    auto r = simulate_llm_serving(s, llama7b(), one, o);
+    EXPECT_TRUE(r);
+    return r ? r->good : -1;
+  };
+  EXPECT_EQ(with(base->ttft_p50_s, base->tpot_p50_s), 1);
+  EXPECT_EQ(with(base->ttft_p50_s * 0.999, 0), 0);
+  EXPECT_EQ(with(0, base->tpot_p50_s * 0.999), 0);
+  EXPECT_EQ(with(base->ttft_p50_s * 0.999, base->tpot_p50_s * 0.999), 0);
+  // Many requests: goodput grows with the bounds, up to every request.
+  const auto trace = poisson_trace(300, 20, {}, 11);
+  int64_t last = -1;
+  for (double ttft : {0.05, 0.2, 1.0, 5.0, 1e9}) {
+    schedule_options o;
+    o.goodput_ttft_s = ttft;
+    auto r = simulate_llm_serving(s, llama7b(), trace, o);
+    ASSERT_TRUE(r);
+    EXPECT_GE(r->good, last);
+    last = r->good;
+  }
+  EXPECT_EQ(last, 300);
+  schedule_options bad;
+  bad.goodput_tpot_s = -1;
+  EXPECT_FALSE(simulate_llm_serving(s, llama7b(), trace, bad));
+}
+
 // tessera-llm-timing from the user's side.
 std::string tool() { return test_support::tool_path("tessera-llm-timing"); }
 int run(const std::string& args, std::string& out) { return test_support::run_tool(tool(), args, out, "2>&1"); }
@@ -424,6 +463,68 @@ TEST(llm_tool, step_system_validate_and_mistakes) {
   EXPECT_EQ(run("simulate --batching greedy", out), 2);
   EXPECT_EQ(run("frobnicate", out), 2);
   EXPECT_EQ(run("step --model bert-base", out), 2);
+}
+
+// simulate --trace: the files tessera-loadgen replays (tests/data/traces), read by the same
+// parser; the run equals simulate_llm_serving on the parsed rows; --time-scale and --duration;
+// the options that would draw arrivals or lengths refused with a trace, a malformed trace refused
+// naming its line.
+TEST(llm_tool, simulate_replays_trace_files) {
+  if (tool().empty() || !std::filesystem::exists(tool())) GTEST_FAIL() << "tessera-llm-timing not built (TESSERA_BIN_DIR)";
+  const char* src = std::getenv("TESSERA_SOURCE_DIR");
+  const std::string dir = std::string(src ? src : TESSERA_TEST_SOURCE_DIR) + "/tests/data/traces/";
+  std::string out;
+  for (const char* f : {"tessera.csv", "azure_2023.csv", "azure_2024.csv", "burstgpt.csv"}) {
+    auto t = read_llm_trace(dir + f);
+    ASSERT_TRUE(t) << f;
+    std::vector<llm_request> rows;
+    for (const auto& r : t->rows) rows.push_back({r.arrival_seconds * 0.5, r.prompt_tokens, r.output_tokens});
+    auto want = simulate_llm_serving(sys_of("a100-40gb"), llama7b(), rows, {});
+    ASSERT_TRUE(want);
+    ASSERT_EQ(run(std::string("simulate --system a100-40gb --trace ") + dir + f + " --time-scale 0.5 --slo-ttft-ms 1e9", out), 0)
+        << out;
+    char line[160];
+    std::snprintf(line, sizeof line, "%lld requests", (long long)want->requests);
+    EXPECT_NE(out.find(line), std::string::npos) << f << ": " << out;
+    std::snprintf(line, sizeof line, "%.0f output tokens/s over %.1f s", want->tokens_per_s, want->duration_s);
+    EXPECT_NE(out.find(line), std::string::npos) << f << ": " << out;
+    std::snprintf(line, sizeof line, "goodput %.3f req/s (%lld of %lld", want->goodput_rps, (long long)want->requests,
+                  (long long)want->requests);
+    EXPECT_NE(out.find(line), std::string::npos) << f << ": " << out;
+  }
+  // --duration keeps the rows arriving within it (after --time-scale).
+  auto t = read_llm_trace(dir + "tessera.csv");
+  ASSERT_TRUE(t);
+  int within = 0;
+  for (const auto& r : t->rows) within += r.arrival_seconds * 2 <= 1.0;
+  ASSERT_EQ(run("simulate --trace " + dir + "tessera.csv --time-scale 2 --duration 1", out), 0) << out;
+  EXPECT_NE(out.find(" " + std::to_string(within) + " requests at"), std::string::npos) << within << ": " << out;
+  // The CSV row.
+  const std::string csv = ::testing::TempDir() + "/tessera_llm_timing_sim.csv";
+  std::filesystem::remove(csv);
+  ASSERT_EQ(run("simulate --trace " + dir + "burstgpt.csv --slo-ttft-ms 500 --slo-tpot-ms 50 --csv " + csv, out), 0) << out;
+  std::ifstream in(csv);
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  EXPECT_EQ(header.rfind("system,model,batching,workload,time_scale,requests,offered_rps", 0), 0u) << header;
+  EXPECT_NE(row.find("burstgpt.csv (burstgpt)"), std::string::npos) << row;
+  std::filesystem::remove(csv);
+  // Mistakes.
+  EXPECT_EQ(run("simulate --trace " + dir + "tessera.csv --rate 3", out), 2);
+  EXPECT_NE(out.find("--rate does not apply with --trace"), std::string::npos) << out;
+  EXPECT_EQ(run("simulate --time-scale 2", out), 2);
+  EXPECT_NE(out.find("--time-scale applies only with --trace"), std::string::npos) << out;
+  EXPECT_EQ(run("simulate --trace /nonexistent.csv", out), 2);
+  EXPECT_NE(out.find("/nonexistent.csv"), std::string::npos) << out;
+  const std::string bad = ::testing::TempDir() + "/tessera_llm_timing_bad.csv";
+  std::ofstream(bad) << "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,4,4\n2023-11-16 18:15:47,4,x\n";
+  EXPECT_EQ(run("simulate --trace " + bad, out), 2);
+  EXPECT_NE(out.find("trace line 3: GeneratedTokens 'x'"), std::string::npos) << out;
+  std::ofstream(bad, std::ios::trunc) << "arrival_seconds,text_or_length\n0,hello\n";
+  EXPECT_EQ(run("simulate --trace " + bad, out), 2);
+  EXPECT_NE(out.find("gives no output lengths"), std::string::npos) << out;
+  std::filesystem::remove(bad);
 }
 
 // `validate` prints every IPU and H100 row with its source URL, and its error is computed from the

@@ -315,10 +315,16 @@ class simulator {
       last = std::max(last, st.last);
       ttft.push_back(st.first - q.arrival_s);
       e2e.push_back(st.last - q.arrival_s);
-      if (q.output > 1) tpot.push_back((st.last - st.first) / double(q.output - 1));
+      const double t_tpot = q.output > 1 ? (st.last - st.first) / double(q.output - 1) : 0;
+      if (q.output > 1) tpot.push_back(t_tpot);
+      if ((o_.goodput_ttft_s <= 0 || ttft.back() <= o_.goodput_ttft_s) && (o_.goodput_tpot_s <= 0 || t_tpot <= o_.goodput_tpot_s))
+        ++rep.good;
     }
     rep.duration_s = last - first_arrival;
     rep.tokens_per_s = rep.duration_s > 0 ? double(rep.output_tokens) / rep.duration_s : 0;
+    // Goodput per second from the trace's time 0 (a run's start: vLLM's benchmark duration and
+    // tessera-loadgen's) to the last token, not from the first arrival.
+    rep.goodput_rps = last > 0 ? double(rep.good) / last : 0;
     rep.ttft_p50_s = percentile(ttft, 50), rep.ttft_p99_s = percentile(ttft, 99);
     rep.tpot_p50_s = percentile(tpot, 50), rep.tpot_p99_s = percentile(tpot, 99);
     rep.e2e_p50_s = percentile(e2e, 50), rep.e2e_p99_s = percentile(e2e, 99);
@@ -367,6 +373,7 @@ result<schedule_report> simulate_llm_serving(const llm_system& sys, const decode
   if (trace.empty()) return status::invalid("an empty trace: nothing to serve");
   if (o.max_seqs <= 0 || o.token_budget <= 0 || o.static_batch <= 0 || o.block_tokens <= 0)
     return status::invalid("max_seqs, token_budget, static_batch and block_tokens must be positive");
+  if (!(o.goodput_ttft_s >= 0) || !(o.goodput_tpot_s >= 0)) return status::invalid("goodput bounds must be >= 0");
   for (size_t i = 0; i < trace.size(); ++i)
     if (trace[i].prompt < 1 || trace[i].output < 1 || !(trace[i].arrival_s >= 0))
       return status::invalid("request " + std::to_string(i) + ": prompt and output need >= 1 token, arrival >= 0");

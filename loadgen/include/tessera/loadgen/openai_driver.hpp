@@ -3,7 +3,11 @@
 // lengths drawn from distributions, open loop (Poisson arrivals; latency counts from the planned
 // arrival) or closed loop (N clients), every answer streamed (`stream: true`, server-sent
 // events) so that the time to first token, the time per output token and the end-to-end time
-// are measured per request; output lengths are exact (`max_tokens` with `ignore_eos`).
+// are measured per request; output lengths are exact (`max_tokens` with `ignore_eos`). The
+// requests come from the length distributions or from a trace file (tessera/common/llm_trace.hpp:
+// tessera's CSV, Azure's LLM inference trace, BurstGPT), its arrivals kept or scaled. Goodput at an
+// SLO as vLLM's benchmark_serving and genai-perf define it: the requests whose TTFT and TPOT are
+// both within their bounds (a bound left at 0 is not checked), per second of the run.
 //
 //   llm_load_config cfg{.port = 8080, .mode = loop_mode::closed, .concurrency = 64,
 //                       .requests = 64, .prompt = {.kind = length_dist::uniform, .lo = 32, .hi = 512},
@@ -18,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/common/llm_trace.hpp"
 #include "tessera/common/status.hpp"
 #include "tessera/loadgen/http_driver.hpp"
 #include "tessera/loadgen/workload.hpp"
@@ -41,7 +46,13 @@ struct llm_load_config {
   loop_mode mode = loop_mode::closed;
   int concurrency = 16;       ///< closed loop: clients
   double rate = 0;            ///< open loop: Poisson arrivals per second
-  int64_t requests = 64;
+  int64_t requests = 64;      ///< 0: the whole trace, or as many as duration_seconds allows
+  double duration_seconds = 0; ///< stop sending after this (0: when the requests are sent); closed
+                               ///< loop with requests = 0 cycles the plan until then
+  std::vector<llm_trace_row> trace;  ///< replayed instead of the distributions when not empty
+  std::string trace_name;     ///< copied into the report
+  double time_scale = 1;      ///< open loop: trace arrivals multiplied by this
+  double slo_ttft_ms = 0, slo_tpot_ms = 0;  ///< goodput bounds (0: not checked; both 0: no goodput)
   length_dist prompt{length_dist::uniform, 32, 512};
   length_dist output{length_dist::uniform, 16, 256};
   int32_t shared_prefix_tokens = 0;  ///< a system prompt of this many tokens shared by all
@@ -55,6 +66,8 @@ struct llm_load_config {
 
 struct llm_report {
   std::string api, mode, prompt, output;
+  std::string workload;       ///< "distributions" or "trace:<file> (<format>)"
+  double time_scale = 1;
   int concurrency = 0;
   double rate = 0;
   int32_t shared_prefix_tokens = 0;
@@ -68,6 +81,13 @@ struct llm_report {
   struct pct {
     double p50 = 0, p90 = 0, p99 = 0, mean = 0;
   } ttft, tpot, itl, e2e;
+  double slo_ttft_ms = 0, slo_tpot_ms = 0;  ///< 0: not checked
+  int64_t good = 0;              ///< ok requests within both bounds
+  double goodput_rps = 0;        ///< good / duration_seconds
+  bool has_slo() const { return slo_ttft_ms > 0 || slo_tpot_ms > 0; }
+  /// Every request sent, in order: its planned arrival (closed loop: when it left), prompt and
+  /// output tokens as the server counted them (the plan's when it failed).
+  std::vector<llm_trace_row> requests;
 };
 
 /// Runs the load. Fails only on setup errors; request failures are counted.
@@ -76,5 +96,6 @@ result<llm_report> run_llm_load(const llm_load_config& cfg);
 std::string to_table(const llm_report& r);
 std::string llm_csv_header();
 std::string to_csv_row(const llm_report& r);
+std::string to_json(const llm_report& r);
 
 }  // namespace tessera::loadgen

@@ -67,6 +67,9 @@ struct schedule_options {
   int64_t token_budget = 2048;   ///< continuous: new tokens per step (decodes first, prompt chunks fill the rest)
   int64_t static_batch = 16;     ///< static: requests admitted together
   int64_t block_tokens = 16;     ///< KV block size
+  /// Goodput's bounds (vLLM's benchmark_serving --goodput, genai-perf): a request is good when its
+  /// TTFT and its TPOT are both within them (0: not checked; a one-token output has TPOT 0).
+  double goodput_ttft_s = 0, goodput_tpot_s = 0;
 };
 
 struct schedule_report {
@@ -81,6 +84,8 @@ struct schedule_report {
   double mean_step_tokens = 0;   ///< new tokens per step, averaged
   int64_t preemptions = 0;
   double memory_bound_fraction = 0;  ///< of steps
+  int64_t good = 0;              ///< requests within both goodput bounds (all of them when none is set)
+  double goodput_rps = 0;        ///< good per second from time 0 (the run's start) to the last token
 };
 
 /// Runs the trace through one scheduler per replica of `sys`. Errors: an empty trace, a request
