@@ -113,6 +113,7 @@ struct request_state : std::enable_shared_from_this<request_state> {
   std::string sse;
   size_t scan = 0;
   size_t idx = 0;  // in the plan
+  size_t seq = 0;  // in the order sent
   steady::time_point t0, first, last;
   bool got_first = false, done_marker = false, error_event = false;
   std::vector<double> gaps;
@@ -177,7 +178,8 @@ class llm_runner {
     r.slo_tpot_ms = cfg_.slo_tpot_ms;
     r.good = good_;
     r.goodput_rps = r.duration_seconds > 0 ? static_cast<double>(good_) / r.duration_seconds : 0;
-    r.requests = std::move(sent_rows_);
+    // In the order sent (they finish in another).
+    for (auto& [seq, row] : sent_rows_) r.requests.push_back(std::move(row));
     return r;
   }
 
@@ -207,6 +209,7 @@ class llm_runner {
     auto s = std::make_shared<request_state>(ioc_);
     s->t0 = t0;
     s->idx = idx;
+    s->seq = seq;
     s->req = {http::verb::post, cfg_.api == "chat" ? "/v1/chat/completions" : "/v1/completions", 11};
     s->req.set(http::field::host, cfg_.host);
     s->req.set(http::field::content_type, "application/json");
@@ -294,7 +297,7 @@ class llm_runner {
     row.arrival_seconds = std::chrono::duration<double>(s->t0 - start_).count();
     row.prompt_tokens = error || s->prompt_tokens <= 0 ? p.prompt_tokens : static_cast<int32_t>(s->prompt_tokens);
     row.output_tokens = error || s->completion_tokens <= 0 ? p.output_tokens : static_cast<int32_t>(s->completion_tokens);
-    sent_rows_.push_back(row);
+    sent_rows_[s->seq] = row;
     if (error) {
       ++errors_;
       ++errors_by_kind_[error];
@@ -351,7 +354,7 @@ class llm_runner {
   std::string first_error_;
   std::vector<double> ttft_, tpot_, itl_, e2e_;
   int64_t good_ = 0;
-  std::vector<llm_trace_row> sent_rows_;
+  std::map<size_t, llm_trace_row> sent_rows_;
   bool cycle_ = cfg_.mode == loop_mode::closed && cfg_.requests <= 0 && cfg_.trace.empty() && cfg_.duration_seconds > 0;
   bool finished_ = false;
 };
