@@ -58,7 +58,9 @@ int main(int argc, char** argv) {
     ("dtype", po::value(&dtype_text)->default_value("fp32"), "fp32 or bf16: BERT's matrices and activations in tile "
      "memory and on the exchange (bf16: 2 bytes an element; partial sums, biases and gains stay fp32), and the "
      "forward of GPU backends (--gpu-replicas; --spawn-gpu processes are started with it; a --gpu-endpoint process "
-     "in the other dtype is refused)")
+     "in the other dtype is refused). Decoders: bf16 puts the Linear matrices, the LM head and the paged KV cache "
+     "in bf16 (twice the KV positions in the same tile memory; activations, norms, softmax and logits fp32), "
+     "--check compares with the single-process bf16 decoder")
     ("plan", po::value(&plan_text), "R,S,W[,M]: replicas, pipeline stages, tensor-parallel width, micro-batches (default: automatic)")
     ("serve", "serve the model over HTTP until SIGINT/SIGTERM")
     ("check", po::value(&mo.check_batches)->default_value(0), "run N mixed batches against the single-process reference "
@@ -120,8 +122,6 @@ int main(int argc, char** argv) {
     auto dt = models::parse_dtype(dtype_text);
     if (!dt) return std::cerr << "tessera-host: --dtype: " << dt.error().message() << "\n", 2;
     mo.dtype = *dt;
-    if (mo.dtype != models::dtype::fp32 && host::app::is_decoder_model(mo.model))
-      return std::cerr << "tessera-host: --dtype " << dtype_text << " is for BERT models; decoders run in fp32\n", 2;
     if (!plan_text.empty()) {
       auto p = host::parse_plan(plan_text);
       if (!p) return std::cerr << "tessera-host: " << p.error().message() << "\n", 2;

@@ -34,7 +34,14 @@ struct dlayout {
   int block_tokens = 16;
   int max_blocks = 0;  // per sequence
   int64_t meta = 0;
+  models::dtype dt = models::dtype::fp32;
   int hd() const { return c.head_dim(); }
+  bool bf16() const { return dt == models::dtype::bf16; }
+  // A Linear matrix (and the KV cache): bf16 in a bf16 decoder. Embeddings, norms, biases and the
+  // activations stay fp32, as in decoder_model::step's bf16 path.
+  tensor_desc mat(uint32_t id, std::string name, std::vector<int64_t> shape) const {
+    return {id, std::move(name), bf16() ? exchange::dtype::bf16 : exchange::dtype::f32, std::move(shape)};
+  }
   int group() const { return c.num_heads / c.num_kv_heads; }
   row_range layers_of(int stage) const { return token_partition(c.num_layers, stage, p.stages); }
   heads_range heads_of(int lane) const {
@@ -50,8 +57,9 @@ struct dlayout {
   }
   row_range ffn_of(int lane) const { return token_partition(c.intermediate_size, lane, p.width); }
   uint32_t tile_of(int r, int s, int w) const { return static_cast<uint32_t>((r * p.stages + s) * p.width + w); }
+  // bf16: the LM head is a bf16 copy even when tied (the embedding rows are read as fp32).
   bool lm_head_is_embedding(const tile_plan& t) const {
-    return c.tie_word_embeddings && t.stage == 0 && t.stage == p.stages - 1 && t.lane == 0;
+    return !bf16() && c.tie_word_embeddings && t.stage == 0 && t.stage == p.stages - 1 && t.lane == 0;
   }
 };
 
@@ -91,11 +99,11 @@ void plan_tile(const dlayout& L, dtile& d, std::vector<weight_shard>& shards, st
       add.weight(f32(ids::dec_layer(l, what), tag + name, {n}), shard_kind::whole, lname(l, name));
     };
     auto rows = [&](uint32_t what, const char* name, int64_t r0, int64_t r1, int64_t in) {
-      add.weight(f32(ids::dec_layer(l, what), tag + name, in ? std::vector<int64_t>{r1 - r0, in} : std::vector<int64_t>{r1 - r0}),
+      add.weight(in ? L.mat(ids::dec_layer(l, what), tag + name, {r1 - r0, in}) : f32(ids::dec_layer(l, what), tag + name, {r1 - r0}),
              shard_kind::rows, lname(l, name), static_cast<int>(r0), static_cast<int>(r1));
     };
     auto cols = [&](uint32_t what, const char* name, int64_t c0, int64_t c1) {
-      add.weight(f32(ids::dec_layer(l, what), tag + name, {H, c1 - c0}), shard_kind::columns, lname(l, name),
+      add.weight(L.mat(ids::dec_layer(l, what), tag + name, {H, c1 - c0}), shard_kind::columns, lname(l, name),
              static_cast<int>(c0), static_cast<int>(c1));
     };
     vec(ids::norm1_w, "norm1_w", H);
@@ -122,7 +130,7 @@ void plan_tile(const dlayout& L, dtile& d, std::vector<weight_shard>& shards, st
   if (out_tile) {
     add.weight(f32(ids::final_norm_w, "final_norm_w", {H}), shard_kind::whole, "final_norm_w");
     if (layer_norm) add.weight(f32(ids::final_norm_b, "final_norm_b", {H}), shard_kind::whole, "final_norm_b");
-    if (!L.lm_head_is_embedding(t)) add.weight(f32(ids::lm_head, "lm_head", {c.vocab_size, H}), shard_kind::whole, "lm_head");
+    if (!L.lm_head_is_embedding(t)) add.weight(L.mat(ids::lm_head, "lm_head", {c.vocab_size, H}), shard_kind::whole, "lm_head");
   }
   if (first) add.act({ids::token_ids, "token_ids", dtype::i32, {T}});
   add.act({ids::step_meta, "step_meta", dtype::i32, {L.meta}});
@@ -146,14 +154,14 @@ void plan_tile(const dlayout& L, dtile& d, std::vector<weight_shard>& shards, st
   if (t.stage > 0) inbound = std::max<int64_t>(inbound, T * H);
   if (inbound > 0) add.act(f32(ids::exchange_buffer, "exchange_buffer", {inbound}), "exchange");
   d.kv_bytes_per_block = static_cast<uint64_t>(models::kv_layout::bytes_per_block(
-      L.block_tokens, t.layer_end - t.layer_begin, d.heads.k1 - d.heads.k0, L.hd()));
+      L.block_tokens, t.layer_end - t.layer_begin, d.heads.k1 - d.heads.k0, L.hd(), L.dt));
 }
 
 void add_kv(const dlayout& L, dtile& d, int blocks, std::vector<tensor_desc>& temps) {
   const int layers = d.plan.layer_end - d.plan.layer_begin, kvh = d.heads.k1 - d.heads.k0;
   if (layers == 0 || kvh == 0) return;
   for (auto [id, name] : {std::pair{ids::kv_keys, "kv_keys"}, std::pair{ids::kv_values, "kv_values"}}) {
-    tensor_desc desc = f32(id, name, {layers, blocks, kvh, L.block_tokens, L.hd()});
+    tensor_desc desc = L.mat(id, name, {layers, blocks, kvh, L.block_tokens, L.hd()});
     d.plan.memory.push_back({name, "kv", arena_bytes(desc.bytes())});
     temps.push_back(std::move(desc));
   }
@@ -396,9 +404,6 @@ result<std::vector<float>> materialize(const models::decoder_model& m, const wei
 }
 
 result<compiled_model> compile_decoder(const models::model_shape& c, const placement_request& req) {
-  if (req.dtype != models::dtype::fp32)
-    return status::unsupported("decoders run in fp32 on tiles; --dtype " + std::string(models::dtype_name(req.dtype)) +
-                               " is for BERT models");
   if (!c.is_decoder()) return status::invalid("compile_decoder takes a decoder shape, not " + c.name);
   if (req.tiles <= 0) return status::invalid("--tiles must be positive");
   if (req.token_budget < 1) return status::invalid("--token-budget must be positive");
@@ -417,7 +422,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
   std::string smallest_table;
   uint64_t smallest_need = UINT64_MAX;
   for (const plan& p : *candidates) {
-    dlayout L{c, p, req.token_budget, max_seqs, bt, max_blocks, meta};
+    dlayout L{c, p, req.token_budget, max_seqs, bt, max_blocks, meta, req.dtype};
     dlayout_result lr = lay_out(L, req.tile_memory, req.kv_blocks, min_blocks, auto_cap);
     if (lr.kv_blocks == 0) {
       if (lr.max_bytes < smallest_need) {
@@ -437,7 +442,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
       best.tiles = lr.plans;
       best.shards = std::move(lr.shards);
       best.estimated_batch_seconds = estimate_step_seconds(c, p, req.token_budget, max_seqs, req.machine);
-      best.kv = {bt, lr.kv_blocks};
+      best.kv = {bt, lr.kv_blocks, req.dtype};
       best.programs.clear();
       for (int r = 0; r < p.replicas; ++r) best.programs.push_back(build_replica(L, r, lr.tiles, lr.temps));
       best.kv_heads_note = c.num_kv_heads >= p.width
@@ -453,7 +458,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
       bool fits = false;
       for (const plan& p : detail::plans_for(c, n)) {
         if (p.replicas != 1) continue;
-        dlayout L{c, p, req.token_budget, max_seqs, bt, max_blocks, meta};
+        dlayout L{c, p, req.token_budget, max_seqs, bt, max_blocks, meta, req.dtype};
         if (lay_out(L, req.tile_memory, req.kv_blocks, min_blocks, auto_cap).kv_blocks > 0) {
           more_tiles = "--tiles " + std::to_string(n) + " (plan " + p.to_string() + ")";
           fits = true;
@@ -473,6 +478,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
         more_tiles + ", or a smaller --token-budget.\n" + smallest_table);
   }
   static_cast<models::model_shape&>(best.config) = c;
+  best.dtype = req.dtype;
   best.token_budget = req.token_budget;
   best.max_sequences = max_seqs;
   best.decoder = true;

@@ -484,7 +484,8 @@ std::string compiled_model::describe() const {
      << " ms per full " << (decoder ? "step" : "batch") << " per replica\n";
   if (decoder)
     os << "KV cache: " << kv.num_blocks << " blocks of " << kv.block_tokens << " positions per replica ("
-       << int64_t{kv.num_blocks} * kv.block_tokens << " tokens in flight), each tile holding its layers' and kv heads' part; "
+       << int64_t{kv.num_blocks} * kv.block_tokens << " tokens in flight) in " << models::dtype_name(kv.kv_dtype)
+       << ", each tile holding its layers' and kv heads' part; "
        << kv_heads_note << "\n";
   if (!decoder && config.num_labels == 0) {
     os << "embedding model: the head tile of each replica (tile";

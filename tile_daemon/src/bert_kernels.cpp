@@ -13,7 +13,9 @@
 // A bf16 model's tiles hold its matrices (embedding tables, Linear weights) and activations
 // (hidden, qkv, context, ffn) as bf16 and everything else as f32: biases, LayerNorm gains, the
 // partial sums the exchange reduces (summing in bf16 would round at every tile) and the logits.
-// Each kernel follows its tensors' dtypes and refuses a mix it does not compute.
+// Each kernel follows its tensors' dtypes and refuses a mix it does not compute. A bf16 decoder's
+// tiles hold only the matrices in bf16: linear takes fp32 rows and a bf16 W (rows rounded to bf16
+// as they go in, fp32 out), as decoder_model::step's bf16 path does.
 #include <vector>
 
 #include "tessera/models/embedding.hpp"
@@ -88,7 +90,10 @@ status linear_kernel(const kernel_args& a) {
   if (bias && a.inputs[2]->elements() != static_cast<uint64_t>(out)) return status::invalid("bias length differs from out");
   const auto& x = *a.inputs[0];
   auto& y = *a.outputs[0];
-  if (is_bf16(x) || is_bf16(w)) TESSERA_RETURN_IF_ERROR(same_dtype({&x, &w}, dtype::bf16));
+  // A decoder's bf16 matrix under fp32 activations: x's rows rounded to bf16 once, fp32 out.
+  const bool mixed = !is_bf16(x) && is_bf16(w);
+  if (mixed) TESSERA_RETURN_IF_ERROR(same_dtype({&y}, dtype::f32));
+  else if (is_bf16(x) || is_bf16(w)) TESSERA_RETURN_IF_ERROR(same_dtype({&x, &w}, dtype::bf16));
   if (bias) TESSERA_RETURN_IF_ERROR(same_dtype({a.inputs[2]}, dtype::f32));
   if (m->r1 == m->r0 || out == 0) return ok_status();
   const int64_t rows = m->r1 - m->r0;
@@ -102,6 +107,13 @@ status linear_kernel(const kernel_args& a) {
     return ok_status();
   }
   const models::activation act = p->act;
+  if (mixed) {
+    thread_local std::vector<models::bfloat16> xs;
+    xs.resize(static_cast<size_t>(rows * in));
+    models::to_bf16(x.f32() + m->r0 * in, rows * in, xs.data());
+    models::linear(xs.data(), rows, models::bf16_weight::view(bf16_of(w), out, in), bias, y.f32() + m->r0 * out, act);
+    return ok_status();
+  }
   if (is_bf16(x)) {
     const auto W = models::bf16_weight::view(bf16_of(w), out, in);
     const models::bfloat16* xs = bf16_of(x) + m->r0 * in;

@@ -11,11 +11,15 @@
 //   dec_multiply   a, b -> b (b = a * b)                        rows_params
 //   dec_logits     x, meta, lm_head, norm_w, (norm_b) -> logits [max_seqs, vocab], last_rows [max_seqs, hidden]
 //                                                               dec_norm_params (the final norm)
+// A bf16 decoder's tiles hold the KV cache (kv_keys, kv_values) and the LM head in bf16: K/V rows
+// are rounded as they are stored and read back into fp32; the linear kernel takes its bf16
+// matrices. Activations, norms, softmax and logits stay fp32.
 #include <algorithm>
 #include <vector>
 
 #include "kernel_util.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/kernels_bf16.hpp"
 #include "tessera/models/step_meta.hpp"
 #include "tessera/tile/kernel_registry.hpp"
 
@@ -31,6 +35,14 @@ result<models::step_meta_view> meta_of(const kernel_args& a, const tile_tensor& 
                                          static_cast<int64_t>(a.ctx.seq_lengths.size()));
   if (!m) return m.error().with_context("tensor '" + t.desc.name + "'");
   return m;
+}
+
+// The kernels that take a bf16 tensor (the KV cache, the LM head) keep every other one f32.
+status all_f32(std::initializer_list<const tile_tensor*> ts, const char* kernel) {
+  for (const auto* t : ts)
+    if (t->desc.type != exchange::dtype::f32 && t->desc.type != exchange::dtype::i32)
+      return status::unsupported(std::string(kernel) + ": tensor '" + t->desc.name + "' must be f32");
+  return ok_status();
 }
 
 status dec_embed(const kernel_args& a) {
@@ -110,6 +122,7 @@ status dec_attention(const kernel_args& a) {
   auto meta = meta_of(a, *a.inputs[3]);
   if (!meta) return meta.error();
   auto &q = *a.inputs[0], &k = *a.inputs[1], &v = *a.inputs[2], &keys = *a.inputs[4], &values = *a.inputs[5];
+  TESSERA_RETURN_IF_ERROR(all_f32({&q, &k, &v, a.outputs[0]}, "dec_attention"));
   const int64_t ldq = int64_t{nq} * d, ldk = int64_t{nk} * d;
   TESSERA_RETURN_IF_ERROR(need_rows(q, mv->r1, ldq));
   TESSERA_RETURN_IF_ERROR(need_rows(k, mv->r1, ldk));
@@ -123,8 +136,14 @@ status dec_attention(const kernel_args& a) {
   const int64_t nblocks = ks[1];
   const int bt = static_cast<int>(ks[3]);
   const int64_t head_stride = int64_t{bt} * d, block_stride = nk * head_stride, layer_stride = nblocks * block_stride;
-  float* kbase = keys.f32() + layer * layer_stride;
-  float* vbase = values.f32() + layer * layer_stride;
+  // A bf16 cache (a bf16 decoder): rows rounded as they are stored, read back as fp32.
+  const bool kv16 = keys.desc.type == exchange::dtype::bf16;
+  if (values.desc.type != keys.desc.type || (!kv16 && keys.desc.type != exchange::dtype::f32))
+    return status::invalid("dec_attention: the KV cache's keys and values must both be f32 or both bf16");
+  float* kbase = kv16 ? nullptr : keys.f32() + layer * layer_stride;
+  float* vbase = kv16 ? nullptr : values.f32() + layer * layer_stride;
+  models::bfloat16* kbase16 = kv16 ? reinterpret_cast<models::bfloat16*>(keys.data) + layer * layer_stride : nullptr;
+  models::bfloat16* vbase16 = kv16 ? reinterpret_cast<models::bfloat16*>(values.data) + layer * layer_stride : nullptr;
   const int64_t T = mv->r1 - mv->r0;
   if (T == 0) return ok_status();
   // Positions of the micro-batch's rows, and every block they read checked against the cache.
@@ -161,19 +180,28 @@ status dec_attention(const kernel_args& a) {
       const int pos = s.start_pos + r;
       const int64_t off = int64_t{s.block_table[pos / bt]} * block_stride + int64_t{pos % bt} * d;
       for (int h = 0; h < nk; ++h) {
-        std::copy_n(kp + int64_t{s.row + r} * ldk + int64_t{h} * d, d, kbase + off + h * head_stride);
-        std::copy_n(vp + int64_t{s.row + r} * ldk + int64_t{h} * d, d, vbase + off + h * head_stride);
+        const float* kr = kp + int64_t{s.row + r} * ldk + int64_t{h} * d;
+        const float* vr = vp + int64_t{s.row + r} * ldk + int64_t{h} * d;
+        if (kv16) {
+          models::to_bf16(kr, d, kbase16 + off + h * head_stride);
+          models::to_bf16(vr, d, vbase16 + off + h * head_stride);
+        } else {
+          std::copy_n(kr, d, kbase + off + h * head_stride);
+          std::copy_n(vr, d, vbase + off + h * head_stride);
+        }
       }
     }
   float* out = a.outputs[0]->f32() + mv->r0 * ldq;
   if (q0 == k0 * group && nq == nk * group) {
-    models::attention_paged({qp, ldq}, {kbase, vbase, bt, block_stride, head_stride}, seqs.data(),
+    models::attention_paged({qp, ldq}, {kbase, vbase, bt, block_stride, head_stride, kbase16, vbase16}, seqs.data(),
                             static_cast<int>(seqs.size()), nq, nk, d, {out, ldq}, static_cast<int>(window));
   } else {  // query heads that share a kv head with another lane's: one head at a time
     for (int h = 0; h < nq; ++h) {
       const int64_t kv = (q0 + h) / group - k0;
-      models::attention_paged({qp + int64_t{h} * d, ldq},
-                              {kbase + kv * head_stride, vbase + kv * head_stride, bt, block_stride, head_stride},
+      models::paged_kv_view view{nullptr, nullptr, bt, block_stride, head_stride};
+      if (kv16) view.k16 = kbase16 + kv * head_stride, view.v16 = vbase16 + kv * head_stride;
+      else view.k = kbase + kv * head_stride, view.v = vbase + kv * head_stride;
+      models::attention_paged({qp + int64_t{h} * d, ldq}, view,
                               seqs.data(), static_cast<int>(seqs.size()), 1, 1, d, {out + int64_t{h} * d, ldq},
                               static_cast<int>(window));
     }
@@ -225,6 +253,8 @@ status dec_logits(const kernel_args& a) {
   const auto& x = *a.inputs[0];
   const auto& head = *a.inputs[2];
   auto &logits = *a.outputs[0], &last = *a.outputs[1];
+  TESSERA_RETURN_IF_ERROR(all_f32({&x, a.inputs[3], &logits, &last}, "dec_logits"));
+  if (a.inputs.size() > 4) TESSERA_RETURN_IF_ERROR(all_f32({a.inputs[4]}, "dec_logits"));
   const int64_t hidden = x.desc.shape.size() == 2 ? x.desc.shape[1] : 0;
   const int64_t vocab = head.desc.shape.size() == 2 ? head.desc.shape[0] : 0;
   if (head.desc.shape.size() != 2 || head.desc.shape[1] != hidden) return status::invalid("dec_logits: LM head shape");
@@ -247,6 +277,13 @@ status dec_logits(const kernel_args& a) {
     if (a.inputs.size() < 5) return status::invalid("dec_logits: LayerNorm needs a bias");
     models::layer_norm(rows, n, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), prm->eps, rows);
   }
+  if (head.desc.type == exchange::dtype::bf16) {  // a bf16 LM head: the normed rows rounded to bf16, fp32 logits
+    std::vector<models::bfloat16> rb(static_cast<size_t>(n * hidden));
+    models::to_bf16(rows, n * hidden, rb.data());
+    models::linear(rb.data(), n, models::bf16_weight::view(reinterpret_cast<const models::bfloat16*>(head.data), vocab, hidden),
+                   nullptr, logits.f32() + first * vocab);
+    return ok_status();
+  }
   models::linear(rows, n, hidden, head.f32(), nullptr, vocab, logits.f32() + first * vocab);
   return ok_status();
 }
@@ -256,10 +293,10 @@ status dec_logits(const kernel_args& a) {
 void register_decoder_kernels(kernel_registry& reg) {
   reg.add(models::kernel_id::dec_embed, {3, 4, 1, 1}, dec_embed);
   reg.add(models::kernel_id::dec_norm, {2, 3, 1, 1}, dec_norm);
-  reg.add(models::kernel_id::dec_attention, {6, 6, 1, 1}, dec_attention);
+  reg.add(models::kernel_id::dec_attention, {6, 6, 1, 1, true}, dec_attention);  // a bf16 KV cache
   reg.add(models::kernel_id::dec_residual, {2, 3, 1, 1}, dec_residual);
   reg.add(models::kernel_id::dec_multiply, {2, 2, 1, 1}, dec_multiply);
-  reg.add(models::kernel_id::dec_logits, {4, 5, 2, 2}, dec_logits);
+  reg.add(models::kernel_id::dec_logits, {4, 5, 2, 2, true}, dec_logits);  // a bf16 LM head
 }
 
 }  // namespace tessera::tile
