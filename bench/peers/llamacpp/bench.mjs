@@ -2,6 +2,7 @@
 // `tessera-models export-gguf` wrote (the same seeded f32 weights), CPU only, same threads.
 //
 //   node bench.mjs --gguf /tmp/gpt2.gguf --name gpt2 --threads 2 --prompts 128,768 --decode 128 --batches 1,8,32,64
+//   node bench.mjs --gguf /tmp/gpt2-f16.gguf --name gpt2 --engine llama.cpp-f16 ...   (the label of its RESULT lines)
 //
 // B sequences share one context (node-llama-cpp's batching: tokens queued by several sequences go
 // into the same llama_decode call, so B decoding sequences make one batch of B tokens per step).
@@ -17,10 +18,10 @@ const { values: a } = parseArgs({ options: {
   gguf: { type: "string" }, name: { type: "string" }, threads: { type: "string", default: "2" },
   prompts: { type: "string", default: "128,768" }, decode: { type: "string", default: "128" },
   batches: { type: "string", default: "1,8,32,64" }, kv: { type: "string", default: "f16" },
-  "batch-size": { type: "string", default: "512" },
+  "batch-size": { type: "string", default: "512" }, engine: { type: "string", default: "llama.cpp" },
 } });
 if (!a.gguf) {
-  console.error("usage: node bench.mjs --gguf FILE [--name N] [--threads 2] [--prompts 128,768] [--decode 128] [--batches 1,8,32,64] [--kv f16|f32]");
+  console.error("usage: node bench.mjs --gguf FILE [--name N] [--threads 2] [--prompts 128,768] [--decode 128] [--batches 1,8,32,64] [--kv f16|f32] [--engine LABEL]");
   process.exit(2);
 }
 const threads = Number(a.threads), decode = Number(a.decode), name = a.name ?? a.gguf.split("/").pop();
@@ -34,7 +35,7 @@ const row = (phase, P, B, tokens, wall, c) => {
   console.log(`${name.padEnd(12)} ${phase.padEnd(9)} ${String(P).padStart(6)} ${String(B).padStart(6)} ${String(tokens).padStart(8)} ` +
               `${wall.toFixed(3).padStart(10)} ${c.toFixed(3).padStart(10)} ${(tokens / wall).toFixed(1).padStart(12)} ` +
               `${(tokens / (c / threads)).toFixed(1).padStart(12)}`);
-  console.log(`RESULT bench=decoders engine=llama.cpp model=${name} phase=${phase} seqs=${B} prompt=${P} threads=${threads} ` +
+  console.log(`RESULT bench=decoders engine=${a.engine} model=${name} phase=${phase} seqs=${B} prompt=${P} threads=${threads} ` +
               `kv=${a.kv} tokens=${tokens} wall_s=${wall.toFixed(4)} tok_per_s_wall=${(tokens / wall).toFixed(2)} tok_per_s_cpu=${(tokens / (c / threads)).toFixed(2)}`);
 };
 
