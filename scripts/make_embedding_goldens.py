@@ -18,9 +18,12 @@ The forward here is Hugging Face BertModel's math written out in float64 numpy (
 each sequence on its own: no padding to mask), independent of tessera's C++ code; pooling follows
 sentence-transformers' Pooling module. Tolerance: 1e-4 absolute against tessera's fp32 forward.
 """
-import argparse, json, math, os, shutil, struct
+import argparse, json, math, os, shutil, struct, sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from goldens_io import write_safetensors, write_goldens  # noqa: E402
 
 CFG = dict(hidden_size=40, num_hidden_layers=2, num_attention_heads=5, intermediate_size=72,
            max_position_embeddings=32, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu")
@@ -89,19 +92,6 @@ def pool(x, mode):
     if mode == "mean_sqrt_len": return x.sum(0) / math.sqrt(len(x))
     if mode == "lasttoken": return x[-1]
     raise ValueError(mode)
-
-
-def write_safetensors(path, tensors):
-    header, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
-    for name in sorted(tensors):
-        b = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape), "data_offsets": [off, off + len(b)]}
-        off += len(b); blobs.append(b)
-    hj = json.dumps(header, separators=(",", ":")).encode()
-    hj += b" " * ((8 - (8 + len(hj)) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hj))); f.write(hj)
-        for b in blobs: f.write(b)
 
 
 def write_json(path, obj):

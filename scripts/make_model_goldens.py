@@ -20,6 +20,9 @@ import argparse, json, math, os, struct, subprocess, sys
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from goldens_io import write_safetensors, write_goldens  # noqa: E402
+
 CFG = dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=6, intermediate_size=200,
            max_position_embeddings=64, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu",
            id2label={"0": "negative", "1": "neutral", "2": "positive"})
@@ -112,18 +115,8 @@ def run_packed(p, seqs):
         return hf_bert_logits(p, ids, types, mask)
 
 
-def write_safetensors(path, tensors):
-    header, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
-    for name in sorted(tensors):
-        t = tensors[name].contiguous().float()
-        b = t.numpy().astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        off += len(b); blobs.append(b)
-    hj = json.dumps(header, separators=(",", ":")).encode()
-    hj += b" " * ((8 - (8 + len(hj)) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hj))); f.write(hj)
-        for b in blobs: f.write(b)
+def write_torch_safetensors(path, tensors):
+    write_safetensors(path, {k: v.contiguous().double().numpy() for k, v in tensors.items()})
 
 
 def make_batches(vocab_size, gen):
@@ -188,7 +181,7 @@ def main():
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump({"do_lower_case": True, "tokenizer_class": "BertTokenizer"}, f, indent=2); f.write("\n")
     p = init_params(len(vocab), gen)
-    write_safetensors(os.path.join(folder, "model.safetensors"), p)
+    write_torch_safetensors(os.path.join(folder, "model.safetensors"), p)
     goldens = {"model": "tiny-odd", "tolerance": 1e-4, "batches": []}
     for name, seqs in make_batches(len(vocab), gen).items():
         logits = run_packed(p, seqs)

@@ -36,6 +36,9 @@ import argparse, json, os, struct, subprocess, sys, tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "lib"))
+from goldens_io import write_safetensors, write_goldens  # noqa: E402
+
 CONFIGS = ["qwen2-odd", "qwen2-untied", "mistral-window", "llama31-rope", "qwen2-yarn"]
 PROMPTS = [[1, 17, 250, 3, 99, 42, 7, 128, 200, 5, 66, 31, 2],
            [1, 299, 0, 150, 151, 152, 9, 9, 9, 77, 120, 43, 8, 254, 33, 61, 100, 12, 199, 4]]
@@ -195,10 +198,7 @@ def main():
                                                       if window else ""), file=sys.stderr)
         out["models"][name] = {"config": fname, "prompts": prompts}
     path = args.out or os.path.join(args.data, "arch_goldens.json")
-    with open(path, "w") as f:
-        json.dump(out, f, separators=(",", ":"))
-        f.write("\n")
-    print(f"wrote {path} ({os.path.getsize(path)} bytes)", file=sys.stderr)
+    write_goldens(path, out)
 
 
 if __name__ == "__main__":

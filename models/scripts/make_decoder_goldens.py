@@ -23,6 +23,9 @@ import argparse, json, math, os, struct, subprocess, sys, tempfile
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "lib"))
+from goldens_io import write_safetensors, write_goldens  # noqa: E402
+
 F64 = torch.float64
 PROMPTS = [[1, 17, 250, 3, 99, 42, 7, 128, 200, 5, 66, 31, 2],
            [1, 299, 0, 150, 151, 152, 9, 9, 9, 77, 120, 43, 8, 254, 33, 61, 100, 12, 199, 4]]
@@ -170,10 +173,7 @@ def main():
                   f"{len(set(tokens))} distinct, min margin {min(margins):.2e}", file=sys.stderr)
         out["models"][name] = {"config": fname, "prompts": prompts}
     path = os.path.join(args.data, "goldens.json")
-    with open(path, "w") as f:
-        json.dump(out, f, separators=(",", ":"))
-        f.write("\n")
-    print(f"wrote {path} ({os.path.getsize(path)} bytes)", file=sys.stderr)
+    write_goldens(path, out)
 
 
 if __name__ == "__main__":

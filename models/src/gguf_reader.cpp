@@ -2,6 +2,8 @@
 // a decoder from llama.cpp's names and layouts (the inverse of write_gguf in gguf.cpp).
 #include "tessera/models/gguf_reader.hpp"
 
+#include "mapped_file.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -29,35 +31,7 @@ const char* const type_names[] = {
     "IQ4_NL",  "IQ3_S",  "IQ2_S",   "IQ4_XS", "I8",    "I16",    "I32",    "I64",    "F64",   "IQ1_M",
     "BF16",    "type 31", "type 32", "type 33", "TQ1_0", "TQ2_0", "type 36", "type 37", "type 38", "MXFP4"};
 
-struct mapping {
-  void* addr = MAP_FAILED;
-  size_t size = 0;
-  ~mapping() {
-    if (addr != MAP_FAILED) munmap(addr, size);
-  }
-};
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: renormalise
-      int e = -1;
-      uint32_t m = mant;
-      do { ++e; m <<= 1; } while ((m & 0x400) == 0);
-      bits = sign | ((127 - 15 - e) << 23) | ((m & 0x3ff) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+using detail::half_to_float;
 
 // Reads little-endian values from [p, end); every read checks what is left first.
 class cursor {
@@ -345,22 +319,9 @@ result<gguf_file> parse_gguf(const void* data, uint64_t size, std::string source
 }
 
 result<gguf_file> map_gguf(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return status::not_found(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    return status::io_error(path + ": fstat failed: " + std::strerror(errno));
-  }
-  auto map = std::make_shared<mapping>();
-  map->size = static_cast<size_t>(st.st_size);
-  if (map->size == 0) {
-    ::close(fd);
-    return status::invalid(path + ": empty file, not GGUF");
-  }
-  map->addr = ::mmap(nullptr, map->size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map->addr == MAP_FAILED) return status::io_error(path + ": mmap failed: " + std::strerror(errno));
+  auto mapped = detail::map_file(path, 1, "empty file, not GGUF");
+  if (!mapped) return mapped.error();
+  auto map = *mapped;
   auto g = parse_gguf(map->addr, map->size, path);
   if (!g) return g.error();
   g->storage = map;

@@ -1,6 +1,8 @@
 // safetensors reading (memory-mapped, validated) and writing.
 #include "tessera/models/safetensors.hpp"
 
+#include "mapped_file.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -14,57 +16,14 @@
 namespace tessera::models {
 namespace {
 
-struct mapping {
-  void* addr = MAP_FAILED;
-  size_t size = 0;
-  std::vector<std::vector<float>> converted;  // fp32 copies of F16/BF16 tensors
-  ~mapping() {
-    if (addr != MAP_FAILED) munmap(addr, size);
-  }
-};
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: renormalise
-      int e = -1;
-      uint32_t m = mant;
-      do { ++e; m <<= 1; } while ((m & 0x400) == 0);
-      bits = sign | ((127 - 15 - e) << 23) | ((m & 0x3ff) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+using detail::half_to_float;
 
 }  // namespace
 
 result<safetensors_file> map_safetensors(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return status::not_found(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    return status::io_error(path + ": fstat failed: " + std::strerror(errno));
-  }
-  auto map = std::make_shared<mapping>();
-  map->size = static_cast<size_t>(st.st_size);
-  if (map->size < 8) {
-    ::close(fd);
-    return status::invalid(path + ": truncated safetensors file (" + std::to_string(map->size) +
-                           " bytes, the 8-byte header length is missing)");
-  }
-  map->addr = ::mmap(nullptr, map->size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map->addr == MAP_FAILED) return status::io_error(path + ": mmap failed: " + std::strerror(errno));
+  auto mapped = detail::map_file(path, 8, "truncated safetensors file (the 8-byte header length is missing)");
+  if (!mapped) return mapped.error();
+  auto map = *mapped;
   const auto* bytes = static_cast<const unsigned char*>(map->addr);
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];

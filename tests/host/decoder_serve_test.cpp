@@ -198,12 +198,7 @@ json request_of(int prompt_tokens, int max_tokens, int salt) {
           {"ignore_eos", true}};
 }
 
-// A gauge of /metrics (labels as written, e.g. `{replica="tiles0",kind="tiles"}`); -1 when absent.
-double gauge(const std::string& metrics, const std::string& name) {
-  auto at = metrics.find("\n" + name + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(metrics.substr(at + name.size() + 2));
-}
+double gauge(const std::string& text, const std::string& name) { return metric_value(text, name); }
 
 std::string replica_label(int r) { return "{replica=\"tiles" + std::to_string(r) + "\",kind=\"tiles\"}"; }
 

@@ -42,11 +42,7 @@ std::string greedy_text(const std::string& prompt, int n) {
   return make_byte_tokenizer()->decode(toy_llm_generate(byte_prompt(prompt), n));
 }
 
-double metric(const std::string& text, const std::string& name) {
-  auto at = text.find("\n" + name + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + name.size() + 2));
-}
+double metric(const std::string& text, const std::string& name) { return metric_value(text, name); }
 
 struct llm_server {
   served_process p;

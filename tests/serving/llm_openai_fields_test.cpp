@@ -110,11 +110,7 @@ void write_byte_vocab(const std::string& dir, int vocab) {
   std::ofstream(dir + "/merges.txt") << "#version: 0.2\n";
 }
 
-double metric(const std::string& text, const std::string& name) {
-  auto at = text.find("\n" + name + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + name.size() + 2));
-}
+double metric(const std::string& text, const std::string& name) { return metric_value(text, name); }
 
 struct llm_server {
   served_process p;

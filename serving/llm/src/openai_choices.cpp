@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "tessera/serving/api.hpp"  // json_kind
 #include "tessera/serving/utf8.hpp"
 
 namespace tessera::serving {
@@ -13,16 +14,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string kind(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "a list";
-    case json::value_t::object: return "an object";
-    default: return "a number";
-  }
-}
+std::string kind(const json& v) { return std::string(detail::json_kind(v)); }
 
 bool present(const json& j, const char* name) { return j.contains(name) && !j[name].is_null(); }
 

@@ -122,4 +122,10 @@ void http_connection::set_header(std::string name, std::string value) {
   impl_->headers.emplace_back(std::move(name), std::move(value));
 }
 
+double metric_value(const std::string& metrics, const std::string& name) {
+  auto at = metrics.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(metrics.substr(at + name.size() + 2));
+}
+
 }  // namespace tessera::test_support

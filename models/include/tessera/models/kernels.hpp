@@ -57,14 +57,19 @@ void embed(const int32_t* token_ids, const int32_t* token_type_ids, const int32_
            int64_t hidden, float* out);
 
 /// A row-major matrix operand: data and row stride.
-struct strided {
-  const float* data;
+/// Rows of T with a row stride `ld` (elements), read-only and writable.
+template <class T>
+struct strided_rows {
+  const T* data;
   int64_t ld;
 };
-struct strided_out {
-  float* data;
+template <class T>
+struct strided_rows_out {
+  T* data;
   int64_t ld;
 };
+using strided = strided_rows<float>;
+using strided_out = strided_rows_out<float>;
 
 /// Multi-head self-attention over a packed batch: for each sequence s and head h,
 /// out_h = softmax(q_h k_h^T / sqrt(head_dim)) v_h, using only rows of s (no cross-sequence

@@ -77,14 +77,8 @@ void add_layer_norm(const float* x, const bfloat16* residual, int64_t T, int64_t
 void embed(const int32_t* token_ids, const int32_t* token_type_ids, const int32_t* seq_offsets, int num_seqs,
            const bfloat16* word, const bfloat16* position, const bfloat16* token_type, int64_t hidden, float* out);
 
-struct bf16_strided {
-  const bfloat16* data;
-  int64_t ld;
-};
-struct bf16_strided_out {
-  bfloat16* data;
-  int64_t ld;
-};
+using bf16_strided = strided_rows<bfloat16>;
+using bf16_strided_out = strided_rows_out<bfloat16>;
 
 /// attention_packed of kernels.hpp over bf16 q, k, v and out: scores and P V accumulate in fp32,
 /// the softmax runs in fp32, the context is rounded to bf16 once. Q, K and V are read in place

@@ -29,6 +29,10 @@ struct http_response {
 /// A plain TCP socket connected to 127.0.0.1:port (for raw bytes), or -1. The caller closes it.
 int connect_loopback(uint16_t port);
 
+/// The value of one sample in a /metrics text (`name` with its labels as written, e.g.
+/// `x_total{replica="tiles0",kind="tiles"}`); -1 when absent.
+double metric_value(const std::string& metrics, const std::string& name);
+
 class http_connection {
  public:
   http_connection(std::string host, uint16_t port);

@@ -1,0 +1,34 @@
+"""What the goldens scripts share: a safetensors writer over numpy arrays and a compact JSON dump.
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))  # scripts/
+    from goldens_io import write_safetensors, write_goldens
+"""
+import json, os, struct, sys
+
+import numpy as np
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> array (anything np.asarray takes), written as little-endian F32, names sorted."""
+    header, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(np.asarray(tensors[name]), dtype="<f4")
+        b = a.tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    hj = json.dumps(header, separators=(",", ":")).encode()
+    hj += b" " * ((8 - (8 + len(hj)) % 8) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hj)))
+        f.write(hj)
+        for b in blobs:
+            f.write(b)
+
+
+def write_goldens(path, obj):
+    """One-line JSON (goldens are read by tests, not people) and a note of its size on stderr."""
+    with open(path, "w") as f:
+        json.dump(obj, f, separators=(",", ":"))
+        f.write("\n")
+    print(f"wrote {path} ({os.path.getsize(path)} bytes)", file=sys.stderr)
