@@ -32,6 +32,9 @@ std::string route_of(uint32_t tile, uint32_t incarnation) {
   return "tile-" + std::to_string(tile) + "-" + std::to_string(incarnation);
 }
 constexpr auto abort_grace = 2s;  // survivors of a failed batch answer the abort within this
+// A shutdown whose reason starts so tells a fenced incarnation to exit with status 1 (a failure,
+// so its launcher starts the next one); tile_daemon.cpp reads the same prefix.
+constexpr const char* fenced_reason = "fenced: ";
 }  // namespace
 
 tile_group::tile_group(tile_group_config cfg) : cfg_(std::move(cfg)) {
@@ -213,9 +216,30 @@ void tile_group::on_message(const std::string& identity, envelope&& e) {
       heartbeat m;
       if (auto st = decode(e, m); !st.ok()) return bad(st.message());
       if (m.tile_id >= cfg_.tiles) return bad("heartbeat from unknown tile " + std::to_string(m.tile_id));
-      std::lock_guard lk(mu_);
+      std::unique_lock lk(mu_);
       auto& t = tiles_[m.tile_id];
-      if (m.incarnation != t.incarnation || t.failed) return;  // an old incarnation
+      if (m.incarnation != t.incarnation || t.failed) {  // an old incarnation, or one declared failed
+        ++stale_heartbeats_;
+        // Fenced: it never serves again. Tell it to go (once a second at most) rather than leave it
+        // to notice the host's silence (--host-silence-ms, 15 s): it exits with status 1 and its
+        // launcher starts the next incarnation at once (a partition healed: back in ~3 s, not ~20).
+        if (m.incarnation < t.incarnation || (m.incarnation == t.incarnation && t.failed)) {
+          const std::string route = route_of(m.tile_id, m.incarnation);
+          const auto now = steady::now();
+          auto& last = fenced_told_[route];
+          if (now - last >= 1s) {
+            last = now;
+            const std::string why = t.failed && m.incarnation == t.incarnation ? t.failure
+                                    : "incarnation " + std::to_string(t.incarnation) + " replaced it";
+            lk.unlock();
+            ++fenced_shutdowns_;
+            TESSERA_LOG_WARN("tile " << m.tile_id << " incarnation " << m.incarnation
+                                     << " is fenced and still alive: told to exit (" << why << ")");
+            (void)channel_->send_now(route, encode(exchange::shutdown{std::string(fenced_reason) + why}));
+          }
+        }
+        return;
+      }
       t.last_heartbeat = steady::now();
       t.memory_used = m.memory_used;
       t.memory_high_water = m.memory_high_water;
@@ -228,6 +252,7 @@ void tile_group::on_message(const std::string& identity, envelope&& e) {
     case msg_type::run_done:
       // A reply nobody waits for any more: its request timed out, or its tile was declared
       // failed (an old incarnation's last words).
+      ++late_replies_;
       TESSERA_LOG_DEBUG("late " << msg_type_name(*type) << " from " << identity << " dropped");
       return;
     default:

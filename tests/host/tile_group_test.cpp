@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <future>
 #include <thread>
@@ -317,4 +318,89 @@ TEST(TileGroup, MissingTileBinaryIsAClearError) {
   auto g = tile_group::start(cfg);
   ASSERT_FALSE(g);
   EXPECT_NE(g.error().message().find("/nonexistent/tessera-tile"), std::string::npos);
+}
+
+// Fencing: a tile cut off silently (SIGSTOP: no packet, no FIN, as a partition) is declared failed
+// by its silence; its launcher starts incarnation 1 with new state. When the cut-off incarnation 0
+// comes back (SIGCONT: the partition healed) with a request it had queued, its answer (the old
+// state) is dropped by its routing id (tile-1-0), counted as a late reply, and never reaches a
+// caller; its heartbeats do not touch the tile's record, and make the host tell it to exit (status
+// 1, so that a launcher would start the next incarnation); every fetch after it returns
+// incarnation 1's state.
+TEST(TileGroup, AStaleIncarnationThatComesBackAfterAPartitionIsFenced) {
+  auto cfg = small_group(2);
+  cfg.heartbeat_timeout = 600ms;
+  external_pair ext(cfg);
+  auto g = ext.started.get();
+  ASSERT_TRUE(g) << g.error().to_string();
+  exchange::tensor_desc desc{7, "state", exchange::dtype::f32, {64}};
+  std::vector<float> old_state(64, 1.5f), new_state(64, -2.25f);
+  ASSERT_TRUE((*g)->alloc(1, desc, old_state.data()).ok());
+  const exchange::slice_ref all{7, exchange::slice_kind::fixed, 0, 64};
+  auto before = (*g)->fetch(1, all);
+  ASSERT_TRUE(before) << before.error().to_string();
+  ASSERT_EQ(*before, old_state);
+
+  const pid_t stale = ext.tiles[1];
+  ASSERT_EQ(kill(stale, SIGSTOP), 0);
+  // A request the cut-off incarnation receives but cannot answer in time.
+  auto pending = std::async(std::launch::async, [&] { return (*g)->fetch(1, all); });
+  auto cut = pending.get();  // ends when the silence is noticed, not at the request's deadline
+  ASSERT_FALSE(cut);
+  EXPECT_EQ(cut.error().code(), errc::peer_failed) << cut.error().to_string();
+  EXPECT_NE(cut.error().message().find("no heartbeat"), std::string::npos) << cut.error().message();
+
+  // Its launcher starts the next incarnation, which registers and gets new state.
+  const std::string tile = default_bin_dir() + "/tessera-tile";
+  const std::string control = (*g)->control_endpoint();
+  std::vector<std::string> args = {tile, "--host", control, "--tile-id", "1", "--incarnation", "1", "--memory", "33554432",
+                                   "--exchange-bind", "tcp://127.0.0.1:0", "--exchange-timeout-ms", "100000"};
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t fresh = 0;
+  ASSERT_EQ(posix_spawn(&fresh, tile.c_str(), nullptr, nullptr, argv.data(), environ), 0);
+  ext.tiles.push_back(fresh);
+  ASSERT_TRUE((*g)->await_return(1, 10000ms).ok());
+  ASSERT_TRUE((*g)->alloc(1, desc, new_state.data()).ok());
+  const uint64_t late0 = (*g)->late_replies(), stale_hb0 = (*g)->stale_heartbeats();
+
+  // The partition heals: incarnation 0 runs again and answers the fetch it had queued.
+  ASSERT_EQ(kill(stale, SIGCONT), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  int fetched = 0;
+  while (((*g)->late_replies() == late0 || (*g)->stale_heartbeats() == stale_hb0) &&
+         std::chrono::steady_clock::now() - t0 < 10s) {
+    auto now = (*g)->fetch(1, all);  // meanwhile, every answer is incarnation 1's
+    ASSERT_TRUE(now) << now.error().to_string();
+    ASSERT_EQ(*now, new_state) << "an answer carried the stale incarnation's state";
+    ++fetched;
+  }
+  EXPECT_GT((*g)->late_replies(), late0) << "the stale incarnation's answer never arrived";
+  EXPECT_GT((*g)->stale_heartbeats(), stale_hb0) << "the stale incarnation's heartbeats never arrived";
+  // Its heartbeat told the host it is alive: the host tells it to go, and it exits with status 1
+  // (a failure: a launcher would start the next incarnation; ssh and Slurm launchers restart on
+  // a non-zero exit only), instead of waiting out --host-silence-ms.
+  int wstatus = 0;
+  pid_t reaped = 0;
+  for (auto until = std::chrono::steady_clock::now() + 10s; reaped == 0 && std::chrono::steady_clock::now() < until;) {
+    reaped = waitpid(stale, &wstatus, WNOHANG);
+    if (reaped == 0) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(reaped, stale) << "the fenced incarnation did not exit";
+  ext.tiles.erase(std::find(ext.tiles.begin(), ext.tiles.end(), stale));
+  EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 1) << "wait status " << wstatus;
+  EXPECT_GE((*g)->fenced_shutdowns(), 1u);
+  auto info = (*g)->tiles()[1];
+  EXPECT_EQ(info.incarnation, 1u);
+  EXPECT_EQ(info.pid, fresh);
+  EXPECT_FALSE(info.failed);
+  EXPECT_TRUE((*g)->health().ok()) << (*g)->health().to_string();
+  auto after = (*g)->fetch(1, all);
+  ASSERT_TRUE(after) << after.error().to_string();
+  EXPECT_EQ(*after, new_state);
+  std::printf("stale incarnation fenced: %llu late replies and %llu heartbeats dropped, told to exit (status %d), %d fetches "
+              "meanwhile all from incarnation 1\n",
+              (unsigned long long)((*g)->late_replies() - late0), (unsigned long long)((*g)->stale_heartbeats() - stale_hb0),
+              WEXITSTATUS(wstatus), fetched);
 }

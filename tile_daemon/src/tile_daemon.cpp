@@ -45,6 +45,7 @@ struct tile_daemon::impl {
   std::map<uint32_t, program> programs;
   std::deque<envelope> deferred;  // control messages that arrived during a run
   bool have_directory = false;
+  bool fenced = false;  // the host's shutdown said this incarnation is fenced
   uint32_t group_size = 0;
   std::atomic<uint64_t> mem_used{0}, mem_high{0}, bad{0}, stale{0};
   std::atomic<bool> heartbeat_stop{false};
@@ -283,7 +284,17 @@ struct tile_daemon::impl {
       case msg_type::fetch_tensor: on_fetch(e); break;
       case msg_type::abort_run: break;  // nothing is running: stale
       case msg_type::heartbeat: break;  // the host's keepalive: heard, nothing to do
-      case msg_type::shutdown: return false;
+      case msg_type::shutdown: {
+        // "fenced: ..." (host/src/tile_group.cpp): the host declared this incarnation failed (a
+        // partition, silence) and will never use it again. Exit with status 1 so that the
+        // launcher starts the next incarnation now; a plain shutdown is a clean exit (0).
+        exchange::shutdown m;
+        if (decode(e, m).ok() && m.reason.rfind("fenced: ", 0) == 0) {
+          TESSERA_LOG_ERROR("the host fenced this incarnation (" << m.reason.substr(8) << "); exiting with status 1");
+          fenced = true;
+        }
+        return false;
+      }
       default: reject(status::bad_message("unexpected " + std::string(msg_type_name(*t)) + " on the control socket"));
     }
     return true;
@@ -368,7 +379,7 @@ struct tile_daemon::impl {
     heartbeat_stop = true;
     hb.join();
     TESSERA_LOG_DEBUG("shutting down (" << (g_stop ? "signal" : "host request") << ")");
-    return abandoned ? 1 : 0;  // a launcher tells a lost host from a clean shutdown
+    return abandoned || fenced ? 1 : 0;  // a launcher tells a lost host or a fenced tile from a clean shutdown
   }
 };
 

@@ -186,6 +186,16 @@ class tile_group {
   void mark_failed(uint32_t tile, const std::string& why);
   /// Tiles restarted so far.
   uint64_t restarts() const { return restarts_; }
+  /// Replies (acks, run_done) that matched no waiting request and were dropped: a request that
+  /// timed out, or an old incarnation's late answers after it was declared failed (fencing: a
+  /// reply is matched by its sender's routing id, which carries the incarnation).
+  uint64_t late_replies() const { return late_replies_; }
+  /// Heartbeats dropped because they came from an incarnation that is not the tile's current one
+  /// or from a tile declared failed (they never make a failed tile healthy again).
+  uint64_t stale_heartbeats() const { return stale_heartbeats_; }
+  /// Shutdowns sent to fenced incarnations that were still alive (their heartbeats arrived): the
+  /// tile exits with status 1 (a shutdown whose reason starts "fenced: ") so that its launcher starts the next one.
+  uint64_t fenced_shutdowns() const { return fenced_shutdowns_; }
   /// Kills a local tile with `signal` (tests and fault injection).
   status signal_tile(uint32_t tile, int signal);
   /// Shuts every tile down cleanly (idempotent).
@@ -224,6 +234,10 @@ class tile_group {
   std::atomic<uint64_t> next_id_{1};  // request ids and batch ids share one space
   std::atomic<uint64_t> bad_messages_{0};
   std::atomic<uint64_t> restarts_{0};
+  std::atomic<uint64_t> late_replies_{0};
+  std::atomic<uint64_t> stale_heartbeats_{0};
+  std::atomic<uint64_t> fenced_shutdowns_{0};
+  std::map<std::string, std::chrono::steady_clock::time_point> fenced_told_;  // I/O thread only
   std::chrono::steady_clock::time_point last_keepalive_{};  // I/O thread only
   bool shut_ = false;
 };
