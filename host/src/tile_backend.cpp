@@ -119,7 +119,11 @@ void tile_backend::submit(backends::batch_request request, std::function<void(ba
     if (!stopping_) {
       outstanding_ += tokens;
       jobs_.push_back({std::move(request), std::move(done), tokens, 0, steady::now()});
-      work_cv_.notify_one();
+      // Every worker: they share one condition variable and a worker whose replica is down
+      // ignores the wake-up, so notify_one could pick it and leave the job queued with a free
+      // replica up (the 504s after a lost replica: the job waited for the next notify, i.e. until
+      // the lost replica came back or the request's deadline passed).
+      work_cv_.notify_all();
       return;
     }
   }

@@ -3,6 +3,8 @@
 // give the same tokens whatever shares the batch, stop conditions, cancellation frees blocks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <random>
@@ -227,6 +229,71 @@ TEST(LlmEngine, CancellationFreesBlocksAndRefusals) {
 // requests (seeded lengths, submitted from several threads, some cancelled) all end with the
 // reference's tokens or "cancelled"; each replica got work; nothing holds a block afterwards and
 // the metrics' KV gauges are the replicas' sums.
+// A backend that loses a replica's tile at its `at`-th step, the way tile_llm_backend reports it:
+// the tile came back empty (kv_lost: the engine recomputes what was running), or the replica did
+// not come back within its recovery limit (a plain failure).
+class losing_backend final : public backends::llm_backend {
+ public:
+  losing_backend(std::shared_ptr<backends::llm_backend> inner, int at, bool back)
+      : inner_(std::move(inner)), at_(at), back_(back) {}
+  backends::llm_backend_info info() const override { return inner_->info(); }
+  void submit(backends::step_batch batch, std::function<void(backends::step_result)> done) override {
+    if (++steps_ == at_) {
+      backends::step_result r;
+      r.kv_lost = back_;
+      r.st = back_ ? status::peer_failed("tiles0: a tile failed and was brought back; its KV cache is empty")
+                   : status::peer_failed("tiles0: the replica did not come back within 60000 ms: tile 1 did not come back");
+      return done(std::move(r));
+    }
+    inner_->submit(std::move(batch), std::move(done));
+  }
+
+ private:
+  std::shared_ptr<backends::llm_backend> inner_;
+  int at_;
+  bool back_;
+  std::atomic<int> steps_{0};
+};
+
+// The policy for a stream whose replica loses a tile (docs/cluster.md, "LLM streams"): the replica
+// comes back and recomputes prompt + generated tokens, and the stream continues with the text it
+// would have had; or it does not come back in time, and the stream ends with an error event naming
+// why, after a prefix of that text: never a shorter stream that looks complete.
+TEST(LlmEngine, AStreamWhoseReplicaLosesATileContinuesUnchangedOrEndsWithAnError) {
+  for (bool back : {true, false}) {
+    SCOPED_TRACE(back ? "the replica comes back" : "the replica does not come back");
+    llm_engine e({}, std::make_shared<losing_backend>(make_toy_llm_backend({.num_blocks = 64}), 6, back),
+                 make_byte_tokenizer(), nullptr);
+    e.start();
+    std::vector<std::shared_ptr<collected>> out;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 4; ++i) {
+      prompts.push_back(prompt_of(5 + 3 * i, 40 + i));
+      out.push_back(std::make_shared<collected>());
+      ASSERT_TRUE(e.submit(request(out.back(), prompts.back(), 20)));
+    }
+    int errors = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_TRUE(wait(out[i]));
+      const auto want = toy_llm_generate(prompts[i], 20);
+      if (back) {
+        EXPECT_EQ(out[i]->tokens, want) << i;
+        EXPECT_EQ(out[i]->finish_reason, "length") << i;
+        continue;
+      }
+      // Every stream was running at the 6th step: each ends with the error, after a prefix.
+      ASSERT_LE(out[i]->tokens.size(), want.size());
+      EXPECT_LT(out[i]->tokens.size(), want.size()) << i;
+      EXPECT_TRUE(std::equal(out[i]->tokens.begin(), out[i]->tokens.end(), want.begin())) << i;
+      EXPECT_EQ(out[i]->finish_reason, "error") << i;
+      EXPECT_NE(out[i]->error.message().find("did not come back within"), std::string::npos) << out[i]->error.message();
+      errors += out[i]->finish_reason == "error";
+    }
+    if (!back) EXPECT_EQ(errors, 4);
+    e.stop();
+  }
+}
+
 TEST(LlmRouter, RandomRequestsAcrossReplicasEqualTheReference) {
   serving_metrics m;
   std::vector<std::unique_ptr<llm_engine>> engines;
