@@ -196,6 +196,7 @@ struct tile_daemon::impl {
         continue;  // an abort for another batch is stale
       }
       if (t && *t == msg_type::shutdown) {
+        on_shutdown(e);  // a fenced incarnation mid-run still exits 1
         g_stop = true;
         return true;
       }
@@ -261,6 +262,17 @@ struct tile_daemon::impl {
     TESSERA_LOG_DEBUG("connected to " << group_size << " tiles");
   }
 
+  // "fenced: ..." (host/src/tile_group.cpp): the host declared this incarnation failed (a
+  // partition, silence) and will never use it again. The tile exits with status 1 so that its
+  // launcher starts the next incarnation now; a plain shutdown is a clean exit (0).
+  void on_shutdown(const envelope& e) {
+    exchange::shutdown m;
+    if (decode(e, m).ok() && m.reason.rfind("fenced: ", 0) == 0) {
+      TESSERA_LOG_ERROR("the host fenced this incarnation (" << m.reason.substr(8) << "); exiting with status 1");
+      fenced = true;
+    }
+  }
+
   void reject(const status& st) {
     ++control_bad;
     publish_memory();
@@ -284,17 +296,7 @@ struct tile_daemon::impl {
       case msg_type::fetch_tensor: on_fetch(e); break;
       case msg_type::abort_run: break;  // nothing is running: stale
       case msg_type::heartbeat: break;  // the host's keepalive: heard, nothing to do
-      case msg_type::shutdown: {
-        // "fenced: ..." (host/src/tile_group.cpp): the host declared this incarnation failed (a
-        // partition, silence) and will never use it again. Exit with status 1 so that the
-        // launcher starts the next incarnation now; a plain shutdown is a clean exit (0).
-        exchange::shutdown m;
-        if (decode(e, m).ok() && m.reason.rfind("fenced: ", 0) == 0) {
-          TESSERA_LOG_ERROR("the host fenced this incarnation (" << m.reason.substr(8) << "); exiting with status 1");
-          fenced = true;
-        }
-        return false;
-      }
+      case msg_type::shutdown: on_shutdown(e); return false;
       default: reject(status::bad_message("unexpected " + std::string(msg_type_name(*t)) + " on the control socket"));
     }
     return true;
