@@ -26,10 +26,10 @@ int fail(const status& st) {
 // Mixed lengths 1..max that fill most of the budget.
 models::packed_batch check_batch(const models::bert_config& cfg, int budget, int max_seqs, uint64_t seed) {
   models::splitmix64 rng(seed);
-  std::vector<int> lengths{1, std::min(cfg.max_position_embeddings, budget)};
+  std::vector<int> lengths{1, std::min(cfg.max_sequence_length(), budget)};
   int total = lengths[0] + lengths[1];
   while (static_cast<int>(lengths.size()) < max_seqs) {
-    int l = static_cast<int>(rng.uniform(1, cfg.max_position_embeddings));
+    int l = static_cast<int>(rng.uniform(1, cfg.max_sequence_length()));
     if (total + l > budget) break;
     lengths.push_back(l);
     total += l;
@@ -48,7 +48,7 @@ result<std::vector<std::shared_ptr<remote_backend>>> gpu_processes(const models:
   for (size_t i = 0; i < n; ++i) {
     remote_backend_config c;
     c.info = {.name = "gpu" + std::to_string(o.gpu_replicas + static_cast<int>(i)), .kind = "gpu",
-              .max_sequence_length = m.config.max_position_embeddings, .num_labels = m.config.num_labels};
+              .max_sequence_length = m.config.max_sequence_length(), .num_labels = m.config.num_labels};
     if (i < o.gpu_endpoints.size()) {
       c.endpoint = o.gpu_endpoints[i];
     } else {
@@ -181,7 +181,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   serving::serving_metrics metrics;
   serving::router r(o.so.routing, serving::default_clock(), &metrics);
   auto tiles = std::make_shared<tile_backend>(std::move(deployed), "tiles0");
-  o.so.batching.max_sequence_length = model->config.max_position_embeddings;
+  o.so.batching.max_sequence_length = model->config.max_sequence_length();
   if (auto st = r.add_backend(tiles, o.so.batching); !st.ok()) return fail(st);
   for (int i = 0; i < o.gpu_replicas; ++i) {
     auto gpu = backends::make_reference_backend(bf16_model ? bf16_model : model, {.name = "gpu" + std::to_string(i), .kind = "gpu", .threads = 1,

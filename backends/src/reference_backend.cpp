@@ -70,7 +70,7 @@ std::shared_ptr<thread_pool_backend> make_reference_backend(
   backend_info info;
   info.name = opts.name;
   info.kind = opts.kind;
-  info.max_sequence_length = model->config.max_position_embeddings;
+  info.max_sequence_length = model->config.max_sequence_length();
   info.token_budget = opts.token_budget;
   info.max_batch_sequences = opts.max_batch_sequences;
   const bool embedding = model->task == models::encoder_task::embedding;

@@ -26,7 +26,7 @@ result<std::unique_ptr<compute_pool>> compute_pool::start(const compute_options&
   // The GPU baseline process loads its model while the tile group starts; it must answer a ping
   // before the pool is returned.
   host::remote_backend_config rc;
-  rc.info = {.name = "gpu0", .kind = "gpu", .max_sequence_length = p->model_->config.max_position_embeddings,
+  rc.info = {.name = "gpu0", .kind = "gpu", .max_sequence_length = p->model_->config.max_sequence_length(),
              .num_labels = p->model_->config.num_labels};
   rc.spawn_binary = o.gpu_binary.empty() ? host::default_bin_dir() + "/tessera-gpu" : o.gpu_binary;
   rc.spawn_args = {"--model", o.model, "--seed", std::to_string(o.seed), "--name", "gpu0", "--threads", "1",

@@ -146,11 +146,11 @@ struct gpu_server::impl {
       return;
     }
     const int32_t longest = *std::max_element(m.seq_lengths.begin(), m.seq_lengths.end());
-    if (m.layout == 1 && (m.padded_length < longest || m.padded_length > model->config.max_position_embeddings)) {
+    if (m.layout == 1 && (m.padded_length < longest || m.padded_length > model->config.max_sequence_length())) {
       reply_error(peer, m.batch_id,
                   status::invalid("padded_length " + std::to_string(m.padded_length) + " is not in [" +
                                   std::to_string(longest) + ", " +
-                                  std::to_string(model->config.max_position_embeddings) + "]"));
+                                  std::to_string(model->config.max_sequence_length()) + "]"));
       return;
     }
     if (in_flight.load() >= static_cast<int64_t>(cfg.max_queued_batches)) {

@@ -210,7 +210,8 @@ std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vec
           auto& a = b.step(t, base).compute;
           if (s == 0 && l == lr.begin)
             a.push_back(make_call<kid::embed>({ids::token_ids, ids::token_types, ids::word, ids::position, ids::token_type,
-                                               ids::emb_gamma, ids::emb_beta}, {ids::hidden}, {mp(m), eps}));
+                                               ids::emb_gamma, ids::emb_beta}, {ids::hidden},
+                                              {mp(m), eps, L.cfg.position_pad_id()}));
           a.push_back(make_call<kid::linear>({ids::hidden, ids::layer(l, ids::qkv_w), ids::layer(l, ids::qkv_b)}, {ids::qkv},
                                              {mp(m), models::activation::none}));
           a.push_back(make_call<kid::attention>({ids::qkv}, {ids::context},
@@ -405,9 +406,9 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
   if (req.tiles <= 0) return status::invalid("--tiles must be positive");
   if (req.token_budget < 1)
     return status::invalid("--token-budget must be positive");
-  if (req.token_budget < cfg.max_position_embeddings)
+  if (req.token_budget < cfg.max_sequence_length())
     return status::invalid("--token-budget " + std::to_string(req.token_budget) + " is below the longest sequence (" +
-                           std::to_string(cfg.max_position_embeddings) + " tokens); raise it");
+                           std::to_string(cfg.max_sequence_length()) + " tokens); raise it");
   const int max_seqs = req.max_sequences > 0 ? req.max_sequences : std::max(1, req.token_budget / 8);
   auto candidates = detail::candidate_plans(cfg, req, /*lanes_need_heads=*/false);  // a BERT lane may hold no heads
   if (!candidates.ok()) return candidates.error();

@@ -33,7 +33,7 @@ tile_backend::tile_backend(std::unique_ptr<tile_model> model, std::string name, 
   const auto& c = model_->compiled();
   info_.name = std::move(name);
   info_.kind = "tiles";
-  info_.max_sequence_length = c.config.max_position_embeddings;
+  info_.max_sequence_length = c.config.max_sequence_length();
   info_.token_budget = c.token_budget;
   info_.max_batch_sequences = c.max_sequences;
   info_.num_labels = c.output_width();

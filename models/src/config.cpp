@@ -6,6 +6,16 @@
 namespace tessera::models {
 namespace {
 
+struct family_row {
+  encoder_family family;
+  std::string_view model_type, prefix;  // HF model_type, class-name prefix
+};
+constexpr family_row families[] = {
+    {encoder_family::bert, "bert", "Bert"},
+    {encoder_family::roberta, "roberta", "Roberta"},
+    {encoder_family::xlm_roberta, "xlm-roberta", "XLMRoberta"},
+};
+
 std::vector<std::string> default_labels(int n) {
   std::vector<std::string> v;
   for (int i = 0; i < n; ++i) v.push_back("LABEL_" + std::to_string(i));
@@ -14,12 +24,40 @@ std::vector<std::string> default_labels(int n) {
 
 }  // namespace
 
+std::string_view family_model_type(encoder_family f) {
+  for (const auto& r : families)
+    if (r.family == f) return r.model_type;
+  return "bert";
+}
+
+std::string supported_encoder_classes() {
+  std::string v;
+  for (const auto& r : families)
+    for (const char* suffix : {"ForSequenceClassification", "Model"})
+      v += (v.empty() ? "" : ", ") + std::string(r.prefix) + suffix;
+  return v;
+}
+
+std::string encoder_hf_class(const bert_config& c) {
+  for (const auto& r : families)
+    if (r.family == c.family)
+      return std::string(r.prefix) + (c.num_labels > 0 ? "ForSequenceClassification" : "Model");
+  return "BertForSequenceClassification";
+}
+
 status bert_config::validate() const {
   TESSERA_RETURN_IF_ERROR(model_shape::validate());
   if (arch != architecture::bert) return status::invalid("the model is not a BERT encoder");
   if (static_cast<int>(id2label.size()) != num_labels)
     return status::invalid("id2label has " + std::to_string(id2label.size()) + " names but num_labels is " +
                            std::to_string(num_labels));
+  if (pad_token_id < 0 || pad_token_id >= vocab_size)
+    return status::invalid("pad_token_id " + std::to_string(pad_token_id) + " is outside the vocab [0, " +
+                           std::to_string(vocab_size) + ")");
+  if (max_sequence_length() < 1)
+    return status::invalid("max_position_embeddings " + std::to_string(max_position_embeddings) +
+                           " leaves no position after the pad_token_id + 1 = " + std::to_string(position_offset()) +
+                           " that " + std::string(family_model_type(family)) + " positions start at");
   return {};
 }
 
@@ -38,9 +76,33 @@ result<bert_config> parse_config_json(std::string_view json_text) {
   try {
     const auto j = nlohmann::json::parse(json_text);
     if (!j.is_object()) return status::invalid("config.json is not a JSON object");
-    if (j.contains("model_type") && j["model_type"].is_string() && j["model_type"] != "bert")
-      return status::invalid("model_type is \"" + j["model_type"].get<std::string>() +
-                             "\"; only \"bert\" is supported");
+    if (j.contains("model_type")) {
+      if (!j["model_type"].is_string())
+        return status::invalid("field \"model_type\" must be a string, got " + j["model_type"].dump());
+      const auto mt = j["model_type"].get<std::string>();
+      const family_row* row = nullptr;
+      for (const auto& r : families)
+        if (r.model_type == mt) row = &r;
+      if (!row)
+        return status::invalid("model_type is \"" + mt +
+                               "\"; the encoders supported are \"bert\", \"roberta\" and \"xlm-roberta\" (" +
+                               supported_encoder_classes() + ")");
+      c.family = row->family;
+    }
+    if (j.contains("architectures")) {
+      const auto& a = j["architectures"];
+      if (!a.is_array() || a.size() != 1 || !a[0].is_string())
+        return status::invalid("field \"architectures\" must be a list of one class name, got " + a.dump());
+      const auto cls = a[0].get<std::string>();
+      std::string prefix;
+      for (const auto& r : families)
+        if (r.family == c.family) prefix = r.prefix;
+      if (cls != prefix + "ForSequenceClassification" && cls != prefix + "Model")
+        return status::invalid("architectures [\"" + cls + "\"] is not supported for model_type \"" +
+                               std::string(family_model_type(c.family)) + "\"; supported: " +
+                               supported_encoder_classes());
+    }
+    if (c.family != encoder_family::bert) c.pad_token_id = 1;  // RobertaConfig's default padding_idx
     auto get_int = [&](const char* key, int& out, bool required) -> status {
       if (!j.contains(key)) {
         if (required) return status::invalid(std::string("missing field \"") + key + "\"");
@@ -58,6 +120,11 @@ result<bert_config> parse_config_json(std::string_view json_text) {
     TESSERA_RETURN_IF_ERROR(get_int("vocab_size", c.vocab_size, true));
     TESSERA_RETURN_IF_ERROR(get_int("max_position_embeddings", c.max_position_embeddings, false));
     TESSERA_RETURN_IF_ERROR(get_int("type_vocab_size", c.type_vocab_size, false));
+    // RoBERTa / XLM-R use one token type; type_vocab_size 0 (no token_type_embeddings stored) is
+    // the same model: bert_weights::bind adds a zero row.
+    if (c.family != encoder_family::bert && c.type_vocab_size == 0) c.type_vocab_size = 1;
+    if (j.contains("pad_token_id") && !j["pad_token_id"].is_null())
+      TESSERA_RETURN_IF_ERROR(get_int("pad_token_id", c.pad_token_id, false));
     c.num_kv_heads = c.num_heads;
     if (j.contains("layer_norm_eps")) {
       if (!j["layer_norm_eps"].is_number())
@@ -110,8 +177,8 @@ result<bert_config> parse_config_json(std::string_view json_text) {
 
 std::string to_config_json(const bert_config& c) {
   nlohmann::ordered_json j;
-  j["architectures"] = {"BertForSequenceClassification"};
-  j["model_type"] = "bert";
+  j["architectures"] = {encoder_hf_class(c)};
+  j["model_type"] = std::string(family_model_type(c.family));
   j["hidden_size"] = c.hidden_size;
   j["num_hidden_layers"] = c.num_layers;
   j["num_attention_heads"] = c.num_heads;
@@ -122,6 +189,7 @@ std::string to_config_json(const bert_config& c) {
   j["vocab_size"] = c.vocab_size;
   j["layer_norm_eps"] = c.norm_eps;
   j["position_embedding_type"] = "absolute";
+  j["pad_token_id"] = c.pad_token_id;
   j["num_labels"] = c.num_labels;
   nlohmann::ordered_json labels = nlohmann::ordered_json::object();
   for (size_t i = 0; i < c.id2label.size(); ++i) labels[std::to_string(i)] = c.id2label[i];

@@ -90,7 +90,8 @@ std::vector<float> run_encoder(const bert_model& m, const int32_t* ids, const in
   float *const qkv = base, *const ctx = qkv + T * 3 * h, *const tmp = ctx + T * h, *const ffn = tmp + T * h;
   const double hh = 2.0 * T * h * h, hf = 2.0 * T * h * f;
   timed(forward_op::embed, 0, [&] {
-    embed(ids, types, seq_offsets, num_rows_groups, e.word, e.position, e.token_type, h, x.data());
+    embed(ids, types, seq_offsets, num_rows_groups, e.word, e.position, e.token_type, h, x.data(),
+          c.position_pad_id());
     layer_norm(x.data(), T, h, e.ln_gamma, e.ln_beta, c.norm_eps, x.data());
   });
   const activation act = act_of(c);
@@ -147,7 +148,7 @@ std::vector<bfloat16> run_encoder_bf16(const bert_model& m, const int32_t* ids, 
   timed(forward_op::embed, 0, [&] {
     std::vector<float> e(static_cast<size_t>(T * h));
     embed(ids, types, seq_offsets, num_row_groups, w.word.data(), w.position.data(), w.token_type.data(), h,
-          e.data());
+          e.data(), c.position_pad_id());
     const auto& ew = m.weights.embeddings();
     layer_norm(e.data(), T, h, ew.ln_gamma, ew.ln_beta, c.norm_eps, x.data());
   });
@@ -276,8 +277,9 @@ void for_each_padded_chunk(const bert_model& m, const packed_batch& b, int batch
     int max_len = 0;
     for (int s = first; s < first + count; ++s) max_len = std::max(max_len, b.seq_len(s));
     const int64_t T = int64_t{count} * max_len;
-    // Padding rows hold [PAD] (id 0), type 0; every row of the rectangle is computed.
-    std::vector<int32_t> ids(static_cast<size_t>(T), 0), types(static_cast<size_t>(T), 0), lengths, rows, offsets;
+    // Padding rows hold the pad token ([PAD] 0, RoBERTa's <pad> 1), type 0; every row of the
+    // rectangle is computed.
+    std::vector<int32_t> ids(static_cast<size_t>(T), c.pad_token_id), types(static_cast<size_t>(T), 0), lengths, rows, offsets;
     for (int i = 0; i < count; ++i) {
       const int s = first + i, len = b.seq_len(s);
       std::copy_n(b.token_ids.begin() + b.seq_offsets[s], len, ids.begin() + int64_t{i} * max_len);

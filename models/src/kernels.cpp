@@ -341,13 +341,28 @@ void softmax(float* x, int64_t rows, int64_t n, int64_t ld) {
   for (int64_t r = 0; r < rows; ++r) detail::softmax_row(x + r * ld, n);
 }
 
+void embed_positions(const int32_t* token_ids, int64_t len, int position_pad_id, int32_t* out) {
+  if (position_pad_id < 0) {
+    for (int64_t i = 0; i < len; ++i) out[i] = static_cast<int32_t>(i);
+    return;
+  }
+  int32_t k = 0;
+  for (int64_t i = 0; i < len; ++i)
+    out[i] = token_ids[i] == position_pad_id ? position_pad_id : position_pad_id + ++k;
+}
+
 void embed(const int32_t* token_ids, const int32_t* token_type_ids, const int32_t* seq_offsets, int num_seqs,
-           const float* word, const float* position, const float* token_type, int64_t hidden, float* out) {
+           const float* word, const float* position, const float* token_type, int64_t hidden, float* out,
+           int position_pad_id) {
 #pragma omp parallel for schedule(dynamic, 1) if (num_seqs > 1)
   for (int s = 0; s < num_seqs; ++s) {
+    int32_t k = 0;  // non-pad tokens so far (RoBERTa)
     for (int64_t t = seq_offsets[s]; t < seq_offsets[s + 1]; ++t) {
       const float* w = word + int64_t{token_ids[t]} * hidden;
-      const float* p = position + (t - seq_offsets[s]) * hidden;
+      const int64_t pos = position_pad_id < 0             ? t - seq_offsets[s]
+                          : token_ids[t] == position_pad_id ? position_pad_id
+                                                            : position_pad_id + ++k;
+      const float* p = position + pos * hidden;
       const float* ty = token_type + int64_t{token_type_ids ? token_type_ids[t] : 0} * hidden;
       float* o = out + t * hidden;
 #pragma omp simd

@@ -20,6 +20,7 @@
 
 #include "kernels_internal.hpp"
 #include "tessera/common/check.hpp"
+#include "tessera/models/kernels.hpp"
 #include "tessera/models/kernels_bf16.hpp"
 
 namespace tessera::models {
@@ -283,14 +284,17 @@ void add_layer_norm(const float* x, const bfloat16* residual, int64_t T, int64_t
 }
 
 void embed(const int32_t* token_ids, const int32_t* token_type_ids, const int32_t* seq_offsets, int num_seqs,
-           const bfloat16* word, const bfloat16* position, const bfloat16* token_type, int64_t hidden, float* out) {
+           const bfloat16* word, const bfloat16* position, const bfloat16* token_type, int64_t hidden, float* out,
+           int position_pad_id) {
 #pragma omp parallel for schedule(dynamic, 1) if (num_seqs > 1)
   for (int s = 0; s < num_seqs; ++s) {
     std::vector<float> p(static_cast<size_t>(hidden)), ty(static_cast<size_t>(hidden));
+    std::vector<int32_t> pos(static_cast<size_t>(seq_offsets[s + 1] - seq_offsets[s]));
+    embed_positions(token_ids + seq_offsets[s], static_cast<int64_t>(pos.size()), position_pad_id, pos.data());
     for (int64_t t = seq_offsets[s]; t < seq_offsets[s + 1]; ++t) {
       float* o = out + t * hidden;
       to_float(word + int64_t{token_ids[t]} * hidden, hidden, o);
-      to_float(position + (t - seq_offsets[s]) * hidden, hidden, p.data());
+      to_float(position + int64_t{pos[static_cast<size_t>(t - seq_offsets[s])]} * hidden, hidden, p.data());
       to_float(token_type + int64_t{token_type_ids ? token_type_ids[t] : 0} * hidden, hidden, ty.data());
 #pragma omp simd
       for (int64_t i = 0; i < hidden; ++i) o[i] = o[i] + p[i] + ty[i];  // the fp32 embed's order

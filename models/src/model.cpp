@@ -17,7 +17,7 @@ result<wordpiece_tokenizer> bert_model::make_tokenizer() const {
   if (!vocab) return status::invalid(source + ": the model has no vocab.txt; add one to tokenize text");
   tokenizer_options o;
   o.lower_case = lower_case;
-  o.max_length = config.max_position_embeddings;
+  o.max_length = config.max_sequence_length();
   return wordpiece_tokenizer::create(vocab, o);
 }
 
@@ -71,8 +71,10 @@ result<bert_model> load_encoder(std::string_view path_or_preset, uint64_t preset
     try {
       const auto j = nlohmann::json::parse(*text);
       const auto a = j.find("architectures");
-      if (a != j.end() && a->is_array() && a->size() == 1 && (*a)[0] == "BertModel")
-        return status::invalid(config_path.string() + ": architectures [\"BertModel\"] has no head, and the folder has "
+      bert_config headless = m.config;
+      headless.num_labels = 0;
+      if (a != j.end() && a->is_array() && a->size() == 1 && (*a)[0] == encoder_hf_class(headless))
+        return status::invalid(config_path.string() + ": architectures " + a->dump() + " has no head, and the folder has "
                                "no modules.json: add sentence-transformers' modules.json and 1_Pooling/config.json "
                                "to serve it as an embedding model");
     } catch (const nlohmann::json::exception&) {
@@ -94,6 +96,8 @@ result<bert_model> load_encoder(std::string_view path_or_preset, uint64_t preset
   if (!w) return w.error();
   m.weights = std::move(*w);
 
+  if (m.config.family != encoder_family::bert && fs::exists(dir / "tokenizer.json", ec))
+    m.tokenizer_json = (dir / "tokenizer.json").string();
   const fs::path vocab_path = dir / "vocab.txt";
   if (fs::exists(vocab_path, ec)) {
     auto v = vocabulary::from_file(vocab_path.string());
@@ -122,7 +126,7 @@ status save_model(const bert_model& model, const std::string& dir_str) {
   TESSERA_RETURN_IF_ERROR(detail::start_model_folder(dir, to_config_json(model.config)));
   std::map<std::string, tensor_view> tensors;
   for (const auto& spec : expected_tensors(model.config)) {
-    const std::string stored = spec.name.rfind("classifier", 0) == 0 ? spec.name : "bert." + spec.name;
+    const std::string stored = stored_tensor_name(model.config, spec.name);
     tensors[stored] = *model.weights.find(spec.name);
   }
   TESSERA_RETURN_IF_ERROR(write_safetensors((dir / "model.safetensors").string(), tensors));

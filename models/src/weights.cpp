@@ -56,10 +56,15 @@ std::vector<tensor_spec> expected_tensors(const bert_config& c) {
 
 namespace {
 
-// Canonical name: without "bert."; old TF-converted checkpoints say LayerNorm.gamma/beta.
+// Canonical name: without "bert." (or "roberta."); old TF-converted checkpoints say
+// LayerNorm.gamma/beta; RoBERTa's head (classifier.dense, classifier.out_proj) is BERT's pooler and
+// classifier: the same dense + tanh + linear on the first token.
 std::string canonical_name(std::string_view name) {
   std::string s(name);
   if (s.rfind("bert.", 0) == 0) s = s.substr(5);
+  else if (s.rfind("roberta.", 0) == 0) s = s.substr(8);
+  if (s.rfind("classifier.dense.", 0) == 0) s = "pooler.dense." + s.substr(17);
+  else if (s.rfind("classifier.out_proj.", 0) == 0) s = "classifier." + s.substr(20);
   auto ends_with = [&](std::string_view suf) {
     return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
   };
@@ -68,7 +73,26 @@ std::string canonical_name(std::string_view name) {
   return s;
 }
 
+// A pooler stored beside RoBERTa's head ("roberta.pooler.dense.*", as some checkpoints keep from
+// pre-training): the head does not read it, and its canonical name is the head's dense layer.
+bool is_stored_pooler(std::string_view name) {
+  if (name.rfind("roberta.", 0) == 0) name.remove_prefix(8);
+  return name.rfind("pooler.", 0) == 0;
+}
+
+// The name a RoBERTa checkpoint stores a canonical tensor under (for errors and save_model).
+std::string roberta_name(const std::string& canonical) {
+  if (canonical.rfind("pooler.dense.", 0) == 0) return "classifier.dense." + canonical.substr(13);
+  if (canonical.rfind("classifier.", 0) == 0) return "classifier.out_proj." + canonical.substr(11);
+  return "roberta." + canonical;
+}
+
 }  // namespace
+
+std::string stored_tensor_name(const bert_config& cfg, const std::string& canonical) {
+  if (cfg.family != encoder_family::bert) return roberta_name(canonical);
+  return canonical.rfind("classifier", 0) == 0 ? canonical : "bert." + canonical;
+}
 
 status check_tensor_shapes(const std::vector<tensor_spec>& specs,
                            const std::map<std::string, tensor_view, std::less<>>& tensors, std::string_view source,
@@ -90,10 +114,37 @@ result<bert_weights> bert_weights::bind(const bert_config& cfg, std::map<std::st
                                         std::shared_ptr<const void> storage, std::string_view source) {
   TESSERA_RETURN_IF_ERROR(cfg.validate());
   bert_weights w;
-  w.storage_ = std::move(storage);
-  for (auto& [name, view] : tensors) w.tensors_[canonical_name(name)] = view;
-  TESSERA_RETURN_IF_ERROR(
-      check_tensor_shapes(expected_tensors(cfg), w.tensors_, source, ", with or without the \"bert.\" prefix"));
+  const bool roberta = cfg.family != encoder_family::bert;
+  for (auto& [name, view] : tensors)
+    if (!(roberta && is_stored_pooler(name))) w.tensors_[canonical_name(name)] = view;
+  // RoBERTa / XLM-R without token types (type_vocab_size 1 and no tensor): a zero row, which is
+  // what a single type's embedding adds when HF's buffer is all zeros.
+  const std::string types_name = "embeddings.token_type_embeddings.weight";
+  std::shared_ptr<std::vector<float>> zero_types;
+  if (roberta && cfg.type_vocab_size == 1 && !w.tensors_.count(types_name)) {
+    zero_types = std::make_shared<std::vector<float>>(static_cast<size_t>(cfg.hidden_size), 0.0f);
+    w.tensors_[types_name] = {{1, cfg.hidden_size}, zero_types->data()};
+  }
+  w.storage_ = zero_types ? std::shared_ptr<const void>(std::make_shared<std::pair<std::shared_ptr<const void>,
+                                                                                   std::shared_ptr<std::vector<float>>>>(
+                                std::move(storage), zero_types))
+                          : std::move(storage);
+  if (roberta) {
+    for (const auto& spec : expected_tensors(cfg)) {
+      auto it = w.tensors_.find(spec.name);
+      const std::string hf = roberta_name(spec.name);
+      if (it == w.tensors_.end())
+        return status::invalid(std::string(source) + ": missing tensor \"" + hf + "\" (expected shape " +
+                               shape_string(spec.shape) + ", with or without the \"roberta.\" prefix)");
+      if (it->second.shape != spec.shape)
+        return status::invalid(std::string(source) + ": tensor \"" + hf + "\" has shape " +
+                               shape_string(it->second.shape) + ", expected " + shape_string(spec.shape) +
+                               " from config.json");
+    }
+  } else {
+    TESSERA_RETURN_IF_ERROR(check_tensor_shapes(expected_tensors(cfg), w.tensors_, source,
+                                                ", with or without the \"bert.\" prefix"));
+  }
   auto p = [&](const std::string& n) { return w.tensors_.at(n).data; };
   w.embeddings_ = {p("embeddings.word_embeddings.weight"), p("embeddings.position_embeddings.weight"),
                    p("embeddings.token_type_embeddings.weight"), p("embeddings.LayerNorm.weight"),

@@ -41,9 +41,9 @@ status validate_batch(const bert_config& cfg, const packed_batch& b) {
                            std::to_string(b.num_tokens()) + " tokens");
   for (int s = 0; s < b.num_seqs(); ++s) {
     const int len = b.seq_len(s);
-    if (len < 1 || len > cfg.max_position_embeddings)
+    if (len < 1 || len > cfg.max_sequence_length())
       return status::invalid("sequence " + std::to_string(s) + " has " + std::to_string(len) +
-                             " tokens; it must have 1.." + std::to_string(cfg.max_position_embeddings));
+                             " tokens; it must have 1.." + std::to_string(cfg.max_sequence_length()));
   }
   for (int64_t t = 0; t < b.num_tokens(); ++t) {
     const auto i = static_cast<size_t>(t);

@@ -61,17 +61,26 @@ status embed_kernel(const kernel_args& a) {
   const dtype dt = x.desc.type;
   TESSERA_RETURN_IF_ERROR(same_dtype({&x, a.inputs[2], a.inputs[3], a.inputs[4]}, dt));
   TESSERA_RETURN_IF_ERROR(same_dtype({a.inputs[5], a.inputs[6]}, dtype::f32));
+  // Every position row a sequence reads must be in the table (RoBERTa's start at pad + 1).
+  const int64_t table_rows = a.inputs[3]->desc.shape.empty() ? 0 : a.inputs[3]->desc.shape[0];
+  for (int s = 0; s < seqs; ++s) {
+    const int64_t len = m->offsets[static_cast<size_t>(s) + 1] - m->offsets[static_cast<size_t>(s)];
+    const int64_t last = p->position_pad_id < 0 ? len - 1 : int64_t{p->position_pad_id} + len;
+    if (last >= table_rows)
+      return status::invalid("sequence of " + std::to_string(len) + " tokens reads position " + std::to_string(last) +
+                             " of a " + std::to_string(table_rows) + "-row position table");
+  }
   if (dt == dtype::bf16) {
     std::vector<float> sum(static_cast<size_t>(rows * hidden));
     models::embed(ids, types, m->offsets.data(), seqs, bf16_of(*a.inputs[2]), bf16_of(*a.inputs[3]),
-                  bf16_of(*a.inputs[4]), hidden, sum.data());
+                  bf16_of(*a.inputs[4]), hidden, sum.data(), p->position_pad_id);
     models::layer_norm(sum.data(), rows, hidden, a.inputs[5]->f32(), a.inputs[6]->f32(), p->eps,
                        bf16_of(x) + m->r0 * hidden);
     return ok_status();
   }
   float* out = x.f32() + m->r0 * hidden;
   models::embed(ids, types, m->offsets.data(), seqs, a.inputs[2]->f32(), a.inputs[3]->f32(), a.inputs[4]->f32(),
-                hidden, out);
+                hidden, out, p->position_pad_id);
   models::layer_norm(out, rows, hidden, a.inputs[5]->f32(), a.inputs[6]->f32(), p->eps, out);
   return ok_status();
 }

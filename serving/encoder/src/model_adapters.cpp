@@ -43,7 +43,7 @@ model_info model_info_of(const models::bert_model& model, std::string model_id) 
   model_info info;
   info.model_id = std::move(model_id);
   info.labels = model.config.id2label;
-  info.max_input_length = model.config.max_position_embeddings;
+  info.max_input_length = model.config.max_sequence_length();
   info.vocab_size = model.config.vocab_size;
   info.dtype = model.compute == models::dtype::bf16 ? "bfloat16" : "float32";
   info.task = std::string(models::task_name(model.task));

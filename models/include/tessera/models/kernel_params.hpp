@@ -91,7 +91,12 @@ struct matmul_params {
 // embed (BERT): word + position + type embeddings, then LayerNorm
 struct embed_params : micro_batch {
   float eps = 1e-12f;
-  template <class F, class S> static void fields(F& f, S& s) { micro_fields(f, s); f(s.eps, "eps"); }
+  int32_t position_pad_id = -1;  ///< RoBERTa's padding_idx: positions skip it (models::embed); -1 = BERT's
+  template <class F, class S> static void fields(F& f, S& s) {
+    micro_fields(f, s);
+    f(s.eps, "eps");
+    f(s.position_pad_id, "position_pad_id");
+  }
 };
 // linear: y = x W^T (+ b), then an activation
 struct linear_params : micro_batch {

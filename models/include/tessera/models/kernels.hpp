@@ -51,10 +51,15 @@ void add(const float* a, const float* b, int64_t n, float* y);
 void softmax(float* x, int64_t rows, int64_t n, int64_t ld = 0);
 
 /// out[T, hidden] = word[token] + position[p] + token_type[type], where p restarts at 0 at every
-/// seq_offsets boundary. No LayerNorm (call layer_norm after).
+/// seq_offsets boundary. With position_pad_id >= 0 (RoBERTa's padding_idx) p is HF's
+/// create_position_ids_from_input_ids instead: a pad token at p = pad, the k-th non-pad token of
+/// its sequence (k from 1) at p = pad + k. No LayerNorm (call layer_norm after).
 void embed(const int32_t* token_ids, const int32_t* token_type_ids, const int32_t* seq_offsets,
            int num_seqs, const float* word, const float* position, const float* token_type,
-           int64_t hidden, float* out);
+           int64_t hidden, float* out, int position_pad_id = -1);
+
+/// The position row embed reads for each token of one sequence (see embed): len values.
+void embed_positions(const int32_t* token_ids, int64_t len, int position_pad_id, int32_t* out);
 
 /// A row-major matrix operand: data and row stride.
 /// Rows of T with a row stride `ld` (elements), read-only and writable.

@@ -73,9 +73,10 @@ void add_layer_norm(const float* x, const bfloat16* residual, int64_t T, int64_t
                     const float* beta, float eps, bfloat16* y);
 
 /// out[T, hidden] (fp32) = word[token] + position[p] + token_type[type] from bf16 tables; as the
-/// fp32 embed, p restarts at every seq_offsets boundary.
+/// fp32 embed, p restarts at every seq_offsets boundary (RoBERTa's with position_pad_id >= 0).
 void embed(const int32_t* token_ids, const int32_t* token_type_ids, const int32_t* seq_offsets, int num_seqs,
-           const bfloat16* word, const bfloat16* position, const bfloat16* token_type, int64_t hidden, float* out);
+           const bfloat16* word, const bfloat16* position, const bfloat16* token_type, int64_t hidden, float* out,
+           int position_pad_id = -1);
 
 using bf16_strided = strided_rows<bfloat16>;
 using bf16_strided_out = strided_rows_out<bfloat16>;

@@ -31,6 +31,9 @@ struct bert_model {
   std::shared_ptr<const vocabulary> vocab;  ///< nullptr when the folder has no vocab.txt
   bool lower_case = true;                   ///< from tokenizer_config.json (default true)
   std::string source;                       ///< folder path or "preset:<name>:seed=<n>"
+  /// A RoBERTa / XLM-R folder's tokenizer.json (byte-level BPE or Unigram; "" when none). BERT
+  /// folders tokenize with vocab.txt.
+  std::string tokenizer_json;
   /// What the folder is for (embedding.hpp): a sentence-transformers folder is an embedding model
   /// (config.num_labels 0: no head), a one-label classifier a reranker, anything else a classifier.
   encoder_task task = encoder_task::classifier;

@@ -32,6 +32,11 @@ struct tensor_view {
   int64_t numel() const;
 };
 
+/// The name a Hugging Face checkpoint of cfg's family stores a canonical tensor under: "bert." +
+/// name (the head's classifier.* as is), or RoBERTa's "roberta." + name with the head's
+/// pooler.dense / classifier as classifier.dense / classifier.out_proj.
+std::string stored_tensor_name(const bert_config& cfg, const std::string& canonical);
+
 struct embedding_weights {
   const float* word = nullptr;        ///< [vocab_size, hidden]
   const float* position = nullptr;    ///< [max_position_embeddings, hidden]

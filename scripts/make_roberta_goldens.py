@@ -1,0 +1,195 @@
+#!/usr/bin/python3
+"""Seeded RoBERTa / XLM-RoBERTa checkpoints and their goldens (tests/data/models/), numpy only.
+
+usage: /usr/bin/python3 scripts/make_roberta_goldens.py [--out tests/data/models]
+
+Writes three Hugging Face folders:
+  tiny-roberta-cls/  RobertaForSequenceClassification (model_type roberta, 3 labels): "roberta."
+                     names, the head as RoBERTa stores it (classifier.dense, classifier.out_proj), no
+                     pooler (RoBERTa's classifier has none)
+  tiny-xlmr-embed/   a sentence-transformers folder over an XLMRobertaModel (no head; names without a
+                     prefix, pooler stored and unused): modules.json (Transformer, Pooling mean,
+                     Normalize), 1_Pooling/config.json
+  tiny-xlmr-rerank/  a one-label XLMRobertaForSequenceClassification cross-encoder ("roberta." names,
+                     a stored roberta.pooler that the head does not use)
+all with pad_token_id 1 (<s> 0, </s> 2), type_vocab_size 1, layer_norm_eps 1e-5 and
+max_position_embeddings 34 (so 32 tokens: positions start at pad_token_id + 1 = 2),
+and tiny_roberta_goldens.json: batches of token ids; the classifier's logits, the embedding
+model's token states, mean-pooled vectors and normalized vectors, the reranker's raw scores.
+
+The forward is Hugging Face's RobertaModel written out in float64 numpy, independent of tessera's
+C++: positions are create_position_ids_from_input_ids (a pad token at padding_idx, the k-th
+non-pad token at padding_idx + k; every token attended: no padding to mask), post-LN, erf GELU,
+LayerNorm eps 1e-5; RobertaClassificationHead: dense + tanh + out_proj on the <s> token.
+Tolerance: 1e-4 absolute against tessera's fp32 forward.
+"""
+import argparse, json, math, os, sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_embedding_goldens import write_json, write_safetensors, rounded  # noqa: E402 (file helpers only)
+
+PAD, BOS, EOS = 1, 0, 2
+CFG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=56,
+           max_position_embeddings=34, type_vocab_size=1, layer_norm_eps=1e-5, hidden_act="gelu",
+           pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS)
+MAX_LEN = CFG["max_position_embeddings"] - PAD - 1
+VOCAB = {"roberta": 320, "xlm-roberta": 260}
+LABELS = ["negative", "neutral", "positive"]
+
+
+def init_params(vocab_size, rng, prefix, head, pooler):
+    h, f, L, P = CFG["hidden_size"], CFG["intermediate_size"], CFG["num_hidden_layers"], CFG["max_position_embeddings"]
+    n = lambda *shape, std=0.1: rng.standard_normal(shape) * std
+    p = {prefix + "embeddings.word_embeddings.weight": n(vocab_size, h, std=0.5),
+         prefix + "embeddings.position_embeddings.weight": n(P, h, std=0.5),
+         prefix + "embeddings.token_type_embeddings.weight": n(1, h, std=0.5),
+         prefix + "embeddings.LayerNorm.weight": 1 + n(h), prefix + "embeddings.LayerNorm.bias": n(h)}
+    for l in range(L):
+        pre = f"{prefix}encoder.layer.{l}."
+        for name in ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"]:
+            p[pre + name + ".weight"] = n(h, h, std=0.2); p[pre + name + ".bias"] = n(h, std=0.05)
+        p[pre + "attention.output.LayerNorm.weight"] = 1 + n(h); p[pre + "attention.output.LayerNorm.bias"] = n(h)
+        p[pre + "intermediate.dense.weight"] = n(f, h, std=0.15); p[pre + "intermediate.dense.bias"] = n(f, std=0.05)
+        p[pre + "output.dense.weight"] = n(h, f, std=0.1); p[pre + "output.dense.bias"] = n(h, std=0.05)
+        p[pre + "output.LayerNorm.weight"] = 1 + n(h); p[pre + "output.LayerNorm.bias"] = n(h)
+    if pooler:  # stored by some checkpoints; neither the embedding model nor RoBERTa's head uses it
+        p[prefix + "pooler.dense.weight"] = n(h, h, std=3.0); p[prefix + "pooler.dense.bias"] = n(h, std=3.0)
+    if head:
+        p["classifier.dense.weight"] = n(h, h, std=0.15); p["classifier.dense.bias"] = n(h, std=0.05)
+        p["classifier.out_proj.weight"] = n(head, h, std=0.5); p["classifier.out_proj.bias"] = n(head, std=0.1)
+    return {k: v.astype(np.float32).astype(np.float64) for k, v in p.items()}
+
+
+def erf(x):
+    return np.vectorize(math.erf)(x)
+
+
+def position_ids(ids):
+    """HF create_position_ids_from_input_ids (past_key_values_length 0)."""
+    mask = (np.asarray(ids) != PAD).astype(np.int64)
+    return np.cumsum(mask) * mask + PAD
+
+
+def encoder(p, prefix, ids):
+    """RobertaModel's last hidden state [L, h] of one sequence (all tokens attended), float64."""
+    h, nh, eps = CFG["hidden_size"], CFG["num_attention_heads"], CFG["layer_norm_eps"]
+    d, L = h // nh, len(ids)
+    g = lambda name: p[prefix + name]
+    lin = lambda x, name: x @ g(name + ".weight").T + g(name + ".bias")
+
+    def ln(x, name):
+        mu = x.mean(-1, keepdims=True); var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + eps) * g(name + ".weight") + g(name + ".bias")
+
+    x = g("embeddings.word_embeddings.weight")[ids] + g("embeddings.token_type_embeddings.weight")[np.zeros(L, int)] \
+        + g("embeddings.position_embeddings.weight")[position_ids(ids)]
+    x = ln(x, "embeddings.LayerNorm")
+    for l in range(CFG["num_hidden_layers"]):
+        pre = f"encoder.layer.{l}."
+        q, k, v = (lin(x, pre + "attention.self." + n).reshape(L, nh, d).transpose(1, 0, 2)
+                   for n in ("query", "key", "value"))
+        s = q @ k.transpose(0, 2, 1) / math.sqrt(d)
+        s = np.exp(s - s.max(-1, keepdims=True)); s /= s.sum(-1, keepdims=True)
+        ctx = (s @ v).transpose(1, 0, 2).reshape(L, h)
+        x = ln(lin(ctx, pre + "attention.output.dense") + x, pre + "attention.output.LayerNorm")
+        a = lin(x, pre + "intermediate.dense")
+        x = ln(lin(0.5 * a * (1 + erf(a / math.sqrt(2))), pre + "output.dense") + x, pre + "output.LayerNorm")
+    return x
+
+
+def head(p, x):
+    """RobertaClassificationHead on the <s> token (dropout off)."""
+    y = np.tanh(x[0] @ p["classifier.dense.weight"].T + p["classifier.dense.bias"])
+    return y @ p["classifier.out_proj.weight"].T + p["classifier.out_proj.bias"]
+
+
+def make_seqs(vocab_size, rng):
+    def seq(L):
+        ids = rng.integers(3, vocab_size, L).tolist()
+        ids[0] = BOS
+        if L > 1: ids[-1] = EOS
+        return ids
+    mixed = [seq(L) for L in rng.permutation(np.arange(1, MAX_LEN + 1)).tolist()]
+    short = [seq(L) for L in (1, 2, 3, 7, 5)]
+    # Pad tokens inside a sequence sit at position padding_idx and do not advance the count.
+    short.append([BOS, 17, PAD, 40, PAD, PAD, 99, EOS])
+    short.append([BOS, PAD])
+    return {"mixed_1_to_max": mixed, "short": short}
+
+
+def flat(seqs):
+    return [i for s in seqs for i in s], [len(s) for s in seqs]
+
+
+def base_config(model_type, arch, vocab_size, **extra):
+    return dict(architectures=[arch], model_type=model_type, vocab_size=vocab_size, **CFG, **extra)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data", "models"))
+    args = ap.parse_args()
+    out = os.path.abspath(args.out)
+    rng = np.random.default_rng(2812)
+
+    cls_dir = os.path.join(out, "tiny-roberta-cls")
+    os.makedirs(cls_dir, exist_ok=True)
+    write_json(os.path.join(cls_dir, "config.json"), base_config(
+        "roberta", "RobertaForSequenceClassification", VOCAB["roberta"],
+        id2label={str(i): n for i, n in enumerate(LABELS)}, label2id={n: i for i, n in enumerate(LABELS)}))
+    pc = init_params(VOCAB["roberta"], rng, "roberta.", len(LABELS), False)
+    write_safetensors(os.path.join(cls_dir, "model.safetensors"), pc)
+
+    emb = os.path.join(out, "tiny-xlmr-embed")
+    os.makedirs(emb, exist_ok=True)
+    write_json(os.path.join(emb, "config.json"), base_config("xlm-roberta", "XLMRobertaModel", VOCAB["xlm-roberta"]))
+    write_json(os.path.join(emb, "modules.json"), [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}])
+    write_json(os.path.join(emb, "1_Pooling", "config.json"), {
+        "word_embedding_dimension": CFG["hidden_size"], "pooling_mode_cls_token": False,
+        "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+        "pooling_mode_lasttoken": False, "include_prompt": True})
+    os.makedirs(os.path.join(emb, "2_Normalize"), exist_ok=True)
+    open(os.path.join(emb, "2_Normalize", ".keep"), "w").close()
+    pe = init_params(VOCAB["xlm-roberta"], rng, "", 0, True)
+    write_safetensors(os.path.join(emb, "model.safetensors"), pe)
+
+    rr = os.path.join(out, "tiny-xlmr-rerank")
+    os.makedirs(rr, exist_ok=True)
+    write_json(os.path.join(rr, "config.json"), base_config(
+        "xlm-roberta", "XLMRobertaForSequenceClassification", VOCAB["xlm-roberta"],
+        id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0}))
+    pr = init_params(VOCAB["xlm-roberta"], rng, "roberta.", 1, True)
+    write_safetensors(os.path.join(rr, "model.safetensors"), pr)
+
+    goldens = {"classifier_model": "tiny-roberta-cls", "embed_model": "tiny-xlmr-embed",
+               "rerank_model": "tiny-xlmr-rerank", "tolerance": 1e-4, "labels": LABELS,
+               "classifier_batches": [], "embed_batches": [], "rerank_batches": []}
+    for name, seqs in make_seqs(VOCAB["roberta"], rng).items():
+        ids, lengths = flat(seqs)
+        logits = [head(pc, encoder(pc, "roberta.", np.array(s))) for s in seqs]
+        goldens["classifier_batches"].append({"name": name, "token_ids": ids, "lengths": lengths,
+                                              "logits": rounded(np.stack(logits))})
+    for name, seqs in make_seqs(VOCAB["xlm-roberta"], rng).items():
+        ids, lengths = flat(seqs)
+        hs = [encoder(pe, "", np.array(s)) for s in seqs]
+        mean = np.stack([x.mean(0) for x in hs])
+        goldens["embed_batches"].append({"name": name, "token_ids": ids, "lengths": lengths,
+                                         "tokens": rounded(np.concatenate(hs)), "mean": rounded(mean),
+                                         "mean_normalized": rounded(mean / np.linalg.norm(mean, axis=1, keepdims=True))})
+    for name, seqs in make_seqs(VOCAB["xlm-roberta"], rng).items():
+        ids, lengths = flat(seqs)
+        scores = [head(pr, encoder(pr, "roberta.", np.array(s)))[0] for s in seqs]
+        goldens["rerank_batches"].append({"name": name, "token_ids": ids, "lengths": lengths,
+                                          "scores": rounded(scores)})
+    with open(os.path.join(out, "tiny_roberta_goldens.json"), "w") as f:
+        json.dump(goldens, f); f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
