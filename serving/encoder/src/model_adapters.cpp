@@ -1,6 +1,11 @@
 // The tessera_models adapters of the serving interfaces. See model_adapters.hpp.
 #include "tessera/serving/model_adapters.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include "tessera/common/text.hpp"
+#include "tessera/models/unigram_tokenizer.hpp"
+
 namespace tessera::serving {
 
 namespace {
@@ -25,9 +30,98 @@ class model_tokenizer final : public tokenizer {
   models::wordpiece_tokenizer wordpiece_;  // untruncated: tokenizer truncates (both sides)
 };
 
+// XLM-R: SentencePiece Unigram from tokenizer.json; <s> ... </s>, pairs <s> a </s></s> b </s>.
+class unigram_model_tokenizer final : public tokenizer {
+ public:
+  explicit unigram_model_tokenizer(models::unigram_tokenizer t) : t_(std::move(t)) {}
+  result<std::vector<text_piece>> pieces(std::string_view text) const override {
+    auto p = t_.tokenize_with_offsets(text);
+    if (!p) return p.error();
+    std::vector<text_piece> out;
+    out.reserve(p->size());
+    for (const auto& w : *p) out.push_back({w.id, w.start, w.stop});
+    return out;
+  }
+  int32_t cls_id() const override { return t_.bos_id(); }
+  int32_t sep_id() const override { return t_.eos_id(); }
+  std::string special_text(int32_t id) const override {
+    auto t = t_.token_text(id);
+    return t ? *t : std::string();
+  }
+  bool roberta_pairs() const override { return true; }
+
+ private:
+  models::unigram_tokenizer t_;
+};
+
+// RoBERTa: byte-level BPE from tokenizer.json. The bytes of its tokens spell the text (no
+// normalizer), so a piece's offsets are where its bytes are found, in order.
+class bpe_model_tokenizer final : public tokenizer {
+ public:
+  explicit bpe_model_tokenizer(models::bpe_tokenizer t) : t_(std::move(t)) {}
+  result<std::vector<text_piece>> pieces(std::string_view text) const override {
+    auto ids = t_.encode(text, /*add_special=*/false);
+    if (!ids) return ids.error();
+    std::vector<text_piece> out;
+    out.reserve(ids->size());
+    size_t at = 0;
+    for (int32_t id : *ids) {
+      auto b = t_.is_special(id) ? t_.token_text(id) : t_.token_bytes(id);
+      if (!b) return b.error();
+      size_t start = text.find(*b, at);
+      if (start == std::string_view::npos) start = at;  // not spelled verbatim: an empty span here
+      const size_t stop = std::min(text.size(), start + b->size());
+      out.push_back({id, start, stop});
+      at = stop;
+    }
+    return out;
+  }
+  int32_t cls_id() const override { return t_.bos_id(); }
+  int32_t sep_id() const override { return t_.eos_id(); }
+  std::string special_text(int32_t id) const override {
+    auto t = t_.token_text(id);
+    return t ? *t : std::string();
+  }
+  bool roberta_pairs() const override { return true; }
+
+ private:
+  models::bpe_tokenizer t_;
+};
+
+result<std::shared_ptr<const tokenizer>> roberta_tokenizer(const models::bert_model& model) {
+  const std::string family(models::family_model_type(model.config.family));
+  if (model.tokenizer_json.empty())
+    return status::invalid("model " + model.source + " (" + family +
+                           ") has no tokenizer.json; the server needs one to tokenize text (RoBERTa's byte-level BPE "
+                           "or XLM-R's SentencePiece Unigram)");
+  auto text = read_text_file(model.tokenizer_json);
+  if (!text) return text.error();
+  std::shared_ptr<const tokenizer> out;
+  std::string type;
+  try {
+    const auto j = nlohmann::json::parse(*text);
+    if (j.is_object() && j.contains("model") && j["model"].is_object()) type = j["model"].value("type", "BPE");
+  } catch (const nlohmann::json::exception& e) {
+    return status::invalid(model.tokenizer_json + ": not valid JSON: " + e.what());
+  }
+  if (type == "Unigram") {
+    auto u = models::unigram_tokenizer::from_tokenizer_json(*text, model.tokenizer_json);
+    if (!u) return u.error();
+    out = std::make_shared<unigram_model_tokenizer>(std::move(*u));
+  } else {
+    auto b = models::bpe_tokenizer::from_tokenizer_json(*text, model.tokenizer_json);
+    if (!b) return b.error();
+    out = std::make_shared<bpe_model_tokenizer>(std::move(*b));
+  }
+  if (out->cls_id() < 0 || out->sep_id() < 0)
+    return status::invalid(model.tokenizer_json + ": no <s> / </s> post-processor tokens to wrap a sequence in");
+  return out;
+}
+
 }  // namespace
 
 result<std::shared_ptr<const tokenizer>> make_model_tokenizer(const models::bert_model& model) {
+  if (model.config.family != models::encoder_family::bert) return roberta_tokenizer(model);
   if (!model.vocab)
     return status::invalid("model " + model.source +
                            " has no vocab.txt; the server needs one to tokenize text");

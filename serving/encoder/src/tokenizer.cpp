@@ -63,12 +63,22 @@ result<backends::sequence_input> tokenizer::encode_pair(std::string_view a, std:
   if (!pa) return pa.error().with_context("first text");
   auto pb = pieces(b);
   if (!pb) return pb.error().with_context("second text");
+  const bool roberta = roberta_pairs();
   if (max_length > 0) {
-    auto [n1, n2] = longest_first(pa->size(), pb->size(), static_cast<size_t>(std::max(0, max_length - 3)));
+    auto [n1, n2] = longest_first(pa->size(), pb->size(), static_cast<size_t>(std::max(0, max_length - (roberta ? 4 : 3))));
     cut(*pa, n1, side);
     cut(*pb, n2, side);
   }
   backends::sequence_input s;
+  if (roberta) {
+    s.token_ids.push_back(cls_id());
+    append(s, *pa, 0);
+    s.token_ids.insert(s.token_ids.end(), {sep_id(), sep_id()});
+    append(s, *pb, 0);
+    s.token_ids.push_back(sep_id());
+    s.token_type_ids.assign(s.token_ids.size(), 0);
+    return s;
+  }
   s.token_ids.push_back(cls_id());
   s.token_type_ids.push_back(0);
   append(s, *pa, 0);

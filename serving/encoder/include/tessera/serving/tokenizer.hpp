@@ -56,6 +56,9 @@ class tokenizer {
   virtual int32_t sep_id() const { return 102; }
   /// The text of a special token ("[CLS]").
   virtual std::string special_text(int32_t id) const = 0;
+  /// RoBERTa's pair layout: <s> a </s></s> b </s>, every token type 0 (RobertaProcessing and
+  /// XLM-R's template), instead of BERT's [CLS] a [SEP] b [SEP] with types 0.. 1...
+  virtual bool roberta_pairs() const { return false; }
 
   /// [CLS] text [SEP], truncated to max_length tokens (0 = no truncation) at `side`.
   result<backends::sequence_input> encode(std::string_view text, int32_t max_length,
