@@ -98,7 +98,7 @@ double cpu_seconds(const engine& e) {
 }
 
 struct row {
-  std::string model, mode, plan;
+  std::string model, mode, plan, dtype = "fp32";
   int tiles = 0, prompt = 0, batch = 0, decode = 0;
   double prefill_s = 0, decode_s = 0, prefill_cpu_s = 0, decode_cpu_s = 0;
   int64_t prefill_tokens = 0, decode_tokens = 0, prefill_steps = 0, decode_steps = 0;
@@ -312,19 +312,19 @@ struct options {
   std::vector<std::string> plans{"auto", "tp"};
   std::vector<int> prompts{128, 768}, batches{1, 8, 32, 64};
   int decode = 128, token_budget = 2048, threads = 1;
-  std::string tile_memory = "4GiB", system = "ipu-mk2:chips=1", csv, json;
+  std::string tile_memory = "4GiB", system = "ipu-mk2:chips=1", csv, json, dtype = "fp32";
 };
 
 void print_table(const std::vector<row>& rows, const std::string& system) {
   std::printf(
-      "\n| model | N | plan | prompt | B | prefill tok/s | decode tok/s | prefill tok/CPU-s | decode tok/CPU-s | decode ms/step | supersteps/token | "
+      "\n| model | dtype | N | plan | prompt | B | prefill tok/s | decode tok/s | prefill tok/CPU-s | decode tok/CPU-s | decode ms/step | supersteps/token | "
       "barriers/step | KiB exchanged/token | compute ms/step | barrier+exchange wait ms/step | barrier wait ms/step | "
       "host round trip ms/step | modelled us/token (%s) | modelled prefill tok/s |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       system.c_str());
   for (const auto& r : rows)
-    std::printf("| %s | %d | %s %s | %d | %d | %.0f | %.1f | %.0f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |\n",
-                r.model.c_str(), r.tiles, r.mode.c_str(), r.plan.c_str(), r.prompt, r.batch, r.prefill_tps(),
+    std::printf("| %s | %s | %d | %s %s | %d | %d | %.0f | %.1f | %.0f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |\n",
+                r.model.c_str(), r.dtype.c_str(), r.tiles, r.mode.c_str(), r.plan.c_str(), r.prompt, r.batch, r.prefill_tps(),
                 r.decode_tps(), r.prefill_cpu_tps(), r.decode_cpu_tps(), r.per_step(r.decode_s) * 1e3, r.per_token(double(r.decode_supersteps)),
                 r.per_step(double(r.decode_barriers)), r.per_token(double(r.decode_bytes)) / 1024.0,
                 r.per_step(r.decode_compute_s) * 1e3, r.per_step(r.decode_wait_s) * 1e3,
@@ -335,6 +335,7 @@ void print_table(const std::vector<row>& rows, const std::string& system) {
 
 nlohmann::ordered_json to_json(const row& r) {
   return {{"model", r.model},
+          {"dtype", r.dtype},
           {"tiles", r.tiles},
           {"mode", r.mode},
           {"plan", r.plan},
@@ -406,6 +407,8 @@ int main(int argc, char** argv) {
       ("tile-memory", po::value(&o.tile_memory)->default_value(o.tile_memory), "memory of each tile (the automatic plan's bound)")
       ("threads", po::value(&o.threads)->default_value(o.threads), "threads of the single process (tiles have 1 each)")
       ("system", po::value(&o.system)->default_value(o.system), "the modelled system (timing/llm_system.hpp spec)")
+      ("dtype", po::value(&o.dtype)->default_value(o.dtype), "fp32 or bf16: the decoder's matrices and KV cache, in "
+       "the single process and on the tiles alike")
       ("csv", po::value(&o.csv), "also write the rows as CSV")
       ("json", po::value(&o.json), "also write the rows as JSON");
   po::variables_map vm;
@@ -425,6 +428,8 @@ int main(int argc, char** argv) {
   if (o.decode < 1) return bad("--decode must be positive");
   if (o.token_budget < 1) return bad("--token-budget must be positive");
   if (o.threads < 1) return bad("--threads must be positive");
+  auto dtype = models::parse_dtype(o.dtype);
+  if (!dtype) return bad("--dtype: " + dtype.error().message());
   auto memory = parse_bytes(o.tile_memory);
   if (!memory) return bad("--tile-memory: " + memory.error().message());
   const int max_b = *std::max_element(o.batches.begin(), o.batches.end());
@@ -448,6 +453,7 @@ int main(int argc, char** argv) {
         if (!r) return r.error().with_context(name + " on " + (n ? std::to_string(n) + " tiles" : "one process") +
                                              ", prompt " + std::to_string(P) + ", batch " + std::to_string(B));
         r->model = name;
+        r->dtype = o.dtype;
         r->tiles = n;
         r->mode = mode;
         r->plan = e.plan_text;
@@ -461,13 +467,14 @@ int main(int argc, char** argv) {
   for (const auto& name : o.models) {
     auto loaded = models::load_decoder(name);
     if (!loaded) return fail(loaded.error());
+    if (auto st = loaded->set_dtype(*dtype); !st.ok()) return fail(st);
     auto model = std::make_shared<const models::decoder_model>(std::move(*loaded));
     const models::model_shape& shape = model->shape();
     const int per_seq_blocks = (max_p + o.decode + 15) / 16;
     for (int n : o.tiles) {
       if (n == 0) {  // the single process: decoder_model::step over one paged cache
         models::set_num_threads(o.threads);
-        auto cache = models::paged_kv_cache::make(shape, {16, max_b * per_seq_blocks});
+        auto cache = models::paged_kv_cache::make(shape, {16, max_b * per_seq_blocks, *dtype});
         if (!cache) return fail(cache.error());
         engine e;
         e.plan_text = "1 process x" + std::to_string(o.threads) + " threads";
@@ -488,6 +495,7 @@ int main(int argc, char** argv) {
         req.tile_memory = *memory;
         req.token_budget = o.token_budget;
         req.max_sequences = max_b;
+        req.dtype = *dtype;
         if (mode == "tp") req.forced = plan{1, 1, n, 1};
         // The plan first (KV as many blocks as fit), then the plan again with the KV the rows need.
         auto c = compile_decoder(shape, req);

@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 
 #include <atomic>
+#include <cstdio>
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <thread>
@@ -25,7 +26,7 @@ using namespace tessera;
 namespace {
 
 // tessera-gpu --serve: a decoder on the OpenAI API, from this one process.
-int serve_decoder(const std::string& model_name, uint64_t seed, const gpu::gpu_server_config& cfg,
+int serve_decoder(const std::string& model_name, uint64_t seed, models::dtype dt, const gpu::gpu_server_config& cfg,
                   serving::llm_serve_options& lo, serving::serve_options& so) {
   auto fail = [](const status& st) {
     std::cerr << "tessera-gpu: " << st.message() << "\n";
@@ -35,12 +36,18 @@ int serve_decoder(const std::string& model_name, uint64_t seed, const gpu::gpu_s
   if (auto st = serving::finish_serve_options(so); st.code() != errc::ok) return fail(st);
   auto loaded = models::load_decoder(model_name, seed);
   if (!loaded) return fail(loaded.error());
+  // bf16: the matrices converted once (refused where the CPU has no native bf16), and the KV cache
+  // in bf16: --kv-memory-mb holds twice the blocks.
+  if (auto st = loaded->set_dtype(dt); !st.ok()) return fail(st);
   auto model = std::make_shared<const models::decoder_model>(std::move(*loaded));
   const int32_t blocks = lo.kv_blocks > 0 ? lo.kv_blocks
                                           : backends::kv_blocks_for_bytes(model->shape(), lo.block_tokens,
-                                                                          static_cast<int64_t>(lo.kv_memory_mb * (1 << 20)));
+                                                                          static_cast<int64_t>(lo.kv_memory_mb * (1 << 20)), dt);
+  std::fprintf(stderr, "tessera-gpu: %s in %s, KV cache %d blocks of %d positions (%s)\n", model_name.c_str(),
+               std::string(models::dtype_name(dt)).c_str(), blocks, lo.block_tokens,
+               std::string(models::dtype_name(dt)).c_str());
   auto backend = backends::make_gpu_llm_backend(
-      model, {.name = cfg.name, .system = cfg.preset, .kv = {lo.block_tokens, blocks}, .omp_threads = cfg.omp_threads});
+      model, {.name = cfg.name, .system = cfg.preset, .kv = {lo.block_tokens, blocks, dt}, .omp_threads = cfg.omp_threads});
   if (!backend) return fail(backend.error());
   return serving::serve_llm({.backends = {*backend}, .model = model_name, .arch = model->shape().arch,
                              .program = "tessera-gpu",
@@ -84,7 +91,8 @@ int main(int argc, char** argv) {
     ("omp-threads", po::value(&cfg.omp_threads)->default_value(cfg.omp_threads), "oneDNN/OpenMP threads inside one forward")
     ("preset", po::value(&cfg.preset)->default_value(cfg.preset), "GPU preset of the timing model (modelled_seconds)")
     ("dtype", po::value(&dtype_name)->default_value(dtype_name), "fp32 or bf16: what a BERT forward computes in "
-     "(bf16: weights converted once, packed and padded batches; a host in the other dtype is refused)")
+     "(bf16: weights converted once, packed and padded batches; a host in the other dtype is refused); with --serve, "
+     "a decoder's matrices and KV cache (bf16: twice the KV blocks in --kv-memory-mb)")
     ("timing-dtype", po::value(&timing_dtype_name)->default_value(timing_dtype_name),
      "dtype of the modelled clock: fp16 (the 16-bit tensor-core rate, also bf16's) or fp32; independent of --dtype")
     ("parallel-forwards", "let worker threads run forwards at the same time (default: they take turns, see reference_backend.hpp)")
@@ -110,11 +118,11 @@ int main(int argc, char** argv) {
         return std::cerr << "tessera-gpu: --" << f << " is a flag of the backend protocol, not of --serve\n", 2;
     if (timing_dtype_name != "fp16")
       return std::cerr << "tessera-gpu: --serve costs steps with the LLM step model, which is fp16 only\n", 2;
-    if (dtype_name != "fp32")
-      return std::cerr << "tessera-gpu: --dtype " << dtype_name << " is for BERT models; decoders run in fp32\n", 2;
+    auto dt = models::parse_dtype(dtype_name);
+    if (!dt) return std::cerr << "tessera-gpu: --dtype: " << dt.error().message() << "\n", 2;
     so.insecure = vm.count("insecure") > 0;
     serving::take_stop_signals();  // before any thread starts
-    return serve_decoder(model_name, seed, cfg, lo, so);
+    return serve_decoder(model_name, seed, *dt, cfg, lo, so);
   }
   for (const auto& o : serve_opts.options()) {
     const std::string& f = o->long_name();

@@ -4,10 +4,11 @@
 // tensor-core rate whatever the forward computes in); a client or a host in the other dtype
 // refused with a message naming both; tessera-host --serve routing HTTP requests to a spawned
 // bf16 tessera-gpu or an in-process bf16 GPU replica (hybrid routing) with raw scores near an
-// fp32 host's.
+// fp32 host's; tessera-gpu --serve --dtype bf16 on a decoder (twice the KV blocks, completions).
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -140,8 +141,8 @@ TEST(GpuBf16, CommandLineNamesTheDtypes) {
   EXPECT_NE(out.find("the modelled clock's dtype is --timing-dtype fp16"), std::string::npos) << out;
   EXPECT_EQ(test_support::run_tool(gpu, "--model bert-tiny --timing-dtype bf16", out, "2>&1 < /dev/null"), 2) << out;
   EXPECT_NE(out.find("--timing-dtype: unknown dtype 'bf16'; use fp16 or fp32"), std::string::npos) << out;
-  EXPECT_EQ(test_support::run_tool(gpu, "--model llama-tiny --serve --dtype bf16", out, "2>&1 < /dev/null"), 2) << out;
-  EXPECT_NE(out.find("decoders run in fp32"), std::string::npos) << out;
+  EXPECT_EQ(test_support::run_tool(gpu, "--model llama-tiny --serve --dtype fp16", out, "2>&1 < /dev/null"), 2) << out;
+  EXPECT_NE(out.find("--dtype: unknown dtype"), std::string::npos) << out;
   // A CPU without bf16 (oneDNN's ISA lowered): refused at start, never fp32 in its place.
   EXPECT_EQ(test_support::run_tool("ONEDNN_MAX_CPU_ISA=AVX512_CORE " + gpu, "--model bert-tiny --dtype bf16", out,
                                    "2>&1 < /dev/null"), 2) << out;
@@ -208,4 +209,35 @@ TEST(GpuBf16, HostServesHttpThroughBf16GpuBackends) {
     EXPECT_NE(metrics.find("tessera_backend_sequences{backend=\"gpu0\"} 4"), std::string::npos) << metrics;
     EXPECT_NE(metrics.find("tessera_backend_sequences{backend=\"tiles0\"} 0"), std::string::npos) << metrics;
   }
+}
+
+namespace {
+
+// The value of a gauge in a /metrics text (NAN when absent).
+double gauge(const std::string& metrics, const std::string& name) {
+  const size_t at = metrics.find("\n" + name + " ");
+  return at == std::string::npos ? NAN : std::stod(metrics.substr(at + name.size() + 2));
+}
+
+}  // namespace
+
+// tessera-gpu --serve --dtype bf16 on a decoder: the same --kv-memory-mb holds twice the KV
+// blocks (a bf16 block is half the bytes), and greedy completions come back over HTTP.
+TEST(GpuBf16, DecoderServesWithTwiceTheKvBlocks) {
+  REQUIRE_BF16_AND_BINARY("tessera-gpu");
+  double blocks[2] = {0, 0};
+  int i = 0;
+  for (const std::string dtype : {"fp32", "bf16"}) {
+    test_support::served_process p({bin("tessera-gpu"), "--model", "llama-tiny", "--serve", "--port", "0",
+                                    "--kv-memory-mb", "8", "--dtype", dtype});
+    ASSERT_NE(p.port(), 0) << p.line();
+    test_support::http_connection c("127.0.0.1", p.port());
+    blocks[i++] = gauge(c.request("GET", "/metrics").body, "tessera_llm_kv_blocks_free");
+    const auto r = c.request("POST", "/v1/completions",
+                             R"({"model": "llama-tiny", "prompt": [5, 17, 42, 7], "max_tokens": 8, "temperature": 0})");
+    ASSERT_EQ(r.status, 200u) << r.body;
+    EXPECT_EQ(nlohmann::json::parse(r.body)["usage"]["completion_tokens"], 8) << r.body;
+  }
+  ASSERT_GT(blocks[0], 0) << "no tessera_llm_kv_blocks_free gauge";
+  EXPECT_EQ(blocks[1], 2 * blocks[0]);
 }
