@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
       "Options");
   opts.add_options()
     ("help,h", "show this help")
-    ("model", po::value(&model_name)->default_value(model_name), "preset (bert-tiny, bert-mini, bert-base, ...) or Hugging Face folder")
+    ("model", po::value(&model_name)->default_value(model_name), "preset (bert-tiny, bert-mini, bert-base, ...) or Hugging Face folder (a classifier, a reranker or a sentence-transformers embedding model)")
     ("seed", po::value(&seed)->default_value(0), "seed of a preset's random weights (must match the host's)")
     ("bind", po::value(&cfg.bind)->default_value(cfg.bind), "ROUTER endpoint: tcp://ADDR:PORT (0 = any free port) or ipc:///path")
     ("threads", po::value(&cfg.threads)->default_value(cfg.threads), "worker threads (batches in parallel)")
@@ -156,7 +156,8 @@ int main(int argc, char** argv) {
   sigaddset(&stop_set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
 
-  auto loaded = models::load_model(model_name, seed);
+  // Classifiers, rerankers and embedding models (sentence-transformers folders: pooled in this process).
+  auto loaded = models::load_encoder(model_name, seed);
   if (!loaded) return std::cerr << "tessera-gpu: " << loaded.error().to_string() << "\n", 2;
   // bf16: checks the CPU (refused with a message where bf16 would not run natively) and converts
   // the weights once, before the socket is bound.

@@ -53,7 +53,9 @@ int main(int argc, char** argv) {
   po::options_description model_opts("Model");
   model_opts.add_options()
     ("model", po::value(&mo.model), "preset (bert-tiny, bert-mini, bert-small, bert-base, bert-large; decoders gpt2-tiny, "
-     "gpt2, gpt2-medium, llama-tiny, llama-1b), Hugging Face folder or GGUF file (a decoder with its tokenizer and chat template)")
+     "gpt2, gpt2-medium, llama-tiny, llama-1b), Hugging Face folder (a BERT classifier, a one-label reranker, a "
+     "sentence-transformers embedding model: pooled on the head tile, /embed and /v1/embeddings; or a decoder) or GGUF "
+     "file (a decoder with its tokenizer and chat template)")
     ("seed", po::value(&mo.seed)->default_value(0), "seed of a preset's random weights")
     ("dtype", po::value(&dtype_text)->default_value("fp32"), "fp32 or bf16: BERT's matrices and activations in tile "
      "memory and on the exchange (bf16: 2 bytes an element; partial sums, biases and gains stay fp32), and the "

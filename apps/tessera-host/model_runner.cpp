@@ -23,6 +23,17 @@ int fail(const status& st) {
   return st.code() == errc::invalid_argument || st.code() == errc::not_found || st.code() == errc::out_of_memory ? 2 : 1;
 }
 
+// Floats per sequence the backends answer: the logits, or an embedding model's pooled vector.
+int output_width(const models::bert_model& m) {
+  return m.task == models::encoder_task::embedding ? m.config.hidden_size : m.config.num_labels;
+}
+
+// What the tiles compute for a batch in one process: the logits, or an embedding model's pooled
+// vectors (its pooling, before normalization).
+std::vector<float> reference_output(const models::bert_model& m, const models::packed_batch& b) {
+  return m.task == models::encoder_task::embedding ? models::reference_embed(m, b) : models::reference_forward(m, b);
+}
+
 // Mixed lengths 1..max that fill most of the budget.
 models::packed_batch check_batch(const models::bert_config& cfg, int budget, int max_seqs, uint64_t seed) {
   models::splitmix64 rng(seed);
@@ -48,7 +59,7 @@ result<std::vector<std::shared_ptr<remote_backend>>> gpu_processes(const models:
   for (size_t i = 0; i < n; ++i) {
     remote_backend_config c;
     c.info = {.name = "gpu" + std::to_string(o.gpu_replicas + static_cast<int>(i)), .kind = "gpu",
-              .max_sequence_length = m.config.max_sequence_length(), .num_labels = m.config.num_labels};
+              .max_sequence_length = m.config.max_sequence_length(), .num_labels = output_width(m)};
     if (i < o.gpu_endpoints.size()) {
       c.endpoint = o.gpu_endpoints[i];
     } else {
@@ -77,7 +88,9 @@ int run_model(tile_group_config group_cfg, model_options o) {
     return fail(status::invalid("--trace records the batches of --check for BERT models; batches served over "
                                 "HTTP (--serve) are not traced (decoders trace their served steps): add --check N or "
                                 "drop --trace"));
-  auto loaded = models::load_model(o.model, o.seed);
+  // A classifier, a reranker or an embedding model (a sentence-transformers folder: its head tile
+  // pools the last layer's rows, so only pooled vectors come back).
+  auto loaded = models::load_encoder(o.model, o.seed);
   if (!loaded) return fail(loaded.error());
   // bf16 tiles are checked against the fp32 reference (the oracle) with bf16's bound, and
   // against the single-process bf16 forward for information.
@@ -131,7 +144,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
     }
     for (int i = 0; i < o.check_batches; ++i) {
       auto batch = check_batch(model->config, c.token_budget, c.max_sequences, 100 + i);
-      auto want = models::reference_forward(*model, batch);
+      auto want = reference_output(*model, batch);
       const double t0 = prof ? prof->now() : 0;
       auto got = deployed->run(i % c.chosen.replicas, batch);
       if (!got) return fail(got.error());
@@ -150,7 +163,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
       worst = std::max(worst, diff);
       std::string vs16;
       if (bf16_model) {
-        const auto want16 = models::reference_forward(*bf16_model, batch);
+        const auto want16 = reference_output(*bf16_model, batch);
         for (size_t k = 0; k < want16.size(); ++k)
           diff16 = std::max(diff16, double(std::abs(want16[k] - got->logits[k])));
         worst_vs_bf16 = std::max(worst_vs_bf16, diff16);
@@ -204,7 +217,11 @@ int run_model(tile_group_config group_cfg, model_options o) {
   std::string id = o.model;
   while (!id.empty() && id.back() == '/') id.pop_back();
   if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
-  serving::http_server server(o.so.server, r, *tok, serving::model_info_of(bf16_model ? *bf16_model : *model, id), metrics);
+  auto info = serving::model_info_of(bf16_model ? *bf16_model : *model, id);
+  if (model->task == models::encoder_task::embedding)
+    info.token_vectors_refused = "tessera-host's tiles pool the last layer's rows on the head tile and send only each "
+                                 "sequence's pooled vector (tessera-serve answers every token's vector)";
+  serving::http_server server(o.so.server, r, *tok, info, metrics);
   if (auto st = server.start(); !st.ok()) return fail(st);
   serving::accept_graceful_stop();  // a stop signal from now on is graceful (the listening line invites one)
   std::cout << "listening on " << (o.so.server.tls_cert.empty() ? "http" : "https") << "://" << o.so.server.address << ":" << server.port() << " model " << id << " tiles "

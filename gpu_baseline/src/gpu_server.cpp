@@ -78,7 +78,12 @@ struct gpu_server::impl {
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> bad{0};
   std::atomic<uint64_t> answered{0};
-  std::atomic<int64_t> in_flight{0};  // accepted, reply not yet handed to the channel
+  std::atomic<int64_t> in_flight{0};
+
+  // Floats per sequence: the logits, or an embedding model's pooled vector (pooled here, in this
+  // process, by the reference backend: only [sequences, hidden] go back to the host).
+  int32_t out_width = 0;
+  int32_t width() const { return out_width; }  // accepted, reply not yet handed to the channel
 
   // Any thread: the channel sends it from its I/O thread.
   void reply(const std::string& peer, ex::envelope&& env) {
@@ -91,7 +96,7 @@ struct gpu_server::impl {
     r.batch_id = batch_id;
     r.code = st.code() == errc::ok ? errc::internal : st.code();
     r.message = st.message();
-    r.num_labels = model->config.num_labels;
+    r.num_labels = width();
     reply(peer, ex::encode(r));
   }
 
@@ -137,7 +142,7 @@ struct gpu_server::impl {
     if (m.seq_lengths.empty()) {  // a ping
       ex::infer_result r;
       r.batch_id = m.batch_id;
-      r.num_labels = model->config.num_labels;
+      r.num_labels = width();
       reply(peer, ex::encode(r, zmq::message_t()));
       return;
     }
@@ -164,7 +169,7 @@ struct gpu_server::impl {
     pool->submit(std::move(req), [this, peer, t0, pad_to, lengths = std::move(m.seq_lengths)](backends::batch_result r) {
       ex::infer_result out;
       out.batch_id = r.batch_id;
-      out.num_labels = model->config.num_labels;
+      out.num_labels = width();
       out.wall_seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
       out.modelled_seconds = modelled_gpu_seconds(preset, model->config, cfg.timing_dtype, lengths, pad_to);
       const size_t want = lengths.size() * static_cast<size_t>(out.num_labels);
@@ -203,6 +208,7 @@ result<std::unique_ptr<gpu_server>> gpu_server::create(std::shared_ptr<const mod
   p->pool = backends::make_reference_backend(
       p->model, {.name = cfg.name, .kind = "gpu", .threads = cfg.threads, .omp_threads = cfg.omp_threads,
                  .serialize_forwards = cfg.serialize_forwards});
+  p->out_width = p->pool->info().num_labels;
   impl* raw = p.get();
   ex::channel::options o;
   o.name = cfg.name;

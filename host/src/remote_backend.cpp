@@ -219,6 +219,11 @@ struct remote_backend::impl {
                                    std::to_string(j.sequences) + " sequences");
       return out;
     }
+    if (cfg.info.num_labels > 0 && m.num_labels != cfg.info.num_labels) {
+      out.st = status::invalid(who() + " answers " + std::to_string(m.num_labels) + " values a sequence and this "
+                               "host's model " + std::to_string(cfg.info.num_labels) + ": is it serving another model?");
+      return out;
+    }
     out.num_labels = m.num_labels;
     out.logits.resize(want);
     // A ping (no sequences) answers an empty frame: memcpy from a null pointer is undefined even
@@ -344,6 +349,10 @@ void remote_backend::submit(backends::batch_request request, std::function<void(
   };
   if (s.stopping.load()) return fail_now(status{errc::cancelled, s.who() + " stopped"});
   if (!s.healthy.load()) return fail_now(status::peer_failed(s.who() + " " + s.reason()));
+  for (const auto& q : request.sequences)
+    if (q.every_token)  // the backend protocol carries one pooled vector (or logits) per sequence
+      return fail_now(status::invalid(s.who() + ": every token's vector is not carried by the backend protocol; "
+                                      "tessera-gpu answers pooled vectors"));
   ex::infer_batch m;
   m.batch_id = s.next_wire_id.fetch_add(1);
   m.layout = static_cast<uint8_t>(request.layout);

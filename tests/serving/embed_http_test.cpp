@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <tuple>
 
+#include "tessera/test/child_process.hpp"
 #include "test_server.hpp"
 
 namespace tessera::serving {
@@ -522,21 +523,66 @@ TEST(EmbedHttpDefaultPrompt, AppliesWithoutPromptName) {
   fs::remove_all(dir);
 }
 
-// The tile host and the GPU baseline process have no pooling kernel: they refuse an embedding
-// folder at start-up, saying what it is, rather than compute something else.
-TEST(EmbedProcesses, TileHostAndGpuRefuseAnEmbeddingModelByName) {
-  const char* bin = std::getenv("TESSERA_BIN_DIR");
-  ASSERT_NE(bin, nullptr) << "run through ctest (TESSERA_BIN_DIR)";
-  for (std::string cmd : {std::string(bin) + "/tessera-host --serve --port 0 --model " + models_dir() + "/tiny-embed",
-                          std::string(bin) + "/tessera-gpu --model " + models_dir() + "/tiny-embed"}) {
-    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string out;
-    char buf[512];
-    while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    const int rc = ::pclose(p);
-    EXPECT_NE(rc, 0) << cmd;
-    EXPECT_NE(out.find("is an embedding model"), std::string::npos) << cmd << ": " << out;
+/// The value of a gauge in Prometheus text (-1 when absent).
+double gauge(const std::string& metrics, const std::string& name) {
+  const auto at = metrics.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::atof(metrics.c_str() + at + name.size() + 2);
+}
+
+// tessera-host serves an embedding folder from its tiles (the head tile pools the last layer's
+// rows: only pooled vectors reach the host) and from a spawned tessera-gpu (pooled in that
+// process), over real HTTP: /embed and /v1/embeddings equal the float64 goldens within 1e-4
+// (fp32; bf16 tiles within the bf16 bound 0.03, as EmbedHttpBf16). /embed_all is refused by name
+// with TEI's 424: neither computes every token's vector for the host.
+TEST(EmbedProcesses, TileHostServesEmbeddingsFromTilesAndTheGpuProcess) {
+  using tessera::test_support::bin;
+  const std::string model = models_dir() + "/tiny-embed";
+  struct setup {
+    const char* name;
+    std::vector<std::string> extra;
+    const char* backend;  // the one that must have answered
+    double bound;
+  };
+  const std::vector<setup> setups{
+      {"tiles", {"--tiles", "2", "--check", "1"}, "tiles0", tolerance},
+      {"tiles bf16", {"--tiles", "2", "--dtype", "bf16"}, "tiles0", 0.03},
+      // Hybrid routing with a threshold no request reaches: every sequence to the GPU process.
+      {"gpu process", {"--tiles", "1", "--spawn-gpu", "1", "--routing", "hybrid", "--long-threshold", "100000"}, "gpu0",
+       tolerance}};
+  for (const auto& su : setups) {
+    std::vector<std::string> args{bin("tessera-host"), "--model", model, "--tile-memory", "64MiB", "--serve", "--port", "0"};
+    args.insert(args.end(), su.extra.begin(), su.extra.end());
+    tessera::test_support::served_process p(args);
+    ASSERT_NE(p.port(), 0) << su.name << ": " << p.line();
+    http_connection c("127.0.0.1", p.port());
+    EXPECT_EQ(json::parse(c.request("GET", "/info").body)["model_type"], json({{"embedding", {{"pooling", "mean"}}}}));
+    double worst = 0, worst_raw = 0, worst_openai = 0;
+    for (const auto& entry : goldens()["embed_batches"]) {
+      const auto seqs = sequences(entry);
+      const json got = post(c, "/embed", {{"inputs", seqs}});
+      const json raw = post(c, "/embed", {{"inputs", seqs}, {"normalize", false}});
+      const json oa = post(c, "/v1/embeddings", {{"input", seqs}, {"model", "tiny-embed"}});
+      ASSERT_EQ(got.size(), seqs.size()) << su.name;
+      ASSERT_EQ(raw.size(), seqs.size()) << su.name;
+      ASSERT_EQ(oa["data"].size(), seqs.size()) << su.name;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        worst = std::max(worst, max_error(got[i], row(entry["mean_normalized"], i, 40)));
+        worst_raw = std::max(worst_raw, max_error(raw[i], row(entry["pooled"]["mean"], i, 40)));
+        worst_openai = std::max(worst_openai, max_error(oa["data"][i]["embedding"], row(entry["mean_normalized"], i, 40)));
+      }
+    }
+    EXPECT_LE(worst, su.bound) << su.name;
+    EXPECT_LE(worst_raw, su.bound) << su.name;
+    EXPECT_LE(worst_openai, su.bound) << su.name;
+    std::cout << "[ tessera-host " << su.name << " ] /embed max |error| normalized " << worst << ", raw " << worst_raw
+              << ", /v1/embeddings " << worst_openai << "\n";
+    const json all = post(c, "/embed_all", {{"inputs", "hello world"}}, 424);
+    EXPECT_NE(all["error"].get<std::string>().find("/embed_all is not served here"), std::string::npos) << all.dump();
+    EXPECT_EQ(all["error_type"], "Backend") << all.dump();
+    const std::string metrics = c.request("GET", "/metrics").body;
+    EXPECT_GE(gauge(metrics, std::string("tessera_backend_sequences{backend=\"") + su.backend + "\"}"), 64) << su.name;
+    post(c, "/embed", {{"inputs", "still serving"}});
+    EXPECT_EQ(p.stop(), 0) << su.name;
   }
 }
 
