@@ -24,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from goldens_io import write_safetensors, write_goldens  # noqa: E402
+from encoder_f64 import encoder as encoder_f64  # noqa: E402
 
 CFG = dict(hidden_size=40, num_hidden_layers=2, num_attention_heads=5, intermediate_size=72,
            max_position_embeddings=32, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu")
@@ -53,35 +54,9 @@ def init_params(vocab_size, rng, prefix, num_labels):
     return {k: v.astype(np.float32).astype(np.float64) for k, v in p.items()}
 
 
-def erf(x):
-    return np.vectorize(math.erf)(x)
-
-
 def encoder(p, prefix, ids, types):
     """BertModel's last hidden state [L, h] of one sequence (no padding, so no mask), float64."""
-    h, nh, eps = CFG["hidden_size"], CFG["num_attention_heads"], CFG["layer_norm_eps"]
-    d, L = h // nh, len(ids)
-    g = lambda name: p[prefix + name]
-    lin = lambda x, name: x @ g(name + ".weight").T + g(name + ".bias")
-
-    def ln(x, name):
-        mu = x.mean(-1, keepdims=True); var = ((x - mu) ** 2).mean(-1, keepdims=True)
-        return (x - mu) / np.sqrt(var + eps) * g(name + ".weight") + g(name + ".bias")
-
-    x = g("embeddings.word_embeddings.weight")[ids] + g("embeddings.token_type_embeddings.weight")[types] \
-        + g("embeddings.position_embeddings.weight")[np.arange(L)]
-    x = ln(x, "embeddings.LayerNorm")
-    for l in range(CFG["num_hidden_layers"]):
-        pre = f"encoder.layer.{l}."
-        q, k, v = (lin(x, pre + "attention.self." + n).reshape(L, nh, d).transpose(1, 0, 2)
-                   for n in ("query", "key", "value"))
-        s = q @ k.transpose(0, 2, 1) / math.sqrt(d)
-        s = np.exp(s - s.max(-1, keepdims=True)); s /= s.sum(-1, keepdims=True)
-        ctx = (s @ v).transpose(1, 0, 2).reshape(L, h)
-        x = ln(lin(ctx, pre + "attention.output.dense") + x, pre + "attention.output.LayerNorm")
-        a = lin(x, pre + "intermediate.dense")
-        x = ln(lin(0.5 * a * (1 + erf(a / math.sqrt(2))), pre + "output.dense") + x, pre + "output.LayerNorm")
-    return x
+    return encoder_f64(p, prefix, ids, types, np.arange(len(ids)), CFG)
 
 
 def pool(x, mode):

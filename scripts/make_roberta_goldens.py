@@ -29,6 +29,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_embedding_goldens import write_json, write_safetensors, rounded  # noqa: E402 (file helpers only)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from encoder_f64 import encoder as encoder_f64  # noqa: E402
 
 PAD, BOS, EOS = 1, 0, 2
 CFG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=56,
@@ -62,10 +64,6 @@ def init_params(vocab_size, rng, prefix, head, pooler):
     return {k: v.astype(np.float32).astype(np.float64) for k, v in p.items()}
 
 
-def erf(x):
-    return np.vectorize(math.erf)(x)
-
-
 def position_ids(ids):
     """HF create_position_ids_from_input_ids (past_key_values_length 0)."""
     mask = (np.asarray(ids) != PAD).astype(np.int64)
@@ -73,30 +71,9 @@ def position_ids(ids):
 
 
 def encoder(p, prefix, ids):
-    """RobertaModel's last hidden state [L, h] of one sequence (all tokens attended), float64."""
-    h, nh, eps = CFG["hidden_size"], CFG["num_attention_heads"], CFG["layer_norm_eps"]
-    d, L = h // nh, len(ids)
-    g = lambda name: p[prefix + name]
-    lin = lambda x, name: x @ g(name + ".weight").T + g(name + ".bias")
-
-    def ln(x, name):
-        mu = x.mean(-1, keepdims=True); var = ((x - mu) ** 2).mean(-1, keepdims=True)
-        return (x - mu) / np.sqrt(var + eps) * g(name + ".weight") + g(name + ".bias")
-
-    x = g("embeddings.word_embeddings.weight")[ids] + g("embeddings.token_type_embeddings.weight")[np.zeros(L, int)] \
-        + g("embeddings.position_embeddings.weight")[position_ids(ids)]
-    x = ln(x, "embeddings.LayerNorm")
-    for l in range(CFG["num_hidden_layers"]):
-        pre = f"encoder.layer.{l}."
-        q, k, v = (lin(x, pre + "attention.self." + n).reshape(L, nh, d).transpose(1, 0, 2)
-                   for n in ("query", "key", "value"))
-        s = q @ k.transpose(0, 2, 1) / math.sqrt(d)
-        s = np.exp(s - s.max(-1, keepdims=True)); s /= s.sum(-1, keepdims=True)
-        ctx = (s @ v).transpose(1, 0, 2).reshape(L, h)
-        x = ln(lin(ctx, pre + "attention.output.dense") + x, pre + "attention.output.LayerNorm")
-        a = lin(x, pre + "intermediate.dense")
-        x = ln(lin(0.5 * a * (1 + erf(a / math.sqrt(2))), pre + "output.dense") + x, pre + "output.LayerNorm")
-    return x
+    """RobertaModel's last hidden state [L, h] of one sequence (all tokens attended), float64:
+    one token type, positions counted from the padding id + 1."""
+    return encoder_f64(p, prefix, ids, np.zeros(len(ids), int), position_ids(ids), CFG)
 
 
 def head(p, x):
