@@ -67,5 +67,5 @@ TEST(EmbeddingBench, BadOptionsAreRefusedByName) {
   expect_refusals(bin("tessera-bench-embedding"),
                   {{{"--pooling", "weightedmean"}, "--pooling weightedmean"},
                    {{"--rounds", "0"}, "--rounds"},
-                   {{"--model", TESSERA_TEST_SOURCE_DIR "/tests/data/models/tiny-embed"}, "is an embedding model"}});
+                   {{"--model", std::string(TESSERA_TEST_SOURCE_DIR) + "/tests/data/models/tiny-embed"}, "is an embedding model"}});
 }

@@ -4,7 +4,7 @@
 //   tessera-gpu process (hybrid routing: short sequences to the GPU, long ones to the tiles; both
 //   must have served): TEI /predict of text (RoBERTa's byte-level BPE from tokenizer.json) with
 //   raw_scores, and KServe v2 infer of the goldens' token ids (lengths 1..32, pad tokens inside);
-// - tiny-xlmr-embed (sentence-transformers XLMRobertaModel) on tessera-serve: TEI /embed of text
+// - tiny-xlmr-embed (sentence-transformers XLMRobertaModel) on tessera-serve and on 2 tiles: TEI /embed of text
 //   (XLM-R's Unigram), /tokenize, OpenAI /v1/embeddings;
 // - tiny-xlmr-rerank on tessera-serve: TEI /rerank (pairs <s> q </s></s> t </s>) raw scores.
 #include <gtest/gtest.h>
@@ -101,8 +101,9 @@ TEST(RobertaHttp, ClassifierOnTilesAndTesseraGpuGivesTheGoldenLogits) {
   EXPECT_EQ(host.stop(), 0);
 }
 
-TEST(RobertaHttp, XlmrEmbeddingModelOnTesseraServeGivesTheGoldenVectors) {
-  served_process srv({bin("tessera-serve"), "--model", models_dir() + "/tiny-xlmr-embed", "--port", "0"});
+// /embed, /v1/embeddings and /tokenize of the XLM-R embedding model served by `cmd`.
+void expect_xlmr_embeddings(const std::vector<std::string>& cmd, const char* where) {
+  served_process srv(cmd);
   ASSERT_NE(srv.port(), 0) << srv.line();
   http_connection c("127.0.0.1", srv.port());
   const json g = read_json("encoder_tokenizer_goldens.json")["http"]["embed"];
@@ -126,8 +127,19 @@ TEST(RobertaHttp, XlmrEmbeddingModelOnTesseraServeGivesTheGoldenVectors) {
     EXPECT_EQ(ids, g[i]["ids"].get<std::vector<int32_t>>()) << texts[i];
   }
   EXPECT_LE(worst, tolerance);
-  std::printf("[ xlm-r ] /embed and /v1/embeddings: max |value - float64| %.2e\n", worst);
+  std::printf("[ xlm-r ] %s: /embed and /v1/embeddings: max |value - float64| %.2e\n", where, worst);
   EXPECT_EQ(srv.stop(), 0);
+}
+
+TEST(RobertaHttp, XlmrEmbeddingModelOnTesseraServeGivesTheGoldenVectors) {
+  expect_xlmr_embeddings({bin("tessera-serve"), "--model", models_dir() + "/tiny-xlmr-embed", "--port", "0"}, "tessera-serve");
+}
+
+// tessera-host pools on the head tile (embedding models on tiles): the same goldens from 2 tiles.
+TEST(RobertaHttp, XlmrEmbeddingModelOnTilesGivesTheGoldenVectors) {
+  expect_xlmr_embeddings({bin("tessera-host"), "--model", models_dir() + "/tiny-xlmr-embed", "--tiles", "2", "--tile-memory",
+                          "64MiB", "--serve", "--port", "0"},
+                         "tiles");
 }
 
 TEST(RobertaHttp, XlmrRerankerScoresPairsInRobertasLayout) {
@@ -143,13 +155,6 @@ TEST(RobertaHttp, XlmrRerankerScoresPairsInRobertasLayout) {
   EXPECT_LE(worst, tolerance);
   std::printf("[ xlm-r ] /rerank raw scores: max |score - float64| %.2e\n", worst);
   EXPECT_EQ(srv.stop(), 0);
-}
-
-TEST(RobertaHttp, TileHostRefusesTheEmbeddingFolderByName) {
-  const auto r = run_to_end({bin("tessera-host"), "--model", models_dir() + "/tiny-xlmr-embed", "--tiles", "1", "--serve",
-                             "--port", "0"});
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("embedding model"), std::string::npos) << r.err;
 }
 
 }  // namespace
