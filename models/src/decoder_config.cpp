@@ -1,6 +1,7 @@
 // Hugging Face config.json of the decoders (GPT-2; LLaMA, Qwen2, Mistral), in and out.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "tessera/models/decoder.hpp"
@@ -65,6 +66,8 @@ status parse_gpt2(const fields& f, model_shape& s) {
   TESSERA_RETURN_IF_ERROR(f.get_int("vocab_size", s.vocab_size, true));
   TESSERA_RETURN_IF_ERROR(f.get_int("n_positions", s.max_position_embeddings));
   s.num_kv_heads = s.num_heads;
+  if (s.hidden_size > std::numeric_limits<int>::max() / 4)  // 4 x n_embd must be an int (hostile files)
+    return status::invalid("field \"n_embd\" " + std::to_string(s.hidden_size) + " is too large");
   s.intermediate_size = 4 * s.hidden_size;  // n_inner null = 4 x n_embd
   TESSERA_RETURN_IF_ERROR(f.get_int("n_inner", s.intermediate_size));
   TESSERA_RETURN_IF_ERROR(f.get_float("layer_norm_epsilon", s.norm_eps));
@@ -140,7 +143,7 @@ status parse_llama(const json& j, const fields& f, model_shape& s) {
   s.num_kv_heads = s.num_heads;
   TESSERA_RETURN_IF_ERROR(f.get_int("num_key_value_heads", s.num_kv_heads));
   TESSERA_RETURN_IF_ERROR(f.get_int("head_dim", s.explicit_head_dim));
-  if (s.explicit_head_dim > 0 && s.num_heads > 0 && s.explicit_head_dim * s.num_heads == s.hidden_size)
+  if (s.explicit_head_dim > 0 && s.num_heads > 0 && int64_t{s.explicit_head_dim} * s.num_heads == s.hidden_size)
     s.explicit_head_dim = 0;  // the default spelled out
   TESSERA_RETURN_IF_ERROR(f.get_float("rms_norm_eps", s.norm_eps));
   TESSERA_RETURN_IF_ERROR(f.get_float("rope_theta", s.rope_theta));
