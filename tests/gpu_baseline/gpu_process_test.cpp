@@ -26,6 +26,7 @@
 #include "tessera/models/forward.hpp"
 #include "tessera/serving/router.hpp"
 #include "batch_requests.hpp"
+#include "tessera/test/child_process.hpp"
 
 using namespace tessera;
 using namespace std::chrono_literals;
@@ -258,7 +259,7 @@ TEST(GpuProcess, SilentProcessFailsPendingAndNewBatchesWithPeerFailed) {
   ASSERT_TRUE(b);
   ASSERT_TRUE((*b)->wait_ready(10s));
   auto batch = models::synthetic_batch({40, 40}, tiny().config.vocab_size, 5);
-  kill(p.pid, SIGSTOP);  // batches below stay pending for sure
+  ASSERT_TRUE(test_support::stop_process(p.pid));  // batches below stay pending for sure
   std::vector<std::future<backends::batch_result>> futs;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 4; ++i)
@@ -295,7 +296,7 @@ TEST(GpuProcess, KilledChildFailsPendingAndNewBatchesWithPeerFailed) {
   ASSERT_GT(child, 0);
   auto batch = models::synthetic_batch({20, 3}, tiny().config.vocab_size, 9);
   ASSERT_TRUE(run(**b, request_of(batch, 1)).st.ok());
-  kill(child, SIGSTOP);
+  ASSERT_TRUE(test_support::stop_process(child));
   std::vector<std::future<backends::batch_result>> futs;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 3; ++i)
@@ -323,7 +324,7 @@ TEST(GpuProcess, BatchDeadlineAnswersTimeoutAndLateRepliesAreIgnored) {
   ASSERT_TRUE(b);
   ASSERT_TRUE((*b)->wait_ready(10s));
   auto batch = models::synthetic_batch({8}, tiny().config.vocab_size, 2);
-  kill(p.pid, SIGSTOP);
+  ASSERT_TRUE(test_support::stop_process(p.pid));
   auto r = run(**b, request_of(batch, 1), 10s);
   EXPECT_EQ(r.st.code(), errc::timeout) << r.st.to_string();
   kill(p.pid, SIGCONT);  // its late answer to batch 1 must not answer anything else

@@ -18,6 +18,7 @@
 #include "tessera/toys/demo_programs.hpp"
 #include "tessera/host/launcher.hpp"
 #include "tessera/host/tile_group.hpp"
+#include "tessera/test/child_process.hpp"
 
 using namespace tessera;
 using namespace tessera::host;
@@ -342,7 +343,7 @@ TEST(TileGroup, AStaleIncarnationThatComesBackAfterAPartitionIsFenced) {
   ASSERT_EQ(*before, old_state);
 
   const pid_t stale = ext.tiles[1];
-  ASSERT_EQ(kill(stale, SIGSTOP), 0);
+  ASSERT_TRUE(tessera::test_support::stop_process(stale));
   // A request the cut-off incarnation receives but cannot answer in time.
   auto pending = std::async(std::launch::async, [&] { return (*g)->fetch(1, all); });
   auto cut = pending.get();  // ends when the silence is noticed, not at the request's deadline

@@ -225,4 +225,32 @@ inline std::vector<pid_t> children_named(pid_t parent, const std::string& comm) 
   return out;
 }
 
+/// True once every thread of `pid` is stopped (state T or t). SIGSTOP wakes one thread, which then
+/// stops the others: on a loaded machine the rest can run on for milliseconds after kill() returns.
+inline bool wait_stopped(pid_t pid, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  while (std::chrono::steady_clock::now() < until) {
+    bool all = true, any = false;
+    std::error_code ec;
+    for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+      std::ifstream f(t.path() / "stat");
+      std::string line;
+      if (!std::getline(f, line)) continue;
+      auto close = line.rfind(')');
+      if (close == std::string::npos || close + 2 >= line.size()) continue;
+      any = true;
+      const char state = line[close + 2];
+      if (state != 'T' && state != 't') all = false;
+    }
+    if (ec) return false;
+    if (any && all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+/// SIGSTOP `pid` and wait until all its threads have stopped.
+inline bool stop_process(pid_t pid) { return kill(pid, SIGSTOP) == 0 && wait_stopped(pid); }
+
 }  // namespace tessera::test_support
