@@ -120,13 +120,16 @@ class word_cache {
   mutable std::array<shard, shards> shards_;
 };
 
-/// A normalizer step (HF Prepend or Replace with a string pattern).
+/// A normalizer step (HF Prepend, Replace with a string pattern, or NFC).
 struct norm_step {
-  bool prepend = false;
+  enum class kind : uint8_t { replace, prepend, nfc } what = kind::replace;
   std::string from, to;  ///< Replace: from -> to; Prepend: to
 };
 
 enum class pre_kind : uint8_t { none, byte_level, metaspace };
+/// The byte-level pre-tokenizer's split: GPT-2's regex, or the Split regex of Qwen2 (one digit a
+/// piece) and Llama-3 (up to three digits a piece), recognised by their exact pattern strings.
+enum class split_kind : uint8_t { gpt2, qwen2, llama3 };
 enum class prepend_scheme : uint8_t { always, first, never };
 
 /// What an id decodes to: its bytes, or (SentencePiece byte fallback) a single raw byte.
@@ -156,6 +159,7 @@ struct bpe_tokenizer_impl {
   std::vector<norm_step> normalizer;
   pre_kind pre = pre_kind::none;
   bool prefix_space = false, use_regex = true;    ///< ByteLevel pre-tokenizer
+  split_kind split = split_kind::gpt2;            ///< which regex when use_regex
   std::string meta_replacement = "\u2581";
   prepend_scheme meta_prepend = prepend_scheme::always;
   bool meta_split = false;
@@ -280,6 +284,111 @@ void gpt2_split(std::string_view s, F&& emit) {
         size_t last = i, p = i;
         while (p < k) { last = p; p += len(p); }
         if (last > i) end = last;
+      }
+    }
+    emit(s.substr(i, end - i));
+    i = end;
+  }
+}
+
+/// Qwen2's Split regex (Llama-3's differs only in \p{N}{1,3}), as tokenizer.json spells them.
+constexpr std::string_view kQwen2Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kLlama3Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+/// Qwen2's (max_digits 1) and Llama-3's (max_digits 3) Split regex, matched by hand over code
+/// points, the first alternative that matches at each position winning (as the regex crate does):
+///   (?i:'s|'t|'re|'ve|'m|'ll|'d)     contractions in any case (the crate's simple case folding
+///                                    also takes U+017F, long s, for s)
+///   [^\r\n\p{L}\p{N}]?\p{L}+         a word, with one leading character that is not a line break,
+///                                    letter or number (a space, a mark, punctuation)
+///   \p{N}{1,max_digits}
+///    ?[^\s\p{L}\p{N}]+[\r\n]*         punctuation and symbols, then the line breaks after them
+///   \s*[\r\n]+                       whitespace up to its last line break
+///   \s+(?!\S) | \s+                  other whitespace (the last space before a word stays with it)
+/// `s` is well-formed UTF-8.
+template <class F>
+void qwen2_split(std::string_view s, int max_digits, F&& emit) {
+  using namespace unicode;
+  const size_t n = s.size();
+  auto cp_at = [&](size_t i) -> char32_t {
+    const auto b = static_cast<unsigned char>(s[i]);
+    return b < 0x80 ? b : next_utf8(s, i).cp;
+  };
+  auto cls = [&](size_t i) -> uint8_t { return char_class(cp_at(i)); };
+  auto len = [&](size_t i) -> size_t {
+    const auto b = static_cast<unsigned char>(s[i]);
+    return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+  };
+  auto run = [&](size_t j, auto pred) {
+    while (j < n && pred(cls(j))) j += len(j);
+    return j;
+  };
+  const auto is_l = [](uint8_t c) { return (c & letter) != 0; };
+  const auto is_other = [](uint8_t c) { return (c & (letter | number | whitespace)) == 0; };
+  const auto is_s = [](uint8_t c) { return (c & whitespace) != 0; };
+  const auto is_break = [&](size_t i) { return s[i] == '\r' || s[i] == '\n'; };
+  // A case-insensitive ASCII letter of the contractions, or long s for s.
+  auto letter_is = [&](size_t i, char lower) -> size_t {
+    if (i >= n) return 0;
+    const char c = s[i];
+    if (c == lower || c == lower - 32) return 1;
+    if (lower == 's' && s.compare(i, 2, "\xC5\xBF") == 0) return 2;
+    return 0;
+  };
+  size_t i = 0;
+  while (i < n) {
+    size_t end = 0;
+    if (s[i] == '\'') {
+      for (const char* c : {"s", "t", "re", "ve", "m", "ll", "d"}) {
+        size_t j = i + 1;
+        for (const char* p = c; *p && j; ++p) {
+          const size_t l = letter_is(j, *p);
+          j = l ? j + l : 0;
+        }
+        if (j) {
+          end = j;
+          break;
+        }
+      }
+    }
+    const uint8_t c = cls(i);
+    if (!end) {
+      if (is_l(c)) {
+        end = run(i, is_l);
+      } else if (!(c & number) && !is_break(i)) {
+        const size_t j = i + len(i);
+        if (j < n && is_l(cls(j))) end = run(j, is_l);
+      }
+    }
+    if (!end && (c & number)) {
+      end = i;
+      for (int d = 0; d < max_digits && end < n && (cls(end) & number); ++d) end += len(end);
+    }
+    if (!end) {
+      const size_t j = s[i] == ' ' && i + 1 < n && is_other(cls(i + 1)) ? i + 1 : i;
+      if (is_other(cls(j))) {
+        end = run(j, is_other);
+        while (end < n && is_break(end)) ++end;
+      }
+    }
+    if (!end) {
+      // Whitespace: up to the run's last line break if it has one; else \s+(?!\S) keeps the last
+      // character of a run before a non-space for the next piece, and a lone one is \s+.
+      const size_t k = run(i, is_s);
+      size_t last_break = 0;
+      for (size_t p = i; p < k; p += len(p))
+        if (is_break(p)) last_break = p + 1;
+      if (last_break) {
+        end = last_break;
+      } else {
+        end = k;
+        if (k < n) {
+          size_t last = i, p = i;
+          while (p < k) { last = p; p += len(p); }
+          if (last > i) end = last;
+        }
       }
     }
     emit(s.substr(i, end - i));
@@ -451,10 +560,16 @@ void bpe_tokenizer_impl::split_added(std::string_view text, bool normalized, boo
 std::string bpe_tokenizer_impl::normalize(std::string_view s) const {
   std::string t(s);
   for (const auto& step : normalizer) {
-    if (step.prepend) {
-      if (!t.empty()) t.insert(0, step.to);
-    } else {
-      replace_all(t, step.from, step.to);
+    switch (step.what) {
+      case norm_step::kind::prepend:
+        if (!t.empty()) t.insert(0, step.to);
+        break;
+      case norm_step::kind::replace:
+        replace_all(t, step.from, step.to);
+        break;
+      case norm_step::kind::nfc:
+        t = unicode::nfc(t);
+        break;
     }
   }
   return t;
@@ -472,7 +587,7 @@ status bpe_tokenizer_impl::pre_tokenize(std::string_view s, bool first, std::vec
       }
       if (!use_regex) return model(s, out);
       status st;
-      gpt2_split(s, [&](std::string_view w) {
+      auto word = [&](std::string_view w) {
         if (!st.ok()) return;
         if (w.size() > word_cache::max_word_bytes) {
           st = model(w, out);
@@ -481,7 +596,9 @@ status bpe_tokenizer_impl::pre_tokenize(std::string_view s, bool first, std::vec
           st = model(w, out);
           if (st.ok()) cache.put(w, out.data() + before, out.size() - before);
         }
-      });
+      };
+      if (split == split_kind::gpt2) gpt2_split(s, word);
+      else qwen2_split(s, split == split_kind::llama3 ? 3 : 1, word);
       return st;
     }
     case pre_kind::metaspace: {
@@ -682,10 +799,34 @@ status load_pre_tokenizer(bpe_tokenizer_impl& t, const json& p, const std::strin
     t.meta_split = p.value("split", true);
     return ok_status();
   }
-  if (type == "Sequence" && p.contains("pretokenizers") && p["pretokenizers"].size() == 1)
+  if (type == "Sequence" && p.contains("pretokenizers") && p["pretokenizers"].is_array() && p["pretokenizers"].size() == 1)
     return load_pre_tokenizer(t, p["pretokenizers"][0], where);
+  // Qwen2's and Llama-3's: Split on their regex (Isolated), then ByteLevel without its own regex.
+  if (type == "Sequence" && p.contains("pretokenizers") && p["pretokenizers"].is_array() && p["pretokenizers"].size() == 2) {
+    const json& split = p["pretokenizers"][0];
+    const json& bytes = p["pretokenizers"][1];
+    if (split.is_object() && split.value("type", "") == "Split" && bytes.is_object() && bytes.value("type", "") == "ByteLevel" &&
+        !bytes.value("use_regex", true)) {
+      const json pattern = split.value("pattern", json());
+      const std::string regex = pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()
+                                    ? pattern["Regex"].get<std::string>()
+                                    : std::string();
+      if (split.value("behavior", "") != "Isolated" || split.value("invert", false))
+        return status::unsupported(where + ": Split pre-tokenizer with behavior \"" + split.value("behavior", "") +
+                                   "\"" + (split.value("invert", false) ? " inverted" : "") + " is not supported (Isolated is)");
+      if (regex == kQwen2Split || regex == kLlama3Split) {
+        TESSERA_RETURN_IF_ERROR(load_pre_tokenizer(t, bytes, where));
+        t.use_regex = true;
+        t.split = regex == kQwen2Split ? split_kind::qwen2 : split_kind::llama3;
+        return ok_status();
+      }
+      return status::unsupported(where + ": Split pre-tokenizer regex " + json(regex).dump() +
+                                 " is not supported (GPT-2's, Qwen2's and Llama-3's regexes are)");
+    }
+  }
   return status::unsupported(where + ": pre-tokenizer \"" + type +
-                             "\" is not supported (ByteLevel with GPT-2's regex, Metaspace, or none are)");
+                             "\" is not supported (ByteLevel with GPT-2's regex, Split with Qwen2's or Llama-3's regex "
+                             "then ByteLevel, Metaspace, or none are)");
 }
 
 status load_normalizer(bpe_tokenizer_impl& t, const json& n, const std::string& where) {
@@ -696,16 +837,20 @@ status load_normalizer(bpe_tokenizer_impl& t, const json& n, const std::string& 
     return ok_status();
   }
   if (type == "Prepend") {
-    t.normalizer.push_back({true, {}, n.value("prepend", "")});
+    t.normalizer.push_back({norm_step::kind::prepend, {}, n.value("prepend", "")});
     return ok_status();
   }
   if (type == "Replace") {
     if (!n.contains("pattern") || !n["pattern"].contains("String"))
       return status::unsupported(where + ": normalizer Replace with a regex pattern is not supported (only a string)");
-    t.normalizer.push_back({false, n["pattern"]["String"].get<std::string>(), n.value("content", "")});
+    t.normalizer.push_back({norm_step::kind::replace, n["pattern"]["String"].get<std::string>(), n.value("content", "")});
     return ok_status();
   }
-  return status::unsupported(where + ": normalizer \"" + type + "\" is not supported (Prepend, Replace, Sequence are)");
+  if (type == "NFC") {
+    t.normalizer.push_back({norm_step::kind::nfc, {}, {}});
+    return ok_status();
+  }
+  return status::unsupported(where + ": normalizer \"" + type + "\" is not supported (Prepend, Replace, NFC, Sequence are)");
 }
 
 status load_post_processor(bpe_tokenizer_impl& t, const json& p, const std::string& where) {

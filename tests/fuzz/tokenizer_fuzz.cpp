@@ -1,12 +1,13 @@
 // libFuzzer target over the BPE tokenizers: the real GPT-2 and LLaMA vocabularies (the build's
-// tokenizer presets) and a small tokenizer.json with a Metaspace pre-tokenizer and lstrip/rstrip
-// added tokens. The input is arbitrary bytes, used twice: as a text, and as a list of token ids.
+// tokenizer presets), a small tokenizer.json with a Metaspace pre-tokenizer and lstrip/rstrip
+// added tokens, and a small byte-level one with Qwen2's NFC + Split regex pipeline. The input is
+// arbitrary bytes, used twice: as a text, and as a list of token ids.
 //
 // Invariants beyond "no crash, no sanitizer report, no hang":
 //  - encode() fails exactly when the text is not UTF-8 (checked with utfcpp, not tessera's code);
 //  - for UTF-8 text: decode(encode(x)) == x without added bos (GPT-2 with specials parsed or not;
 //    LLaMA with specials as text, unless x holds U+2581, LLaMA's space marker), and the stream
-//    decoder gives x too;
+//    decoder gives x too; for the Qwen2 pipeline, both give NFC(x) (utf8proc's, called here);
 //  - any ids: decode() fails exactly when an id is outside the vocab, and its text is UTF-8; the
 //    stream decoder's text is UTF-8 and, for GPT-2's byte-level BPE, equals decode().
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utf8.h>
+#include <utf8proc.h>
 #include <vector>
 
 #include "tessera/models/bpe_tokenizer.hpp"
@@ -52,10 +54,46 @@ bpe_tokenizer small_metaspace() {
   return must(bpe_tokenizer::from_tokenizer_json(j.dump(), "fuzz tokenizer.json"), "small tokenizer");
 }
 
+// Byte-level BPE with Qwen2's tokenizer.json pipeline: NFC, Split on its regex, ByteLevel.
+bpe_tokenizer small_qwen2() {
+  using json = nlohmann::json;
+  using tessera::models::testing::byte_char;
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
+  const std::string g = byte_char(' '), nl = byte_char('\n');
+  json merges = json::array();
+  for (auto [l, r] : std::vector<std::pair<std::string, std::string>>{{g, "a"}, {"a", "b"}, {g + "a", "b"}, {"1", "2"}, {nl, nl}, {g, nl}, {"'", "s"}}) {
+    if (!vocab.contains(l + r)) vocab[l + r] = static_cast<int>(vocab.size());
+    merges.push_back(json::array({l, r}));
+  }
+  const char* regex =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  json j = {{"added_tokens", {{{"id", static_cast<int>(vocab.size())}, {"content", "<|endoftext|>"}, {"special", true}, {"normalized", false}}}},
+            {"normalizer", {{"type", "NFC"}}},
+            {"pre_tokenizer", {{"type", "Sequence"},
+                               {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+                                                  {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+            {"post_processor", {{"type", "ByteLevel"}}},
+            {"decoder", {{"type", "ByteLevel"}}},
+            {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  return must(bpe_tokenizer::from_tokenizer_json(j.dump(), "fuzz qwen2 tokenizer.json"), "small qwen2 tokenizer");
+}
+
+std::string nfc(const std::string& s) {
+  utf8proc_uint8_t* out = nullptr;
+  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
+                              static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0 || !out) fail("utf8proc refused text that utfcpp calls UTF-8");
+  std::string r(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  std::free(out);
+  return r;
+}
+
 struct tokenizers {
   bpe_tokenizer gpt2 = must(bpe_tokenizer::preset("gpt2"), "gpt2 preset (build the target tokenizer-presets)");
   bpe_tokenizer llama = must(bpe_tokenizer::preset("llama"), "llama preset (build the target tokenizer-presets)");
   bpe_tokenizer small = small_metaspace();
+  bpe_tokenizer qwen2 = small_qwen2();
 };
 
 const tokenizers& all() {
@@ -77,7 +115,8 @@ std::string streamed(const bpe_tokenizer& tok, const std::vector<int32_t>& ids, 
   return out + tail;
 }
 
-void round_trip(const bpe_tokenizer& tok, const char* name, const std::string& text, bool parse_special, bool expect_equal) {
+void round_trip(const bpe_tokenizer& tok, const char* name, const std::string& text, bool parse_special, bool expect_equal,
+                const std::string* expected = nullptr) {
   const bool valid = utf8::is_valid(text.begin(), text.end());
   if (auto with_bos = tok.encode(text, true, parse_special); with_bos.has_value() != valid) fail(std::string(name) + ": encode() with specials disagrees");
   auto ids = tok.encode(text, false, parse_special);
@@ -87,8 +126,9 @@ void round_trip(const bpe_tokenizer& tok, const char* name, const std::string& t
     if (id < 0 || id >= tok.vocab_size()) fail(std::string(name) + ": encode() gave id " + std::to_string(id) + " outside the vocab");
   auto back = tok.decode(*ids);
   if (!back) fail(std::string(name) + ": decode() of encode()'s ids failed: " + back.error().to_string());
-  if (expect_equal && *back != text) fail(std::string(name) + ": decode(encode(x)) != x");
-  if (expect_equal && streamed(tok, *ids, false) != text) fail(std::string(name) + ": the stream decoder's text != x");
+  const std::string& want = expected ? *expected : text;
+  if (expect_equal && *back != want) fail(std::string(name) + ": decode(encode(x)) != " + (expected ? "NFC(x)" : "x"));
+  if (expect_equal && streamed(tok, *ids, false) != want) fail(std::string(name) + ": the stream decoder's text != " + (expected ? "NFC(x)" : "x"));
 }
 
 void decode_ids(const bpe_tokenizer& tok, const char* name, const uint8_t* data, size_t size, bool stream_equals_decode) {
@@ -123,8 +163,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   round_trip(t.llama, "llama", text, false, !marker);
   round_trip(t.llama, "llama (specials parsed)", text, true, false);
   round_trip(t.small, "small", text, true, false);
+  if (utf8::is_valid(text.begin(), text.end())) {
+    const std::string normal = nfc(text);
+    round_trip(t.qwen2, "qwen2", text, false, true, &normal);
+  } else {
+    round_trip(t.qwen2, "qwen2", text, false, false);
+  }
   decode_ids(t.gpt2, "gpt2", data, size, true);
   decode_ids(t.llama, "llama", data, size, false);
   decode_ids(t.small, "small", data, size, false);
+  decode_ids(t.qwen2, "qwen2", data, size, true);
   return 0;
 }

@@ -34,20 +34,7 @@ std::string decoded(const bpe_tokenizer& t, const std::vector<int32_t>& ids, boo
 }
 
 // GPT-2's byte -> character map, written out independently of the library's.
-std::string byte_char(int b) {
-  int n = 0;
-  for (int c = 0; c < b; ++c)
-    if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255))) ++n;
-  const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-  const char32_t cp = printable ? b : 256 + n;
-  std::string s;
-  if (cp < 0x80) s.push_back(static_cast<char>(cp));
-  else {
-    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-  return s;
-}
+using testing::byte_char;
 
 /// A byte-level vocab: the 256 byte characters, then the merges' results, then <|endoftext|>.
 bpe_tokenizer byte_level(const std::vector<std::pair<std::string, std::string>>& merges) {
@@ -315,6 +302,76 @@ TEST(bpe_tokenizer, tokenizer_json_byte_level_equals_vocab_merges) {
   EXPECT_EQ(b.merges_size(), 3u);
   for (std::string_view text : {"the theme", " the<|endoftext|>the", "\xE4\xB8\xAD the  \n"}) EXPECT_EQ(ids_of(a, text), ids_of(b, text)) << text;
   EXPECT_EQ(tokens_of(b, "the the"), (std::vector<std::string>{"t", "he", g + "the"}));
+}
+
+// Qwen2's and Llama-3's tokenizer.json: NFC, then Split on their regex, then ByteLevel without
+// its own regex. The real vocabulary is checked against an npm implementation in
+// tests/clients/bpe_exactness.test.mjs; these pin the regex's corners with merges that would join
+// across its pieces.
+namespace {
+json split_json(const bpe_tokenizer& a, const std::vector<std::pair<std::string, std::string>>& pairs, const std::string& regex) {
+  json vocab = json::object();
+  for (int32_t id = 0; id < a.vocab_size(); ++id) vocab[*a.token_text(id)] = id;
+  json merges = json::array();
+  for (const auto& [l, r] : pairs) merges.push_back(json::array({l, r}));
+  return {{"added_tokens", json::array()},
+          {"normalizer", {{"type", "NFC"}}},
+          {"pre_tokenizer", {{"type", "Sequence"},
+                             {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+                                                {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}}},
+          {"post_processor", {{"type", "ByteLevel"}}},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+}
+const char* const kQwen2 =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const kLlama3 =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+}  // namespace
+
+TEST(bpe_tokenizer, qwen2_and_llama3_split_regexes) {
+  const std::string g = byte_char(' '), nl = byte_char('\n'), tab = byte_char('\t');
+  // Every merge listed as a pair, so the merged tokens show where the split cut.
+  std::vector<std::pair<std::string, std::string>> merges = {
+      {"1", "2"}, {"12", "3"}, {"123", "4"}, {"i", "t"}, {g, "it"}, {tab, "it"}, {"'", "S"}, {"'", "s"}, {"!", "!"},
+      {g, "!!"}, {"!!", nl}, {g, nl}, {nl, nl}, {g, g}, {"t", "1"}, {".", nl}, {nl, g}};
+  // 'ſ' (U+017F, C5 BF) in byte characters, and the pair that merges it after an apostrophe.
+  const std::string long_s = byte_char(0xC5) + byte_char(0xBF);
+  merges.push_back({byte_char(0xC5), byte_char(0xBF)});
+  merges.push_back({"'", long_s});
+  auto base = byte_level(merges);
+  auto qwen = from_json(split_json(base, merges, kQwen2));
+  auto llama3 = from_json(split_json(base, merges, kLlama3));
+  using v = std::vector<std::string>;
+  // Numbers: one digit a piece in Qwen2, up to three in Llama-3.
+  EXPECT_EQ(tokens_of(qwen, "1234"), (v{"1", "2", "3", "4"}));
+  EXPECT_EQ(tokens_of(llama3, "1234"), (v{"123", "4"}));
+  // Contractions in any case, long s folded to s; letters and digits never join.
+  EXPECT_EQ(tokens_of(qwen, "it'S"), (v{"it", "'S"}));
+  EXPECT_EQ(tokens_of(qwen, "it'\u017F"), (v{"it", "'" + long_s}));
+  EXPECT_EQ(tokens_of(qwen, "it1"), (v{"it", "1"}));
+  // A word takes one leading non-letter that is not a line break: a space, a tab.
+  EXPECT_EQ(tokens_of(qwen, " it\tit"), (v{g + "it", tab + "it"}));
+  EXPECT_EQ(tokens_of(qwen, "\nit"), (v{nl, "it"}));
+  // Punctuation keeps a leading space and the line breaks after it.
+  EXPECT_EQ(tokens_of(qwen, " !!\nit"), (v{g + "!!", nl, "it"}));
+  EXPECT_EQ(tokens_of(qwen, "!!\n\nit"), (v{"!!" + nl, nl, "it"}));
+  // Whitespace runs: up to the last line break; the last space before a word goes with it.
+  EXPECT_EQ(tokens_of(qwen, " \n\n  it"), (v{g + nl, nl, g, g + "it"}));
+  EXPECT_EQ(tokens_of(qwen, "it  "), (v{"it", g + g}));
+  // NFC first: e + combining acute is é.
+  EXPECT_EQ(ids_of(qwen, "e\u0301"), ids_of(qwen, "\u00E9"));
+  EXPECT_EQ(decoded(qwen, ids_of(qwen, "cafe\u0301")), "caf\u00E9");
+  // Another Split regex, or another behaviour, is refused by name.
+  auto other = split_json(base, merges, R"(\w+|\s+)");
+  auto r = bpe_tokenizer::from_tokenizer_json(other.dump());
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("Split pre-tokenizer regex"), std::string::npos) << r.error().message();
+  auto merged = split_json(base, merges, kQwen2);
+  merged["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "MergedWithPrevious";
+  r = bpe_tokenizer::from_tokenizer_json(merged.dump());
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("MergedWithPrevious"), std::string::npos) << r.error().message();
 }
 
 TEST(bpe_tokenizer, metaspace_pre_tokenizer) {
