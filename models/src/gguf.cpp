@@ -1,5 +1,6 @@
 // write_gguf: a decoder as GGUF v3 (f32 or f16 matrices), laid out as llama.cpp reads it (see gguf.hpp).
 #include "tessera/models/gguf.hpp"
+#include "tessera/models/kernels.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -112,9 +114,12 @@ uint16_t float_to_half(float f) {
 
 status write_tokenizer(header_writer& hw, const model_shape& c, const bpe_tokenizer& tok,
                        const std::string& chat_template) {
-  const bool llama = c.arch == architecture::llama;
+  // llama.cpp's tokenizer kinds: "llama" (SentencePiece-style) for llama and mistral, "gpt2"
+  // (byte-level) for gpt2 and qwen2, whose pre-tokenizer it names apart.
+  const std::string_view arch = c.traits().gguf_arch;
+  const bool llama = arch == "llama";
   if (llama != (tok.kind() == bpe_kind::sentencepiece))
-    return status::invalid(std::string("a ") + (llama ? "llama" : "gpt2") + " model needs a " +
+    return status::invalid("a " + std::string(c.traits().model_type) + " model needs a " +
                            (llama ? "SentencePiece-style" : "byte-level") + " tokenizer");
   const int32_t n = c.vocab_size;
   if (tok.vocab_size() < n)
@@ -140,7 +145,7 @@ status write_tokenizer(header_writer& hw, const model_shape& c, const bpe_tokeni
   for (const bpe_merge& m : tok.merges())
     if (m.left < n && m.right < n && m.merged < n) merges.push_back(m);
   hw.kv_str("tokenizer.ggml.model", llama ? "llama" : "gpt2");
-  hw.kv_str("tokenizer.ggml.pre", llama ? "default" : "gpt-2");
+  hw.kv_str("tokenizer.ggml.pre", llama ? "default" : arch == "qwen2" ? "qwen2" : "gpt-2");
   hw.kv_strings("tokenizer.ggml.tokens", tokens);
   if (llama) {
     // llama.cpp's SentencePiece tokenizer merges the adjacent pair whose result scores highest:
@@ -175,14 +180,22 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
                   const gguf_write_options& options) {
   const model_shape& c = model.shape();
   const decoder_weights& w = model.weights();
-  if (!c.is_decoder()) return status::invalid("GGUF export is for gpt2 and llama decoders, not " + c.name);
-  if (c.rope_scaling == rope_scaling_kind::llama3 || c.rope_scaling == rope_scaling_kind::yarn)
-    return status::unsupported("GGUF export of rope_scaling llama3 and yarn is not written (llama.cpp keeps llama3's "
-                               "frequencies as a rope_freqs tensor); export a model with linear or no scaling");
-  const bool llama = c.arch == architecture::llama;
-  const std::string arch = llama ? "llama" : "gpt2";
+  const architecture_traits& t = c.traits();
+  if (!c.is_decoder() || t.gguf_arch.empty())
+    return status::invalid("GGUF export is for gpt2, llama, qwen2 and mistral decoders, not " + c.name);
+  if (c.rope_scaling == rope_scaling_kind::yarn)
+    return status::unsupported("GGUF export of rope_scaling yarn is not written; export a model with linear, llama3 or "
+                               "no scaling");
+  // llama, qwen2 and mistral: rotary positions, RMSNorm, SwiGLU; gpt2: learned positions.
+  const bool llama = t.positions == position_kind::rotary;
+  const std::string arch(t.gguf_arch);
   if (llama && (c.activation != activation_kind::silu || !c.gated_mlp || c.norm != norm_kind::rms_norm))
-    return status::invalid("llama.cpp's llama runs RMSNorm and a SwiGLU MLP; this model differs");
+    return status::invalid("llama.cpp's " + arch + " runs RMSNorm and a SwiGLU MLP; this model differs");
+  // Mistral is "llama" in GGUF, and llama.cpp's llama attends to every position.
+  if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings)
+    return status::unsupported("GGUF export of a sliding_window (" + std::to_string(c.sliding_window) + " of " +
+                               std::to_string(c.max_position_embeddings) + " positions) is not written: llama.cpp's " + arch +
+                               " attends to every position, so the file would compute another model");
   if (!llama && (c.activation != activation_kind::gelu_tanh || c.norm != norm_kind::layer_norm))
     return status::invalid("llama.cpp's gpt2 runs LayerNorm and tanh-GELU (gelu_new); this model's activation is " +
                            std::string(activation_name(c.activation)));
@@ -222,9 +235,21 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
     ts.push_back(plain(b + "attn_norm.weight", lw.norm1_w, h, 0));
     if (lw.norm1_b) ts.push_back(plain(b + "attn_norm.bias", lw.norm1_b, h, 0));
     if (llama) {
-      ts.push_back(rope_permuted(b + "attn_q.weight", lw.q_w, c.num_heads, c.head_dim(), h));
-      ts.push_back(rope_permuted(b + "attn_k.weight", lw.k_w, c.num_kv_heads, c.head_dim(), h));
+      // convert_hf_to_gguf permutes Q and K to adjacent rotary pairs for llama, not for qwen2
+      // (llama.cpp rotates qwen2 the NeoX way, as Hugging Face does).
+      if (arch == "llama") {
+        ts.push_back(rope_permuted(b + "attn_q.weight", lw.q_w, c.num_heads, c.head_dim(), h));
+        ts.push_back(rope_permuted(b + "attn_k.weight", lw.k_w, c.num_kv_heads, c.head_dim(), h));
+      } else {
+        ts.push_back(plain(b + "attn_q.weight", lw.q_w, qw, h));
+        ts.push_back(plain(b + "attn_k.weight", lw.k_w, kvw, h));
+      }
       ts.push_back(plain(b + "attn_v.weight", lw.v_w, kvw, h));
+      if (t.qkv_bias) {
+        ts.push_back(plain(b + "attn_q.bias", lw.q_b, qw, 0));
+        ts.push_back(plain(b + "attn_k.bias", lw.k_b, kvw, 0));
+        ts.push_back(plain(b + "attn_v.bias", lw.v_b, kvw, 0));
+      }
     } else {
       ts.push_back(stacked(b + "attn_qkv.weight", {{lw.q_w, qw}, {lw.k_w, kvw}, {lw.v_w, kvw}}, h));
       ts.push_back(stacked(b + "attn_qkv.bias", {{lw.q_b, qw}, {lw.k_b, kvw}, {lw.v_b, kvw}}, 0));
@@ -240,6 +265,17 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
     if (lw.down_b) ts.push_back(plain(b + "ffn_down.bias", lw.down_b, h, 0));
   }
   ts.push_back(plain("output_norm.weight", w.final_norm_w, h, 0));
+  // Llama 3.1's rope_scaling as llama.cpp keeps it: rope_freqs.weight, one divisor a frequency
+  // (the unscaled frequency over the scaled one), which llama.cpp applies to every layer's rotary.
+  if (c.rope_scaling == rope_scaling_kind::llama3) {
+    rope_params plain_rope = c.rope();
+    plain_rope.kind = rope_kind::none;
+    const std::vector<double> base = rope_inv_freq(plain_rope, c.head_dim()), scaled = rope_inv_freq(c.rope(), c.head_dim());
+    auto factors = std::make_shared<std::vector<float>>(base.size());
+    for (size_t i = 0; i < base.size(); ++i) (*factors)[i] = static_cast<float>(base[i] / scaled[i]);
+    ts.push_back({"rope_freqs.weight", static_cast<int64_t>(factors->size()), 0,
+                  [factors](std::vector<float>& out) { out = *factors; }});
+  }
   if (w.final_norm_b) ts.push_back(plain("output_norm.bias", w.final_norm_b, h, 0));
   // A tied head is token_embd itself (llama.cpp falls back to it when output.weight is absent).
   if (!c.tie_word_embeddings) ts.push_back(plain("output.weight", w.lm_head, c.vocab_size, h));

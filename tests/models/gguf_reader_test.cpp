@@ -766,8 +766,16 @@ TEST(gguf_oracle_import, llamacpp_tokens_from_the_imported_file) {
       ASSERT_TRUE(p) << p.error().to_string();
       src = std::move(*p);
     }
-    const std::string path = exported(src, std::string(src.shape().traits().tokenizer), name);
+    const std::string path =
+        exported(src, entry.value("tokenizer", std::string(src.shape().traits().tokenizer)), name);
     auto m = load_decoder(path);
+    if (src.shape().rope_scaling == rope_scaling_kind::llama3) {
+      // The export is one-way: llama.cpp's rope_freqs tensor (one divisor a frequency) is not read
+      // back into Hugging Face's llama3 parameters; the reader names it instead of ignoring it.
+      ASSERT_FALSE(m);
+      EXPECT_NE(m.error().to_string().find("rope_freqs"), std::string::npos) << m.error().to_string();
+      continue;
+    }
     ASSERT_TRUE(m) << m.error().to_string();
     auto tok = load_gguf_tokenizer(path);
     ASSERT_TRUE(tok) << tok.error().to_string();
