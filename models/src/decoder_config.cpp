@@ -4,7 +4,11 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "tessera/models/decoder.hpp"
+#include "tessera/models/decoder_config.hpp"
+
+#include <filesystem>
+
+#include "tessera/common/text.hpp"
 
 namespace tessera::models {
 namespace {
@@ -264,6 +268,24 @@ std::string decoder_config_json(const model_shape& s) {
   if (s.eos_token_id >= 0) j["eos_token_id"] = s.eos_token_id;
   j["torch_dtype"] = "float32";
   return j.dump(2) + "\n";
+}
+
+}  // namespace tessera::models
+
+namespace tessera::models {
+
+result<model_shape> load_decoder_config(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path file{path};
+  if (fs::is_directory(file, ec)) file /= "config.json";
+  auto text = read_text_file(file);
+  if (!text) return status::not_found(file.string() + ": cannot read a config.json there (pass a Hugging Face config.json or its folder)");
+  auto shape = parse_decoder_config_json(*text);
+  if (!shape) return shape.error().with_context(file.string());
+  const fs::path named = file.filename() == "config.json" && file.has_parent_path() ? file.parent_path() : file;
+  shape->name = named.filename().string().empty() ? file.string() : named.filename().string();
+  return shape;
 }
 
 }  // namespace tessera::models

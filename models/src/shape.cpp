@@ -24,6 +24,7 @@ constexpr preset presets[] = {
     {"llama-1b", architecture::llama, 22, 2048, 32, 4, 5632},
     {"llama-2-7b", architecture::llama, 32, 4096, 32, 32, 11008},
     {"llama-3-8b", architecture::llama, 32, 4096, 32, 8, 14336},
+    {"llama-2-70b", architecture::llama, 80, 8192, 64, 8, 28672},  // timing shape: the multi-GPU anchors
 };
 
 using ak = activation_kind;
@@ -184,7 +185,7 @@ result<model_shape> shape_preset(std::string_view name) {
     s.num_kv_heads = p.kv_heads;
     s.intermediate_size = p.ffn > 0 ? p.ffn : 4 * p.hidden;
     set_architecture_defaults(s);
-    if (name == "llama-2-7b") s.max_position_embeddings = 4096;
+    if (name == "llama-2-7b" || name == "llama-2-70b") s.max_position_embeddings = 4096;
     if (name == "llama-3-8b") {
       s.vocab_size = 128256;
       s.max_position_embeddings = 8192;

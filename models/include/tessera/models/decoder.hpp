@@ -25,6 +25,7 @@
 
 #include "tessera/common/status.hpp"
 #include "tessera/models/bf16.hpp"
+#include "tessera/models/decoder_config.hpp"
 #include "tessera/models/kv_cache.hpp"
 #include "tessera/models/shape.hpp"
 #include "tessera/models/weights.hpp"
@@ -158,15 +159,7 @@ result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t see
 /// the file (unreadable, or the field parse_decoder_config_json refuses).
 result<decoder_model> make_decoder_from_config(const std::string& config_path, uint64_t seed = 0);
 
-/// Parses a Hugging Face config.json of model_type "gpt2" (n_embd, n_layer, n_head, n_inner,
-/// n_positions, layer_norm_epsilon, activation_function) or "llama" (hidden_size,
-/// num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
-/// rms_norm_eps, rope_theta, rope_scaling {type|rope_type: linear, factor}, hidden_act silu,
-/// attention_bias / mlp_bias false), with tie_word_embeddings, bos_token_id, eos_token_id.
-/// Errors name the field.
-result<model_shape> parse_decoder_config_json(std::string_view json_text);
-/// The config.json text of a decoder shape (HF field names, parse_decoder_config_json reads it back).
-std::string decoder_config_json(const model_shape& shape);
+// parse_decoder_config_json, decoder_config_json, load_decoder_config: decoder_config.hpp.
 
 /// Loads a Hugging Face folder (config.json + model.safetensors, or model.safetensors.index.json
 /// and its shards) or a preset by name. Errors name the file, the tensor and the expected shape.
