@@ -7,6 +7,9 @@
 //   tessera-llm-timing validate                                  (modelled vs published, held out)
 //   tessera-llm-timing experiment --out-dir results              (CSV + markdown; scripts/llm-experiment plots)
 //   tessera-llm-timing search --csv results/llm-search.csv      (design-space search; scripts/llm-search plots)
+//   tessera-llm-timing compare --model llama-2-70b --systems h100-sxm:tp=8,ipu-mk2:chips=64:weights=streaming
+//                                                                (one model at the same SLO; held-out multi-GPU error)
+//   tessera-llm-timing step --system h100-sxm:tp=8 --model path/to/config.json --decode 64x512
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -20,6 +23,7 @@
 
 #include "tessera/common/cli.hpp"
 #include "tessera/common/llm_trace.hpp"
+#include "tessera/timing/llm_compare.hpp"
 #include "tessera/timing/llm_experiment.hpp"
 #include "tessera/timing/llm_schedule.hpp"
 #include "tessera/timing/llm_search.hpp"
@@ -87,7 +91,7 @@ tessera::result<std::vector<T>> parse_list(const std::string& flag, const std::s
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::cout << "tessera-llm-timing: modelled LLM serving (step model, schedulers, validation, experiment)\n"
-                 "usage: tessera-llm-timing step|system|simulate|validate|experiment|search [options]; --help after a "
+                 "usage: tessera-llm-timing step|system|simulate|validate|experiment|search|compare [options]; --help after a "
                  "command lists its options\n";
     return argc < 2 ? 2 : 0;
   }
@@ -95,8 +99,9 @@ int main(int argc, char** argv) {
   po::options_description opts("tessera-llm-timing " + cmd);
   opts.add_options()("help", "show this help")(
       "system", po::value<std::string>()->default_value("a100-40gb"),
-      "preset[:key=value...]: a100-40gb[:gpus=N], ipu-mk2:chips=N[:pipeline=S], ipu-mk2:chips=4:weights=streaming")(
-      "model", po::value<std::string>()->default_value("llama-2-7b"), "a decoder shape preset")(
+      "preset[:key=value...]: a100-40gb[:gpus=N][:tp=T][:pp=P] (tp: tensor parallel over NVLink; pp: pipeline stages), ipu-mk2:chips=N[:pipeline=S], ipu-mk2:chips=4:weights=streaming")(
+      "model", po::value<std::string>()->default_value("llama-2-7b"),
+      "a decoder shape preset (llama-2-7b, llama-3-8b, llama-2-70b, gpt2, ...) or a Hugging Face config.json or its folder")(
       "decode", po::value<std::string>()->default_value(""), "step: decode contexts, COUNTxCONTEXT,...")(
       "prefill", po::value<std::string>()->default_value(""), "step: prompt chunks, COUNTxTOKENS,... (no cached context)")(
       "rate", po::value<double>()->default_value(1.0), "simulate: Poisson arrivals per second (0: all at once)")(
@@ -134,6 +139,10 @@ int main(int argc, char** argv) {
         "simulate: goodput's bound on the time per output token after the first, ms (0: not checked); goodput = "
         "requests within both bounds per second, as vLLM's benchmark_serving and genai-perf count it")(
         "csv", po::value<std::string>()->default_value(""), "simulate: append a CSV row (header when the file is new)");
+  if (cmd == "compare")
+    opts.add_options()("compare-requests", po::value<int64_t>()->default_value(400),
+                       "compare: requests per simulated run of the SLO bisection")(
+        "no-held-out", "compare: skip the held-out multi-GPU rows");
   if (cmd == "search")
     opts.add_options()("csv", po::value<std::string>()->default_value(""), "search: every evaluated point to this CSV")(
         "workload", po::value<std::string>()->default_value("sharegpt"), "search: the built-in mix (sharegpt)")(
@@ -156,7 +165,7 @@ int main(int argc, char** argv) {
         "no-sensitivity", "search: skip the sensitivity table");
   po::variables_map vm;
   if (auto done = tessera::parse_command_line("tessera-llm-timing " + cmd, argc - 1, argv + 1, opts, vm)) return *done;
-  auto shape = tessera::models::shape_preset(vm["model"].as<std::string>());
+  auto shape = resolve_decoder_shape(vm["model"].as<std::string>());
   if (!shape) return fail(shape.error());
   auto dims = decoder_dims_of(*shape);
   if (!dims) return fail(dims.error());
@@ -175,6 +184,7 @@ int main(int argc, char** argv) {
     o.cost = {vm["amortisation-years"].as<double>(), vm["utilisation"].as<double>(), vm["usd-per-kwh"].as<double>()};
     o.ipu_price_usd = vm["ipu-price-usd"].as<double>();
     o.seed = vm["seed"].as<uint64_t>();
+    o.model = vm["model"].as<std::string>();
     o.seeds = vm["experiment-seeds"].as<int64_t>();
     if (o.seeds < 0) return fail(tessera::status::invalid("--experiment-seeds must be >= 0 (0: skip the table over seeds)"));
     if (const auto& list = vm["systems"].as<std::string>(); !list.empty()) {
@@ -189,6 +199,32 @@ int main(int argc, char** argv) {
     auto rep = run_llm_experiment(o, std::cerr);
     if (!rep) return fail(rep.error());
     std::cout << *rep;
+    return 0;
+  }
+
+  if (cmd == "compare") {
+    llm_compare_options o;
+    if (!vm["model"].defaulted()) o.model = vm["model"].as<std::string>();
+    if (const auto& list = vm["systems"].as<std::string>(); !list.empty()) {
+      auto v = parse_list<std::string>("systems", list);
+      if (!v) return fail(v.error());
+      o.systems = *v;
+    }
+    o.slo = {vm["ttft-p99"].as<double>(), vm["tpot-p99"].as<double>()};
+    o.cost = {vm["amortisation-years"].as<double>(), vm["utilisation"].as<double>(), vm["usd-per-kwh"].as<double>()};
+    o.ipu_price_usd = vm["ipu-price-usd"].as<double>();
+    o.seed = vm["seed"].as<uint64_t>();
+    o.requests = vm["compare-requests"].as<int64_t>();
+    o.continuous.max_seqs = vm["max-seqs"].as<int64_t>();
+    o.continuous.token_budget = vm["token-budget"].as<int64_t>();
+    o.held_out = vm.count("no-held-out") == 0;
+    for (const char* other : {"system", "decode", "prefill", "rate", "requests", "batching", "static-batch", "out-dir",
+                              "quick", "experiment-seeds"})
+      if (!vm[other].defaulted() && vm.count(other))
+        return fail(tessera::status::invalid(std::string("--") + other + " does not apply to compare (see compare --help)"));
+    auto r = run_llm_compare(o);
+    if (!r) return fail(r.error());
+    std::cout << llm_compare_markdown(*r, o);
     return 0;
   }
 
@@ -358,5 +394,5 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  return fail(tessera::status::invalid("unknown command '" + cmd + "'; use step, system, simulate, validate, experiment or search"));
+  return fail(tessera::status::invalid("unknown command '" + cmd + "'; use step, system, simulate, validate, experiment, search or compare"));
 }

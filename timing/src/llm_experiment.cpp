@@ -21,7 +21,7 @@ std::string money(double v) { return v < 0 ? "-" : "$" + num(v, v >= 100 ? "%.0f
 }  // namespace
 
 result<std::string> run_llm_experiment(const llm_experiment_options& o, std::ostream& log) {
-  auto shape = models::shape_preset(o.model);
+  auto shape = resolve_decoder_shape(o.model);
   if (!shape) return shape.error();
   auto dims = decoder_dims_of(*shape);
   if (!dims) return dims.error();

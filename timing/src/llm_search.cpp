@@ -176,6 +176,9 @@ result<llm_system> make_search_system(const llm_search_point& p, const decoder_d
     s.kv_bytes_per_s = double(p.chips) * b->sram_bw * scale;
     s.kv_capacity_bytes = double(p.chips) * chip_usable - 2 * double(d.layer_linear_params()) * d.element_bytes;
     s.collectives_per_layer = p.chips > 1 ? 2 : 0;
+    s.tensor_parallel = p.chips;
+    s.collective_bytes_per_s = s.hop_bytes_per_s;
+    s.collective_hop_latency_s = s.hop_latency_s;
     if (s.kv_capacity_bytes <= 0) return status::out_of_memory(p.label() + ": no SRAM left for the KV cache");
   }
   s.description = "IPU-like, scaled from ipu-mk2: " + p.label();
@@ -261,7 +264,7 @@ llm_search_eval over_seeds(const llm_search_point& p, const decoder_dims& d, con
 }  // namespace
 
 result<llm_search_result> run_llm_search(const llm_search_options& o, std::ostream& log) {
-  auto shape = models::shape_preset(o.model);
+  auto shape = resolve_decoder_shape(o.model);
   if (!shape) return shape.error();
   auto d = decoder_dims_of(*shape);
   if (!d) return d.error();

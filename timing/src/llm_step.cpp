@@ -2,7 +2,9 @@
 #include "tessera/timing/llm_step.hpp"
 
 #include <algorithm>
+#include <filesystem>
 
+#include "tessera/models/decoder_config.hpp"
 #include "tessera/timing/llm_system.hpp"
 
 namespace tessera::timing {
@@ -14,6 +16,17 @@ int64_t decoder_dims::layer_linear_params() const {
 
 double decoder_dims::weight_bytes() const {
   return (double(layers) * double(layer_linear_params()) + double(lm_head_params())) * element_bytes;
+}
+
+result<models::model_shape> resolve_decoder_shape(const std::string& preset_or_path) {
+  auto preset = models::shape_preset(preset_or_path);
+  if (preset) return preset;
+  const bool looks_like_path = preset_or_path.find('/') != std::string::npos || preset_or_path.ends_with(".json") ||
+                               std::filesystem::exists(preset_or_path);
+  if (!looks_like_path)
+    return status::invalid("--model " + preset_or_path + ": not a shape preset (" + preset.error().message() +
+                           ") and not a path; pass a preset name or a Hugging Face config.json (or its folder)");
+  return models::load_decoder_config(preset_or_path);
 }
 
 result<decoder_dims> decoder_dims_of(const models::model_shape& s) {
@@ -104,14 +117,11 @@ result<llm_step_time> model_llm_step(const llm_system& sys, const decoder_dims& 
     t.lm_head_s = std::max(2 * rows * head / F, head * e / sys.weight_bytes_per_s);
   }
   // Activations between chips: a pipeline passes T x hidden values per hop; tensor parallelism
-  // all-reduces them (ring: 2(n-1)/n of the bytes, 2(n-1) hop latencies) after attention and FFN.
-  const double act_bytes = T * double(d.hidden) * e;
+  // all-reduces them (a ring, allreduce_seconds) after attention and after the MLP.
+  const double act_bytes = T * double(d.hidden) * d.activation_bytes;
   if (sys.hops > 0) t.link_s += double(sys.hops) * (act_bytes / sys.hop_bytes_per_s + sys.hop_latency_s);
-  if (sys.collectives_per_layer > 0 && sys.chips > 1) {
-    const double n = double(sys.chips);
-    const double one = 2 * (n - 1) / n * act_bytes / sys.hop_bytes_per_s + 2 * (n - 1) * sys.hop_latency_s;
-    t.link_s += L * double(sys.collectives_per_layer) * one;
-  }
+  if (sys.collectives_per_layer > 0 && sys.tensor_parallel > 1)
+    t.link_s += L * double(sys.collectives_per_layer) * allreduce_seconds(sys, act_bytes);
   t.flops = L * (gemm_flops + attn_flops) + 2 * rows * double(d.lm_head_params());
   t.bytes = L * (gemm_bytes + attn_bytes) + (rows > 0 ? double(d.lm_head_params()) * e : 0);
   t.seconds = layers_s + t.lm_head_s + t.overhead_s + t.link_s;

@@ -82,7 +82,7 @@ result<spec_parts> split_spec(std::string_view spec) {
     std::string kv = s.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
     size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
-      return status::invalid("system spec '" + s + "': '" + kv + "' is not key=value (keys: chips, gpus, pipeline, weights)");
+      return status::invalid("system spec '" + s + "': '" + kv + "' is not key=value (keys: gpus, tp, pp for a GPU; chips, pipeline, weights, usable, hop_us for an IPU)");
     p.keys[kv.substr(0, eq)] = kv.substr(eq + 1);
     at = next;
   }
@@ -116,9 +116,24 @@ status only_keys(const spec_parts& p, std::initializer_list<const char*> allowed
 }
 
 result<llm_system> make_gpu(const gpu_preset& g, const spec_parts& p, const decoder_dims& d, std::string spec) {
-  TESSERA_RETURN_IF_ERROR(only_keys(p, {"gpus"}, "GPU"));
-  auto gpus = int_key(p, "gpus", 1);
+  TESSERA_RETURN_IF_ERROR(only_keys(p, {"gpus", "tp", "pp"}, "GPU"));
+  auto tp = int_key(p, "tp", 1);
+  if (!tp) return tp.error();
+  auto pp = int_key(p, "pp", 1);
+  if (!pp) return pp.error();
+  const int64_t per_replica = *tp * *pp;
+  auto gpus = int_key(p, "gpus", per_replica);
   if (!gpus) return gpus.error();
+  if (*gpus % per_replica != 0)
+    return status::invalid("system spec '" + spec + "': gpus=" + std::to_string(*gpus) + " is not a multiple of tp x pp = " +
+                           std::to_string(per_replica) + " (a replica is tp x pp GPUs)");
+  // As Vidur's replica: heads split evenly over the TP ranks, layers evenly over the stages.
+  if (d.heads % *tp != 0)
+    return status::invalid("system spec '" + spec + "': tp=" + std::to_string(*tp) + " does not divide " + d.name + "'s " +
+                           std::to_string(d.heads) + " attention heads");
+  if (d.layers % *pp != 0)
+    return status::invalid("system spec '" + spec + "': pp=" + std::to_string(*pp) + " does not divide " + d.name + "'s " +
+                           std::to_string(d.layers) + " layers (stages hold equal layer counts)");
   auto f = llm_fields::load(g.source_file);
   if (!f) return f.error();
   auto mem = f->number("memory_bytes");
@@ -127,24 +142,68 @@ result<llm_system> make_gpu(const gpu_preset& g, const spec_parts& p, const deco
   if (!mem) return mem.error();
   if (!usable) return usable.error();
   if (!launches) return launches.error();
+  const bool multi = per_replica > 1;
+  double link_bw = 0, base_lat = 0, hop_lat = 0;
+  if (multi) {  // only a multi-GPU replica needs the NVLink figures
+    auto bw = f->number("nvlink_bytes_per_s");
+    auto base = f->number("collective_base_latency_s");
+    auto hop = f->number("nvlink_hop_latency_s");
+    for (const auto* r : {&bw, &base, &hop})
+      if (!*r) return r->error().with_context("tp=" + std::to_string(*tp) + " pp=" + std::to_string(*pp));
+    link_bw = *bw, base_lat = *base, hop_lat = *hop;
+  }
+  // Each GPU holds 1/(tp pp) of the weights and, of every layer it runs, ceil(kv_heads / tp) K/V heads:
+  // with fewer K/V heads than ranks they are replicated, so the replica's KV rate and capacity shrink
+  // by kv_heads / (tp ceil(kv_heads / tp)).
+  const double T = double(*tp), S = double(*pp);
+  const int64_t kv_per_rank = (d.kv_heads + *tp - 1) / *tp;
+  const double kv_share = double(d.kv_heads) / (T * double(kv_per_rank));
+  const double free_per_gpu = *mem * *usable - d.resident_bytes() / (T * S);
   llm_system s;
   s.spec = std::move(spec);
   s.preset = g.name;
   s.kind = "gpu";
   s.weights = weight_home::hbm;
-  s.chips = s.replicas = *gpus;
-  s.flops_per_s = g.fp16_tensor_flops_per_s * g.calibration.tensor_core_efficiency;
-  s.weight_bytes_per_s = s.kv_bytes_per_s = g.hbm_bytes_per_s * g.calibration.hbm_efficiency;
-  s.kv_capacity_bytes = *mem * *usable - d.resident_bytes();
-  if (s.kv_capacity_bytes <= 0)
+  s.chips = *gpus;
+  s.tensor_parallel = *tp;
+  s.pipeline_stages = *pp;
+  s.replicas = *gpus / *tp;  // gpus / (tp pp) pipelines of pp micro-batch replicas
+  s.replicas_per_pool = *pp;
+  s.flops_per_s = T * g.fp16_tensor_flops_per_s * g.calibration.tensor_core_efficiency;
+  s.weight_bytes_per_s = T * g.hbm_bytes_per_s * g.calibration.hbm_efficiency;
+  s.kv_bytes_per_s = s.weight_bytes_per_s * kv_share;
+  if (free_per_gpu <= 0) {
+    const double need = std::ceil(d.resident_bytes() / (*mem * *usable));
     return status::out_of_memory(d.name + " needs " + fmt(d.resident_bytes() / 1e9) + " GB of weights; " +
-                                 g.name + " has " + fmt(*mem * *usable / 1e9) + " GB usable");
+                                 std::to_string(per_replica) + " x " + g.name + " hold " + fmt(S * T * *mem * *usable / 1e9) +
+                                 " GB usable; use tp x pp > " + fmt(need - 1) + " (e.g. tp=" +
+                                 std::to_string(int64_t(std::pow(2, std::ceil(std::log2(need + 1))))) + ")");
+  }
+  s.kv_capacity_bytes = T * S * free_per_gpu * kv_share;
   s.per_layer_overhead_s = *launches * g.launch_overhead_s;
   s.per_step_overhead_s = 2 * g.launch_overhead_s;  // embedding gather, LM head
+  if (*tp > 1) {
+    s.collectives_per_layer = 2;  // after attention's O projection and after the MLP's down projection
+    s.collective_bytes_per_s = link_bw;
+    s.collective_base_latency_s = base_lat;
+    s.collective_hop_latency_s = hop_lat;
+  }
+  if (*pp > 1) {  // one NVLink send per stage boundary: one ring step of a collective
+    s.hops = *pp - 1;
+    s.hop_bytes_per_s = link_bw;
+    s.hop_latency_s = base_lat + hop_lat;
+  }
   s.clock_hz = g.clock_hz;
   s.tdp_watts = double(*gpus) * g.published.tdp_watts.value_or(0);
   if (g.published.list_price_usd) s.price_usd = double(*gpus) * *g.published.list_price_usd;
-  s.description = std::to_string(*gpus) + " x " + g.name + ", weights and KV cache in HBM, one replica per GPU";
+  if (!multi)
+    s.description = std::to_string(*gpus) + " x " + g.name + ", weights and KV cache in HBM, one replica per GPU";
+  else
+    s.description = std::to_string(*gpus) + " x " + g.name + ", " + std::to_string(*gpus / per_replica) + " replica(s) of " +
+                    (*tp > 1 ? "tensor parallel " + std::to_string(*tp) : std::string("one GPU")) +
+                    (*pp > 1 ? " x " + std::to_string(*pp) + " pipeline stages (" + std::to_string(*pp) + " micro-batches each)"
+                             : std::string()) +
+                    ", weights and KV cache split over the GPUs, activations over NVLink";
   s.figures = {
       {"dense fp16 " + fmt(g.fp16_tensor_flops_per_s / 1e12) + " TFLOP/s x tensor_core_efficiency " +
            fmt(g.calibration.tensor_core_efficiency),
@@ -161,6 +220,11 @@ result<llm_system> make_gpu(const gpu_preset& g, const spec_parts& p, const deco
            " per GPU",
        g.sources.count("published.list_price_usd") ? g.sources.at("published.list_price_usd") : "no public list price found"},
   };
+  if (multi) {
+    s.figures.push_back({"NVLink " + fmt(link_bw / 1e9) + " GB/s per GPU each way", f->source("llm.nvlink_bytes_per_s")});
+    s.figures.push_back({"collective base latency " + fmt(base_lat * 1e6) + " us", f->source("llm.collective_base_latency_s")});
+    s.figures.push_back({"NVLink ring step " + fmt(hop_lat * 1e6) + " us", f->source("llm.nvlink_hop_latency_s")});
+  }
   return s;
 }
 
@@ -253,6 +317,9 @@ result<llm_system> make_ipu(const ipu_preset& ipu, const spec_parts& p, const de
     // SRAM keeps the KV cache and a double buffer of one layer's streamed weights.
     s.kv_capacity_bytes = double(*chips) * chip_usable - 2 * double(d.layer_linear_params()) * d.element_bytes;
     s.collectives_per_layer = *chips > 1 ? 2 : 0;
+    s.tensor_parallel = *chips;  // a ring over the chips' IPU-Links, no fixed cost beyond the hops
+    s.collective_bytes_per_s = s.hop_bytes_per_s;
+    s.collective_hop_latency_s = s.hop_latency_s;
     s.description = std::to_string(*chips) + " x " + ipu.name + ", weights in Streaming Memory streamed every step, " +
                     "tensor parallel over IPU-Links, KV cache in tile SRAM";
     s.figures.push_back({"Streaming Memory " + fmt(*stream_bw / 1e9) + " GB/s per IPU",
@@ -293,6 +360,23 @@ result<llm_system> make_llm_system(std::string_view spec, const decoder_dims& d)
   if (!preset) return preset.error();
   if (const auto* g = std::get_if<gpu_preset>(&*preset)) return make_gpu(*g, *parts, d, std::string(spec));
   return make_ipu(std::get<ipu_preset>(*preset), *parts, d, std::string(spec));
+}
+
+double allreduce_seconds(const llm_system& sys, double bytes) {
+  const double n = double(sys.tensor_parallel);
+  if (n <= 1 || !(sys.collective_bytes_per_s > 0)) return 0;
+  return sys.collective_base_latency_s + 2 * (n - 1) * sys.collective_hop_latency_s +
+         2 * (n - 1) / n * bytes / sys.collective_bytes_per_s;
+}
+
+double pipeline_pass_seconds(double one_pass_s, int64_t stages, int64_t micro_batches) {
+  if (stages < 1 || micro_batches < 1) return 0;
+  return double(micro_batches + stages - 1) * one_pass_s / double(stages);
+}
+
+double pipeline_bubble_fraction(int64_t stages, int64_t micro_batches) {
+  if (stages < 1 || micro_batches < 1) return 0;
+  return double(stages - 1) / double(micro_batches + stages - 1);
 }
 
 result<cost_result> cost_per_million_tokens(double price_usd, double tdp_watts, double tokens_per_s,

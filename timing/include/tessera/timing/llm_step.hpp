@@ -44,6 +44,7 @@ struct decoder_dims {
   bool tied_embeddings = false;  ///< the LM head is the embedding table (stored once)
   int64_t window = 0;          ///< sliding-window attention: a query attends at most this many keys (0 = all)
   double element_bytes = 2;    ///< fp16 / bf16 weights and KV cache
+  double activation_bytes = 2; ///< activations between chips (all-reduces, pipeline sends): fp16 even with fp8 weights
 
   /// Q, K, V, O and FFN weights of one layer (norm gains and biases are negligible and not counted).
   int64_t layer_linear_params() const;
@@ -59,6 +60,12 @@ struct decoder_dims {
   /// K and V of one token over all layers.
   double kv_bytes_per_token() const { return double(layers) * kv_bytes_per_token_per_layer(); }
 };
+
+/// A decoder shape by name or file: a models::shape_preset name (llama-2-7b, llama-2-70b, ...), else a
+/// Hugging Face config.json or a folder holding one (models::load_decoder_config: hidden size, layers,
+/// heads, KV heads, intermediate size, vocab, tied embeddings, the architecture's traits). An unknown
+/// name that is no readable file is refused naming both ways.
+result<models::model_shape> resolve_decoder_shape(const std::string& preset_or_path);
 
 /// Dims of a decoder shape (gpt2, llama; an encoder is unsupported); gated and tied as the shape says.
 result<decoder_dims> decoder_dims_of(const models::model_shape& s);

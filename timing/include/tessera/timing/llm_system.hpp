@@ -3,6 +3,19 @@
 //
 // A system is built from a preset (timing/presets/*.json) and a spec string:
 //   "a100-40gb"                          one GPU: weights and KV cache in HBM
+//   "a100-40gb:gpus=4"                   four independent replicas, one per GPU
+//   "h100-sxm:tp=8"                      one replica over 8 GPUs, tensor parallel (Megatron-style, as
+//                                        Vidur models a replica): each GPU holds 1/8 of every layer's
+//                                        weights and ceil(kv_heads / 8) of its K/V heads, and every
+//                                        layer all-reduces its activations twice (after attention and
+//                                        after the MLP) over NVLink, a ring: base + 2(n-1) hop latencies
+//                                        + 2(n-1)/n x bytes / NVLink bandwidth (the preset's llm.nvlink_*,
+//                                        llm.collective_base_latency_s)
+//   "a100-80gb:tp=2:pp=4"                a pipeline of 4 stages (layers split evenly, as Vidur's
+//                                        num_pipeline_stages; layers % pp == 0), each stage a TP group
+//                                        of 2: pp micro-batch replicas sharing the pipeline's KV pool,
+//                                        each stepping through all layers plus pp-1 NVLink sends
+//   "h100-sxm:gpus=16:tp=8"              two such replicas (gpus = replicas x tp x pp)
 //   "ipu-mk2:chips=64"                   64 IPUs holding the weights in tile SRAM (weights=sram, the
 //                                        default): one pipeline of 64 stages (layers split over the
 //                                        chips, activations passed over IPU-Links)
@@ -68,7 +81,11 @@ struct llm_system {
   int64_t replicas_per_pool = 1; ///< replicas sharing one KV pool (the micro-batches of a pipeline)
   int64_t hops = 0;              ///< chip-to-chip activation transfers per step
   double hop_bytes_per_s = 0, hop_latency_s = 0;
-  int64_t collectives_per_layer = 0;  ///< tensor-parallel all-reduces per layer (streaming IPU)
+  int64_t collectives_per_layer = 0;  ///< tensor-parallel all-reduces per layer (GPU tp > 1, streaming IPU)
+  int64_t tensor_parallel = 1;        ///< ranks of one all-reduce (GPU: tp; streaming IPU: its chips)
+  int64_t pipeline_stages = 1;        ///< GPU pp (an IPU pipeline's stages are its hops + 1)
+  double collective_bytes_per_s = 0;  ///< per rank, each way (NVLink; IPU-Link)
+  double collective_base_latency_s = 0, collective_hop_latency_s = 0;
   double per_layer_overhead_s = 0;
   double per_step_overhead_s = 0;     ///< LM head launch / host handover
   double clock_hz = 0;                ///< for reports
@@ -81,6 +98,17 @@ struct llm_system {
 /// weights=sram system whose chips cannot hold the weights (out_of_memory, naming the chips needed),
 /// a preset without its "llm" object.
 result<llm_system> make_llm_system(std::string_view spec, const decoder_dims& d);
+
+/// One ring all-reduce of `bytes` over the system's tensor-parallel ranks:
+///   base + 2(n-1) x hop latency + 2(n-1)/n x bytes / collective_bytes_per_s   (0 when n = 1)
+double allreduce_seconds(const llm_system& sys, double bytes);
+
+/// A pipeline of `stages` equal stages running `micro_batches` micro-batches through once (GPipe's
+/// schedule): (micro_batches + stages - 1) x stage time, where one micro-batch through all stages
+/// takes `one_pass_s` (stage time = one_pass_s / stages). The idle share of the stages, the bubble,
+/// is (stages - 1) / (micro_batches + stages - 1).
+double pipeline_pass_seconds(double one_pass_s, int64_t stages, int64_t micro_batches);
+double pipeline_bubble_fraction(int64_t stages, int64_t micro_batches);
 
 /// The cost assumptions, each changeable on the command line.
 struct cost_assumptions {
