@@ -95,6 +95,12 @@ TEST(llm_parallel, allreduce_is_the_ring_formula) {
   const auto s2 = build("h100-sxm:tp=2", d);
   const double big = 1e9;
   EXPECT_NEAR((allreduce_seconds(s8, big) - base - 14 * hop) / (allreduce_seconds(s2, big) - base - 2 * hop), 1.75, 1e-9);
+  // A hand-built system that all-reduces without a link rate is refused, not silently free.
+  auto broken = s8;
+  broken.collective_bytes_per_s = 0;
+  auto refused = model_llm_step(broken, d, decodes(1, 512));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("no link bandwidth"), std::string::npos) << refused.error().message();
   // tp=1 has no collective.
   EXPECT_EQ(allreduce_seconds(build("h100-sxm", dims_of("llama-2-7b")), big), 0);
 }

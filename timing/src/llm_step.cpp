@@ -85,6 +85,9 @@ result<llm_step_time> model_llm_step(const llm_system& sys, const decoder_dims& 
   TESSERA_RETURN_IF_ERROR(b.validate());
   if (!(sys.flops_per_s > 0 && sys.weight_bytes_per_s > 0 && sys.kv_bytes_per_s > 0))
     return status::invalid("system '" + sys.spec + "' has no compute or memory rate; build it with make_llm_system");
+  if (sys.collectives_per_layer > 0 && sys.tensor_parallel > 1 && !(sys.collective_bytes_per_s > 0))
+    return status::invalid("system '" + sys.spec + "' all-reduces over " + std::to_string(sys.tensor_parallel) +
+                           " ranks but has no link bandwidth; build it with make_llm_system");
   const double T = double(b.tokens());
   // Keys each query attends to (causal) and cached keys read from memory.
   // A sliding window W caps both at W keys a query.
