@@ -218,9 +218,6 @@ int run_model(tile_group_config group_cfg, model_options o) {
   while (!id.empty() && id.back() == '/') id.pop_back();
   if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
   auto info = serving::model_info_of(bf16_model ? *bf16_model : *model, id);
-  if (model->task == models::encoder_task::embedding)
-    info.token_vectors_refused = "tessera-host's tiles pool the last layer's rows on the head tile and send only each "
-                                 "sequence's pooled vector (tessera-serve answers every token's vector)";
   serving::http_server server(o.so.server, r, *tok, info, metrics);
   if (auto st = server.start(); !st.ok()) return fail(st);
   serving::accept_graceful_stop();  // a stop signal from now on is graceful (the listening line invites one)

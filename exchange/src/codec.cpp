@@ -225,6 +225,7 @@ void fields(F& f, T& m) {
   f(m.layout, "layout", uint8_t{1});
   f(m.padded_length, "padded_length");
   f(m.compute, "compute", dtype::bf16);
+  f(m.every_token, "every_token", max_batch_sequences);
 }
 
 template <class F, of<infer_result> T>
@@ -738,6 +739,11 @@ status decode(const envelope& e, infer_batch& m) {
     if (len <= 0) return status::bad_message("infer_batch: a sequence length is not positive");
     tokens += static_cast<uint64_t>(len);
   }
+  for (size_t i = 0; i < m.every_token.size(); ++i)
+    if (m.every_token[i] >= m.seq_lengths.size() || (i > 0 && m.every_token[i] <= m.every_token[i - 1]))
+      return status::bad_message("infer_batch: every_token names sequence " + std::to_string(m.every_token[i]) +
+                                 " (indices must be increasing and below the " + std::to_string(m.seq_lengths.size()) +
+                                 " sequences)");
   for (const auto& p : e.payloads) {
     if (p.size() != tokens * 4)
       return status::bad_message("infer_batch: a token frame has " + std::to_string(p.size()) +

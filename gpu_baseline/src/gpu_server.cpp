@@ -53,6 +53,7 @@ backends::batch_request to_request(const ex::infer_batch& m, const ex::envelope&
     std::memcpy(s.token_type_ids.data(), types + offset * 4, n * 4);
     offset += n;
   }
+  for (uint32_t i : m.every_token) req.sequences[i].every_token = true;  // indices checked by decode
   return req;
 }
 
@@ -166,13 +167,16 @@ struct gpu_server::impl {
     const auto t0 = clock_type::now();
     const int32_t pad_to = m.layout == 1 ? m.padded_length : 0;
     in_flight.fetch_add(1);
-    pool->submit(std::move(req), [this, peer, t0, pad_to, lengths = std::move(m.seq_lengths)](backends::batch_result r) {
+    // Rows back: one per sequence, or each token's for the sequences every_token names.
+    size_t rows = m.seq_lengths.size();
+    for (uint32_t i : m.every_token) rows += static_cast<size_t>(m.seq_lengths[i]) - 1;
+    pool->submit(std::move(req), [this, peer, t0, pad_to, rows, lengths = std::move(m.seq_lengths)](backends::batch_result r) {
       ex::infer_result out;
       out.batch_id = r.batch_id;
       out.num_labels = width();
       out.wall_seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
       out.modelled_seconds = modelled_gpu_seconds(preset, model->config, cfg.timing_dtype, lengths, pad_to);
-      const size_t want = lengths.size() * static_cast<size_t>(out.num_labels);
+      const size_t want = rows * static_cast<size_t>(out.num_labels);
       if (r.st.ok() && r.logits.size() == want) {
         reply(peer, ex::encode(out, ex::copy_frame(r.logits.data(), r.logits.size() * 4)));
       } else {

@@ -49,7 +49,7 @@ std::string describe_exit(int wstatus) {
 struct remote_backend::impl {
   struct job_info {
     uint64_t batch_id = 0;
-    size_t sequences = 0;
+    size_t sequences = 0;  ///< rows expected back: one per sequence, a token's each for every_token ones
     int64_t tokens = 0;
     steady::time_point submitted;
   };
@@ -216,7 +216,7 @@ struct remote_backend::impl {
     const size_t want = j.sequences * static_cast<size_t>(std::max(0, m.num_labels));
     if (m.num_labels <= 0 || frame.size() != want * 4) {
       out.st = status::bad_message(who() + ": logits frame of " + std::to_string(frame.size()) + " bytes for " +
-                                   std::to_string(j.sequences) + " sequences");
+                                   std::to_string(j.sequences) + " rows");
       return out;
     }
     if (cfg.info.num_labels > 0 && m.num_labels != cfg.info.num_labels) {
@@ -340,7 +340,9 @@ std::vector<backends::replica_status> remote_backend::replicas() const {
 
 void remote_backend::submit(backends::batch_request request, std::function<void(backends::batch_result)> done) {
   impl& s = *impl_;
-  impl::job_info j{request.batch_id, request.sequences.size(), tokens_of(request), steady::now()};
+  size_t rows = 0;
+  for (const auto& q : request.sequences) rows += q.every_token ? q.token_ids.size() : 1;
+  impl::job_info j{request.batch_id, rows, tokens_of(request), steady::now()};
   auto fail_now = [&](status st) {
     backends::batch_result r;
     r.batch_id = j.batch_id;
@@ -349,10 +351,6 @@ void remote_backend::submit(backends::batch_request request, std::function<void(
   };
   if (s.stopping.load()) return fail_now(status{errc::cancelled, s.who() + " stopped"});
   if (!s.healthy.load()) return fail_now(status::peer_failed(s.who() + " " + s.reason()));
-  for (const auto& q : request.sequences)
-    if (q.every_token)  // the backend protocol carries one pooled vector (or logits) per sequence
-      return fail_now(status::invalid(s.who() + ": every token's vector is not carried by the backend protocol; "
-                                      "tessera-gpu answers pooled vectors"));
   ex::infer_batch m;
   m.batch_id = s.next_wire_id.fetch_add(1);
   m.layout = static_cast<uint8_t>(request.layout);
@@ -360,6 +358,7 @@ void remote_backend::submit(backends::batch_request request, std::function<void(
   m.compute = s.cfg.compute == models::dtype::bf16 ? ex::dtype::bf16 : ex::dtype::f32;
   size_t tokens = 0;
   for (const auto& q : request.sequences) {
+    if (q.every_token) m.every_token.push_back(static_cast<uint32_t>(m.seq_lengths.size()));
     m.seq_lengths.push_back(static_cast<int32_t>(q.token_ids.size()));
     tokens += q.token_ids.size();
   }

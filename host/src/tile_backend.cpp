@@ -170,16 +170,18 @@ backends::batch_result tile_backend::run_once(int replica, const backends::batch
   backends::batch_result out;
   out.batch_id = req.batch_id;
   out.num_labels = info_.num_labels;
-  for (const auto& s : req.sequences)
-    if (s.every_token) {  // the head tile ships pooled vectors (or logits) only
-      out.st = status::invalid(info_.name + ": every token's vector is not computed on tiles: the head tile pools "
-                               "the last layer's rows and sends only each sequence's pooled vector");
-      return out;
-    }
+  // /embed_all: the head tile also sends every token's last-layer row (packed, no padding rows)
+  // for this batch; the sequences that asked get theirs, the others their pooled vector.
+  const bool token_rows = std::any_of(req.sequences.begin(), req.sequences.end(),
+                                      [](const backends::sequence_input& s) { return s.every_token; });
+  if (token_rows && model_->compiled().config.num_labels != 0) {
+    out.st = status::invalid(info_.name + ": every token's vector is for embedding models; this one is a classifier");
+    return out;
+  }
   int real = 0;
   models::packed_batch b = to_packed(req, &real);
   // Filler sequences can push a padded batch past the budget: run it in budget-sized pieces.
-  std::vector<float> logits;
+  std::vector<float> logits, rows;
   int first = 0;
   while (first < b.num_seqs()) {
     int count = 0;
@@ -191,19 +193,42 @@ backends::batch_result tile_backend::run_once(int replica, const backends::batch
       out.st = status::invalid("a sequence is longer than the token budget");
       return out;
     }
-    auto r = model_->run(replica, b.slice(first, count));
+    // The real sequences' tokens in this piece (a padded batch's filler rows stay on the tile).
+    int64_t wanted = 0;
+    if (token_rows)
+      for (int i = first; i < std::min(first + count, real); ++i) wanted += b.seq_len(i);
+    auto r = model_->run(replica, b.slice(first, count), wanted);
     if (!r) {
       out.st = r.error();
       return out;
     }
     logits.insert(logits.end(), r->logits.begin(), r->logits.end());
+    rows.insert(rows.end(), r->token_rows.begin(), r->token_rows.end());
     out.timing.wall_seconds += r->wall_seconds;
     out.timing.supersteps += r->supersteps;
     out.timing.bytes_exchanged += static_cast<int64_t>(r->bytes_exchanged);
     first += count;
   }
-  logits.resize(static_cast<size_t>(real) * static_cast<size_t>(info_.num_labels));
-  out.logits = std::move(logits);
+  const size_t width = static_cast<size_t>(info_.num_labels);
+  logits.resize(static_cast<size_t>(real) * width);
+  if (!token_rows) {
+    out.logits = std::move(logits);
+    return out;
+  }
+  // Per sequence in order: its token rows (every_token) or its pooled row. The real sequences
+  // come first in the packed batch (a padded batch's filler follows them), so sequence s's rows
+  // start at its offset.
+  for (int s = 0; s < real; ++s) {
+    const auto& q = req.sequences[static_cast<size_t>(s)];
+    if (q.every_token) {
+      const size_t at = static_cast<size_t>(b.seq_offsets[static_cast<size_t>(s)]) * width;
+      out.logits.insert(out.logits.end(), rows.begin() + static_cast<std::ptrdiff_t>(at),
+                        rows.begin() + static_cast<std::ptrdiff_t>(at + q.token_ids.size() * width));
+    } else {
+      out.logits.insert(out.logits.end(), logits.begin() + static_cast<std::ptrdiff_t>(s * width),
+                        logits.begin() + static_cast<std::ptrdiff_t>((s + 1) * width));
+    }
+  }
   return out;
 }
 

@@ -462,6 +462,7 @@ struct tile_group::run_op {
   std::vector<uint32_t> parts;
   std::map<uint32_t, std::string> routes;
   std::map<uint32_t, std::vector<size_t>> outputs_of;  // output j is the k-th frame of its tile
+  std::vector<exchange::dtype> output_types;           // per output: how its frame's bytes are read
   std::set<uint32_t> answered;
   size_t remaining = 0;
   status first_error;
@@ -499,7 +500,10 @@ void tile_group::submit(const batch_spec& spec, std::function<void(result<run_re
   op->out.outputs.resize(spec.outputs.size());
   op->remaining = op->parts.size();
   op->done = std::move(done);
-  for (size_t j = 0; j < spec.outputs.size(); ++j) op->outputs_of[spec.outputs[j].tile].push_back(j);
+  for (size_t j = 0; j < spec.outputs.size(); ++j) {
+    op->outputs_of[spec.outputs[j].tile].push_back(j);
+    op->output_types.push_back(spec.outputs[j].type);
+  }
   const auto deadline = steady::now() + cfg_.run_timeout;
   std::vector<std::pair<uint32_t, envelope>> sends;
   for (uint32_t p : op->parts) {
@@ -579,8 +583,17 @@ void tile_group::finish_part(const std::shared_ptr<run_op>& op, uint32_t p, resu
       } else {
         for (size_t k = 0; k < mine.size(); ++k) {
           auto& v = op->out.outputs[mine[k]];
-          v.resize(frames[k].size() / 4);
-          std::memcpy(v.data(), frames[k].data(), frames[k].size());
+          if (op->output_types[mine[k]] == exchange::dtype::bf16) {
+            const auto* h = frames[k].data<uint16_t>();
+            v.resize(frames[k].size() / 2);
+            for (size_t i = 0; i < v.size(); ++i) {
+              const uint32_t u = static_cast<uint32_t>(h[i]) << 16;
+              std::memcpy(&v[i], &u, 4);
+            }
+          } else {
+            v.resize(frames[k].size() / 4);
+            std::memcpy(v.data(), frames[k].data(), frames[k].size());
+          }
         }
       }
     }

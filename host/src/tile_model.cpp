@@ -103,7 +103,7 @@ std::vector<uint32_t> tile_model::replica_tiles(int replica) const {
   return out;
 }
 
-result<tile_batch_result> tile_model::run(int replica, const models::packed_batch& batch) {
+result<tile_batch_result> tile_model::run(int replica, const models::packed_batch& batch, int64_t token_rows) {
   const auto& c = compiled_;
   if (replica < 0 || replica >= c.chosen.replicas)
     return status::invalid("replica " + std::to_string(replica) + " does not exist");
@@ -127,10 +127,26 @@ result<tile_batch_result> tile_model::run(int replica, const models::packed_batc
   }
   const uint64_t logits = static_cast<uint64_t>(batch.num_seqs()) * static_cast<uint64_t>(c.output_width());
   spec.outputs.push_back({c.output_tile(replica), {ids::logits, slice_kind::fixed, 0, logits}});
+  // Every token's last-layer row: the head tile holds all of them (the stage's last all-gather),
+  // rows [0, token_rows) of its hidden tensor, in the model's dtype.
+  const uint64_t H = static_cast<uint64_t>(c.config.hidden_size);
+  if (token_rows < 0 || token_rows > batch.num_tokens())
+    return status::invalid("token_rows " + std::to_string(token_rows) + " is not in [0, " +
+                           std::to_string(batch.num_tokens()) + "]");
+  if (token_rows > 0)
+    spec.outputs.push_back({c.output_tile(replica), {ids::hidden, slice_kind::fixed, 0, static_cast<uint64_t>(token_rows) * H},
+                            c.dtype == models::dtype::bf16 ? exchange::dtype::bf16 : exchange::dtype::f32});
   auto r = group_.run(spec);
   if (!r) return r.error();
   tile_batch_result out;
   out.logits = std::move(r->outputs[0]);
+  if (token_rows > 0) {
+    out.token_rows = std::move(r->outputs[1]);
+    if (out.token_rows.size() != static_cast<size_t>(token_rows) * H)
+      return status::bad_message("the head tile sent " + std::to_string(out.token_rows.size()) + " token values, " +
+                                 std::to_string(token_rows) + " tokens need " +
+                                 std::to_string(static_cast<uint64_t>(token_rows) * H));
+  }
   out.wall_seconds = r->wall_seconds;
   out.supersteps = c.supersteps();
   for (const auto& [t, cs] : r->counters)

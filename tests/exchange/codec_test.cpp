@@ -213,6 +213,17 @@ TEST(Codec, SmallMessagesRoundTrip) {
   ASSERT_TRUE(decode(encode(ib, zmq::message_t(ids.data(), 12), zmq::message_t(types.data(), 12)), ibout).ok());
   EXPECT_EQ(ibout.padded_length, 4);
   EXPECT_EQ(ibout.compute, dtype::bf16);
+  EXPECT_TRUE(ibout.every_token.empty());
+  // every_token: sequence indices, increasing, each below the sequence count; anything else is refused.
+  ib.every_token = {1};
+  ASSERT_TRUE(decode(encode(ib, zmq::message_t(ids.data(), 12), zmq::message_t(types.data(), 12)), ibout).ok());
+  EXPECT_EQ(ibout.every_token, std::vector<uint32_t>{1});
+  for (std::vector<uint32_t> bad : {std::vector<uint32_t>{2}, std::vector<uint32_t>{1, 0}, std::vector<uint32_t>{0, 0}}) {
+    ib.every_token = bad;
+    const status st = decode(encode(ib, zmq::message_t(ids.data(), 12), zmq::message_t(types.data(), 12)), ibout);
+    EXPECT_EQ(st.code(), errc::bad_message);
+    EXPECT_NE(st.message().find("every_token"), std::string::npos) << st.message();
+  }
   infer_result ir{5, errc::ok, "", 2, 0.5, 0.25};
   infer_result irout;
   ASSERT_TRUE(decode(encode(ir, floats({1, 2, 3, 4})), irout).ok());

@@ -4,8 +4,11 @@
 // single-process reference_embed within 1e-4 (fp32; the tile path sums in another order) and the
 // float64 numpy goldens within their 1e-4 (measured 2.5e-6); bf16 tiles stay within 0.03 of the
 // goldens (measured 0.018). Padded batches through the tile backend (filler sequences) give the
-// goldens too; a sequence asking every token's vector is refused by name. The one-label reranker
-// runs the classifier path.
+// goldens too. Every token's last-layer row (/embed_all: run(..., token_rows)) comes from the head
+// tile packed, equal to the goldens' token rows within 1e-4 on every plan (bf16: 0.05, the bound
+// for rows not averaged over tokens); through the tile backend, a padded batch mixing sequences
+// that ask for them with pooled ones answers each its own rows. The one-label reranker runs the
+// classifier path.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -103,6 +106,28 @@ TEST_P(EmbeddingOnTiles, PooledVectorsEqualReferenceAndGoldensForEveryMode) {
       }
     }
   }
+  // Every token's row, from each replica's head tile: all of a batch's tokens, then a prefix.
+  auto d = deploy(*loaded, GetParam(), models::dtype::fp32);
+  ASSERT_TRUE(d.model);
+  double worst_rows = 0;
+  for (const auto& e : goldens()["embed_batches"]) {
+    const auto b = batch_of(e);
+    const auto want = e["tokens"].get<std::vector<double>>();
+    const int64_t H = loaded->config.hidden_size;
+    for (int r = 0; r < d.model->compiled().chosen.replicas; ++r) {
+      auto got = d.model->run(r, b, b.num_tokens());
+      ASSERT_TRUE(got) << got.error().to_string();
+      EXPECT_EQ(got->logits.size(), static_cast<size_t>(b.num_seqs() * H)) << "the pooled vectors too";
+      worst_rows = std::max(worst_rows, max_diff(got->token_rows, want));
+      auto part = d.model->run(r, b, 1);
+      ASSERT_TRUE(part) << part.error().to_string();
+      worst_rows = std::max(worst_rows, max_diff(part->token_rows, std::vector<double>(want.begin(), want.begin() + H)));
+    }
+    EXPECT_FALSE(d.model->run(0, b, b.num_tokens() + 1).ok()) << "more rows than the batch has";
+  }
+  EXPECT_LT(worst_rows, 1e-4);
+  std::cout << "[ fp32 tiles " << test_support::plan_name(GetParam()) << " ] every token's row: max |error| vs goldens "
+            << worst_rows << "\n";
   std::cout << "[ fp32 tiles " << test_support::plan_name(GetParam()) << " ] every pooling mode: max |error| vs goldens "
             << worst_golden << ", vs reference_embed " << worst_ref << "\n";
 }
@@ -122,8 +147,12 @@ TEST(EmbeddingOnTiles, Bf16TilesStayNearTheGoldens) {
     ASSERT_TRUE(got) << got.error().to_string();
     const double diff = max_diff(got->logits, e["pooled"]["mean"].get<std::vector<double>>());
     EXPECT_LT(diff, 0.03);
+    auto rows = d.model->run(0, batch_of(e), batch_of(e).num_tokens());  // sent as bf16, widened on the host
+    ASSERT_TRUE(rows) << rows.error().to_string();
+    const double rows_diff = max_diff(rows->token_rows, e["tokens"].get<std::vector<double>>());
+    EXPECT_LT(rows_diff, 0.05);
     std::cout << "[ bf16 tiles ] " << e["name"].get<std::string>() << ": max |error| vs goldens " << diff
-              << " (bound 0.03)\n";
+              << " (bound 0.03), every token's row " << rows_diff << " (bound 0.05)\n";
   }
 }
 
@@ -143,8 +172,9 @@ TEST(RerankerOnTiles, ScoresEqualGoldens) {
 
 // Through the tile backend (what tessera-host serves from): a padded batch (filler sequences of
 // [PAD] up to padded_length, run in budget-sized pieces, their vectors dropped) answers the same
-// pooled vectors as the goldens; a sequence asking every token's vector is refused by name.
-TEST(EmbeddingOnTiles, TileBackendPaddedBatchesAndEveryTokenRefused) {
+// pooled vectors as the goldens; with every other sequence asking every token's vector, those get
+// their token rows and the others their pooled vector, in order.
+TEST(EmbeddingOnTiles, TileBackendPaddedBatchesAndEveryTokenRows) {
   auto m = models::load_encoder(data_dir() + "/tiny-embed");
   ASSERT_TRUE(m) << m.error().to_string();
   auto d = deploy(*m, case_t{2, {1, 2, 1, 1}}, models::dtype::fp32);
@@ -177,11 +207,25 @@ TEST(EmbeddingOnTiles, TileBackendPaddedBatchesAndEveryTokenRefused) {
     const double diff = max_diff(r.logits, e["pooled"]["mean"].get<std::vector<double>>());
     EXPECT_LT(diff, 1e-4) << e["name"];
     std::cout << "[ padded on tiles ] " << e["name"].get<std::string>() << ": max |error| " << diff << "\n";
+    // Mixed: odd sequences ask for every token's row.
+    const auto pooled = e["pooled"]["mean"].get<std::vector<double>>();
+    const auto tokens = e["tokens"].get<std::vector<double>>();
+    const size_t H = static_cast<size_t>(m->config.hidden_size);
+    std::vector<double> want;
+    for (int s = 0; s < b.num_seqs(); ++s) {
+      const bool every = s % 2 == 1;
+      req.sequences[static_cast<size_t>(s)].every_token = every;
+      const size_t at = every ? static_cast<size_t>(b.seq_offsets[static_cast<size_t>(s)]) * H : static_cast<size_t>(s) * H;
+      const size_t n = every ? static_cast<size_t>(b.seq_len(s)) * H : H;
+      want.insert(want.end(), (every ? tokens : pooled).begin() + static_cast<std::ptrdiff_t>(at),
+                  (every ? tokens : pooled).begin() + static_cast<std::ptrdiff_t>(at + n));
+    }
+    auto mixed = submit(req);
+    ASSERT_TRUE(mixed.st.ok()) << mixed.st.to_string();
+    const double mixed_diff = max_diff(mixed.logits, want);
+    EXPECT_LT(mixed_diff, 1e-4) << e["name"];
+    std::cout << "[ padded on tiles, every other sequence's token rows ] " << e["name"].get<std::string>()
+              << ": max |error| " << mixed_diff << "\n";
   }
-  backends::batch_request all;
-  all.sequences.push_back({{101, 2000, 102}, {}, true});
-  auto r = submit(all);
-  EXPECT_FALSE(r.st.ok());
-  EXPECT_NE(r.st.message().find("every token's vector is not computed on tiles"), std::string::npos) << r.st.to_string();
   backend.stop();
 }

@@ -248,11 +248,6 @@ class embed_api final : public api, private encoder_parts {
     if (auto e = check_fields(req, pooled ? pooled_fields : all_fields, pooled ? "/embed" : "/embed_all"))
       return fail(reply, *e);
     if (!req.contains("inputs")) return fail(reply, validation("missing field \"inputs\""));
-    if (!pooled && !info_.token_vectors_refused.empty()) {
-      metrics_.tei.request_failure.add("backend");
-      return fail(reply, {424, std::string(error_kind::backend),
-                          "/embed_all is not served here: " + info_.token_vectors_refused + "; use /embed"});
-    }
     tei_job job;
     job.start = start;
     job.every_token = !pooled;

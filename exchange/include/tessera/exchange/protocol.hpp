@@ -22,7 +22,7 @@
 namespace tessera::exchange {
 
 inline constexpr uint32_t protocol_magic = 0x54535241;  // "TSRA"
-inline constexpr uint16_t protocol_version = 5;  // 2: slice checksums are XXH3; 3: injected fault counts; 4: bf16 tensors and slices; 5: infer_batch.compute
+inline constexpr uint16_t protocol_version = 6;  // 2: slice checksums are XXH3; 3: injected fault counts; 4: bf16 tensors and slices; 5: infer_batch.compute; 6: infer_batch.every_token
 
 /// Hard limits: no message can make a process allocate beyond these while decoding.
 inline constexpr uint32_t max_tiles = 4096;
@@ -289,9 +289,13 @@ struct infer_batch {
   /// The dtype the sender expects the forward in (f32 or bf16): a backend computing in another
   /// answers invalid_argument, pings (no sequences) included, so a mismatch is found at start.
   dtype compute = dtype::f32;
+  /// Embedding models: the sequences (indices, increasing) answered with every token's final
+  /// hidden row (seq_lengths[i] rows) instead of their pooled vector (one row): TEI's /embed_all.
+  std::vector<uint32_t> every_token;
 };
 
-/// Payload frame: logits [num_sequences, num_labels] f32 (absent on failure).
+/// Payload frame: logits [rows, num_labels] f32 (absent on failure): one row per sequence, or
+/// seq_lengths[i] rows for a sequence infer_batch::every_token names.
 struct infer_result {
   uint64_t batch_id = 0;
   errc code = errc::ok;

@@ -98,6 +98,9 @@ struct run_input {
 struct run_output {
   uint32_t tile = 0;
   exchange::slice_ref src;
+  /// The tensor's element type: a bf16 slice travels at 2 bytes an element and comes back widened
+  /// to f32 (exactly: a bf16 value is the upper half of a float).
+  exchange::dtype type = exchange::dtype::f32;
 };
 
 struct batch_spec {

@@ -22,6 +22,9 @@ namespace tessera::host {
 
 struct tile_batch_result {
   std::vector<float> logits;       ///< [num_seqs, num_labels]; an embedding model's pooled vectors [num_seqs, hidden]
+  /// With run(..., token_rows = n): the last layer's rows of the batch's first n tokens, packed
+  /// [n, hidden], from the head tile; a bf16 model's travel as bf16 and are widened here.
+  std::vector<float> token_rows;
   double wall_seconds = 0;
   int64_t supersteps = 0;
   uint64_t bytes_exchanged = 0;    ///< sent by all tiles of the replica
@@ -47,8 +50,11 @@ class tile_model {
                                                     const models::bert_model& model,
                                                     const std::function<void(uint64_t, uint64_t)>& progress = {});
   /// Runs one packed batch on `replica`. Fails (invalid_argument) if the batch exceeds the token
-  /// budget or the sequence limit, or with the tile group's status if a tile fails.
-  result<tile_batch_result> run(int replica, const models::packed_batch& batch);
+  /// budget or the sequence limit, or with the tile group's status if a tile fails. With
+  /// token_rows > 0, the head tile also sends the last-layer rows of the first token_rows tokens
+  /// (an embedding model's /embed_all; a padded batch's filler rows after them stay on the tile);
+  /// with 0 only the logits or pooled vectors leave the tiles.
+  result<tile_batch_result> run(int replica, const models::packed_batch& batch, int64_t token_rows = 0);
 
   /// Streams a tile's shards again and reloads its programs, after the tile came back empty
   /// (tile_group::restart_tile, or a remote tile relaunched). Other replicas keep running.

@@ -71,9 +71,6 @@ struct model_info {
   bool normalize = false;               ///< an embedding model's folder has a Normalize module
   std::map<std::string, std::string> prompts;  ///< sentence-transformers prompts by name
   std::string default_prompt_name;      ///< applied when a request names none ("" = none)
-  /// An embedding model's backends compute pooled vectors only (tiles pool on the head tile; the
-  /// GPU process answers pooled vectors): why, and /embed_all answers 424 with it. "" = served.
-  std::string token_vectors_refused;
 };
 
 struct service_config {
