@@ -5,12 +5,17 @@
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <future>
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "host_app.hpp"
 #include "tessera/common/log.hpp"
+#include "tessera/common/proc_status.hpp"
 #include "tessera/backends/decoder_backend.hpp"
 #include "tessera/backends/gpu_llm.hpp"
 #include "tessera/host/profiler.hpp"
@@ -76,8 +81,64 @@ bool is_decoder_model(const std::string& name) {
 int serve_decoder(std::unique_ptr<tile_decoder> deployed, std::shared_ptr<const models::decoder_model> shared_model,
                   model_options& o, uint32_t tiles, std::shared_ptr<const serving::llm_tokenizer> tokenizer);
 int check_generation(tile_decoder& dec, const models::decoder_model& m, const model_options& o);
+int generate_on_tiles(tile_decoder& dec, const model_options& o, double load_seconds);
+
+namespace {
+
+// Streaming progress on stderr: at most one line every 2 s and at the end.
+std::function<void(uint64_t, uint64_t)> load_progress(std::chrono::steady_clock::time_point t0) {
+  auto last = std::make_shared<double>(-10.0);
+  return [t0, last](uint64_t done, uint64_t total) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (done < total && s - *last < 2.0) return;
+    *last = s;
+    std::fprintf(stderr, "tessera-host: streamed %.2f of %.2f GiB (%.0f%%), %.1f s, host VmHWM %.2f GiB\n",
+                 done / double(1ull << 30), total / double(1ull << 30), 100.0 * double(done) / double(std::max<uint64_t>(1, total)), s,
+                 double(tessera::self_vm_hwm_bytes()) / double(1ull << 30));
+  };
+}
+
+// --seeded-shards: the shape of the preset, compiled and placed, every shard generated from the
+// seed as it is streamed; no model in this process.
+int run_seeded_shards(tile_group_config group_cfg, const model_options& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto shape = models::shape_preset(o.model);
+  if (!shape) return fail(shape.error().with_context("--seeded-shards takes a decoder preset"));
+  if (!shape->is_decoder()) return fail(status::invalid("--seeded-shards: " + o.model + " is not a decoder preset"));
+  auto cut = seeded_decoder_cutter(*shape, o.seed);
+  if (!cut) return fail(cut.error());
+  if (o.dtype == models::dtype::bf16)
+    if (auto st = models::check_dtype_supported(o.dtype); !st.ok()) return fail(st);
+  placement_request req;
+  req.tiles = static_cast<int>(group_cfg.tiles);
+  req.tile_memory = group_cfg.tile_memory;
+  req.token_budget = o.lo.step_token_budget;
+  req.max_sequences = o.lo.max_running;
+  req.forced = o.forced;
+  req.kv_blocks = o.lo.kv_blocks;
+  req.kv_block_tokens = o.lo.block_tokens;
+  req.dtype = o.dtype;
+  auto compiled = compile_decoder(*shape, req);
+  if (!compiled) return fail(compiled.error());
+  std::printf("%s", compiled->describe().c_str());
+  std::fflush(stdout);
+  auto group = tile_group::start(group_cfg);
+  if (!group) return fail(group.error());
+  std::fprintf(stderr, "tessera-host: %u tiles up after %.1f s; streaming %s (seed %llu) generated shard by shard\n",
+               group_cfg.tiles, since(), o.model.c_str(), (unsigned long long)o.seed);
+  auto deployed = tile_decoder::deploy(**group, std::move(*compiled), *shape, std::move(*cut), load_progress(t0));
+  if (!deployed) return fail(deployed.error());
+  const double load = since();
+  std::fprintf(stderr, "tessera-host: %s on %u tiles, weights streamed, %.1f s after start\n", o.model.c_str(),
+               group_cfg.tiles, load);
+  return generate_on_tiles(**deployed, o, load);
+}
+
+}  // namespace
 
 int run_decoder_model(tile_group_config group_cfg, model_options o) {
+  if (o.seeded_shards) return run_seeded_shards(std::move(group_cfg), o);
   const auto t0 = std::chrono::steady_clock::now();
   auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   if (!o.trace_path.empty() && o.check_batches > 0 && o.serve)
@@ -122,10 +183,12 @@ int run_decoder_model(tile_group_config group_cfg, model_options o) {
 
   auto group = tile_group::start(group_cfg);
   if (!group) return fail(group.error());
-  auto deployed = tile_decoder::deploy(**group, std::move(*compiled), model);
+  auto deployed = tile_decoder::deploy(**group, std::move(*compiled), model, load_progress(t0));
   if (!deployed) return fail(deployed.error());
+  const double load = since();
   std::fprintf(stderr, "tessera-host: %s on %u tiles, weights streamed, %.1f s after start\n", o.model.c_str(),
-               group_cfg.tiles, since());
+               group_cfg.tiles, load);
+  if (!o.prompt_ids.empty()) return generate_on_tiles(**deployed, o, load);
 
   if (o.check_batches > 0)
     if (int rc = check_generation(**deployed, *model, o); rc != 0 || !o.serve) return rc;
@@ -351,6 +414,122 @@ int check_generation(tile_decoder& dec, const models::decoder_model& m, const mo
     std::cerr << "tessera-host: logits differ from the single-process reference by " << worst << " (" << what
               << "; bound " << bound << ")\n";
     return 1;
+  }
+  return 0;
+}
+
+int generate_on_tiles(tile_decoder& dec, const model_options& o, double load_seconds) {
+  const auto& c = dec.compiled();
+  const models::model_shape& shape = dec.shape();
+  for (int32_t id : o.prompt_ids)
+    if (id < 0 || id >= shape.vocab_size)
+      return fail(status::invalid("--prompt-ids: token " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                  std::to_string(shape.vocab_size) + ")"));
+  // One sequence on replica 0: the prompt in chunks of the step's token budget, then one token a step.
+  std::vector<int32_t> history = o.prompt_ids, blocks, generated;
+  std::vector<float> margins, max_abs;
+  std::vector<double> step_seconds;  // per generated token: the step that produced it (prefill's last chunk for the first)
+  std::vector<std::vector<float>> all_logits;
+  const int prompt = static_cast<int>(o.prompt_ids.size());
+  int computed = 0;
+  double prefill_seconds = 0;
+  int32_t next_block = 0;
+  while (static_cast<int>(generated.size()) < o.generate_tokens) {
+    models::step_batch b;
+    models::seq_step st;
+    st.seq_id = 0;
+    st.start_pos = computed;
+    const int end = computed < prompt ? std::min(prompt, computed + c.token_budget) : computed + 1;
+    st.tokens.assign(history.begin() + computed, history.begin() + end);
+    st.want_logits = end >= prompt;
+    while (static_cast<int>(blocks.size()) < c.kv.blocks_for(end)) blocks.push_back(next_block++);
+    st.block_table = blocks;
+    b.seqs.push_back(std::move(st));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto out = dec.step(0, b);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!out) return fail(out.error().with_context("step at position " + std::to_string(computed)));
+    const bool prefill = computed < prompt;
+    if (prefill) prefill_seconds += secs;
+    computed = end;
+    if (out->logits.empty()) {
+      std::fprintf(stderr, "tessera-host: prefill chunk to position %d: %.3f s\n", end, secs);
+      continue;
+    }
+    const std::vector<float>& lg = out->logits[0];
+    const int32_t tok = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+    float best = -INFINITY, second = -INFINITY, m = 0;
+    for (float v : lg) {
+      if (v > best) { second = best; best = v; }
+      else if (v > second) second = v;
+      m = std::max(m, std::abs(v));
+    }
+    generated.push_back(tok);
+    history.push_back(tok);
+    margins.push_back(best - second);
+    max_abs.push_back(m);
+    step_seconds.push_back(secs);
+    if (!o.logits_path.empty()) all_logits.push_back(lg);
+    std::fprintf(stderr, "tessera-host: token %zu = %d (%s step %.3f s)\n", generated.size(), tok,
+                 prefill ? "prefill" : "decode", secs);
+  }
+  double decode_seconds = 0;
+  for (size_t i = 1; i < step_seconds.size(); ++i) decode_seconds += step_seconds[i];
+  const int decodes = static_cast<int>(step_seconds.size()) - 1;
+  std::printf("generated ids:");
+  for (int32_t t : generated) std::printf(" %d", t);
+  std::printf("\nload %.1f s, prefill %d tokens %.3f s, %d decode steps %.3f s (%.3f tok/s)\n", load_seconds, prompt,
+              prefill_seconds, decodes, decode_seconds, decodes > 0 ? decodes / decode_seconds : 0.0);
+  // Memory: each tile's plan beside its process's peak and current RSS, and this process's peak.
+  nlohmann::json tiles = nlohmann::json::array();
+  const auto infos = dec.group().tiles();
+  std::printf("tile | planned MiB | VmHWM MiB | VmRSS MiB | cap MiB\n");
+  for (const auto& ti : infos) {
+    const uint64_t planned = ti.id < c.tiles.size() ? c.tiles[ti.id].total_bytes() : 0;
+    const int64_t hwm = ti.local ? tessera::proc_status_bytes(ti.pid, "VmHWM") : -1;
+    const int64_t rss = ti.local ? tessera::proc_status_bytes(ti.pid, "VmRSS") : -1;
+    std::printf("%u | %.1f | %.1f | %.1f | %.1f\n", ti.id, planned / 1048576.0, hwm / 1048576.0, rss / 1048576.0,
+                ti.memory_capacity / 1048576.0);
+    tiles.push_back({{"tile", ti.id}, {"pid", ti.pid}, {"planned_bytes", planned}, {"vm_hwm_bytes", hwm},
+                     {"vm_rss_bytes", rss}, {"capacity_bytes", ti.memory_capacity},
+                     {"tile_high_water_bytes", ti.memory_high_water}});
+  }
+  const int64_t host_hwm = tessera::self_vm_hwm_bytes();
+  std::printf("host VmHWM %.1f MiB\n", host_hwm / 1048576.0);
+  if (!o.logits_path.empty()) {
+    std::ofstream f(o.logits_path, std::ios::binary);
+    for (const auto& row : all_logits) f.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(row.size() * 4));
+    if (!f) return fail(status::invalid("--logits: cannot write " + o.logits_path));
+  }
+  if (!o.results_path.empty()) {
+    uint64_t weights = 0;
+    for (const auto& sh : c.shards) weights += sh.desc.bytes();
+    nlohmann::json j = {{"model", o.model},
+                        {"dtype", c.dtype == models::dtype::bf16 ? "bf16" : "fp32"},
+                        {"seed", o.seed},
+                        {"seeded_shards", o.seeded_shards},
+                        {"tiles", infos.size()},
+                        {"plan", c.chosen.to_string()},
+                        {"weights_streamed_bytes", weights},
+                        {"parameters", shape.parameter_count()},
+                        {"kv_blocks", c.kv.num_blocks},
+                        {"kv_block_tokens", c.kv.block_tokens},
+                        {"token_budget", c.token_budget},
+                        {"prompt_ids", o.prompt_ids},
+                        {"tokens", generated},
+                        {"top2_margin", margins},
+                        {"max_abs_logit", max_abs},
+                        {"load_seconds", load_seconds},
+                        {"prefill_seconds", prefill_seconds},
+                        {"step_seconds", step_seconds},
+                        {"decode_seconds", decode_seconds},
+                        {"decode_tokens_per_s", decodes > 0 ? decodes / decode_seconds : 0.0},
+                        {"supersteps_per_step", c.supersteps()},
+                        {"host_vm_hwm_bytes", host_hwm},
+                        {"tile_memory", tiles}};
+    std::ofstream f(o.results_path);
+    f << j.dump(2) << "\n";
+    if (!f) return fail(status::invalid("--results: cannot write " + o.results_path));
   }
   return 0;
 }

@@ -35,6 +35,14 @@ struct model_options {
   exchange::fault_plan gpu_faults;  ///< --faults' kill_gpu faults (host_faults.hpp)
   bool tile_faults = false;         ///< --faults gave the tiles a plan: report what they injected
   serving::serve_options so;
+  /// Decoders: --seeded-shards generates every shard from the preset's seed as it is streamed
+  /// (no model in this process: a model larger than the host's memory); --prompt-ids with
+  /// --generate N greedily generates N tokens of one sequence on the tiles and reports times and
+  /// memory (--results JSON, --logits raw float32), the 7B run's tile side (scripts/llm-7b).
+  bool seeded_shards = false;
+  std::vector<int32_t> prompt_ids;
+  int generate_tokens = 0;
+  std::string results_path, logits_path;
   /// Decoders: the engine's options; --kv-blocks is blocks per replica (0 = as many as the tiles
   /// hold, up to 16384 tokens in flight), --step-token-budget and --max-running shape the step program.
   serving::llm_serve_options lo;

@@ -2,6 +2,7 @@
 // a demo program. Parses options and wires parts; the other files here do the work.
 #include <boost/program_options.hpp>
 #include <iostream>
+#include <sstream>
 
 #include "host_app.hpp"
 #include "host_faults.hpp"
@@ -77,6 +78,18 @@ int main(int argc, char** argv) {
      "off loopback it needs --keys (or --insecure)")
     ("spawn-gpu", po::value(&mo.spawn_gpu)->default_value(0), "launch N local tessera-gpu processes on ipc endpoints and route to them as GPU backends (BERT; "
      "decoders: refused, use --gpu-replicas)");
+  std::string prompt_ids_text;
+  po::options_description gen_opts("Greedy generation on the tiles (decoders; scripts/llm-7b runs it)");
+  gen_opts.add_options()
+    ("seeded-shards", "a decoder preset's seeded weights generated shard by shard as they are streamed: this process "
+     "never holds the model (LLaMA family; llama-2-7b in bf16 on tiles with a host of a few GB); with --prompt-ids, "
+     "not --check or --serve")
+    ("prompt-ids", po::value(&prompt_ids_text), "comma-separated token ids: generate greedily from them on the tiles "
+     "(one sequence, replica 0) instead of --check")
+    ("generate", po::value(&mo.generate_tokens)->default_value(8), "tokens to generate with --prompt-ids")
+    ("results", po::value(&mo.results_path), "with --prompt-ids: write the tokens, load/prefill/decode times, tokens/s, "
+     "each tile's planned memory beside its process's VmHWM/VmRSS and this process's VmHWM as JSON")
+    ("logits", po::value(&mo.logits_path), "with --prompt-ids: every generated token's logits as raw float32 [tokens][vocab]");
   po::options_description demo_opts("Demo programs (without --model)");
   demo_opts.add_options()
     ("demo", po::value(&demo.demo)->default_value(demo.demo), "matmul (rows split), matmul-columns, matmul-inner, allreduce")
@@ -91,7 +104,7 @@ int main(int argc, char** argv) {
                                    "does not apply (tile memory holds the cache)");
   serving::add_llm_options(llm_opts, mo.lo);
   serve_opts.add(llm_opts);
-  opts.add(model_opts).add(serve_opts).add(demo_opts);
+  opts.add(model_opts).add(gen_opts).add(serve_opts).add(demo_opts);
   po::variables_map vm;
   if (auto done = tessera::parse_command_line("tessera-host", argc, argv, opts, vm)) return *done;
   auto bytes = parse_bytes(memory);
@@ -135,7 +148,30 @@ int main(int argc, char** argv) {
       return std::cerr << "tessera-host: --kv-memory-mb does not apply on tiles (the KV cache lives in tile memory): use "
                           "--kv-blocks or --tile-memory\n", 2;
     mo.serve = vm.count("serve") > 0;
-    if (!mo.serve && mo.check_batches == 0) mo.check_batches = 1;
+    mo.seeded_shards = vm.count("seeded-shards") > 0;
+    if (vm.count("prompt-ids")) {
+      std::stringstream ss(prompt_ids_text);
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        size_t pos = 0;
+        long long v = -1;
+        try { v = std::stoll(item, &pos); } catch (...) { pos = 0; }
+        if (pos == 0 || pos != item.size() || v < 0 || v > INT32_MAX)
+          return std::cerr << "tessera-host: --prompt-ids: \"" << item << "\" is not a token id (comma-separated integers)\n", 2;
+        mo.prompt_ids.push_back(static_cast<int32_t>(v));
+      }
+      if (mo.prompt_ids.empty()) return std::cerr << "tessera-host: --prompt-ids is empty\n", 2;
+      if (mo.generate_tokens < 1) return std::cerr << "tessera-host: --generate must be at least 1\n", 2;
+      if (mo.serve || mo.check_batches > 0)
+        return std::cerr << "tessera-host: --prompt-ids generates one sequence and exits: drop --serve and --check\n", 2;
+    } else {
+      for (const char* o : {"results", "logits"})
+        if (vm.count(o)) return std::cerr << "tessera-host: --" << o << " goes with --prompt-ids\n", 2;
+      if (mo.seeded_shards)
+        return std::cerr << "tessera-host: --seeded-shards keeps no model in this process, so --check and --serve (which "
+                            "need one) are refused: generate with --prompt-ids\n", 2;
+      if (!mo.serve && mo.check_batches == 0) mo.check_batches = 1;
+    }
   }
   if (!faults_spec.empty()) {
     auto f = host::app::load_host_faults(faults_spec, {.tiles = static_cast<int>(cfg.tiles),

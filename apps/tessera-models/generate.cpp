@@ -18,6 +18,9 @@
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/common/cli.hpp"
+#include "tessera/common/proc_status.hpp"
+#include <nlohmann/json.hpp>
+#include <cmath>
 
 namespace po = boost::program_options;
 using namespace tessera::models;
@@ -43,7 +46,8 @@ tessera::result<std::vector<int32_t>> parse_ids(const std::string& text) {
 }  // namespace
 
 int generate_main(int argc, char** argv) {
-  std::string model_name, prompt_ids, prompt_text, save_dir, config_path, tokenizer_name, dtype_text;
+  std::string model_name, prompt_ids, prompt_text, save_dir, config_path, tokenizer_name, dtype_text, json_path,
+      logits_path;
   uint64_t seed = 0;
   int threads = 2, max_tokens = 16, block_tokens = 16, prefill_chunk = 0;
   po::options_description opts("tessera-models generate: greedy generation with a GPT-2 or LLaMA decoder");
@@ -64,6 +68,12 @@ int generate_main(int argc, char** argv) {
       "dtype", po::value(&dtype_text)->default_value("fp32"),
       "fp32 (the reference) or bf16 (bf16 matrices, fp32 accumulation, norms, softmax and logits)")(
       "info", "print the config.json and the tensor names")(
+      "json", po::value(&json_path),
+      "write the generation as JSON: prompt and generated ids, each token's top-2 margin and max |logit|, seconds, "
+      "this process's peak RSS (VmHWM)")(
+      "logits", po::value(&logits_path),
+      "write every generated token's logits as raw little-endian float32 [tokens][vocab] (the reference scripts/llm-7b "
+      "compares the tiles with)")(
       "save", po::value(&save_dir), "write the model as a Hugging Face folder (config.json, model.safetensors)");
   po::variables_map vm;
   if (auto done = tessera::parse_command_line("tessera-models generate", argc, argv, opts, vm)) return *done;
@@ -80,7 +90,13 @@ int generate_main(int argc, char** argv) {
     std::cerr << dt.error().message() << "\n";
     return 2;
   }
-  auto model = config_path.empty() ? load_decoder(model_name, seed) : make_decoder_from_config(config_path, seed);
+  // A preset in bf16 is generated straight into bf16 (LLaMA family): llama-2-7b takes 13.5 GB of
+  // bf16 matrices here, not 27 GB of fp32 weights and their copies.
+  std::error_code dir_ec;
+  const bool preset = config_path.empty() && !std::filesystem::exists(model_name, dir_ec) && shape_preset(model_name).ok();
+  auto model = !config_path.empty() ? make_decoder_from_config(config_path, seed)
+               : preset             ? make_preset_decoder(model_name, seed, *dt)
+                                    : load_decoder(model_name, seed);
   if (!model) {
     std::cerr << model.error().to_string() << "\n";
     return 2;
@@ -132,6 +148,7 @@ int generate_main(int argc, char** argv) {
   o.stop_at_eos = vm.count("stop-at-eos") > 0;
   o.block_tokens = block_tokens;
   o.prefill_chunk = prefill_chunk;
+  o.keep_logits = !logits_path.empty() || !json_path.empty();
   const auto t0 = std::chrono::steady_clock::now();
   auto g = greedy_generate(*model, *ids, o);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -149,6 +166,34 @@ int generate_main(int argc, char** argv) {
     if (text) std::cout << "generated text: " << *text << "\n";
   }
   std::printf("%zu tokens in %.3f s (prefill included)\n", g->tokens.size(), s);
+  if (!logits_path.empty()) {
+    std::ofstream f(logits_path, std::ios::binary);
+    for (const auto& row : g->logits) f.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(row.size() * 4));
+    if (!f) return tessera::exit_refused("--logits: cannot write " + logits_path);
+  }
+  if (!json_path.empty()) {
+    nlohmann::json j;
+    j["model"] = model_name;
+    j["dtype"] = dtype_text;
+    j["seed"] = seed;
+    j["prompt_ids"] = *ids;
+    j["tokens"] = g->tokens;
+    j["top2_margin"] = g->top2_margin;
+    std::vector<double> max_abs;
+    for (const auto& row : g->logits) {
+      double m = 0;
+      for (float v : row) m = std::max(m, double(std::abs(v)));
+      max_abs.push_back(m);
+    }
+    j["max_abs_logit"] = max_abs;
+    j["vocab_size"] = model->shape().vocab_size;
+    j["seconds"] = s;
+    j["threads"] = threads;
+    j["vm_hwm_bytes"] = tessera::self_vm_hwm_bytes();
+    std::ofstream f(json_path);
+    f << j.dump(2) << "\n";
+    if (!f) return tessera::exit_refused("--json: cannot write " + json_path);
+  }
   return 0;
 }
 

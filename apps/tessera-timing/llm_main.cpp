@@ -297,6 +297,8 @@ int main(int argc, char** argv) {
     if (!t) return fail(t.error());
     std::printf("%s on %s: %lld tokens (%zu prompt chunks, %zu decodes)\n", dims->name.c_str(), sys->spec.c_str(),
                 (long long)b.tokens(), b.prefills.size(), b.decode_contexts.size());
+    std::printf("weights resident: %.3f GB at %.0f bytes an element, vocab %lld\n", dims->resident_bytes() / 1e9,
+                dims->element_bytes, (long long)dims->vocab);
     std::printf("modelled step: %.3f ms (%s-bound)\n", t->seconds * 1e3, t->memory_bound() ? "memory" : "compute");
     std::printf("  GEMMs      compute %8.3f ms  memory %8.3f ms\n", t->gemm_compute_s * 1e3, t->gemm_memory_s * 1e3);
     std::printf("  attention  compute %8.3f ms  memory %8.3f ms\n", t->attn_compute_s * 1e3, t->attn_memory_s * 1e3);

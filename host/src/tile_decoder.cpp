@@ -1,9 +1,12 @@
 #include "tessera/host/tile_decoder.hpp"
 
+#include <cstdio>
+#include <map>
 #include <set>
 
 #include "tessera/host/tile_model.hpp"
 #include "tessera/models/step_meta.hpp"
+#include "tessera/models/weights.hpp"
 
 namespace tessera::host {
 
@@ -13,22 +16,95 @@ namespace ids = tensor_ids;
 result<std::unique_ptr<tile_decoder>> tile_decoder::deploy(tile_group& group, compiled_model compiled,
                                                            std::shared_ptr<const models::decoder_model> model,
                                                            const std::function<void(uint64_t, uint64_t)>& progress) {
+  if (!model) return status::invalid("tile_decoder::deploy: no model");
+  const models::decoder_model* m = model.get();
+  auto dec = deploy(group, std::move(compiled), model->shape(),
+                    [m](const weight_shard& s) { return materialize(*m, s); }, progress);
+  if (dec) (*dec)->model_ = std::move(model);
+  return dec;
+}
+
+result<std::unique_ptr<tile_decoder>> tile_decoder::deploy(tile_group& group, compiled_model compiled,
+                                                           const models::model_shape& shape, shard_cutter cut,
+                                                           const std::function<void(uint64_t, uint64_t)>& progress) {
   if (!compiled.decoder) return status::invalid("tile_decoder::deploy takes a compiled decoder (compile_decoder)");
+  if (!cut) return status::invalid("tile_decoder::deploy: no shard cutter");
   if (static_cast<uint32_t>(compiled.chosen.tiles()) != group.size())
     return status::invalid("the plan needs " + std::to_string(compiled.chosen.tiles()) + " tiles, the group has " +
                            std::to_string(group.size()));
   uint64_t total = 0, done = 0;
   for (const auto& s : compiled.shards) total += s.desc.bytes();
-  auto cut = [&](const weight_shard& s) { return materialize(*model, s); };
   for (uint32_t t = 0; t < group.size(); ++t)
     TESSERA_RETURN_IF_ERROR(stream_shards(group, compiled, t, cut, done, progress, total));
   for (const auto& programs : compiled.programs) TESSERA_RETURN_IF_ERROR(group.load(programs));
-  return std::unique_ptr<tile_decoder>(new tile_decoder(group, std::move(compiled), std::move(model)));
+  return std::unique_ptr<tile_decoder>(new tile_decoder(group, std::move(compiled), shape, std::move(cut), nullptr));
 }
 
-status tile_decoder::restore_tile(uint32_t tile) {
-  return restore_shards_and_programs(group_, compiled_, tile,
-                                     [this](const weight_shard& s) { return materialize(*model_, s); });
+status tile_decoder::restore_tile(uint32_t tile) { return restore_shards_and_programs(group_, compiled_, tile, cut_); }
+
+result<shard_cutter> seeded_decoder_cutter(const models::model_shape& shape, uint64_t seed) {
+  TESSERA_RETURN_IF_ERROR(shape.validate());
+  if (!shape.is_decoder()) return status::invalid(shape.name + " is not a decoder");
+  if (shape.traits().conv1d_weights)
+    return status::unsupported(shape.name + ": shards generated from the seed are for LLaMA-family [out, in] matrices; "
+                               "GPT-2's Conv1D weights are cut from the model in memory");
+  // The kernels' tensor names (materialize) -> the HF tensors whose seeded stream they read.
+  std::map<std::string, models::tensor_spec> hf;
+  for (auto& s : models::expected_decoder_tensors(shape)) hf[s.name] = s;
+  auto hf_name = [&shape](const std::string& name) -> std::string {
+    if (name == "token_embedding") return "model.embed_tokens.weight";
+    if (name == "final_norm_w") return "model.norm.weight";
+    if (name == "lm_head") return shape.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    int l = -1;
+    char what[32] = {0};
+    if (std::sscanf(name.c_str(), "layers.%d.%31s", &l, what) != 2 || l < 0 || l >= shape.num_layers) return {};
+    static const std::map<std::string, std::string> part = {
+        {"norm1_w", "input_layernorm.weight"},   {"norm2_w", "post_attention_layernorm.weight"},
+        {"q_w", "self_attn.q_proj.weight"},      {"q_b", "self_attn.q_proj.bias"},
+        {"k_w", "self_attn.k_proj.weight"},      {"k_b", "self_attn.k_proj.bias"},
+        {"v_w", "self_attn.v_proj.weight"},      {"v_b", "self_attn.v_proj.bias"},
+        {"o_w", "self_attn.o_proj.weight"},      {"o_b", "self_attn.o_proj.bias"},
+        {"gate_w", "mlp.gate_proj.weight"},      {"up_w", "mlp.up_proj.weight"},
+        {"up_b", "mlp.up_proj.bias"},            {"down_w", "mlp.down_proj.weight"},
+        {"down_b", "mlp.down_proj.bias"}};
+    auto it = part.find(what);
+    return it == part.end() ? std::string() : "model.layers." + std::to_string(l) + "." + it->second;
+  };
+  return shard_cutter([hf = std::move(hf), hf_name, seed](const weight_shard& sh) -> result<std::vector<float>> {
+    const std::string name = hf_name(sh.source);
+    auto it = hf.find(name);
+    if (it == hf.end()) return status::not_found("the seeded decoder has no tensor '" + sh.source + "'");
+    const models::tensor_spec& spec = it->second;
+    const int64_t rows = spec.shape.front(), cols = spec.shape.size() > 1 ? spec.shape.back() : 1;
+    std::vector<float> out(sh.desc.elements());
+    const int64_t n = static_cast<int64_t>(out.size());
+    switch (sh.kind) {
+      case shard_kind::whole:
+        if (rows * cols != n)
+          return status::invalid("tensor " + sh.source + " has " + std::to_string(rows * cols) +
+                                 " values, the shard expects " + std::to_string(n));
+        models::fill_decoder_preset_range(spec, seed, 0, n, out.data());
+        break;
+      case shard_kind::rows:
+        if (sh.begin < 0 || sh.end > rows || (sh.end - sh.begin) * cols != n)
+          return status::invalid("rows [" + std::to_string(sh.begin) + ", " + std::to_string(sh.end) + ") of " +
+                                 sh.source + " do not make the shard " + sh.desc.name);
+        models::fill_decoder_preset_range(spec, seed, int64_t{sh.begin} * cols, n, out.data());
+        break;
+      case shard_kind::columns: {
+        const int64_t wd = sh.end - sh.begin;
+        if (sh.begin < 0 || sh.end > cols || rows * wd != n)
+          return status::invalid("columns [" + std::to_string(sh.begin) + ", " + std::to_string(sh.end) + ") of " +
+                                 sh.source + " do not make the shard " + sh.desc.name);
+        for (int64_t r = 0; r < rows; ++r)
+          models::fill_decoder_preset_range(spec, seed, r * cols + sh.begin, wd, out.data() + r * wd);
+        break;
+      }
+      default:
+        return status::internal("shard kind not used by decoders for " + sh.source);
+    }
+    return out;
+  });
 }
 
 batch_record tile_decoder::step_record(int replica, const models::step_batch& batch, const tile_step_result& out,
@@ -67,7 +143,7 @@ std::vector<uint32_t> tile_decoder::replica_tiles(int replica) const {
 
 status tile_decoder::validate(int replica, const models::step_batch& batch) const {
   const auto& c = compiled_;
-  const models::model_shape& shape = model_->shape();
+  const models::model_shape& shape = shape_;
   if (replica < 0 || replica >= c.chosen.replicas) return status::invalid("replica " + std::to_string(replica) + " does not exist");
   if (batch.seqs.empty()) return status::invalid("the step is empty");
   if (static_cast<int>(batch.seqs.size()) > c.max_sequences)

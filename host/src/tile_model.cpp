@@ -45,11 +45,27 @@ result<tile_deployment> deploy_bert(const models::bert_model& model, const place
 
 status stream_shards(tile_group& group, const compiled_model& compiled, uint32_t t, const shard_cutter& cut,
                      uint64_t& done, const std::function<void(uint64_t, uint64_t)>& progress, uint64_t total) {
-  // Materialise one tile's shards, send them, drop them: the host never holds a second model. A
-  // bf16 shard is converted here, once, and sent at 2 bytes an element.
+  // Materialise a tile's shards a group at a time, send them, drop them: the host never holds a
+  // second model, nor a whole tile's part of it (a 7B model's tile holds 2 GiB: streamed in
+  // groups of at most kGroupBytes, the host's peak is a group and its frames in flight). A bf16
+  // shard is converted here, once, and sent at 2 bytes an element.
+  constexpr uint64_t kGroupBytes = 256ull << 20;
   std::vector<std::vector<float>> data;
   std::vector<std::vector<models::bfloat16>> halves;
   std::vector<tile_group::alloc_request> reqs;
+  uint64_t held = 0;
+  auto flush = [&]() -> status {
+    const uint64_t before = done;
+    status st = group.alloc_many(reqs, [&](uint64_t sent, uint64_t) {
+      done = before + sent;
+      if (progress) progress(done, total);
+    });
+    reqs.clear();
+    data.clear();
+    halves.clear();
+    held = 0;
+    return st;
+  };
   for (const auto& s : compiled.shards) {
     if (s.tile != t) continue;
     auto d = cut(s);
@@ -65,12 +81,10 @@ status stream_shards(tile_group& group, const compiled_model& compiled, uint32_t
       data.push_back(std::move(*d));
       reqs.push_back({t, s.desc, data.back().data()});
     }
+    held += s.desc.bytes();
+    if (held >= kGroupBytes) TESSERA_RETURN_IF_ERROR(flush());
   }
-  const uint64_t before = done;
-  return group.alloc_many(reqs, [&](uint64_t sent, uint64_t) {
-    done = before + sent;
-    if (progress) progress(done, total);
-  });
+  return reqs.empty() ? ok_status() : flush();
 }
 
 status restore_shards_and_programs(tile_group& group, const compiled_model& compiled, uint32_t tile,

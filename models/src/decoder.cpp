@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/kernels_bf16.hpp"
+#include "tessera/models/weights.hpp"
 
 namespace tessera::models {
 
@@ -325,6 +327,9 @@ result<std::vector<std::vector<float>>> decoder_model::full_logits(const std::ve
 
 status decoder_model::set_dtype(dtype d) {
   if (d == dtype::fp32) {
+    if (bf16_only_)
+      return status::unsupported(shape_.name + ": this model was built straight into bf16 (" + source +
+                                 "): it has no fp32 matrices to run in fp32; build it in fp32 instead");
     bf16_.reset();
     return ok_status();
   }
@@ -357,6 +362,73 @@ status decoder_model::set_dtype(dtype d) {
   b->lm_head = bf16_weight::pack(w_.lm_head, c.vocab_size, h);
   bf16_ = std::move(b);
   return ok_status();
+}
+
+result<decoder_model> decoder_model::seeded_bf16(const model_shape& c, uint64_t seed) {
+  TESSERA_RETURN_IF_ERROR(c.validate());
+  if (!c.is_decoder()) return status::invalid(c.name + " is not a decoder");
+  if (c.traits().conv1d_weights)
+    return status::unsupported(c.name + ": seeded weights straight into bf16 are for LLaMA-family [out, in] matrices; "
+                               "GPT-2's Conv1D weights go through fp32 (make_seeded_decoder + set_dtype)");
+  TESSERA_RETURN_IF_ERROR(check_dtype_supported(dtype::bf16));
+  auto is_matrix = [](const std::string& n) {
+    return n == "lm_head.weight" || (n.size() > 12 && n.compare(n.size() - 12, 12, "_proj.weight") == 0);
+  };
+  std::vector<tensor_spec> small;
+  std::map<std::string, tensor_spec> big;
+  for (auto& s : expected_decoder_tensors(c)) {
+    if (is_matrix(s.name)) big[s.name] = s;
+    else small.push_back(s);
+  }
+  auto t = make_seeded_tensors(small, seed, fill_decoder_preset_tensor);
+  for (const auto& [name, s] : big) t.views[name] = tensor_view{s.shape, nullptr};  // bf16 only, below
+  auto bound = bind(c, std::move(t.views), std::move(t.storage), "seeded weights");
+  if (!bound) return bound.error();
+  decoder_model m = std::move(*bound);
+  const int64_t h = c.hidden_size, f = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
+  auto b = std::make_shared<bf16_decoder_weights>();
+  std::vector<float> rows;  // one matrix (Q, K, V together) at a time
+  auto gen = [&](const std::string& name, float* dst) { fill_decoder_preset_tensor(big.at(name), seed, dst); };
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    const decoder_layer_weights& lw = m.w_.layers[static_cast<size_t>(l)];
+    bf16_decoder_weights::layer bl;
+    // As set_dtype: Q, K and V stacked as one matrix, biases stacked when present.
+    rows.resize(static_cast<size_t>((qw + 2 * kvw) * h));
+    gen(pre + "self_attn.q_proj.weight", rows.data());
+    gen(pre + "self_attn.k_proj.weight", rows.data() + qw * h);
+    gen(pre + "self_attn.v_proj.weight", rows.data() + (qw + kvw) * h);
+    bl.qkv = bf16_weight::pack(rows.data(), qw + 2 * kvw, h);
+    if (lw.q_b || lw.k_b || lw.v_b) {
+      bl.qkv_bias.assign(static_cast<size_t>(qw + 2 * kvw), 0.0f);
+      if (lw.q_b) std::copy_n(lw.q_b, qw, bl.qkv_bias.data());
+      if (lw.k_b) std::copy_n(lw.k_b, kvw, bl.qkv_bias.data() + qw);
+      if (lw.v_b) std::copy_n(lw.v_b, kvw, bl.qkv_bias.data() + qw + kvw);
+    }
+    rows.resize(static_cast<size_t>(h * qw));
+    gen(pre + "self_attn.o_proj.weight", rows.data());
+    bl.o = bf16_weight::pack(rows.data(), h, qw);
+    rows.resize(static_cast<size_t>(f * h));
+    gen(pre + "mlp.gate_proj.weight", rows.data());
+    bl.gate = bf16_weight::pack(rows.data(), f, h);
+    gen(pre + "mlp.up_proj.weight", rows.data());
+    bl.up = bf16_weight::pack(rows.data(), f, h);
+    gen(pre + "mlp.down_proj.weight", rows.data());
+    bl.down = bf16_weight::pack(rows.data(), h, f);
+    b->layers.push_back(std::move(bl));
+  }
+  if (c.tie_word_embeddings) {
+    b->lm_head = bf16_weight::pack(m.w_.token_embedding, c.vocab_size, h);
+  } else {
+    rows.resize(static_cast<size_t>(c.vocab_size * h));
+    gen("lm_head.weight", rows.data());
+    b->lm_head = bf16_weight::pack(rows.data(), c.vocab_size, h);
+  }
+  rows = {};
+  m.bf16_ = std::move(b);
+  m.bf16_only_ = true;
+  m.source = "seeded weights (bf16):seed=" + std::to_string(seed);
+  return m;
 }
 
 result<generation> greedy_generate(const decoder_model& model, const std::vector<int32_t>& prompt,

@@ -218,6 +218,37 @@ result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t see
   return decoder_model::bind(shape, std::move(t.views), std::move(t.storage), "seeded weights");
 }
 
+result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t seed, dtype d) {
+  if (d == dtype::fp32 || shape.traits().conv1d_weights) {
+    auto m = make_seeded_decoder(shape, seed);
+    if (!m) return m.error();
+    TESSERA_RETURN_IF_ERROR(m->set_dtype(d));
+    return m;
+  }
+  TESSERA_RETURN_IF_ERROR(shape.validate());
+  if (!shape.is_decoder()) return status::invalid(shape.name + " is an encoder, not a decoder (" + decoder_model_types() + ")");
+  // bf16 matrices (2 bytes a weight), the fp32 embedding, and one fp32 matrix being packed.
+  const int64_t embed = int64_t{shape.vocab_size} * shape.hidden_size;
+  const int64_t need = (shape.parameter_count() - embed) * 2 + embed * 4 +
+                       int64_t{shape.vocab_size} * shape.hidden_size * 4;
+  const int64_t avail = available_memory_bytes();
+  if (avail >= 0 && need > avail)
+    return status::out_of_memory(shape.name + " needs " + gigabytes(need) + " for its bf16 weights but this machine has " +
+                                 gigabytes(avail) + " available (MemAvailable)");
+  return decoder_model::seeded_bf16(shape, seed);
+}
+
+result<decoder_model> make_preset_decoder(std::string_view preset, uint64_t seed, dtype d) {
+  auto shape = shape_preset(preset);
+  if (!shape) return shape.error();
+  if (!shape->is_decoder())
+    return status::invalid("\"" + std::string(preset) + "\" is an encoder preset, not a decoder (gpt2-*, llama-*)");
+  auto m = make_seeded_decoder(*shape, seed, d);
+  if (!m) return m.error();
+  m->source = "preset:" + std::string(preset) + ":seed=" + std::to_string(seed);
+  return m;
+}
+
 result<decoder_model> make_decoder_from_config(const std::string& config_path, uint64_t seed) {
   auto text = read_text_file(config_path);
   if (!text) return status::not_found(config_path + ": cannot read");
@@ -330,6 +361,9 @@ result<decoder_model> load_decoder(std::string_view path_or_preset, uint64_t pre
 
 status save_decoder(const decoder_model& model, const std::string& dir_str) {
   const fs::path dir{dir_str};
+  if (!model.holds_fp32_matrices())
+    return status::unsupported("save_decoder: " + model.source + " holds its matrices only in bf16; build it in fp32 "
+                               "to save it");
   TESSERA_RETURN_IF_ERROR(detail::start_model_folder(dir, decoder_config_json(model.shape())));
   std::map<std::string, tensor_view> tensors;
   const bool gpt2 = model.shape().traits().conv1d_weights;

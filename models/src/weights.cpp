@@ -1,6 +1,7 @@
 // Binding named tensors to the typed BERT structs, and seeded preset weights.
 #include "tessera/models/weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -206,11 +207,27 @@ bool ends_with(std::string_view s, std::string_view suf) {
 }  // namespace
 
 void fill_uniform_tensor(std::string_view name, int64_t n, uint64_t seed, float base, float amp, float* out) {
-  splitmix64 rng(seed * 0x9E3779B97F4A7C15ull ^ fnv1a(name));
-  // u in [0,1) with 24 bits; (2u - 1) * a is computed in float, exactly rounded: portable.
-  for (int64_t i = 0; i < n; ++i) {
-    const float u = rng.unit_float();
-    out[i] = base + (2.0f * u - 1.0f) * amp;
+  fill_uniform_range(name, 0, n, seed, base, amp, out);
+}
+
+void fill_uniform_range(std::string_view name, int64_t first, int64_t n, uint64_t seed, float base, float amp,
+                        float* out) {
+  // splitmix64's state after i draws is its seed + i x its increment: value `first` is drawn
+  // without the ones before it (unsigned arithmetic wraps as the generator's own does).
+  const uint64_t start = (seed * 0x9E3779B97F4A7C15ull ^ fnv1a(name)) + static_cast<uint64_t>(first) * 0x9E3779B97F4A7C15ull;
+  // Chunks of 1M values on the OpenMP threads: each seeks to its own start, so the values do not
+  // depend on the thread count.
+  constexpr int64_t chunk = int64_t{1} << 20;
+  const int64_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (chunks > 4)
+  for (int64_t k = 0; k < chunks; ++k) {
+    splitmix64 rng(start + static_cast<uint64_t>(k * chunk) * 0x9E3779B97F4A7C15ull);
+    const int64_t end = std::min(n, (k + 1) * chunk);
+    // u in [0,1) with 24 bits; (2u - 1) * a is computed in float, exactly rounded: portable.
+    for (int64_t i = k * chunk; i < end; ++i) {
+      const float u = rng.unit_float();
+      out[i] = base + (2.0f * u - 1.0f) * amp;
+    }
   }
 }
 
@@ -223,9 +240,9 @@ void fill_preset_tensor(const tensor_spec& spec, uint64_t seed, float* out) {
   fill_uniform_tensor(spec.name, tensor_view{spec.shape, nullptr}.numel(), seed, base, amp, out);
 }
 
-void fill_decoder_preset_tensor(const tensor_spec& spec, uint64_t seed, float* out) {
-  const std::string& n = spec.name;
-  auto has = [&](const char* part) { return n.find(part) != std::string::npos; };
+void fill_decoder_preset_range(const tensor_spec& spec, uint64_t seed, int64_t first, int64_t n, float* out) {
+  const std::string& name = spec.name;
+  auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
   const bool is_norm = has("ln_") || has("norm");
   const bool conv1d = has(".c_attn.") || has(".c_proj.") || has(".c_fc.");  // GPT-2 Conv1D: [in, out]
   float base = 0.0f, amp;
@@ -233,18 +250,22 @@ void fill_decoder_preset_tensor(const tensor_spec& spec, uint64_t seed, float* o
   // (the current token then barely matters) or, with tied embeddings, when the token embedding
   // dominates the residual (logit of the input token wins). Sharp attention (q and k of gain 3)
   // and a modest tied embedding keep greedy generations varied (checked by the tests).
-  if (n == "wte.weight") amp = 0.3f;
-  else if (n == "model.embed_tokens.weight") amp = 0.35f;
-  else if (n == "wpe.weight") amp = 0.05f;
-  else if (is_norm && ends_with(n, ".weight")) { base = 1.0f; amp = 0.2f; }
-  else if (ends_with(n, ".bias")) amp = 0.1f;  // norm betas and Linear biases alike
+  if (name == "wte.weight") amp = 0.3f;
+  else if (name == "model.embed_tokens.weight") amp = 0.35f;
+  else if (name == "wpe.weight") amp = 0.05f;
+  else if (is_norm && ends_with(name, ".weight")) { base = 1.0f; amp = 0.2f; }
+  else if (ends_with(name, ".bias")) amp = 0.1f;  // norm betas and Linear biases alike
   else {
     const int64_t fan_in = conv1d ? spec.shape.front() : spec.shape.back();
     amp = std::sqrt(3.0f / static_cast<float>(fan_in));  // unit gain
-    if (n == "lm_head.weight") amp = 2.0f * amp;
+    if (name == "lm_head.weight") amp = 2.0f * amp;
     if (has(".c_attn.weight") || has("q_proj.weight") || has("k_proj.weight")) amp = 3.0f * amp;
   }
-  fill_uniform_tensor(n, tensor_view{spec.shape, nullptr}.numel(), seed, base, amp, out);
+  fill_uniform_range(name, first, n, seed, base, amp, out);
+}
+
+void fill_decoder_preset_tensor(const tensor_spec& spec, uint64_t seed, float* out) {
+  fill_decoder_preset_range(spec, seed, 0, tensor_view{spec.shape, nullptr}.numel(), out);
 }
 
 seeded_tensors make_seeded_tensors(const std::vector<tensor_spec>& specs, uint64_t seed,

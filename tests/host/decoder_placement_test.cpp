@@ -6,6 +6,8 @@
 
 #include "tessera/host/placement.hpp"
 #include "tessera/host/program_timing.hpp"
+#include "tessera/host/tile_decoder.hpp"
+#include "tessera/models/decoder.hpp"
 #include "tile_cases.hpp"
 
 using namespace tessera;
@@ -133,4 +135,50 @@ TEST(DecoderPlacement, EveryKernelCallIsTimedOrSaysWhyNot) {
       }
   EXPECT_EQ(timed, (std::set<std::string>{"dec_embed", "dec_norm", "linear", "dec_residual", "dec_multiply", "dec_logits"}));
   EXPECT_EQ(refused, std::set<std::string>{"dec_attention"});
+}
+
+// --seeded-shards (scripts/llm-7b): every shard generated from the seed alone equals the shard cut
+// from the whole seeded model, bit for bit, for plans that cut heads (rows), FFN columns, layers
+// and replicas, and in bf16 (the host converts either the same way); GPT-2 is refused by name.
+TEST(DecoderPlacement, SeededShardsEqualShardsCutFromTheModel) {
+  for (const char* preset : {"llama-tiny"}) {
+    auto shape = models::shape_preset(preset);
+    ASSERT_TRUE(shape);
+    auto model = models::make_seeded_decoder(*shape, 9);
+    ASSERT_TRUE(model) << model.error().to_string();
+    auto cut = seeded_decoder_cutter(*shape, 9);
+    ASSERT_TRUE(cut) << cut.error().to_string();
+    for (auto p : {plan{1, 1, 1, 1}, plan{1, 1, 4, 1}, plan{1, 2, 2, 1}, plan{2, 1, 2, 1}})
+      for (auto dt : {models::dtype::fp32, models::dtype::bf16}) {
+        auto req = request(4, p, 256ull << 20);
+        req.tiles = p.tiles();
+        req.dtype = dt;
+        auto c = compile_decoder(*shape, req);
+        ASSERT_TRUE(c) << p.to_string() << ": " << c.error().message();
+        std::set<shard_kind> kinds;
+        for (const auto& sh : c->shards) {
+          auto want = materialize(*model, sh);
+          auto got = (*cut)(sh);
+          ASSERT_TRUE(want && got) << sh.desc.name;
+          EXPECT_EQ(*want, *got) << p.to_string() << " tile " << sh.tile << " " << sh.desc.name;
+          kinds.insert(sh.kind);
+        }
+        if (p.width > 1) {
+          EXPECT_TRUE(kinds.count(shard_kind::rows)) << p.to_string();
+          EXPECT_TRUE(kinds.count(shard_kind::columns)) << p.to_string();
+        }
+      }
+  }
+  auto gpt2 = seeded_decoder_cutter(*models::shape_preset("gpt2-tiny"), 0);
+  ASSERT_FALSE(gpt2);
+  EXPECT_EQ(gpt2.error().code(), errc::unsupported);
+  EXPECT_NE(gpt2.error().message().find("Conv1D"), std::string::npos);
+  // A shard naming a tensor the model has not is refused by name.
+  auto cut = seeded_decoder_cutter(*models::shape_preset("llama-tiny"), 0);
+  weight_shard bogus;
+  bogus.source = "layers.99.q_w";
+  bogus.desc.name = "bogus";
+  auto r = (*cut)(bogus);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("layers.99.q_w"), std::string::npos);
 }

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "tessera/models/decoder.hpp"
+#include "tessera/models/kernels.hpp"
+#include "tessera/models/weights.hpp"
 #include "util.hpp"
 
 using namespace tessera::models;
@@ -152,4 +154,67 @@ TEST(DecoderBf16, IsNotFp32AndTheBoundCatchesAWrongModel) {
   EXPECT_EQ(ref->back(), back->back());
   std::printf("another seed's model: %.3f\n", scaled_diff(ref->back(), wrong->back()));
   EXPECT_GT(scaled_diff(ref->back(), wrong->back()), 5 * bf16_decoder_logit_bound);
+}
+
+// The 7B run's reference (scripts/llm-7b): seeded weights generated straight into bf16, one matrix at
+// a time, are the same model as the fp32 seeded decoder converted by set_dtype: logits equal bit
+// for bit over a prefill and decodes (LLaMA with GQA, tied embeddings, q/k/v biases). The values
+// each process draws come from fill_decoder_preset_range, which seeks: any slice equals the same
+// slice of the whole tensor, across its 1M-value chunks.
+TEST(DecoderBf16, SeededStraightIntoBf16EqualsFp32ThenSetDtype) {
+  if (skip_without_bf16()) GTEST_SKIP() << "no native bf16 on this CPU";
+  std::vector<std::pair<std::string, model_shape>> shapes{{"llama-tiny", *shape_preset("llama-tiny")}};
+  for (const char* cfg : {"llama-tied", "qwen2-odd"}) {
+    const std::string path = tessera::models::testing::data_dir() + "/decoders/" + cfg + ".config.json";
+    auto m = make_decoder_from_config(path, 3);
+    ASSERT_TRUE(m) << m.error().to_string();
+    shapes.emplace_back(cfg, m->shape());
+  }
+  for (const auto& [name, shape] : shapes) {
+    SCOPED_TRACE(name);
+    auto want = make_seeded_decoder(shape, 3);
+    ASSERT_TRUE(want) << want.error().to_string();
+    ASSERT_TRUE(want->set_dtype(dtype::bf16).ok());
+    auto got = make_seeded_decoder(shape, 3, dtype::bf16);
+    ASSERT_TRUE(got) << got.error().to_string();
+    EXPECT_FALSE(got->holds_fp32_matrices());
+    EXPECT_EQ(got->compute_dtype(), dtype::bf16);
+    auto a = greedy_generate(*want, {1, 42, 99, 7, 5}, {.max_tokens = 4, .keep_logits = true});
+    auto b = greedy_generate(*got, {1, 42, 99, 7, 5}, {.max_tokens = 4, .keep_logits = true});
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(a->tokens, b->tokens);
+    ASSERT_EQ(a->logits.size(), b->logits.size());
+    for (size_t i = 0; i < a->logits.size(); ++i) EXPECT_EQ(a->logits[i], b->logits[i]) << "token " << i;
+    // No fp32 matrices: fp32 and saving are refused by name, nothing changed.
+    auto st = got->set_dtype(dtype::fp32);
+    EXPECT_EQ(st.code(), tessera::errc::unsupported);
+    EXPECT_NE(st.message().find("straight into bf16"), std::string::npos) << st.message();
+    EXPECT_EQ(got->compute_dtype(), dtype::bf16);
+    auto saved = save_decoder(*got, ::testing::TempDir() + "/never-written");
+    EXPECT_EQ(saved.code(), tessera::errc::unsupported);
+  }
+  // GPT-2 (Conv1D) goes through fp32: the same model either way.
+  auto g = make_preset_decoder("gpt2-tiny", 0, dtype::bf16);
+  ASSERT_TRUE(g) << g.error().to_string();
+  EXPECT_TRUE(g->holds_fp32_matrices());
+  EXPECT_EQ(decoder_model::seeded_bf16(g->shape(), 0).error().code(), tessera::errc::unsupported);
+}
+
+TEST(DecoderBf16, SeededRangesEqualTheWholeTensorsSlices) {
+  const tensor_spec spec{"model.layers.0.mlp.up_proj.weight", {1100, 2000}};  // 2.2M values: 3 chunks
+  const int64_t n = 1100 * 2000;
+  std::vector<float> whole(static_cast<size_t>(n));
+  fill_decoder_preset_tensor(spec, 5, whole.data());
+  for (auto [first, count] : std::vector<std::pair<int64_t, int64_t>>{
+           {0, 1}, {1, 7}, {(1 << 20) - 3, 9}, {(1 << 20), 1}, {12345, 1 << 21}, {n - 5, 5}, {0, n}}) {
+    std::vector<float> part(static_cast<size_t>(count));
+    fill_decoder_preset_range(spec, 5, first, count, part.data());
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + first)) << "[" << first << ", +" << count << ")";
+  }
+  // The chunks do not depend on the thread count.
+  std::vector<float> one(static_cast<size_t>(n));
+  tessera::models::set_num_threads(1);
+  fill_decoder_preset_tensor(spec, 5, one.data());
+  tessera::models::set_num_threads(2);
+  EXPECT_EQ(one, whole);
 }

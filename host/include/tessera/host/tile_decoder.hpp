@@ -18,6 +18,7 @@
 #include "tessera/host/placement.hpp"
 #include "tessera/host/profiler.hpp"
 #include "tessera/host/tile_group.hpp"
+#include "tessera/host/tile_model.hpp"
 #include "tessera/models/decoder.hpp"
 
 namespace tessera::host {
@@ -40,6 +41,12 @@ class tile_decoder {
   static result<std::unique_ptr<tile_decoder>> deploy(tile_group& group, compiled_model compiled,
                                                       std::shared_ptr<const models::decoder_model> model,
                                                       const std::function<void(uint64_t, uint64_t)>& progress = {});
+  /// The same with every shard cut by `cut` instead of from a model in this process (e.g.
+  /// seeded_decoder_cutter: each shard generated from the seed as it is streamed, so a host
+  /// places a model larger than its memory); restore_tile cuts with it again.
+  static result<std::unique_ptr<tile_decoder>> deploy(tile_group& group, compiled_model compiled,
+                                                      const models::model_shape& shape, shard_cutter cut,
+                                                      const std::function<void(uint64_t, uint64_t)>& progress = {});
   /// Runs one mixed batch on `replica`. invalid_argument for a batch over the token budget or
   /// the sequence limit, an empty sequence, a token outside the vocabulary, a position beyond
   /// max_position_embeddings or a block table too short; out_of_memory naming the replica's tiles
@@ -56,16 +63,26 @@ class tile_decoder {
   batch_record step_record(int replica, const models::step_batch& batch, const tile_step_result& out,
                            double start_seconds, const std::vector<bool>& decode, int64_t step) const;
   const compiled_model& compiled() const { return compiled_; }
-  const models::decoder_model& model() const { return *model_; }
+  /// The model deployed from, or nullptr when the shards were cut by a shard_cutter.
+  const models::decoder_model* model() const { return model_.get(); }
+  const models::model_shape& shape() const { return shape_; }
   tile_group& group() { return group_; }
 
  private:
-  tile_decoder(tile_group& g, compiled_model c, std::shared_ptr<const models::decoder_model> m)
-      : group_(g), compiled_(std::move(c)), model_(std::move(m)) {}
+  tile_decoder(tile_group& g, compiled_model c, models::model_shape shape, shard_cutter cut,
+               std::shared_ptr<const models::decoder_model> m)
+      : group_(g), compiled_(std::move(c)), shape_(std::move(shape)), cut_(std::move(cut)), model_(std::move(m)) {}
   status validate(int replica, const models::step_batch& batch) const;
   tile_group& group_;
   compiled_model compiled_;
+  models::model_shape shape_;
+  shard_cutter cut_;
   std::shared_ptr<const models::decoder_model> model_;
 };
+
+/// A shard_cutter for seeded decoder weights (models::fill_decoder_preset_range): each shard's
+/// values generated alone from (shape, seed), equal bit for bit to materialize() of
+/// make_seeded_decoder(shape, seed). LLaMA-family shapes; GPT-2 (Conv1D) refused by name.
+result<shard_cutter> seeded_decoder_cutter(const models::model_shape& shape, uint64_t seed);
 
 }  // namespace tessera::host

@@ -35,8 +35,8 @@ struct tile_batch_result {
 
 /// Cuts one shard's data from a model's weights.
 using shard_cutter = std::function<result<std::vector<float>>(const weight_shard&)>;
-/// Streams tile t's shards, materialised one tile at a time (the host never holds a second copy
-/// of the model); progress(bytes sent so far, total).
+/// Streams tile t's shards, materialised in groups of at most 256 MiB (the host never holds a
+/// second copy of the model, nor a whole tile's part); progress(bytes sent so far, total).
 status stream_shards(tile_group& group, const compiled_model& compiled, uint32_t t, const shard_cutter& cut,
                      uint64_t& done, const std::function<void(uint64_t, uint64_t)>& progress, uint64_t total);
 /// A tile that came back empty: its shards again, then its programs.

@@ -122,6 +122,15 @@ class decoder_model {
   /// (`unsupported`, nothing changed) when this CPU has no native bf16. fp32 drops the copies.
   status set_dtype(dtype d);
   dtype compute_dtype() const { return bf16_ ? dtype::bf16 : dtype::fp32; }
+  /// False for a model built straight into bf16 (make_seeded_decoder(shape, seed, dtype::bf16)):
+  /// its Linear matrices exist only as the bf16 copies, so set_dtype(fp32), save_decoder and
+  /// find()'s matrix views (data nullptr) have nothing to read and refuse or say so.
+  bool holds_fp32_matrices() const { return !bf16_only_; }
+  /// Seeded weights (fill_decoder_preset_tensor) of a LLaMA-family shape generated one matrix at a
+  /// time and packed into bf16 at once: the process holds 2 bytes a matrix weight (plus the fp32
+  /// embedding and norms), never the fp32 model. Logits equal make_seeded_decoder + set_dtype(bf16)
+  /// bit for bit. GPT-2 (Conv1D layouts) is refused by name. Use make_seeded_decoder(..., bf16).
+  static result<decoder_model> seeded_bf16(const model_shape& shape, uint64_t seed);
 
  private:
   model_shape shape_;
@@ -130,6 +139,7 @@ class decoder_model {
   std::shared_ptr<std::vector<float>> transposed_;  // GPT-2 Conv1D weights in [out, in]
   std::map<std::string, tensor_view, std::less<>> tensors_;
   std::shared_ptr<const struct bf16_decoder_weights> bf16_;  // set_dtype(bf16)
+  bool bf16_only_ = false;  // seeded_bf16: no fp32 matrices
 };
 /// How far bf16 decoder logits may be from fp32's: max |diff| <= this x max(1, max |fp32 logit|)
 /// (docs/models.md, "bf16 decoders": 1.7x the worst measured on the seeded tiny decoders of every
@@ -155,6 +165,12 @@ result<decoder_model> make_preset_decoder(std::string_view preset, uint64_t seed
 /// Seeded weights (fill_decoder_preset_tensor) for any decoder shape, e.g. from a config.json;
 /// the same memory refusal as make_preset_decoder.
 result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t seed = 0);
+/// The same weights in `d`: fp32 as above; bf16 built straight into bf16 for LLaMA-family shapes
+/// (decoder_model::seeded_bf16: llama-2-7b in 13.5 GB instead of 27 GB of fp32 + 13.5 GB of
+/// copies), GPT-2 through fp32 + set_dtype. The memory refusal counts the bytes the dtype keeps.
+result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t seed, dtype d);
+/// make_preset_decoder in `d` (make_seeded_decoder(shape, seed, d)).
+result<decoder_model> make_preset_decoder(std::string_view preset, uint64_t seed, dtype d);
 /// Seeded weights for the shape of a config.json file (its file name names the shape); errors name
 /// the file (unreadable, or the field parse_decoder_config_json refuses).
 result<decoder_model> make_decoder_from_config(const std::string& config_path, uint64_t seed = 0);

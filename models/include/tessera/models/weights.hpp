@@ -124,6 +124,10 @@ void fill_preset_tensor(const tensor_spec& spec, uint64_t seed, float* out);
 /// The seeded stream behind every preset: out[i] = base + (2u - 1) * amp for n 24-bit uniforms u
 /// from splitmix64 seeded by `seed` and the tensor name (exact float arithmetic, portable).
 void fill_uniform_tensor(std::string_view name, int64_t n, uint64_t seed, float base, float amp, float* out);
+/// Values first .. first + n - 1 of that stream, drawn without the ones before (splitmix64 seeks):
+/// equal bit for bit to the same elements of fill_uniform_tensor.
+void fill_uniform_range(std::string_view name, int64_t first, int64_t n, uint64_t seed, float base, float amp,
+                        float* out);
 
 /// Seeded tensors of a list of specs in one buffer (64-byte aligned starts), each filled by `fill`.
 struct seeded_tensors {
@@ -139,5 +143,8 @@ seeded_tensors make_seeded_tensors(const std::vector<tensor_spec>& specs, uint64
 /// U(-sqrt(3/fan_in), +) (the LM head twice that, GPT-2's c_attn and LLaMA's q/k three times:
 /// sharp attention), biases U(-0.1, 0.1), norm gains 1 + U(-0.2, 0.2), norm betas U(-0.1, 0.1).
 void fill_decoder_preset_tensor(const tensor_spec& spec, uint64_t seed, float* out);
+/// Elements first .. first + n - 1 (row-major) of fill_decoder_preset_tensor's values, generated
+/// alone: a host streams a 7B model's shards from the seed without ever holding a whole tensor.
+void fill_decoder_preset_range(const tensor_spec& spec, uint64_t seed, int64_t first, int64_t n, float* out);
 
 }  // namespace tessera::models
