@@ -7,6 +7,9 @@
 //   prefill: B prompts of P seeded tokens, packed into steps of at most --token-budget tokens
 //            (prompts cut into chunks at the budget, as a serving scheduler does);
 //   decode:  --decode greedy steps of one token for each of the B sequences.
+// On tiles the greedy token is chosen on the LM-head tile and only ids come back (--sample tile,
+// the dec_sample kernel), or the whole logits rows come back and the argmax is taken here
+// (--sample host, the step protocol before); token_hash (JSON/CSV) tells the runs chose alike.
 // With R replicas, sequence i lives on replica i % R and the replicas' steps run at once (one
 // thread each). Per row it prints prefill and decode tokens/s, of wall time and of CPU time (this
 // process and its tiles: on a shared machine, what dedicated cores would give), and per decode step or
@@ -53,6 +56,8 @@ double now() { return tessera::wall_seconds(); }
 // What one replica's step did, from either engine.
 struct step_out {
   std::vector<std::vector<float>> logits;
+  std::vector<int32_t> samples;  // per logits row: the tile's greedy token (-1: take its logits)
+  uint64_t host_bytes = 0;       // logits or samples the host fetched
   int64_t supersteps = 0;
   uint64_t bytes = 0;
   double compute_s = 0;  // busiest tile's compute
@@ -71,6 +76,7 @@ struct engine {
   int barriers = 0;   // per replica step (0 in one process)
   int supersteps = 0; // per replica step
   int max_seqs = 0, token_budget = 0, block_tokens = 16;
+  bool sample_on_tile = false;  // each logits row carries greedy sample parameters (dec_sample)
   step_fn step;
   std::vector<pid_t> tiles;  // their CPU time counts with this process's
 };
@@ -98,12 +104,14 @@ double cpu_seconds(const engine& e) {
 }
 
 struct row {
-  std::string model, mode, plan, dtype = "fp32";
+  std::string model, mode, plan, dtype = "fp32", sample = "-";
   int tiles = 0, prompt = 0, batch = 0, decode = 0;
   double prefill_s = 0, decode_s = 0, prefill_cpu_s = 0, decode_cpu_s = 0;
   int64_t prefill_tokens = 0, decode_tokens = 0, prefill_steps = 0, decode_steps = 0;
   int64_t decode_supersteps = 0, decode_barriers = 0;
-  uint64_t decode_bytes = 0, prefill_bytes = 0;
+  uint64_t decode_bytes = 0, prefill_bytes = 0, decode_host_bytes = 0;
+  uint64_t token_hash = 1469598103934665603ull;  // FNV-1a of every token chosen, in order
+  void took(int32_t t) { token_hash = (token_hash ^ static_cast<uint32_t>(t)) * 1099511628211ull; }
   double decode_compute_s = 0, decode_wait_s = 0, decode_sync_s = 0, decode_host_s = 0;
   double modelled_prefill_s = 0, modelled_decode_s = 0;
 
@@ -171,6 +179,13 @@ result<modeller> make_modeller(const std::string& spec, const models::model_shap
   return modeller{std::move(*sys), std::move(*dims)};
 }
 
+// Row i's greedy token: the tile's, or the argmax of its logits.
+int32_t token_of(const step_out& o, size_t i) {
+  if (i < o.samples.size() && o.samples[i] >= 0) return o.samples[i];
+  return argmax(o.logits[i]);
+}
+size_t rows_of(const step_out& o) { return std::max(o.logits.size(), o.samples.size()); }
+
 // B sequences of P prompt tokens then `decode` tokens each, on engine e.
 result<row> run_row(const engine& e, const models::model_shape& shape, const modeller& m, int P, int B, int decode) {
   const int R = e.replicas;
@@ -212,6 +227,7 @@ result<row> run_row(const engine& e, const models::model_shape& shape, const mod
       const int n = static_cast<int>(std::min<int64_t>(left, room));
       st.tokens.assign(s.prompt.begin() + s.computed, s.prompt.begin() + s.computed + n);
       st.want_logits = s.computed + n == P;
+      if (st.want_logits && e.sample_on_tile) st.sample = models::sample_params{.temperature = 0};
       st.block_table = s.blocks;
       s.computed += n;
       if (st.want_logits) ends[static_cast<size_t>(s.replica)].push_back(&s);
@@ -227,10 +243,10 @@ result<row> run_row(const engine& e, const models::model_shape& shape, const mod
     for (size_t k = 0; k < batches.size(); ++k) {
       r.prefill_tokens += batches[k].num_tokens();
       r.prefill_bytes += out->outs[k].bytes;
-      if (out->outs[k].logits.size() != ends[k].size())
-        return status::internal("prefill: " + std::to_string(out->outs[k].logits.size()) + " logit rows for " +
+      if (rows_of(out->outs[k]) != ends[k].size())
+        return status::internal("prefill: " + std::to_string(rows_of(out->outs[k])) + " logit rows for " +
                                 std::to_string(ends[k].size()) + " finished prompts");
-      for (size_t i = 0; i < ends[k].size(); ++i) ends[k][i]->next = argmax(out->outs[k].logits[i]);
+      for (size_t i = 0; i < ends[k].size(); ++i) r.took(ends[k][i]->next = token_of(out->outs[k], i));
     }
   }
   // Decode: every sequence one token a step, greedy.
@@ -244,6 +260,7 @@ result<row> run_row(const engine& e, const models::model_shape& shape, const mod
       st.seq_id = static_cast<uint64_t>(&s - seqs.data());
       st.start_pos = s.computed;
       st.tokens = {s.next};
+      if (e.sample_on_tile) st.sample = models::sample_params{.temperature = 0};
       st.block_table = s.blocks;
       batches[static_cast<size_t>(s.replica)].seqs.push_back(std::move(st));
       members[static_cast<size_t>(s.replica)].push_back(&s);
@@ -262,17 +279,18 @@ result<row> run_row(const engine& e, const models::model_shape& shape, const mod
       r.decode_supersteps += o.supersteps;
       r.decode_barriers += e.barriers;
       r.decode_bytes += o.bytes;
+      r.decode_host_bytes += o.host_bytes;
       busiest = std::max(busiest, o.tile_max_s);
       compute = std::max(compute, o.compute_s);
       wait += o.wait_s;
       sync += o.sync_s;
       tiles += o.tiles;
-      if (o.logits.size() != members[k].size())
-        return status::internal("decode: " + std::to_string(o.logits.size()) + " logit rows for " +
+      if (rows_of(o) != members[k].size())
+        return status::internal("decode: " + std::to_string(rows_of(o)) + " logit rows for " +
                                 std::to_string(members[k].size()) + " sequences");
       for (size_t i = 0; i < members[k].size(); ++i) {
         members[k][i]->computed += 1;
-        members[k][i]->next = argmax(o.logits[i]);
+        r.took(members[k][i]->next = token_of(o, i));
       }
     }
     r.decode_compute_s += tiles > 0 ? compute : out->wall;
@@ -291,6 +309,8 @@ step_fn tile_steps(tile_decoder& dec) {
     if (!o) return o.error();
     step_out s;
     s.logits = std::move(o->logits);
+    for (const auto& t : o->samples) s.samples.push_back(t.token);
+    s.host_bytes = o->output_bytes;
     s.supersteps = o->supersteps;
     s.bytes = o->bytes_exchanged;
     for (const auto& [t, cs] : o->counters) {
@@ -311,24 +331,25 @@ struct options {
   std::vector<int> tiles{2, 4};
   std::vector<std::string> plans{"auto", "tp"};
   std::vector<int> prompts{128, 768}, batches{1, 8, 32, 64};
+  std::vector<std::string> samples{"tile"};
   int decode = 128, token_budget = 2048, threads = 1;
   std::string tile_memory = "4GiB", system = "ipu-mk2:chips=1", csv, json, dtype = "fp32";
 };
 
 void print_table(const std::vector<row>& rows, const std::string& system) {
   std::printf(
-      "\n| model | dtype | N | plan | prompt | B | prefill tok/s | decode tok/s | prefill tok/CPU-s | decode tok/CPU-s | decode ms/step | supersteps/token | "
+      "\n| model | dtype | N | plan | sample | prompt | B | prefill tok/s | decode tok/s | prefill tok/CPU-s | decode tok/CPU-s | decode ms/step | supersteps/token | "
       "barriers/step | KiB exchanged/token | compute ms/step | barrier+exchange wait ms/step | barrier wait ms/step | "
-      "host round trip ms/step | modelled us/token (%s) | modelled prefill tok/s |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "host round trip ms/step | KiB to host/step | modelled us/token (%s) | modelled prefill tok/s |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       system.c_str());
   for (const auto& r : rows)
-    std::printf("| %s | %s | %d | %s %s | %d | %d | %.0f | %.1f | %.0f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |\n",
-                r.model.c_str(), r.dtype.c_str(), r.tiles, r.mode.c_str(), r.plan.c_str(), r.prompt, r.batch, r.prefill_tps(),
+    std::printf("| %s | %s | %d | %s %s | %s | %d | %d | %.0f | %.1f | %.0f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.0f |\n",
+                r.model.c_str(), r.dtype.c_str(), r.tiles, r.mode.c_str(), r.plan.c_str(), r.sample.c_str(), r.prompt, r.batch, r.prefill_tps(),
                 r.decode_tps(), r.prefill_cpu_tps(), r.decode_cpu_tps(), r.per_step(r.decode_s) * 1e3, r.per_token(double(r.decode_supersteps)),
                 r.per_step(double(r.decode_barriers)), r.per_token(double(r.decode_bytes)) / 1024.0,
                 r.per_step(r.decode_compute_s) * 1e3, r.per_step(r.decode_wait_s) * 1e3,
-                r.per_step(r.decode_sync_s) * 1e3, r.per_step(r.decode_host_s) * 1e3,
+                r.per_step(r.decode_sync_s) * 1e3, r.per_step(r.decode_host_s) * 1e3, r.per_step(double(r.decode_host_bytes)) / 1024.0,
                 r.per_token(r.modelled_decode_s) * 1e6, r.prefill_tokens / std::max(r.modelled_prefill_s, 1e-12));
   std::fflush(stdout);
 }
@@ -339,6 +360,8 @@ nlohmann::ordered_json to_json(const row& r) {
           {"tiles", r.tiles},
           {"mode", r.mode},
           {"plan", r.plan},
+          {"sample", r.sample},
+          {"token_hash", std::to_string(r.token_hash)},
           {"prompt", r.prompt},
           {"batch", r.batch},
           {"decode", r.decode},
@@ -363,6 +386,7 @@ nlohmann::ordered_json to_json(const row& r) {
           {"wait_ms_per_step", r.per_step(r.decode_wait_s) * 1e3},
           {"barrier_wait_ms_per_step", r.per_step(r.decode_sync_s) * 1e3},
           {"host_round_trip_ms_per_step", r.per_step(r.decode_host_s) * 1e3},
+          {"host_bytes_per_step", r.per_step(double(r.decode_host_bytes))},
           {"modelled_us_per_token", r.per_token(r.modelled_decode_s) * 1e6},
           {"modelled_prefill_tokens_per_s", r.prefill_tokens / std::max(r.modelled_prefill_s, 1e-12)}};
 }
@@ -407,6 +431,8 @@ int main(int argc, char** argv) {
       ("tile-memory", po::value(&o.tile_memory)->default_value(o.tile_memory), "memory of each tile (the automatic plan's bound)")
       ("threads", po::value(&o.threads)->default_value(o.threads), "threads of the single process (tiles have 1 each)")
       ("system", po::value(&o.system)->default_value(o.system), "the modelled system (timing/llm_system.hpp spec)")
+      ("sample", po::value(&o.samples)->multitoken(), "on tiles: tile (greedy tokens chosen on the LM-head tile, "
+       "ids sent back) and/or host (whole logits rows sent back, argmax here) (default tile)")
       ("dtype", po::value(&o.dtype)->default_value(o.dtype), "fp32 or bf16: the decoder's matrices and KV cache, in "
        "the single process and on the tiles alike")
       ("csv", po::value(&o.csv), "also write the rows as CSV")
@@ -426,6 +452,8 @@ int main(int argc, char** argv) {
   for (int p : o.prompts)
     if (p < 1) return bad("--prompt must be positive");
   if (o.decode < 1) return bad("--decode must be positive");
+  for (const auto& s : o.samples)
+    if (s != "tile" && s != "host") return bad("--sample " + s + ": use tile or host");
   if (o.token_budget < 1) return bad("--token-budget must be positive");
   if (o.threads < 1) return bad("--threads must be positive");
   auto dtype = models::parse_dtype(o.dtype);
@@ -441,7 +469,7 @@ int main(int argc, char** argv) {
 
   std::vector<row> rows;
   auto measure = [&](const engine& e, const std::string& name, const models::model_shape& shape, int n,
-                     const std::string& mode) -> status {
+                     const std::string& mode, const std::string& sample) -> status {
     auto m = make_modeller(o.system, shape, e.supersteps);
     if (!m) return m.error();
     for (int P : o.prompts)
@@ -457,8 +485,9 @@ int main(int argc, char** argv) {
         r->tiles = n;
         r->mode = mode;
         r->plan = e.plan_text;
-        std::fprintf(stderr, "%s N=%d %s P=%d B=%d: prefill %.0f tok/s, decode %.1f tok/s\n", name.c_str(), n,
-                     e.plan_text.c_str(), P, B, r->prefill_tps(), r->decode_tps());
+        r->sample = sample;
+        std::fprintf(stderr, "%s N=%d %s %s P=%d B=%d: prefill %.0f tok/s, decode %.1f tok/s\n", name.c_str(), n,
+                     e.plan_text.c_str(), sample.c_str(), P, B, r->prefill_tps(), r->decode_tps());
         rows.push_back(std::move(*r));
       }
     return ok_status();
@@ -485,7 +514,7 @@ int main(int argc, char** argv) {
           if (auto st = model->step(b, *cache, s.logits); !st.ok()) return st;
           return s;
         };
-        if (auto st = measure(e, name, shape, 0, "-"); !st.ok()) return fail(st);
+        if (auto st = measure(e, name, shape, 0, "-", "-"); !st.ok()) return fail(st);
         continue;
       }
       std::set<std::string> done_plans;
@@ -539,7 +568,12 @@ int main(int argc, char** argv) {
         for (const auto& t : (*group)->tiles()) e.tiles.push_back(t.pid);
         std::fprintf(stderr, "%s on %d tiles, --plan %s: %s, %d supersteps (%d barriers) a step, %d KV blocks a replica\n",
                      name.c_str(), n, mode.c_str(), e.plan_text.c_str(), e.supersteps, e.barriers, cm.kv.num_blocks);
-        const status st = measure(e, name, shape, n, mode);
+        status st = ok_status();
+        for (const auto& smp : o.samples) {
+          e.sample_on_tile = smp == "tile";
+          st = measure(e, name, shape, n, mode, smp);
+          if (!st.ok()) break;
+        }
         (*group)->shutdown();
         if (!st.ok()) return fail(st);
       }

@@ -34,6 +34,7 @@ struct dlayout {
   int block_tokens = 16;
   int max_blocks = 0;  // per sequence
   int64_t meta = 0;
+  int64_t sample = 0;  // the sample tensor's int32 capacity
   models::dtype dt = models::dtype::fp32;
   int hd() const { return c.head_dim(); }
   bool bf16() const { return dt == models::dtype::bf16; }
@@ -148,6 +149,8 @@ void plan_tile(const dlayout& L, dtile& d, std::vector<weight_shard>& shards, st
   if (out_tile) {
     add.act(f32(ids::last_rows, "last_rows", {L.max_seqs, H}));
     add.act(f32(ids::logits, "logits", {L.max_seqs, c.vocab_size}));
+    add.act({ids::sample_params, "sample_params", dtype::i32, {L.sample}});
+    add.act({ids::samples, "samples", dtype::i32, {L.max_seqs, models::kSampleRecord}});
   }
   const int64_t W = L.p.width;
   int64_t inbound = (W - 1) * ((T + W - 1) / W) * H;
@@ -261,6 +264,10 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
           b.step(t, static_cast<size_t>(cl * K + K - 1)).compute.push_back(make_call<kid::dec_logits>(
               with({ids::hidden, ids::step_meta, head, ids::final_norm_w}, layer_norm, ids::final_norm_b),
               {ids::logits, ids::last_rows}, norm));
+          // After the last micro-batch's logits: sample the rows that asked (models/token_sampling.hpp).
+          if (m == M - 1)
+            b.step(t, static_cast<size_t>(cl * K + K - 1)).compute.push_back(make_call<kid::dec_sample>(
+                {ids::logits, ids::step_meta, ids::sample_params}, {ids::samples}, models::rows_params{mb}));
         }
       }
     }
@@ -413,6 +420,9 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
   const int bt = req.kv_block_tokens;
   const int max_blocks = (c.max_position_embeddings + bt - 1) / bt;
   const int64_t meta = 2 + int64_t{max_seqs} * (3 + max_blocks);
+  // Every row's header, and 8192 history / bias entries shared by the rows (a row that does not
+  // fit is sampled on the host from its logits).
+  const int64_t sample = 1 + int64_t{max_seqs} * models::kSampleHeader + 2 * 8192;
   const int min_blocks = max_blocks;                                  // one sequence of the longest length
   const int auto_cap = std::max(min_blocks, (65536 + bt - 1) / bt);  // 65536 tokens in flight
   auto candidates = detail::candidate_plans(c, req, /*lanes_need_heads=*/true);
@@ -422,7 +432,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
   std::string smallest_table;
   uint64_t smallest_need = UINT64_MAX;
   for (const plan& p : *candidates) {
-    dlayout L{c, p, req.token_budget, max_seqs, bt, max_blocks, meta, req.dtype};
+    dlayout L{c, p, req.token_budget, max_seqs, bt, max_blocks, meta, sample, req.dtype};
     dlayout_result lr = lay_out(L, req.tile_memory, req.kv_blocks, min_blocks, auto_cap);
     if (lr.kv_blocks == 0) {
       if (lr.max_bytes < smallest_need) {
@@ -458,7 +468,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
       bool fits = false;
       for (const plan& p : detail::plans_for(c, n)) {
         if (p.replicas != 1) continue;
-        dlayout L{c, p, req.token_budget, max_seqs, bt, max_blocks, meta, req.dtype};
+        dlayout L{c, p, req.token_budget, max_seqs, bt, max_blocks, meta, sample, req.dtype};
         if (lay_out(L, req.tile_memory, req.kv_blocks, min_blocks, auto_cap).kv_blocks > 0) {
           more_tiles = "--tiles " + std::to_string(n) + " (plan " + p.to_string() + ")";
           fits = true;
@@ -484,6 +494,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
   best.decoder = true;
   best.max_blocks_per_seq = max_blocks;
   best.meta_elements = meta;
+  best.sample_elements = sample;
   return best;
 }
 

@@ -263,6 +263,15 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     }
     break;
   }
+  case kernel_id::dec_sample: {  // a pass over each sequence's logits row (argmax, or softmax weights)
+    auto m = micro_of<kernel_id::dec_sample>(c, rows);
+    if (!m) return m.error();
+    auto lg = in(0);
+    if (!lg) return lg.error();
+    const int64_t e = (m->seqs.end - m->seqs.begin) * dim(**lg, 1);
+    if (e > 0) add(kernel_id::add, timing::elements_shape{.elements = e});
+    break;
+  }
   case kernel_id::dec_attention:
     // Its cost depends on each sequence's cached context, which travels in the step's metadata,
     // not in the program: decoder steps are timed by timing's LLM step model instead.

@@ -1,5 +1,6 @@
 #include "tessera/host/tile_decoder.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -157,6 +158,10 @@ status tile_decoder::validate(int replica, const models::step_batch& batch) cons
     const auto& s = batch.seqs[i];
     const std::string where = "sequence " + std::to_string(s.seq_id) + " (step entry " + std::to_string(i) + ")";
     TESSERA_RETURN_IF_ERROR(models::check_step_entry(s, shape, where));
+    if (s.sample) {
+      if (!s.want_logits) return status::invalid(where + ": sample parameters on a sequence that wants no logits");
+      if (auto st = models::check_sample_params(*s.sample, shape.vocab_size); !st.ok()) return st.with_context(where);
+    }
     const int64_t end = int64_t{s.start_pos} + static_cast<int64_t>(s.tokens.size());
     const int64_t need = (end + bt - 1) / bt;
     if (static_cast<int64_t>(s.block_table.size()) < need)
@@ -198,20 +203,57 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
     want += s.want_logits ? 1 : 0;
   }
   const std::vector<int32_t>& meta = meta_w.data();
+  // Rows sampled on the LM-head tile answer a record; the others (no sample parameters, or
+  // parameters past the tensor's room) their logits row.
+  models::sample_writer sample_w(c.sample_elements);
+  int sampled = 0;
+  const bool asked = std::any_of(batch.seqs.begin(), batch.seqs.end(), [](const auto& s) { return s.sample.has_value(); });
+  for (const auto& s : batch.seqs) {
+    if (!asked || !s.want_logits) continue;
+    if (!s.sample) sample_w.add_logits();
+    else if (sample_w.add(*s.sample)) ++sampled;
+  }
+  if (sample_w.rows() > 0 && sampled == 0) sample_w = models::sample_writer(c.sample_elements);  // all logits: as without
+  const std::vector<int32_t>& sample_in = sample_w.data();
   spec.active_tokens = static_cast<int64_t>(tokens.size());
-  const size_t tbytes = tokens.size() * 4, mbytes = meta.size() * 4;
+  const size_t tbytes = tokens.size() * 4, mbytes = meta.size() * 4, sbytes = sample_in.size() * 4;
   for (uint32_t t : c.stage_tiles(replica, 0))
     spec.inputs.push_back({t, {ids::token_ids, slice_kind::token_rows, 0, 1}, tokens.data(), tbytes});
   for (uint32_t t : spec.tiles) spec.inputs.push_back({t, {ids::step_meta, slice_kind::fixed, 0, meta.size()}, meta.data(), mbytes});
+  const uint32_t head = c.output_tile(replica);
+  if (c.sample_elements > 0)
+    spec.inputs.push_back({head, {ids::sample_params, slice_kind::fixed, 0, sample_in.size()}, sample_in.data(), sbytes});
   const uint64_t vocab = static_cast<uint64_t>(c.config.vocab_size);
-  if (want > 0) spec.outputs.push_back({c.output_tile(replica), {ids::logits, slice_kind::fixed, 0, want * vocab}});
+  const bool logits_out = want > sampled;
+  if (logits_out) spec.outputs.push_back({head, {ids::logits, slice_kind::fixed, 0, want * vocab}});
+  if (sampled > 0) spec.outputs.push_back({head, {ids::samples, slice_kind::fixed, 0, want * static_cast<uint64_t>(models::kSampleRecord)}});
   auto r = group_.run(spec);
   if (!r) return r.error();
   tile_step_result out;
-  if (want > 0) {
+  if (sampled > 0) {
+    const auto& flat = r->outputs[logits_out ? 1 : 0];
+    if (flat.size() < static_cast<size_t>(want) * models::kSampleRecord)
+      return status::bad_message("the LM-head tile answered " + std::to_string(flat.size()) + " sample values for " +
+                                 std::to_string(want) + " rows");
+    const auto* recs = reinterpret_cast<const int32_t*>(flat.data());
+    for (int i = 0; i < want; ++i) {
+      out.samples.push_back(models::read_sample_record(recs + static_cast<int64_t>(i) * models::kSampleRecord));
+      const int32_t t = out.samples.back().token;
+      if (t >= c.config.vocab_size || (t < 0 && !logits_out))
+        return status::bad_message("the LM-head tile sampled token " + std::to_string(t) + " for row " + std::to_string(i));
+    }
+    out.output_bytes += flat.size() * 4;
+  }
+  if (logits_out) {
     const auto& flat = r->outputs[0];
-    for (int i = 0; i < want; ++i)
+    for (int i = 0; i < want; ++i) {
+      if (sampled > 0 && out.samples[static_cast<size_t>(i)].token >= 0) {
+        out.logits.emplace_back();  // sampled on the tile
+        continue;
+      }
       out.logits.emplace_back(flat.begin() + static_cast<int64_t>(i * vocab), flat.begin() + static_cast<int64_t>((i + 1) * vocab));
+    }
+    out.output_bytes += flat.size() * 4;
   }
   out.wall_seconds = r->wall_seconds;
   out.supersteps = c.supersteps();
@@ -230,7 +272,7 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
   out.memory_high_water = r->memory_high_water;
   out.batch_id = r->batch_id;
   out.counters = r->counters;
-  out.input_bytes = tbytes * c.chosen.width + mbytes * spec.tiles.size();
+  out.input_bytes = tbytes * c.chosen.width + mbytes * spec.tiles.size() + (c.sample_elements > 0 ? sbytes : 0);
   return out;
 }
 

@@ -57,6 +57,7 @@ tile_llm_backend::tile_llm_backend(std::shared_ptr<shared_decoder> shared, int r
   info_.num_blocks = c.kv.num_blocks;
   info_.vocab_size = c.config.vocab_size;
   info_.max_positions = c.config.max_position_embeddings;
+  info_.samples = true;  // dec_sample on the LM-head tile
   tiles_ = dec_->replica_tiles(replica_);
   worker_ = std::thread([this] { work(); });
 }
@@ -212,6 +213,7 @@ void tile_llm_backend::work() {
         if (cfg_.trace && shared_->traced.fetch_add(1) < cfg_.max_traced_steps) trace(j.batch, *r, trace_start);
         res.st = ok_status();
         res.logits = std::move(r->logits);
+        res.samples = std::move(r->samples);
         ++steps_;
         supersteps_ += r->supersteps;
         res.compute_seconds = r->busiest_compute_seconds;
@@ -234,6 +236,7 @@ void tile_llm_backend::work() {
       }
       status st = recover();
       res.logits.clear();
+      res.samples.clear();
       if (st.ok()) {
         ++recoveries_;
         res.st = status::peer_failed(info_.name + ": a tile failed and was brought back; its KV cache is empty");

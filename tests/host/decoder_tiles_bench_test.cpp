@@ -2,7 +2,8 @@
 // process and real tile processes (automatic plan and tensor-parallel W = 2) each give a row per
 // batch with nonzero prefill and decode rates, every token of the workload counted, supersteps on
 // tiles, bytes exchanged and barriers under tensor parallelism (none between replicas), a modelled
-// time; the table, CSV and JSON agree. Bad options and a plan that does not fit are refused with
+// time; the table, CSV and JSON agree. Greedy tokens chosen on the LM-head tile (--sample tile)
+// equal those taken from the logits rows sent back (--sample host). Bad options and a plan that does not fit are refused with
 // exit code 2 and a message naming them.
 #include <gtest/gtest.h>
 
@@ -87,12 +88,35 @@ TEST(DecoderTilesBench, RowsForOneProcessAndTilesAreSane) {
   fs::remove_all(dir);
 }
 
+TEST(DecoderTilesBench, TileAndHostSamplingChooseTheSameTokens) {
+  const fs::path dir = fs::temp_directory_path() / ("tessera-dtbench-s-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string json = (dir / "rows.json").string();
+  const int B = 3;
+  auto r = run_to_end({bin("tessera-bench-decoder-tiles"), "--model", "llama-tiny", "--tiles", "2", "--plan", "tp", "--prompt",
+                       "20", "--batch", std::to_string(B), "--decode", "3", "--token-budget", "32", "--tile-memory", "64MiB",
+                       "--sample", "tile", "host", "--json", json},
+                      300);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  std::ifstream jf(json);
+  auto rows = nlohmann::json::parse(jf);
+  ASSERT_EQ(rows.size(), 2u) << rows.dump(1);
+  EXPECT_EQ(rows[0]["sample"], "tile");
+  EXPECT_EQ(rows[1]["sample"], "host");
+  // The same greedy tokens; the tile's ids (a 256-byte record a row) in place of 32000 floats a row.
+  EXPECT_EQ(rows[0]["token_hash"], rows[1]["token_hash"]);
+  EXPECT_EQ(rows[0]["host_bytes_per_step"].get<double>(), B * 256.0);
+  EXPECT_EQ(rows[1]["host_bytes_per_step"].get<double>(), B * 32000 * 4.0);
+  fs::remove_all(dir);
+}
+
 TEST(DecoderTilesBench, RefusesBadOptionsNamingThem) {
   expect_refusals(bin("tessera-bench-decoder-tiles"), {
       {{"--plan", "wide"}, "--plan wide"},
       {{"--tiles", "-1"}, "--tiles -1"},
       {{"--batch", "0"}, "--batch"},
       {{"--decode", "0"}, "--decode"},
+      {{"--sample", "gpu"}, "--sample gpu"},
       {{"--tile-memory", "lots"}, "--tile-memory"},
       {{"--model", "no-such-model", "--tiles", "0"}, "no-such-model"},
       // 768 prompt tokens + 1024 generated are beyond GPT-2's 1024 positions.

@@ -11,6 +11,9 @@
 //   dec_multiply   a, b -> b (b = a * b)                        rows_params
 //   dec_logits     x, meta, lm_head, norm_w, (norm_b) -> logits [max_seqs, vocab], last_rows [max_seqs, hidden]
 //                                                               dec_norm_params (the final norm)
+//   dec_sample     logits, meta, sample_params -> samples [max_seqs, kSampleRecord]
+//                                                               every logits row of the step whose
+//                  sample tensor row asks: adjusted, sampled and scored (models/token_sampling.hpp)
 // A bf16 decoder's tiles hold the KV cache (kv_keys, kv_values) and the LM head in bf16: K/V rows
 // are rounded as they are stored and read back into fp32; the linear kernel takes its bf16
 // matrices. Activations, norms, softmax and logits stay fp32.
@@ -21,6 +24,7 @@
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/kernels_bf16.hpp"
 #include "tessera/models/step_meta.hpp"
+#include "tessera/models/token_sampling.hpp"
 #include "tessera/tile/kernel_registry.hpp"
 
 namespace tessera::tile {
@@ -288,6 +292,54 @@ status dec_logits(const kernel_args& a) {
   return ok_status();
 }
 
+status dec_sample(const kernel_args& a) {
+  auto prm = a.params_as<models::rows_params>();
+  if (!prm) return prm.error();
+  auto meta = meta_of(a, *a.inputs[1]);
+  if (!meta) return meta.error();
+  const auto& logits = *a.inputs[0];
+  const auto& in = *a.inputs[2];
+  auto& out = *a.outputs[0];
+  if (logits.desc.type != exchange::dtype::f32 || logits.desc.shape.size() != 2)
+    return status::invalid("dec_sample: logits must be f32 [rows, vocab]");
+  if (in.desc.type != exchange::dtype::i32 || out.desc.type != exchange::dtype::i32)
+    return status::invalid("dec_sample: the sample tensors must be int32");
+  const int64_t vocab = logits.desc.shape[1];
+  int64_t rows = 0;
+  for (int64_t s = 0; s < static_cast<int64_t>(a.ctx.seq_lengths.size()); ++s) rows += meta->want(s) ? 1 : 0;
+  std::span<const int32_t> d{in.i32(), static_cast<size_t>(in.elements())};
+  if (!d.empty() && d[0] == 0) return ok_status();  // nothing asked this step: the host takes logits
+  TESSERA_RETURN_IF_ERROR(need_rows(logits, rows, vocab));
+  TESSERA_RETURN_IF_ERROR(need_rows(out, rows, models::kSampleRecord));
+  auto parsed = models::parse_sample_tensor(d, rows, vocab);
+  if (!parsed) return parsed.error().with_context("dec_sample on tile " + std::to_string(a.ctx.tile_id));
+  thread_local models::sample_scratch scratch;
+  thread_local std::vector<float> adjusted;
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto& row = (*parsed)[static_cast<size_t>(r)];
+    int32_t* rec = out.i32() + r * models::kSampleRecord;
+    if (!row.sample) {
+      models::write_sample_record(rec, -1, nullptr);
+      continue;
+    }
+    const float* raw = logits.f32() + r * vocab;
+    const float* from = raw;
+    if (row.params.adjusts()) {  // penalties and bias on a copy: log-probabilities are the raw row's
+      adjusted.assign(raw, raw + vocab);
+      models::adjust_row(adjusted.data(), vocab, row.params);
+      from = adjusted.data();
+    }
+    const int32_t token = models::sample_row(from, vocab, row.params, scratch);
+    if (row.params.logprobs >= 0) {
+      const auto lp = models::logprob_of(raw, vocab, token, row.params.logprobs);
+      models::write_sample_record(rec, token, &lp);
+    } else {
+      models::write_sample_record(rec, token, nullptr);
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_decoder_kernels(kernel_registry& reg) {
@@ -297,6 +349,7 @@ void register_decoder_kernels(kernel_registry& reg) {
   reg.add(models::kernel_id::dec_residual, {2, 3, 1, 1}, dec_residual);
   reg.add(models::kernel_id::dec_multiply, {2, 2, 1, 1}, dec_multiply);
   reg.add(models::kernel_id::dec_logits, {4, 5, 2, 2, true}, dec_logits);  // a bf16 LM head
+  reg.add(models::kernel_id::dec_sample, {3, 3, 1, 1}, dec_sample);
 }
 
 }  // namespace tessera::tile

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <future>
+#include <optional>
 
 #include "tessera/common/log.hpp"
 
@@ -49,6 +50,18 @@ struct llm_engine::live {
   // Choices 1..n-1 of a request, held by choice 0 until its first token's logits fork them.
   std::vector<std::unique_ptr<live>> pending;
   std::vector<token_logprob> prompt_lp;  // with req.prompt_logprobs: one per prompt token
+  // The uniform drawn for the next sampled token and not used yet (a step sent with it had no
+  // answer): a sampled token takes exactly one draw wherever it is sampled.
+  std::optional<double> u;
+  double peek_u() {
+    if (!u) u = smp.draw();
+    return *u;
+  }
+  double take_u() {
+    const double v = peek_u();
+    u.reset();
+    return v;
+  }
   bool prompt_scored = false, prompt_sent = false;
 
   live(llm_request r, std::unique_ptr<token_stream> ts, int32_t choice = 0)
@@ -127,6 +140,14 @@ result<uint64_t> llm_engine::submit(llm_request r) {
                                              : "max_tokens must be at least 1 (0 only to score the prompt: echo with logprobs)");
   if (r.n < 1) return status::invalid("n must be at least 1");
   if (r.logprobs > 20) return status::invalid("logprobs asks for " + std::to_string(r.logprobs) + " alternatives; at most 20");
+  {
+    // What neither sampler can use (a NaN temperature, top_p 0, ...), refused here by name.
+    const auto& q = r.sampling;
+    models::sample_params p{.temperature = q.temperature, .top_k = q.top_k, .top_p = q.top_p, .logprobs = -1,
+                            .presence_penalty = q.presence_penalty, .frequency_penalty = q.frequency_penalty,
+                            .repetition_penalty = q.repetition_penalty, .logit_bias = q.logit_bias};
+    if (auto st = models::check_sample_params(p, info_.vocab_size); !st.ok()) return st;
+  }
   for (const auto& [t, b] : r.sampling.logit_bias)
     if (t < 0 || t >= info_.vocab_size)
       return status::invalid("logit_bias names token id " + std::to_string(t) + ", outside the vocabulary (0.." +
@@ -296,15 +317,31 @@ void llm_engine::flush_deferred() {
 
 int32_t llm_engine::sample(live& l, const std::vector<float>& logits, token_logprob& lp) {
   int32_t token;
+  const double u = l.take_u();
   if (l.req.sampling.adjusts()) {
     std::vector<float> adjusted = logits;
     l.smp.adjust(adjusted, scheduler_->tokens(l.id), static_cast<size_t>(l.prompt_tokens));
-    token = l.smp.next(adjusted);
+    token = l.smp.next(adjusted, u);
   } else {
-    token = l.smp.next(logits);
+    token = l.smp.next(logits, u);
   }
   if (l.req.logprobs >= 0) lp = logprob_of(logits, token, l.req.logprobs);
   return token;
+}
+
+void llm_engine::attach_sampling(backends::step_batch& batch) {
+  for (auto& s : batch.seqs) {
+    if (!s.want_logits) continue;
+    auto it = live_.find(s.seq_id);
+    if (it == live_.end()) continue;
+    live& l = *it->second;
+    const auto& tokens = scheduler_->tokens(l.id);
+    const int64_t end = int64_t{s.start_pos} + static_cast<int64_t>(s.tokens.size());
+    // A prompt position scored (its logits give a prompt token's log-probability) and the row
+    // the other choices fork from are sampled here from their logits.
+    if (end < static_cast<int64_t>(tokens.size()) || !l.pending.empty()) continue;
+    s.sample = l.smp.row_params(l.peek_u(), tokens, static_cast<size_t>(l.prompt_tokens), l.req.logprobs, info_.vocab_size);
+  }
 }
 
 void llm_engine::took(live& l, int32_t token, token_logprob lp, clock_type_point after, double modelled_step) {
@@ -430,6 +467,7 @@ void llm_engine::run() {
         m.queue_time.observe(seconds_between(l.arrival, now));
       }
     }
+    if (info_.samples && cfg_.sample_on_backend) attach_sampling(plan.batch);
     // One step at a time: the backend's K/V state is what the scheduler believes it is.
     std::promise<backends::step_result> answer;
     auto future = answer.get_future();
@@ -481,14 +519,25 @@ void llm_engine::run() {
 
     size_t row = 0;
     const auto after = clock_type::now();
+    const size_t rows = std::max(r.logits.size(), r.samples.size());
+    static const std::vector<float> no_logits;
     for (const auto& s : plan.batch.seqs) {
       if (!s.want_logits) continue;
-      if (row >= r.logits.size()) break;
-      const auto& logits = r.logits[row++];
+      if (row >= rows) break;
+      const size_t i = row++;
+      const auto& logits = i < r.logits.size() ? r.logits[i] : no_logits;
+      // Sampled where the LM head is (seq_step::sample): the token and its log-probabilities.
+      token_logprob* tile = i < r.samples.size() && r.samples[i].token >= 0 ? &r.samples[i] : nullptr;
       auto it = live_.find(s.seq_id);
       if (it == live_.end()) continue;
       live& l = *it->second;
-      if (static_cast<int32_t>(logits.size()) != info_.vocab_size) {
+      if (tile && (!s.sample || !l.pending.empty())) {
+        scheduler_->finish(l.id);
+        finish(l, "error", status::internal("the backend sampled a row that asked for its logits"));
+        live_.erase(it);
+        continue;
+      }
+      if (!tile && static_cast<int32_t>(logits.size()) != info_.vocab_size) {
         scheduler_->finish(l.id);
         finish(l, "error", status::internal("the backend answered logits of the wrong size"));
         live_.erase(it);
@@ -541,7 +590,14 @@ void llm_engine::run() {
         }
       }
       token_logprob lp;
-      const int32_t token = sample(l, logits, lp);
+      int32_t token;
+      if (tile) {
+        token = tile->token;
+        l.u.reset();  // the draw the tile used
+        if (l.req.logprobs >= 0) lp = std::move(*tile);
+      } else {
+        token = sample(l, logits, lp);
+      }
       scheduler_->append(l.id, token);
       took(l, token, std::move(lp), after, r.modelled_seconds);
     }

@@ -16,13 +16,21 @@ uint64_t seed_of(const sampling_params& p) {
 }
 }  // namespace
 
-sampler::sampler(sampling_params p) : p_(p), rng_(seed_of(p)) {}
+sampler::sampler(sampling_params p) : p_(p), rng_(seed_of(p)) {
+  row_.temperature = p_.temperature;
+  row_.top_k = p_.top_k;
+  row_.top_p = p_.top_p;
+  row_.presence_penalty = p_.presence_penalty;
+  row_.frequency_penalty = p_.frequency_penalty;
+  row_.repetition_penalty = p_.repetition_penalty;
+  row_.logit_bias = p_.logit_bias;
+  plain_ = row_;
+  plain_.logit_bias.clear();  // adjust() applies them; sample_row does not read them
+}
 
 double sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
-int32_t sampler::argmax(const std::vector<float>& logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
+int32_t sampler::argmax(const std::vector<float>& logits) { return models::argmax_row(logits.data(), static_cast<int64_t>(logits.size())); }
 
 float sampler::top2_margin(const std::vector<float>& logits) {
   if (logits.size() < 2) return std::numeric_limits<float>::infinity();
@@ -39,93 +47,28 @@ float sampler::top2_margin(const std::vector<float>& logits) {
 }
 
 token_logprob logprob_of(const std::vector<float>& logits, int32_t token, int32_t top) {
-  token_logprob out;
-  out.token = token;
-  if (logits.empty()) return out;
-  const double mx = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
-  const double lse = mx + std::log(sum);
-  if (token >= 0 && static_cast<size_t>(token) < logits.size())
-    out.logprob = static_cast<double>(logits[static_cast<size_t>(token)]) - lse;
-  const size_t k = std::min(static_cast<size_t>(std::max(top, 0)), logits.size());
-  if (k > 0) {
-    std::vector<int32_t> order(logits.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(), [&](int32_t x, int32_t y) {
-      const float a = logits[static_cast<size_t>(x)], b = logits[static_cast<size_t>(y)];
-      return a > b || (a == b && x < y);
-    });
-    out.top.reserve(k);
-    for (size_t i = 0; i < k; ++i)
-      out.top.emplace_back(order[i], static_cast<double>(logits[static_cast<size_t>(order[i])]) - lse);
-  }
-  return out;
+  return models::logprob_of(logits.data(), static_cast<int64_t>(logits.size()), token, top);
+}
+
+models::sample_params sampler::row_params(double u, const std::vector<int32_t>& tokens, size_t prompt_length,
+                                          int32_t logprobs, int64_t vocab) const {
+  models::sample_params r = row_;
+  r.u = u;
+  r.logprobs = logprobs;
+  if (r.penalized()) r.history = models::history_of(tokens, prompt_length, vocab);
+  return r;
 }
 
 void sampler::adjust(std::vector<float>& logits, const std::vector<int32_t>& tokens, size_t prompt_length) const {
-  const auto vocab = logits.size();
-  auto in = [&](int32_t t) { return t >= 0 && static_cast<size_t>(t) < vocab; };
-  if (p_.repetition_penalty != 1) {
-    std::vector<bool> seen(vocab, false);
-    for (int32_t t : tokens)
-      if (in(t)) seen[static_cast<size_t>(t)] = true;
-    const auto r = static_cast<float>(p_.repetition_penalty);
-    for (size_t i = 0; i < vocab; ++i)
-      if (seen[i]) logits[i] = logits[i] > 0 ? logits[i] / r : logits[i] * r;
-  }
-  if (p_.frequency_penalty != 0 || p_.presence_penalty != 0) {
-    std::vector<int32_t> count(vocab, 0);
-    for (size_t i = std::min(prompt_length, tokens.size()); i < tokens.size(); ++i)
-      if (in(tokens[i])) ++count[static_cast<size_t>(tokens[i])];
-    for (size_t i = 0; i < vocab; ++i)
-      if (count[i] > 0)
-        logits[i] -= static_cast<float>(count[i] * p_.frequency_penalty + p_.presence_penalty);
-  }
-  for (const auto& [t, b] : p_.logit_bias)
-    if (in(t)) logits[static_cast<size_t>(t)] += b;
+  const auto vocab = static_cast<int64_t>(logits.size());
+  models::adjust_row(logits.data(), vocab, row_params(0, tokens, prompt_length, -1, vocab));
 }
 
-int32_t sampler::next(const std::vector<float>& logits) {
-  const auto vocab = static_cast<int32_t>(logits.size());
-  if (p_.temperature <= 0 || p_.top_k == 1) return argmax(logits);
-  // Candidates, best first (ties by id) when a filter needs the order; all tokens otherwise.
-  order_.resize(static_cast<size_t>(vocab));
-  std::iota(order_.begin(), order_.end(), 0);
-  auto better = [&](int32_t x, int32_t y) {
-    return logits[static_cast<size_t>(x)] > logits[static_cast<size_t>(y)] ||
-           (logits[static_cast<size_t>(x)] == logits[static_cast<size_t>(y)] && x < y);
-  };
-  size_t keep = order_.size();
-  if (p_.top_k > 0 && p_.top_k < vocab) {
-    keep = static_cast<size_t>(p_.top_k);
-    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(keep), order_.end(), better);
-  } else if (p_.top_p < 1.0) {
-    std::sort(order_.begin(), order_.end(), better);
-  }
-  const double top = logits[static_cast<size_t>(argmax(logits))];
-  weights_.resize(keep);
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    weights_[i] = std::exp((logits[static_cast<size_t>(order_[i])] - top) / p_.temperature);
-    total += weights_[i];
-  }
-  if (p_.top_p < 1.0) {  // the smallest best-first prefix holding top_p of the probability
-    double cum = 0;
-    size_t cut = 0;
-    while (cut < keep) {
-      cum += weights_[cut++];
-      if (cum >= p_.top_p * total) break;
-    }
-    keep = std::max<size_t>(cut, 1);
-    total = cum;
-  }
-  double u = uniform() * total;
-  for (size_t i = 0; i < keep; ++i) {
-    u -= weights_[i];
-    if (u < 0) return order_[i];
-  }
-  return order_[keep - 1];
+int32_t sampler::next(const std::vector<float>& logits) { return next(logits, draw()); }
+
+int32_t sampler::next(const std::vector<float>& logits, double u) {
+  plain_.u = u;
+  return models::sample_row(logits.data(), static_cast<int64_t>(logits.size()), plain_, scratch_);
 }
 
 stop_text::stop_text(std::vector<std::string> stops) : stops_(std::move(stops)) {

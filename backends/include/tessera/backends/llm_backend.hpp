@@ -37,10 +37,14 @@ namespace tessera::backends {
 using seq_step = models::seq_step;
 using step_batch = models::step_batch;
 
-/// The answer to one step: logits [vocab] per sequence with want_logits, in batch order.
+/// The answer to one step: logits [vocab] per sequence with want_logits, in batch order. A
+/// backend that samples (llm_backend_info::samples) answers a row whose seq_step carried sample
+/// parameters in `samples` (same row index: token, its log-probability and the alternatives asked
+/// for) and leaves that row's logits empty; samples[i].token < 0 (or no samples): row i's logits.
 struct step_result {
   status st;
   std::vector<std::vector<float>> logits;
+  std::vector<models::token_logprob> samples;
   double wall_seconds = 0;      ///< measured on the backend
   double modelled_seconds = 0;  ///< the emulated hardware's time (0: no timing model)
   double compute_seconds = 0;   ///< compute of the busiest place that ran it (tiles: the busiest tile), 0: unknown
@@ -58,6 +62,8 @@ struct llm_backend_info {
   int32_t num_blocks = 0;        ///< KV blocks of the backend's cache
   int32_t vocab_size = 0;
   int32_t max_positions = 0;     ///< positions a sequence may reach (max_position_embeddings)
+  /// Samples rows where the LM head is: seq_step::sample is answered in step_result::samples.
+  bool samples = false;
 };
 
 class llm_backend {

@@ -143,6 +143,7 @@ struct compiled_model {
   models::kv_layout kv;
   int max_blocks_per_seq = 0;     ///< block table entries the step metadata holds per sequence
   int64_t meta_elements = 0;      ///< int32 capacity of the step metadata tensor
+  int64_t sample_elements = 0;    ///< int32 capacity of the sample tensor (models/token_sampling.hpp)
   std::string kv_heads_note;      ///< how kv heads are cut across lanes (split or replicated)
 
   /// Tiles of replica r, stage s (lanes in order).
@@ -178,6 +179,9 @@ inline uint32_t layer(int l, uint32_t what) { return layer_base + 16 * static_ca
 inline constexpr uint32_t step_meta = 10, normed = 11, dec_q = 12, dec_k = 13, dec_v = 14, dec_up = 15, dec_gate = 16,
                           kv_keys = 17, kv_values = 18, last_rows = 19;
 inline constexpr uint32_t final_norm_w = 25, final_norm_b = 26, lm_head = 27;
+/// The LM-head tile's sampling: the step's sample tensor in (int32, models::sample_writer's layout),
+/// one models::kSampleRecord int32 record per logits row out.
+inline constexpr uint32_t sample_params = 34, samples = 35;
 inline constexpr uint32_t dec_layer_base = 100000;
 inline constexpr uint32_t norm1_w = 0, norm1_b = 1, q_w = 2, q_b = 3, k_w = 4, k_b = 5, v_w = 6, v_b = 7, o_w = 8,
                           o_b = 9, norm2_w = 10, norm2_b = 11, gate_w = 12, up_w = 13, up_b = 14, down_w = 15,

@@ -24,7 +24,12 @@
 namespace tessera::host {
 
 struct tile_step_result {
-  std::vector<std::vector<float>> logits;  ///< per sequence with want_logits, in batch order
+  /// Per sequence with want_logits, in batch order; empty for a row sampled on the LM-head tile.
+  std::vector<std::vector<float>> logits;
+  /// Per logits row when some seq_step carried sample parameters: the tile's token, log-probability
+  /// and alternatives (token -1: that row's logits were sent). Empty when none asked.
+  std::vector<models::token_logprob> samples;
+  uint64_t output_bytes = 0;     ///< logits and samples the host fetched
   double wall_seconds = 0;
   int64_t supersteps = 0;
   uint64_t bytes_exchanged = 0;  ///< sent by all tiles of the replica (slices; the step's inputs not counted)

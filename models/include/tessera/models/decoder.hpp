@@ -28,6 +28,7 @@
 #include "tessera/models/decoder_config.hpp"
 #include "tessera/models/kv_cache.hpp"
 #include "tessera/models/shape.hpp"
+#include "tessera/models/token_sampling.hpp"
 #include "tessera/models/weights.hpp"
 
 namespace tessera::models {
@@ -69,6 +70,9 @@ struct seq_step {
   int32_t start_pos = 0;
   std::vector<int32_t> block_table;
   bool want_logits = true;
+  /// With want_logits: a backend that samples where the LM head is (llm_backend_info::samples)
+  /// answers this row's token and log-probabilities in place of its logits; others ignore it.
+  std::optional<sample_params> sample;
 };
 
 /// The checks of one step entry that need only the shape (decoder_model::step and the tile

@@ -39,6 +39,7 @@
   X(dec_residual, true, false)            \
   X(dec_multiply, true, false)            \
   X(dec_logits, true, false)              \
+  X(dec_sample, true, false)              \
   X(layer_norm, false, true)              \
   X(gelu, false, true)                    \
   X(softmax, false, true)

@@ -131,7 +131,7 @@ struct dec_residual_params : micro_batch {
     f(s.parts, "parts");
   }
 };
-// classifier, dec_embed, dec_multiply: the micro-batch alone
+// classifier, dec_embed, dec_multiply, dec_sample: the micro-batch alone
 struct rows_params : micro_batch {
   template <class F, class S> static void fields(F& f, S& s) { micro_fields(f, s); }
 };
@@ -192,6 +192,7 @@ template <> struct params_for<kernel_id::dec_attention> { using type = dec_atten
 template <> struct params_for<kernel_id::dec_residual> { using type = dec_residual_params; };
 template <> struct params_for<kernel_id::dec_multiply> { using type = rows_params; };
 template <> struct params_for<kernel_id::dec_logits> { using type = dec_norm_params; };
+template <> struct params_for<kernel_id::dec_sample> { using type = rows_params; };
 template <kernel_id K> using params_t = typename params_for<K>::type;
 
 /// A kernel's parameters as they travel: integers (and booleans, enums) and reals, in field order.

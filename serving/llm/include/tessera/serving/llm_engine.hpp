@@ -84,6 +84,10 @@ struct llm_request {
 struct llm_engine_config {
   scheduler_config scheduler;
   size_t max_queued = 4096;  ///< requests waiting or running; more are refused (overloaded)
+  /// A backend that samples where the LM head is (llm_backend_info::samples, the tiles) gets each
+  /// generating row's sampling and sends back its token and log-probabilities, not its logits
+  /// row; the tokens are the same either way (same code, same draw). false: always the logits.
+  bool sample_on_backend = true;
   /// When set, one CSV line per step goes to this file (llm_step_record's fields; --llm-step-log).
   std::string step_log;
   /// When set, one CSV line per finished request (tokens, finish reason, TTFT and end-to-end on
@@ -176,6 +180,9 @@ class llm_engine final : public llm_endpoint {
   /// Draws the next token of `l` from a logits row (penalties and bias on a copy), with its
   /// log-probability when asked.
   int32_t sample(live& l, const std::vector<float>& logits, token_logprob& lp);
+  /// With a backend that samples: each row that yields a sequence's next token carries its
+  /// sampling parameters and the uniform drawn for it (the others keep their logits).
+  void attach_sampling(backends::step_batch& batch);
   /// A token sampled for `l`: metrics, stop checks, delivered now or deferred.
   void took(live& l, int32_t token, token_logprob lp, clock_type_point after, double modelled_step);
   void flush_deferred();

@@ -30,6 +30,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/models/token_sampling.hpp"
+
 namespace tessera::serving {
 
 struct sampling_params {
@@ -52,19 +54,25 @@ struct sampling_params {
 
 /// A token's log-probability under a logits row (log-softmax in double precision), and the
 /// `top` most likely tokens of that row with theirs (best first, ties to the lowest id).
-/// logprob is NaN for a position with none (the first token of an echoed prompt).
-struct token_logprob {
-  int32_t token = -1;
-  double logprob = std::numeric_limits<double>::quiet_NaN();
-  std::vector<std::pair<int32_t, double>> top;
-};
+/// logprob is NaN for a position with none (the first token of an echoed prompt). The same
+/// function the LM-head tile runs (models/token_sampling.hpp).
+using models::token_logprob;
 token_logprob logprob_of(const std::vector<float>& logits, int32_t token, int32_t top);
 
 class sampler {
  public:
   explicit sampler(sampling_params p);
-  /// The next token; logits must not be empty.
+  /// The next token; logits must not be empty. Draws one uniform unless the sampler is greedy.
   int32_t next(const std::vector<float>& logits);
+  /// The same with a uniform drawn before (draw()): models::sample_row, as the LM-head tile runs it.
+  int32_t next(const std::vector<float>& logits, double u);
+  /// The uniform next() would draw now (none for a greedy sampler: 0).
+  double draw() { return greedy() ? 0.0 : uniform(); }
+  bool greedy() const { return p_.temperature <= 0 || p_.top_k == 1; }
+  /// This row's parameters for models::sample_row / the tile: the request's sampling, `u`, the
+  /// penalties' history of `prompt_and_output`, and `logprobs` (-1: none).
+  models::sample_params row_params(double u, const std::vector<int32_t>& prompt_and_output, size_t prompt_length,
+                                   int32_t logprobs, int64_t vocab) const;
   /// Applies the penalties and logit_bias to `logits` in this order: repetition (prompt and
   /// output tokens), frequency and presence (output tokens), bias. Ids outside the row are ignored.
   void adjust(std::vector<float>& logits, const std::vector<int32_t>& prompt_and_output,
@@ -80,8 +88,9 @@ class sampler {
   double uniform();  // [0, 1) from 53 bits of the generator
   sampling_params p_;
   std::mt19937_64 rng_;
-  std::vector<int32_t> order_;
-  std::vector<double> weights_;
+  models::sample_params row_;    // the request's part of the row parameters
+  models::sample_params plain_;  // row_ without the biases: what next() draws with
+  models::sample_scratch scratch_;
 };
 
 class stop_text {
