@@ -153,6 +153,11 @@ struct channel::impl {
       std::memcpy(&event, ev.data(), 2);
       std::memcpy(&fd, static_cast<const char*>(ev.data()) + 2, 4);
       if (event != ZMQ_EVENT_DISCONNECTED) continue;
+      if (!is_router()) {  // a DEALER's one connection, to its one peer ("")
+        TESSERA_LOG_DEBUG(opts.name << ": connection to " << opts.connect << " closed");
+        if (h.on_disconnect) h.on_disconnect(peer());
+        continue;
+      }
       auto it = fd_peer.find(static_cast<int>(fd));
       if (it == fd_peer.end()) continue;  // a connection that never sent a message
       peer p = std::move(it->second);
@@ -250,7 +255,7 @@ result<std::unique_ptr<channel>> channel::open(zmq::context_t& ctx, options opts
       p->socket.connect(o.connect);
       p->endpoint = o.connect;
     }
-    if (p->is_router() && p->h.on_disconnect) {
+    if (p->h.on_disconnect) {
       static std::atomic<uint64_t> monitors{0};
       const std::string at = "inproc://tessera-channel-monitor-" + std::to_string(getpid()) + "-" +
                              std::to_string(monitors.fetch_add(1));

@@ -59,6 +59,7 @@ struct remote_backend::impl {
   std::atomic<pid_t> child{0};
   std::atomic<bool> healthy{false};
   std::atomic<bool> child_gone{false};  // a spawned child exited and will not be restarted
+  steady::time_point disconnected_at{};  // I/O thread: when the connection last closed
   std::atomic<bool> stopping{false};
   std::atomic<int64_t> outstanding{0};
   std::atomic<uint64_t> next_wire_id{1};
@@ -179,6 +180,14 @@ struct remote_backend::impl {
     }
     auto heard = ch->last_heard("");
     const auto last = heard ? std::max(*heard, started) : started;
+    if (disconnected_at > last && now - disconnected_at > cfg.disconnect_grace && (healthy.load() || ch->pending() > 0)) {
+      const std::string why =
+          "connection closed, nothing heard for " +
+          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - disconnected_at).count()) + " ms";
+      disconnected_at = {};
+      set_down(why);
+      ch->fail_peer("", status::peer_failed(who() + " " + why));
+    }
     if (now - last > cfg.silence_timeout && (healthy.load() || ch->pending() > 0)) {
       const std::string why =
           "silent for " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - last).count()) + " ms";
@@ -273,6 +282,7 @@ result<std::shared_ptr<remote_backend>> remote_backend::start(remote_backend_con
   h.reply_id = [](const ex::envelope& e) { return ex::peek_request_id(e); };
   h.on_message = [raw](const std::string&, ex::envelope&& e) { raw->on_message(std::move(e)); };
   h.on_tick = [raw](steady::time_point now) { raw->on_tick(now); };
+  h.on_disconnect = [raw](const std::string&) { raw->disconnected_at = steady::now(); };
   p->started = steady::now();
   auto ch = ex::channel::open(p->ctx, std::move(o), std::move(h));
   if (!ch) {

@@ -31,11 +31,16 @@ has_llm = os.path.exists(d + "/llm_stats.json")
 lreqs = load_reqs(d + "/llm_requests.csv") if has_llm else []
 lstats = json.load(open(d + "/llm_stats.json")) if has_llm else {"sent": 0, "ok": 0, "wrong": 0, "errors": 0, "problems": []}
 allowed = [p for p in lstats["problems"] if " error " in p and "did not come back within" in p]
+# The machine that runs tessera-gpu (scripts/cluster/chaos writes it): its faults are reported as
+# their own kinds, "partition (GPU machine)" and so on: the host cut off a GPU machine.
+gpu_machine = int(open(d + "/gpu_machine").read()) if os.path.exists(d + "/gpu_machine") else None
 faults, open_ = [], {}
 for e in events:
     if e["event"] == "apply": open_[e["machine"]] = e
     elif e["event"] == "heal" and e["machine"] in open_:
-        a = open_.pop(e["machine"]); faults.append({"kind": a["kind"], "machine": a["machine"], "t0": a["t"], "t1": e["t"]})
+        a = open_.pop(e["machine"])
+        kind = a["kind"] + (" (GPU machine)" if a["machine"] == gpu_machine else "")
+        faults.append({"kind": kind, "machine": a["machine"], "t0": a["t"], "t1": e["t"]})
 bad = 0
 for f in faults:
     f["detect"] = f["back"] = None; f["reason"] = ""
@@ -70,11 +75,12 @@ rng = lambda xs: "-" if not xs else ("%.2f" % min(xs) if min(xs) == max(xs) else
 print("| fault kind | count | requests affected (BERT + LLM streams) | lost | wrong | errors | detected after (s) | back after heal (s) "
       "| p99 BERT during (s) | p99 LLM stream during (s) | how the host noticed |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for k in ["partition", "half-open", "lose-machine"]:
+for k in [b + g for g in ("", " (GPU machine)") for b in ("partition", "half-open", "lose-machine")]:
     fs = [f for f in faults if f["kind"] == k]
     if not fs: continue
     how = sorted({("connection closed" if "connection closed" in f["reason"] or "is not connected" in f["reason"]
-                   else "heartbeat silence" if "no heartbeat" in f["reason"] else "other: " + f["reason"][:60]) for f in fs if f["detect"] is not None})
+                   else "heartbeat silence" if "no heartbeat" in f["reason"] or "silent for" in f["reason"]
+                   else "other: " + f["reason"][:60]) for f in fs if f["detect"] is not None})
     during = lat([r for r in reqs if in_fault(r, fs)])
     ldur = lat([r for r in lreqs if in_fault(r, fs)])
     # lost requests cannot be placed in a window (no answer, no end): the total is below

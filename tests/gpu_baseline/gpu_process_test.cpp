@@ -280,6 +280,37 @@ TEST(GpuProcess, SilentProcessFailsPendingAndNewBatchesWithPeerFailed) {
   EXPECT_EQ((*b)->outstanding_tokens(), 0);
 }
 
+// A tessera-gpu this host did not start (another machine's, --gpu-endpoint) killed while batches
+// are pending: its closed TCP connection, not the silence timeout (120 s here), fails them, and
+// the message says so. A stopped process (no FIN) is the silence test above.
+TEST(GpuProcess, ClosedConnectionOfAnExternalProcessFailsPendingBatchesWithinTheGrace) {
+  START_GPU_PROCESS(p);
+  auto cfg = config_for(p.endpoint);
+  cfg.silence_timeout = 120s;
+  cfg.batch_timeout = 120s;
+  auto b = host::remote_backend::start(cfg);
+  ASSERT_TRUE(b) << b.error().to_string();
+  ASSERT_TRUE((*b)->wait_ready(10s));
+  auto batch = models::synthetic_batch({40, 40}, tiny().config.vocab_size, 5);
+  ASSERT_TRUE(run(**b, request_of(batch, 1)).st.ok());
+  ASSERT_TRUE(test_support::stop_process(p.pid));  // the batches below stay pending
+  std::vector<std::future<backends::batch_result>> futs;
+  for (int i = 0; i < 3; ++i)
+    futs.push_back(std::async(std::launch::async, [&, i] { return run(**b, request_of(batch, 10 + i), 120s); }));
+  std::this_thread::sleep_for(100ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(p.pid, SIGKILL);  // the kernel closes its sockets: a FIN reaches the host
+  p.wait_exit();
+  for (auto& f : futs) {
+    auto r = f.get();
+    EXPECT_EQ(r.st.code(), errc::peer_failed) << r.st.to_string();
+    EXPECT_NE(r.st.message().find("connection closed"), std::string::npos) << r.st.message();
+  }
+  // The grace is 300 ms; the bound leaves room for a loaded CI machine and stays far below 120 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  EXPECT_FALSE((*b)->healthy());
+}
+
 TEST(GpuProcess, KilledChildFailsPendingAndNewBatchesWithPeerFailed) {
   REQUIRE_GPU_BINARY();
   auto ep = host::make_local_ipc_endpoint("gpu0");

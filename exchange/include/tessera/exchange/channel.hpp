@@ -13,7 +13,7 @@
 // goes to `on_message` (registrations, heartbeats, late replies of a failed incarnation).
 // Liveness policy (heartbeat silence, a child's exit) belongs to the owner, in `on_tick`, which
 // runs every `tick` and may call fail_peer(); last_heard() tells when a peer last sent anything;
-// `on_disconnect` tells when a peer's connection closed (a ROUTER's socket monitor).
+// `on_disconnect` tells when a peer's connection closed (the socket monitor).
 //
 //   channel::options o{.name = "tiles", .type = zmq::socket_type::router, .bind = "tcp://127.0.0.1:0"};
 //   channel::handlers h{.reply_id = [](const envelope& e) { return peek_reply_id(e); },
@@ -53,9 +53,9 @@ class channel {
     std::function<void(const peer&, envelope&&)> on_message;
     /// Every `tick` (and after each burst of messages). Runs on the I/O thread.
     std::function<void(clock::time_point)> on_tick;
-    /// ROUTER only: a peer's TCP connection closed (ZeroMQ socket monitor, ZMQ_EVENT_DISCONNECTED;
-    /// the peer is the routing id last heard on that connection). ZeroMQ may reconnect it: the
-    /// owner decides (e.g. a shorter silence deadline). Runs on the I/O thread.
+    /// A peer's TCP connection closed (ZeroMQ socket monitor, ZMQ_EVENT_DISCONNECTED). ROUTER: the
+    /// peer is the routing id last heard on that connection; DEALER: its one peer (""). ZeroMQ may
+    /// reconnect it: the owner decides (e.g. a shorter silence deadline). Runs on the I/O thread.
     std::function<void(const peer&)> on_disconnect;
   };
 

@@ -40,6 +40,9 @@ struct remote_backend_config {
   std::chrono::milliseconds batch_timeout{30000};   ///< per-batch deadline -> timeout
   std::chrono::milliseconds ping_interval{200};
   std::chrono::milliseconds silence_timeout{2000};  ///< no message for this long -> peer_failed
+  /// The TCP connection closed and nothing heard since for this long -> peer_failed (a process
+  /// that died, a machine lost: well before the silence timeout; a reconnect answers a ping first).
+  std::chrono::milliseconds disconnect_grace{300};
   /// Non-empty: launch this executable with spawn_args + "--bind <endpoint> --die-with-parent"
   /// (stdout to /dev/null) and stop it (SIGTERM, then SIGKILL) on destruction.
   std::string spawn_binary;
