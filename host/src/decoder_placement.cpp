@@ -317,7 +317,9 @@ dlayout_result lay_out(const dlayout& L, uint64_t cap, int forced_blocks, int mi
 
 }  // namespace
 
-double estimate_step_seconds(const models::model_shape& c, const plan& p, int tokens, int seqs, const machine_model& mm) {
+double estimate_step_seconds(const models::model_shape& c, const plan& p, int tokens, int seqs, const machine_model& mm,
+                             models::dtype weights) {
+  const double wbytes = weights == models::dtype::bf16 ? 2 : 4;
   const double H = c.hidden_size, F = c.intermediate_size, W = p.width, M = p.micro_batches;
   const double qw = c.q_width(), kvw = c.kv_width();
   const double n = p.tiles();
@@ -329,13 +331,13 @@ double estimate_step_seconds(const models::model_shape& c, const plan& p, int to
   const double layers = std::ceil(double(c.num_layers) / p.stages);
   // A decode step reads every weight once: memory bound below ~ (bandwidth / flops) tokens.
   const double bytes_per_s = 10e9 * std::min(1.0, mm.cores / n);
-  double step = layers * std::max(layer_flops / W / rate, layer_weights * 4 / W / bytes_per_s);
+  double step = layers * std::max(layer_flops / W / rate, layer_weights * wbytes / W / bytes_per_s);
   if (p.width > 1) {
     const double bytes = 2 * 2 * (W - 1) / W * micro_tokens * H * 4;
     step += layers * (bytes / mm.link_bytes_per_s + 4 * (W - 1) * mm.message_seconds + 4 * mm.sync_seconds);
   }
   if (p.stages > 1) step += micro_tokens * H * 4 / mm.link_bytes_per_s + mm.sync_seconds;
-  const double head = std::max(2.0 * seqs * H * c.vocab_size / rate, H * c.vocab_size * 4 / bytes_per_s);
+  const double head = std::max(2.0 * seqs * H * c.vocab_size / rate, H * c.vocab_size * wbytes / bytes_per_s);
   return (M + p.stages - 1) * step + head;
 }
 
@@ -443,7 +445,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
       continue;
     }
     // Ranked by decode throughput: a step of max_seqs decode tokens.
-    const double secs = estimate_step_seconds(c, p, max_seqs, max_seqs, req.machine);
+    const double secs = estimate_step_seconds(c, p, max_seqs, max_seqs, req.machine, req.dtype);
     const double rate = p.replicas * max_seqs / secs;
     best.candidates.push_back({p, rate});
     if (best_rate < 0 || rate > best_rate * 1.02) {
@@ -451,7 +453,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
       best_rate = rate;
       best.tiles = lr.plans;
       best.shards = std::move(lr.shards);
-      best.estimated_batch_seconds = estimate_step_seconds(c, p, req.token_budget, max_seqs, req.machine);
+      best.estimated_batch_seconds = estimate_step_seconds(c, p, req.token_budget, max_seqs, req.machine, req.dtype);
       best.kv = {bt, lr.kv_blocks, req.dtype};
       best.programs.clear();
       for (int r = 0; r < p.replicas; ++r) best.programs.push_back(build_replica(L, r, lr.tiles, lr.temps));

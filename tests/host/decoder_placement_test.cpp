@@ -183,3 +183,25 @@ TEST(DecoderPlacement, SeededShardsEqualShardsCutFromTheModel) {
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message().find("layers.99.q_w"), std::string::npos);
 }
+
+TEST(DecoderPlacement, TheRankingReadsBf16WeightsAtTwoBytes) {
+  // A decode step at batch 1 is bound by the weights it reads: bf16 halves that time, compute the
+  // same (the bf16 KV plan holds twice the blocks, the weights half the bytes).
+  auto s = models::shape_preset("gpt2");
+  ASSERT_TRUE(s) << s.error().to_string();
+  const machine_model mm;
+  for (const plan& p : {plan{1, 1, 1, 1}, plan{1, 1, 2, 1}, plan{2, 1, 1, 1}}) {
+    const double fp32 = estimate_step_seconds(*s, p, 1, 1, mm);
+    const double bf16 = estimate_step_seconds(*s, p, 1, 1, mm, models::dtype::bf16);
+    EXPECT_LT(bf16, 0.75 * fp32) << p.to_string();
+    EXPECT_EQ(estimate_step_seconds(*s, p, 1, 1, mm, models::dtype::fp32), fp32);
+  }
+  // compile_decoder ranks with the request's dtype: its chosen plan's estimate is the bf16 one.
+  auto req = request(2, plan{1, 1, 2, 1}, 4ull << 30);
+  req.dtype = models::dtype::bf16;
+  auto c = compile_decoder(*s, req);
+  ASSERT_TRUE(c) << c.error().message();
+  ASSERT_EQ(c->candidates.size(), 1u);
+  EXPECT_DOUBLE_EQ(c->candidates[0].second, c->max_sequences / estimate_step_seconds(*s, c->chosen, c->max_sequences,
+                                                                                     c->max_sequences, mm, models::dtype::bf16));
+}

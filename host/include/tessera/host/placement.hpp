@@ -204,9 +204,10 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
 /// sequence of max_position_embeddings is refused with the per-tile table and the fix.
 result<compiled_model> compile_decoder(const models::model_shape& shape, const placement_request& req);
 
-/// The cost model's estimate of one decoder step of `tokens` tokens over `seqs` sequences.
+/// The cost model's estimate of one decoder step of `tokens` tokens over `seqs` sequences, its
+/// Linear matrices and LM head read at 2 bytes a weight in bf16 (`weights`), 4 in fp32.
 double estimate_step_seconds(const models::model_shape& shape, const plan& p, int tokens, int seqs,
-                             const machine_model& m);
+                             const machine_model& m, models::dtype weights = models::dtype::fp32);
 
 /// The cost model's estimate of one batch of `tokens` tokens on one replica of `p`.
 double estimate_batch_seconds(const models::bert_config& cfg, const plan& p, int tokens, const machine_model& m);
