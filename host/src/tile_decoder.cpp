@@ -52,13 +52,14 @@ result<shard_cutter> seeded_decoder_cutter(const models::model_shape& shape, uin
   // The kernels' tensor names (materialize) -> the HF tensors whose seeded stream they read.
   std::map<std::string, models::tensor_spec> hf;
   for (auto& s : models::expected_decoder_tensors(shape)) hf[s.name] = s;
-  auto hf_name = [&shape](const std::string& name) -> std::string {
+  // By value: the cutter outlives `shape` (ASan: stack-use-after-scope when it held a reference).
+  auto hf_name = [tied = shape.tie_word_embeddings, layers = shape.num_layers](const std::string& name) -> std::string {
     if (name == "token_embedding") return "model.embed_tokens.weight";
     if (name == "final_norm_w") return "model.norm.weight";
-    if (name == "lm_head") return shape.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    if (name == "lm_head") return tied ? "model.embed_tokens.weight" : "lm_head.weight";
     int l = -1;
     char what[32] = {0};
-    if (std::sscanf(name.c_str(), "layers.%d.%31s", &l, what) != 2 || l < 0 || l >= shape.num_layers) return {};
+    if (std::sscanf(name.c_str(), "layers.%d.%31s", &l, what) != 2 || l < 0 || l >= layers) return {};
     static const std::map<std::string, std::string> part = {
         {"norm1_w", "input_layernorm.weight"},   {"norm2_w", "post_attention_layernorm.weight"},
         {"q_w", "self_attn.q_proj.weight"},      {"q_b", "self_attn.q_proj.bias"},
