@@ -584,10 +584,13 @@ void tile_group::finish_part(const std::shared_ptr<run_op>& op, uint32_t p, resu
         for (size_t k = 0; k < mine.size(); ++k) {
           auto& v = op->out.outputs[mine[k]];
           if (op->output_types[mine[k]] == exchange::dtype::bf16) {
-            const auto* h = frames[k].data<uint16_t>();
+            // A ZeroMQ frame need not be 2-byte aligned: read each value with memcpy (UBSan).
+            const auto* h = static_cast<const unsigned char*>(frames[k].data());
             v.resize(frames[k].size() / 2);
             for (size_t i = 0; i < v.size(); ++i) {
-              const uint32_t u = static_cast<uint32_t>(h[i]) << 16;
+              uint16_t half = 0;
+              std::memcpy(&half, h + 2 * i, 2);
+              const uint32_t u = static_cast<uint32_t>(half) << 16;
               std::memcpy(&v[i], &u, 4);
             }
           } else {
