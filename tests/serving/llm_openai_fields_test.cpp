@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "../models/byte_vocab.hpp"
 #include "../models/util.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/test/child_process.hpp"
@@ -82,23 +83,7 @@ std::vector<int32_t> greedy_penalised(std::vector<int32_t> ids, int n, double pr
   return out;
 }
 
-/// GPT-2's byte-to-character map (bytes_to_unicode): printable bytes as themselves, the others
-/// as 256 + their rank, UTF-8 encoded.
-std::string byte_char(int b) {
-  auto printable = [](int c) { return (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255); };
-  int n = 0;
-  for (int c = 0; c < b; ++c)
-    if (!printable(c)) ++n;
-  const int cp = printable(b) ? b : 256 + n;
-  std::string s;
-  if (cp < 0x80) {
-    s.push_back(static_cast<char>(cp));
-  } else {
-    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-  return s;
-}
+using models::testing::byte_char;  // GPT-2's bytes_to_unicode (tests/models/byte_vocab.hpp)
 
 /// vocab.json + merges.txt of `vocab` tokens: the 256 byte characters, then placeholders (the
 /// goldens' prompts are token ids; the server needs a tokenizer to start).
