@@ -252,6 +252,9 @@ void llm_engine::finish(live& l, std::string reason, status error) {
                   modelled_now_ - l.modelled_arrival);
     *request_log_ << buf;
   }
+  // The gauges follow the scheduler before the client hears the end: a client that reads /metrics
+  // right after its last event sees its blocks released (CI caught the lag: 57 blocks still "used").
+  update_gauges();
   llm_event ev;
   ev.finish_reason = std::move(reason);
   ev.error = std::move(error);
