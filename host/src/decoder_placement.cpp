@@ -9,16 +9,8 @@
 #include <sstream>
 
 #include "placement_internal.hpp"
-#include "tessera/common/units.hpp"
 
 namespace tessera::host {
-
-using namespace tessera::exchange;
-namespace ids = tensor_ids;
-using kid = models::kernel_id;
-using detail::arena_bytes;
-using detail::f32;
-using detail::lanes_of;
 
 namespace {
 
@@ -276,27 +268,26 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
   return b.progs;
 }
 
-struct dlayout_result {
-  std::vector<dtile> tiles;
-  std::vector<tile_plan> plans;
+// tiles, max_bytes: with the chosen (or minimum) KV; fits: that KV fits.
+struct dlayout_result : detail::laid_out {
+  std::vector<dtile> dtiles;
   std::vector<weight_shard> shards;
   std::vector<std::vector<tensor_desc>> temps;
-  int kv_blocks = 0;       // chosen (0: the minimum does not fit)
-  uint64_t max_bytes = 0;  // fullest tile with the chosen (or minimum) KV
+  int kv_blocks = 0;  // chosen (0: the minimum does not fit)
 };
 
 dlayout_result lay_out(const dlayout& L, uint64_t cap, int forced_blocks, int min_blocks, int auto_cap_blocks) {
   dlayout_result out;
-  out.tiles.resize(static_cast<size_t>(L.p.tiles()));
-  out.temps.resize(out.tiles.size());
+  out.dtiles.resize(static_cast<size_t>(L.p.tiles()));
+  out.temps.resize(out.dtiles.size());
   detail::for_each_place(L, [&](const tile_plan& place) {
-    dtile& d = out.tiles[place.tile];
+    dtile& d = out.dtiles[place.tile];
     d.plan = place;
     plan_tile(L, d, out.shards, out.temps[place.tile]);
   });
   // Blocks every tile can hold after its weights and activations (the fullest decides).
   int64_t fit = INT32_MAX;
-  for (const auto& d : out.tiles) {
+  for (const auto& d : out.dtiles) {
     const uint64_t base = d.plan.total_bytes();
     if (d.kv_bytes_per_block == 0) continue;
     // Two tensors (K, V), each rounded to the arena's alignment: allow for it.
@@ -307,10 +298,11 @@ dlayout_result lay_out(const dlayout& L, uint64_t cap, int forced_blocks, int mi
   int blocks = forced_blocks > 0 ? forced_blocks : static_cast<int>(std::min<int64_t>(fit, auto_cap_blocks));
   blocks = std::max(blocks, forced_blocks > 0 ? forced_blocks : min_blocks);
   out.kv_blocks = fit >= blocks ? blocks : 0;
-  for (size_t i = 0; i < out.tiles.size(); ++i) {
-    add_kv(L, out.tiles[i], blocks, out.temps[i]);
-    out.max_bytes = std::max(out.max_bytes, out.tiles[i].plan.total_bytes());
-    out.plans.push_back(out.tiles[i].plan);
+  out.fits = out.kv_blocks > 0;
+  for (size_t i = 0; i < out.dtiles.size(); ++i) {
+    add_kv(L, out.dtiles[i], blocks, out.temps[i]);
+    out.max_bytes = std::max(out.max_bytes, out.dtiles[i].plan.total_bytes());
+    out.tiles.push_back(out.dtiles[i].plan);
   }
   return out;
 }
@@ -427,68 +419,39 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
   const int64_t sample = 1 + int64_t{max_seqs} * models::kSampleHeader + 2 * 8192;
   const int min_blocks = max_blocks;                                  // one sequence of the longest length
   const int auto_cap = std::max(min_blocks, (65536 + bt - 1) / bt);  // 65536 tokens in flight
-  auto candidates = detail::candidate_plans(c, req, /*lanes_need_heads=*/true);
-  if (!candidates.ok()) return candidates.error();
+  auto make_layout = [&](const plan& p) {
+    return dlayout{c, p, req.token_budget, max_seqs, bt, max_blocks, meta, sample, req.dtype};
+  };
   compiled_model best;
-  double best_rate = -1;
-  std::string smallest_table;
-  uint64_t smallest_need = UINT64_MAX;
-  for (const plan& p : *candidates) {
-    dlayout L{c, p, req.token_budget, max_seqs, bt, max_blocks, meta, sample, req.dtype};
-    dlayout_result lr = lay_out(L, req.tile_memory, req.kv_blocks, min_blocks, auto_cap);
-    if (lr.kv_blocks == 0) {
-      if (lr.max_bytes < smallest_need) {
-        smallest_need = lr.max_bytes;
-        smallest_table = "plan " + p.to_string() + " with " + std::to_string(req.kv_blocks > 0 ? req.kv_blocks : min_blocks) +
-                         " KV blocks:\n" + detail::memory_table(lr.plans, req.tile_memory);
-      }
-      continue;
-    }
-    // Ranked by decode throughput: a step of max_seqs decode tokens.
-    const double secs = estimate_step_seconds(c, p, max_seqs, max_seqs, req.machine, req.dtype);
-    const double rate = p.replicas * max_seqs / secs;
-    best.candidates.push_back({p, rate});
-    if (best_rate < 0 || rate > best_rate * 1.02) {
-      best.chosen = p;
-      best_rate = rate;
-      best.tiles = lr.plans;
-      best.shards = std::move(lr.shards);
-      best.estimated_batch_seconds = estimate_step_seconds(c, p, req.token_budget, max_seqs, req.machine, req.dtype);
-      best.kv = {bt, lr.kv_blocks, req.dtype};
-      best.programs.clear();
-      for (int r = 0; r < p.replicas; ++r) best.programs.push_back(build_replica(L, r, lr.tiles, lr.temps));
-      best.kv_heads_note = c.num_kv_heads >= p.width
-                               ? std::to_string(c.num_kv_heads) + " kv heads split across " + std::to_string(p.width) +
-                                     " lane(s)"
-                               : std::to_string(c.num_kv_heads) + " kv heads replicated: each of the " +
-                                     std::to_string(p.width) + " lanes holds the kv heads its query heads read";
-    }
-  }
-  if (best_rate < 0) {
-    std::string more_tiles = "no tile count fits with this memory (the embedding and LM head are not split)";
-    for (int n = req.tiles + 1; n <= c.num_layers * c.num_heads; ++n) {
-      bool fits = false;
-      for (const plan& p : detail::plans_for(c, n)) {
-        if (p.replicas != 1) continue;
-        dlayout L{c, p, req.token_budget, max_seqs, bt, max_blocks, meta, sample, req.dtype};
-        if (lay_out(L, req.tile_memory, req.kv_blocks, min_blocks, auto_cap).kv_blocks > 0) {
-          more_tiles = "--tiles " + std::to_string(n) + " (plan " + p.to_string() + ")";
-          fits = true;
-          break;
-        }
-      }
-      if (fits) break;
-    }
-    return status::out_of_memory(
-        "the decoder does not fit: weights, activations and " +
-        std::string(req.kv_blocks > 0 ? "the " + std::to_string(req.kv_blocks) + " KV blocks asked for"
-                                      : "a minimum KV cache (" + std::to_string(min_blocks) + " blocks of " +
-                                            std::to_string(bt) + " positions: one sequence of " +
-                                            std::to_string(c.max_position_embeddings) + " tokens)") +
-        " need " + format_bytes(smallest_need) + " on the fullest tile, tiles have " + format_bytes(req.tile_memory) +
-        ". Smallest fix: --tile-memory " + std::to_string(smallest_need) + " (" + format_bytes(smallest_need) + "), or " +
-        more_tiles + ", or a smaller --token-budget.\n" + smallest_table);
-  }
+  const detail::plan_refusal words{
+      "the decoder does not fit: weights, activations and " +
+          std::string(req.kv_blocks > 0 ? "the " + std::to_string(req.kv_blocks) + " KV blocks asked for"
+                                        : "a minimum KV cache (" + std::to_string(min_blocks) + " blocks of " +
+                                              std::to_string(bt) + " positions: one sequence of " +
+                                              std::to_string(c.max_position_embeddings) + " tokens)") +
+          " need",
+      "on the fullest tile", " with " + std::to_string(req.kv_blocks > 0 ? req.kv_blocks : min_blocks) + " KV blocks",
+      "no tile count fits with this memory (the embedding and LM head are not split)"};
+  TESSERA_RETURN_IF_ERROR(detail::search_plans(
+      c, req, /*lanes_need_heads=*/true, best, words,
+      [&](const plan& p) { return lay_out(make_layout(p), req.tile_memory, req.kv_blocks, min_blocks, auto_cap); },
+      // Ranked by decode throughput: a step of max_seqs decode tokens.
+      [&](const plan& p) {
+        return p.replicas * max_seqs / estimate_step_seconds(c, p, max_seqs, max_seqs, req.machine, req.dtype);
+      },
+      [&](const plan& p, dlayout_result& lr) {
+        best.tiles = lr.tiles;
+        best.shards = std::move(lr.shards);
+        best.estimated_batch_seconds = estimate_step_seconds(c, p, req.token_budget, max_seqs, req.machine, req.dtype);
+        best.kv = {bt, lr.kv_blocks, req.dtype};
+        best.programs.clear();
+        for (int r = 0; r < p.replicas; ++r) best.programs.push_back(build_replica(make_layout(p), r, lr.dtiles, lr.temps));
+        best.kv_heads_note = c.num_kv_heads >= p.width
+                                 ? std::to_string(c.num_kv_heads) + " kv heads split across " + std::to_string(p.width) +
+                                       " lane(s)"
+                                 : std::to_string(c.num_kv_heads) + " kv heads replicated: each of the " +
+                                       std::to_string(p.width) + " lanes holds the kv heads its query heads read";
+      }));
   static_cast<models::model_shape&>(best.config) = c;
   best.dtype = req.dtype;
   best.token_budget = req.token_budget;

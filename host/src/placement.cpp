@@ -11,13 +11,7 @@
 
 namespace tessera::host {
 
-using namespace tessera::exchange;
-namespace ids = tensor_ids;
-using kid = models::kernel_id;
 using detail::plans_for;
-using detail::arena_bytes;
-using detail::f32;
-using detail::lanes_of;
 using detail::memory_table;
 using detail::program_builder;
 
@@ -248,11 +242,9 @@ std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vec
   return b.progs;
 }
 
-struct layout_result {
-  std::vector<tile_plan> tiles;
+struct layout_result : detail::laid_out {
   std::vector<weight_shard> shards;
   std::vector<std::vector<tensor_desc>> temps;
-  uint64_t max_bytes = 0;
 };
 
 layout_result lay_out(const layout& L) {
@@ -410,64 +402,26 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
     return status::invalid("--token-budget " + std::to_string(req.token_budget) + " is below the longest sequence (" +
                            std::to_string(cfg.max_sequence_length()) + " tokens); raise it");
   const int max_seqs = req.max_sequences > 0 ? req.max_sequences : std::max(1, req.token_budget / 8);
-  auto candidates = detail::candidate_plans(cfg, req, /*lanes_need_heads=*/false);  // a BERT lane may hold no heads
-  if (!candidates.ok()) return candidates.error();
-
+  auto make_layout = [&](const plan& p) { return layout{cfg, p, req.token_budget, max_seqs, req.dtype, req.pooling}; };
   compiled_model best;
-  double best_rate = -1;
-  std::string smallest_table;
-  uint64_t smallest_need = UINT64_MAX;
-  for (const plan& p : *candidates) {
-    layout L{cfg, p, req.token_budget, max_seqs, req.dtype, req.pooling};
-    layout_result lr = lay_out(L);
-    const double secs = estimate_batch_seconds(cfg, p, req.token_budget, req.machine);
-    const double rate = p.replicas * req.token_budget / secs;
-    if (lr.max_bytes > req.tile_memory) {
-      if (lr.max_bytes < smallest_need) {
-        smallest_need = lr.max_bytes;
-        smallest_table = "plan " + p.to_string() + ":\n" + memory_table(lr.tiles, req.tile_memory);
-      }
-      continue;
-    }
-    best.candidates.push_back({p, rate});
-    // Prefer throughput; among near-equal plans (within 2%) the one with fewer replicas
-    // (lower latency per batch).
-    if (best_rate < 0 || rate > best_rate * 1.02) {
-      best.chosen = p;
-      best_rate = rate;
-      best.tiles = std::move(lr.tiles);
-      best.shards = std::move(lr.shards);
-      best.estimated_batch_seconds = secs;
-      best.programs.clear();
-      for (int r = 0; r < p.replicas; ++r) best.programs.push_back(build_replica(L, r, best.tiles, lr.temps));
-    }
-  }
-  if (best_rate < 0) {
-    // Suggest what would fit: the smallest tile count (same memory) and the memory (same count).
-    // Replicas never reduce a tile's share, and more than layers x heads tiles per replica
-    // cannot split the model further, so the search stops there.
-    std::string more_tiles = "no tile count fits with this memory (the parts that are not split, such as the "
-                             "embedding tables, need more)";
-    const int most = cfg.num_layers * cfg.num_heads;
-    for (int n = req.tiles + 1; n <= most; ++n) {
-      bool fits = false;
-      for (const plan& p : plans_for(cfg, n)) {
-        if (p.replicas != 1) continue;
-        layout L{cfg, p, req.token_budget, max_seqs, req.dtype, req.pooling};
-        if (lay_out(L).max_bytes <= req.tile_memory) {
-          more_tiles = "--tiles " + std::to_string(n) + " (plan " + p.to_string() + ")";
-          fits = true;
-          break;
-        }
-      }
-      if (fits) break;
-    }
-    return status::out_of_memory("the model does not fit: the best plan needs " + format_bytes(smallest_need) +
-                                 " on its fullest tile, tiles have " + format_bytes(req.tile_memory) +
-                                 ". Smallest fix: --tile-memory " + std::to_string(smallest_need) + " (" +
-                                 format_bytes(smallest_need) + "), or " + more_tiles +
-                                 ", or a smaller --token-budget.\n" + smallest_table);
-  }
+  const detail::plan_refusal words{
+      "the model does not fit: the best plan needs", "on its fullest tile", "",
+      "no tile count fits with this memory (the parts that are not split, such as the embedding tables, need more)"};
+  TESSERA_RETURN_IF_ERROR(detail::search_plans(
+      cfg, req, /*lanes_need_heads=*/false, best, words,  // a BERT lane may hold no heads
+      [&](const plan& p) {
+        layout_result lr = lay_out(make_layout(p));
+        lr.fits = lr.max_bytes <= req.tile_memory;
+        return lr;
+      },
+      [&](const plan& p) { return p.replicas * req.token_budget / estimate_batch_seconds(cfg, p, req.token_budget, req.machine); },
+      [&](const plan& p, layout_result& lr) {
+        best.tiles = std::move(lr.tiles);
+        best.shards = std::move(lr.shards);
+        best.estimated_batch_seconds = estimate_batch_seconds(cfg, p, req.token_budget, req.machine);
+        best.programs.clear();
+        for (int r = 0; r < p.replicas; ++r) best.programs.push_back(build_replica(make_layout(p), r, best.tiles, lr.temps));
+      }));
   best.config = cfg;
   best.dtype = req.dtype;
   best.pooling = req.pooling;

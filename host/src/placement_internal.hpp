@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/common/units.hpp"
 #include "tessera/host/placement.hpp"
 
 namespace tessera::host::detail {
@@ -150,4 +151,85 @@ result<std::vector<plan>> candidate_plans(const models::model_shape& cfg, const 
 /// The per-tile memory table (a "kv" column when some tile holds a KV cache); "fits" against cap.
 std::string memory_table(const std::vector<tile_plan>& tiles, uint64_t cap);
 
+/// What a candidate plan's layout tells the plan search (BERT's and the decoders' layout results
+/// extend it with their shards, temporaries and the like).
+struct laid_out {
+  std::vector<tile_plan> tiles;
+  uint64_t max_bytes = 0;  ///< the fullest tile
+  bool fits = false;       ///< within the tile memory (a decoder: with at least its minimum KV cache)
+};
+
+/// How search_plans words a model that fits no plan: `<need> <bytes> <where>, tiles have ...`.
+struct plan_refusal {
+  std::string need;        ///< e.g. "the model does not fit: the best plan needs"
+  std::string where;       ///< e.g. "on its fullest tile"
+  std::string table_note;  ///< after "plan R=.. S=.." in the closest plan's memory table, e.g. " with 64 KV blocks"
+  std::string hopeless;    ///< the tile-count fix when no count fits
+};
+
+/// The plan search compile_bert and compile_decoder share. Every candidate plan of `req` is laid
+/// out (`lay(p)`: a laid_out); those that fit are ranked by `rate(p)` (estimated tokens/s,
+/// recorded in best.candidates): a plan must beat the best so far by 2%, so among near-equal
+/// plans the earlier one (fewer replicas: lower latency a batch) stays, and `adopt(p, laid)` fills
+/// `best` for each new leader. When none fits, an out_of_memory status names the smallest fix: the
+/// closest plan's fullest tile as --tile-memory, or the fewest --tiles (one replica; replicas never
+/// shrink a tile's share, and more than layers x heads tiles cannot split the model further) that
+/// fit, with the closest plan's memory table.
+template <class Lay, class Rate, class Adopt>
+status search_plans(const models::model_shape& cfg, const placement_request& req, bool lanes_need_heads,
+                    compiled_model& best, const plan_refusal& words, Lay lay, Rate rate, Adopt adopt) {
+  auto candidates = candidate_plans(cfg, req, lanes_need_heads);
+  if (!candidates.ok()) return candidates.error();
+  double best_rate = -1;
+  std::string smallest_table;
+  uint64_t smallest_need = UINT64_MAX;
+  for (const plan& p : *candidates) {
+    auto laid = lay(p);
+    if (!laid.fits) {
+      if (laid.max_bytes < smallest_need) {
+        smallest_need = laid.max_bytes;
+        smallest_table = "plan " + p.to_string() + words.table_note + ":\n" + memory_table(laid.tiles, req.tile_memory);
+      }
+      continue;
+    }
+    const double r = rate(p);
+    best.candidates.push_back({p, r});
+    if (best_rate < 0 || r > best_rate * 1.02) {
+      best.chosen = p;
+      best_rate = r;
+      adopt(p, laid);
+    }
+  }
+  if (best_rate >= 0) return {};
+  std::string more_tiles = words.hopeless;
+  for (int n = req.tiles + 1; n <= cfg.num_layers * cfg.num_heads; ++n) {
+    bool fits = false;
+    for (const plan& p : plans_for(cfg, n)) {
+      if (p.replicas != 1) continue;
+      if (lay(p).fits) {
+        more_tiles = "--tiles " + std::to_string(n) + " (plan " + p.to_string() + ")";
+        fits = true;
+        break;
+      }
+    }
+    if (fits) break;
+  }
+  return status::out_of_memory(words.need + " " + format_bytes(smallest_need) + " " + words.where + ", tiles have " +
+                               format_bytes(req.tile_memory) + ". Smallest fix: --tile-memory " +
+                               std::to_string(smallest_need) + " (" + format_bytes(smallest_need) + "), or " +
+                               more_tiles + ", or a smaller --token-budget.\n" + smallest_table);
+}
+
 }  // namespace tessera::host::detail
+
+namespace tessera::host {
+
+// The names both placements (and only they: this header is theirs) read unqualified.
+using namespace tessera::exchange;
+namespace ids = tensor_ids;
+using kid = models::kernel_id;
+using detail::arena_bytes;
+using detail::f32;
+using detail::lanes_of;
+
+}  // namespace tessera::host
