@@ -243,9 +243,13 @@ TEST(DecoderServeOnTiles, TwoReplicasShareMixedLengthsAndAFullReplicaGetsNoNewRe
 
   // One long request fills most of a replica's 64 blocks (600 + 300 positions: 57 blocks);
   // while it runs, short requests all go to the other replica.
+  // Every reference first: at CI's load the reference server is slow, and the long request
+  // must still be running when the short ones arrive.
   unsigned st = 0;
   json long_ref = ref.post("/v1/completions", request_of(600, 300, 99), &st);
   ASSERT_EQ(st, 200u) << long_ref.dump();
+  constexpr int kShort = 6;
+  const auto short_want = reference_texts(ref, kShort, [](int i) { return request_of(20 + i, 8, 200 + i); });
   auto long_stream = std::async(std::launch::async, [&] {
     json body = request_of(600, 300, 99);
     body["stream"] = true;
@@ -262,23 +266,30 @@ TEST(DecoderServeOnTiles, TwoReplicasShareMixedLengthsAndAFullReplicaGetsNoNewRe
   ASSERT_GE(full, 0) << "no replica reached 38 of 64 KV blocks used\n" << m;
   const double full_routed = gauge(m, "tessera_llm_replica_routed_requests" + replica_label(full));
   const double other_routed = gauge(m, "tessera_llm_replica_routed_requests" + replica_label(1 - full));
-  constexpr int kShort = 6;
-  const auto short_want = reference_texts(ref, kShort, [](int i) { return request_of(20 + i, 8, 200 + i); });
   std::vector<std::future<json>> shorts;
   for (int i = 0; i < kShort; ++i)
     shorts.push_back(std::async(std::launch::async, [&, i] {
       unsigned s = 0;
       return tiles.post("/v1/completions", request_of(20 + i, 8, 200 + i), &s);
     }));
+  // Read the routing once all six are routed (the long request is 300 decode steps from its end:
+  // had it ended first, the full replica would rightly be chosen again).
+  for (int tries = 0; tries < 3000; ++tries) {
+    m = tiles.get("/metrics");
+    if (gauge(m, "tessera_llm_replica_routed_requests" + replica_label(0)) +
+            gauge(m, "tessera_llm_replica_routed_requests" + replica_label(1)) >=
+        full_routed + other_routed + kShort)
+      break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(gauge(m, "tessera_llm_replica_routed_requests" + replica_label(full)), full_routed)
+      << "the nearly full replica got a new request\n" << m;
+  EXPECT_EQ(gauge(m, "tessera_llm_replica_routed_requests" + replica_label(1 - full)), other_routed + kShort) << m;
   for (int i = 0; i < kShort; ++i) {
     json r = shorts[static_cast<size_t>(i)].get();
     ASSERT_TRUE(r.contains("choices")) << r.dump();
     EXPECT_EQ(r["choices"][0]["text"], short_want[static_cast<size_t>(i)]) << "short request " << i;
   }
-  m = tiles.get("/metrics");
-  EXPECT_EQ(gauge(m, "tessera_llm_replica_routed_requests" + replica_label(full)), full_routed)
-      << "the nearly full replica got a new request\n" << m;
-  EXPECT_EQ(gauge(m, "tessera_llm_replica_routed_requests" + replica_label(1 - full)), other_routed + kShort) << m;
   auto lr = long_stream.get();
   EXPECT_TRUE(lr.done);
   EXPECT_EQ(lr.text, long_ref["choices"][0]["text"]);
