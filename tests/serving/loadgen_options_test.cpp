@@ -7,6 +7,8 @@
 // was silently ignored and sent the default 64 requests.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -27,7 +29,11 @@ struct mode_case {
   std::vector<std::string> args;
 };
 
-std::string tmp(const std::string& name) { return (std::filesystem::temp_directory_path() / name).string(); }
+// Per process: ctest runs this file's tests side by side, and one test's rewrite of a shared
+// file was read half-written by another (CI: "trace has no requests").
+std::string tmp(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "-" + name)).string();
+}
 
 std::string text_trace() {
   const std::string path = tmp("tessera-loadgen-options-texts.csv");
