@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     ("trace", po::value(&mo.trace_path), "write a Chrome trace / Perfetto JSON to FILE: BERT, the batches of --check (and print a profile); "
      "decoders, every step of --check or, with --serve, every step served (written at shutdown, up to 20000 steps), "
      "each with its prefill chunks, decodes and KV blocks per tile")
-    ("preset", po::value(&mo.timing_preset)->default_value(mo.timing_preset), "IPU preset of the trace's modelled time (ipu-mk2, ipu-c600, ipu-bow or a .json)")
+    ("preset", po::value(&mo.timing_preset)->default_value(mo.timing_preset), "IPU preset of the modelled clock: the trace's and each served batch's (ipu-mk2, ipu-c600, ipu-bow or a .json)")
     ("gpu-replicas", po::value(&mo.gpu_replicas)->default_value(0), "in-process GPU-style backends beside the tiles (use --routing hybrid; decoders: "
      "GPU-style decoders, each with its own engine and --kv-blocks, costed on a100-40gb)")
     ("gpu-endpoint", po::value(&mo.gpu_endpoints)->composing(), "a running tessera-gpu process (tcp://host:port or ipc://path; repeatable): route to it as a GPU backend; "

@@ -193,7 +193,11 @@ int run_model(tile_group_config group_cfg, model_options o) {
 
   serving::serving_metrics metrics;
   serving::router r(o.so.routing, serving::default_clock(), &metrics);
-  auto tiles = std::make_shared<tile_backend>(std::move(deployed), "tiles0");
+  tile_backend_config tiles_cfg;
+  auto preset = timing::load_ipu_preset(o.timing_preset);  // the modelled clock of every batch
+  if (!preset) return fail(preset.error());
+  tiles_cfg.preset = std::move(*preset);
+  auto tiles = std::make_shared<tile_backend>(std::move(deployed), "tiles0", tiles_cfg);
   o.so.batching.max_sequence_length = model->config.max_sequence_length();
   if (auto st = r.add_backend(tiles, o.so.batching); !st.ok()) return fail(st);
   for (int i = 0; i < o.gpu_replicas; ++i) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <optional>
@@ -211,6 +212,9 @@ class runner {
                          if (res.result_int() == 200) {
                            latencies_.push_back(
                                std::chrono::duration<double>(steady::now() - t0).count());
+                           // tessera's modelled clock: the request's batch on the modelled device (ms).
+                           if (auto h = res.find("x-modelled-time"); h != res.end())
+                             modelled_.push_back(std::atof(std::string(h->value()).c_str()) / 1e3);
                          } else {
                            ++errors_;
                            ++errors_by_kind_[std::to_string(res.result_int())];
@@ -264,9 +268,36 @@ class runner {
   int open_connections_ = 0, max_open_ = 0;
   int64_t sent_ = 0, in_flight_ = 0, errors_ = 0, last_ok_ = 0, unsent_ = 0;
   std::map<std::string, int64_t> errors_by_kind_;
-  std::vector<double> latencies_;
+  std::vector<double> latencies_, modelled_;
+
+ public:
+  std::vector<double> take_modelled() { return std::move(modelled_); }
+
+ private:
   bool stopped_ = false, finished_ = false;
 };
+
+// GET `target` once (the server's /metrics around a run); "" when it cannot be read.
+std::string get_text(const tcp::endpoint& ep, const std::string& host, const std::string& target) {
+  try {
+    net::io_context ioc;
+    beast::tcp_stream s(ioc);
+    s.expires_after(std::chrono::seconds(5));
+    s.connect(ep);
+    http::request<http::empty_body> req{http::verb::get, target, 11};
+    req.set(http::field::host, host);
+    http::write(s, req);
+    beast::flat_buffer buf;
+    http::response_parser<http::string_body> p;
+    p.body_limit(64 << 20);
+    http::read(s, buf, p);
+    beast::error_code ignored;
+    s.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    return p.get().result_int() == 200 ? p.get().body() : std::string();
+  } catch (const std::exception&) {
+    return {};
+  }
+}
 
 }  // namespace
 
@@ -279,8 +310,12 @@ result<run_report> run_load(const driver_config& cfg, const std::vector<planned_
   auto results = resolver.resolve(cfg.host, std::to_string(cfg.port), ec);
   if (ec || results.empty())
     return status::invalid("cannot resolve " + cfg.host + ": " + ec.message() + "; pass --host");
-  runner r(cfg, plan, results.begin()->endpoint());
-  return r.run();
+  const tcp::endpoint ep = results.begin()->endpoint();
+  const std::string before = get_text(ep, cfg.host, "/metrics");
+  runner r(cfg, plan, ep);
+  run_report report = r.run();
+  summarize_modelled(report, r.take_modelled(), before, before.empty() ? std::string() : get_text(ep, cfg.host, "/metrics"));
+  return report;
 }
 
 }  // namespace tessera::loadgen

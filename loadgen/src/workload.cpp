@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -172,6 +173,49 @@ void summarize(run_report& r, std::vector<double> lat) {
   r.max_ms = s.max;
 }
 
+namespace {
+
+// Per backend: the value of `name{backend="B"...}` lines (the first label must be backend).
+std::map<std::string, double> per_backend(const std::string& metrics, const std::string& name, const std::string& more = "") {
+  std::map<std::string, double> out;
+  const std::string head = name + "{backend=\"";
+  for (size_t at = 0; (at = metrics.find(head, at)) != std::string::npos; at += head.size()) {
+    if (at > 0 && metrics[at - 1] != '\n') continue;
+    const size_t name_end = metrics.find('"', at + head.size());
+    if (name_end == std::string::npos) break;
+    const std::string backend = metrics.substr(at + head.size(), name_end - at - head.size());
+    const size_t close = metrics.find('}', name_end);
+    if (close == std::string::npos) break;
+    if (metrics.substr(name_end + 1, close - name_end - 1) != more) continue;
+    out[backend] = std::atof(metrics.c_str() + close + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+void summarize_modelled(run_report& r, std::vector<double> modelled, const std::string& before, const std::string& after) {
+  r.modelled_answers = static_cast<int64_t>(modelled.size());
+  if (!modelled.empty()) {
+    const latency_summary s = summarize_ms(std::move(modelled));
+    r.modelled_p50_ms = s.p50;
+    r.modelled_p90_ms = s.p90;
+    r.modelled_p99_ms = s.p99;
+    r.modelled_mean_ms = s.mean;
+  }
+  const auto was = per_backend(before, "tessera_backend_modelled_seconds");
+  const auto now = per_backend(after, "tessera_backend_modelled_seconds");
+  const auto up = per_backend(after, "tessera_backend_replicas", ",state=\"up\"");
+  r.modelled_seconds = 0;
+  for (const auto& [backend, seconds] : now) {
+    const auto w = was.find(backend);
+    const auto u = up.find(backend);
+    const double replicas = u == up.end() || u->second < 1 ? 1.0 : u->second;
+    r.modelled_seconds = std::max(r.modelled_seconds, (seconds - (w == was.end() ? 0.0 : w->second)) / replicas);
+  }
+  r.modelled_throughput = r.modelled_seconds > 0 ? static_cast<double>(r.ok) / r.modelled_seconds : 0;
+}
+
 std::string to_table(const run_report& r) {
   std::ostringstream o;
   o << "mode         " << r.mode << (r.mode == "open" ? " (" + format("%.1f", r.offered_rate) + " req/s offered)" : "")
@@ -185,12 +229,21 @@ std::string to_table(const run_report& r) {
     << "\nlatency ms   p50 " << format("%.2f", r.p50_ms) << "  p90 " << format("%.2f", r.p90_ms)
     << "  p99 " << format("%.2f", r.p99_ms) << "  mean " << format("%.2f", r.mean_ms) << "  max "
     << format("%.2f", r.max_ms) << "\n";
+  if (r.modelled_answers > 0) {
+    o << "modelled ms  p50 " << format("%.4g", r.modelled_p50_ms) << "  p90 " << format("%.4g", r.modelled_p90_ms)
+      << "  p99 " << format("%.4g", r.modelled_p99_ms) << "  mean " << format("%.4g", r.modelled_mean_ms) << "  ("
+      << r.modelled_answers << " answers; a request's batch on the modelled device, no queueing)\n";
+    if (r.modelled_seconds > 0)
+      o << "modelled     " << format("%.1f", r.modelled_throughput) << " req/s over " << format("%.4g", r.modelled_seconds)
+        << " s of modelled device time (wall " << format("%.1f", r.throughput) << " req/s over "
+        << format("%.2f", r.duration_seconds) << " s)\n";
+  }
   return o.str();
 }
 
 std::string csv_header() {
   return "mode,mix,offered_rate,connections,duration_s,sent,ok,errors,throughput_rps,p50_ms,"
-         "p90_ms,p99_ms,mean_ms,max_ms,unsent\n";
+         "p90_ms,p99_ms,mean_ms,max_ms,unsent,modelled_throughput_rps,modelled_p50_ms,modelled_p99_ms\n";
 }
 
 std::string to_csv_row(const run_report& r) {
@@ -199,7 +252,9 @@ std::string to_csv_row(const run_report& r) {
     << ',' << format("%.3f", r.duration_seconds) << ',' << r.sent << ',' << r.ok << ','
     << r.errors << ',' << format("%.3f", r.throughput) << ',' << format("%.3f", r.p50_ms) << ','
     << format("%.3f", r.p90_ms) << ',' << format("%.3f", r.p99_ms) << ','
-    << format("%.3f", r.mean_ms) << ',' << format("%.3f", r.max_ms) << ',' << r.unsent << '\n';
+    << format("%.3f", r.mean_ms) << ',' << format("%.3f", r.max_ms) << ',' << r.unsent << ','
+    << format("%.3f", r.modelled_throughput) << ',' << format("%.9g", r.modelled_p50_ms) << ','
+    << format("%.9g", r.modelled_p99_ms) << '\n';
   return o.str();
 }
 
@@ -218,7 +273,10 @@ std::string to_json(const run_report& r) {
   o << "},\"throughput_rps\":" << format("%.3f", r.throughput) << ",\"latency_ms\":{\"p50\":"
     << format("%.3f", r.p50_ms) << ",\"p90\":" << format("%.3f", r.p90_ms) << ",\"p99\":"
     << format("%.3f", r.p99_ms) << ",\"mean\":" << format("%.3f", r.mean_ms) << ",\"max\":"
-    << format("%.3f", r.max_ms) << "}}\n";
+    << format("%.3f", r.max_ms) << "},\"modelled\":{\"answers\":" << r.modelled_answers << ",\"seconds\":"
+    << format("%.9g", r.modelled_seconds) << ",\"throughput_rps\":" << format("%.3f", r.modelled_throughput)
+    << ",\"latency_ms\":{\"p50\":" << format("%.9g", r.modelled_p50_ms) << ",\"p90\":" << format("%.9g", r.modelled_p90_ms)
+    << ",\"p99\":" << format("%.9g", r.modelled_p99_ms) << ",\"mean\":" << format("%.9g", r.modelled_mean_ms) << "}}}\n";
   return o.str();
 }
 

@@ -261,6 +261,7 @@ TEST_F(EmbedHttp, LoadgenDrivesEmbed) {
   EXPECT_EQ(report["errors"], 0) << report.dump();
   EXPECT_GT(report["throughput_rps"].get<double>(), 0);
   EXPECT_GT(report["latency_ms"]["p99"].get<double>(), 0);
+  EXPECT_EQ(report["modelled"]["answers"], 0) << "the reference backend models no time";
 }
 
 // OpenAI's /v1/embeddings: a list of id lists, float and base64 (little-endian float32), usage.
@@ -631,6 +632,60 @@ TEST(EmbedProcesses, TileHostServesEmbeddingsFromTilesAndTheGpuProcess) {
     post(c, "/embed", {{"inputs", "still serving"}});
     EXPECT_EQ(p.stop(), 0) << su.name;
   }
+}
+
+// The modelled clock from tiles to tessera-loadgen: each answer's x-modelled-time is its batch on
+// the modelled IPU (tessera-host --preset, ipu-mk2), the same figure /metrics adds to
+// tessera_batch_modelled_duration and tessera_backend_modelled_seconds; tessera-loadgen --target
+// /embed reports it beside the wall clock (percentiles, and req/s over the modelled device time:
+// the backend's modelled seconds over the run / its replicas up). The reference backend models no
+// time: no header, no modelled figures (EmbedHttp.LoadgenDrivesEmbed's report has 0 answers).
+TEST(EmbedProcesses, LoadgenReportsTheModelledClockBesideTheWallClock) {
+  using tessera::test_support::bin;
+  using tessera::test_support::metric_value;
+  tessera::test_support::served_process p({bin("tessera-host"), "--model", models_dir() + "/tiny-embed", "--tile-memory",
+                                           "64MiB", "--tiles", "2", "--serve", "--port", "0"});
+  ASSERT_NE(p.port(), 0) << p.line();
+  http_connection c("127.0.0.1", p.port());
+  const auto before = c.request("GET", "/metrics").body;
+  auto r = c.request("POST", "/embed", json{{"inputs", "one request, one batch"}}.dump());
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const double header_ms = std::atof(r.header("x-modelled-time").c_str());
+  const auto after = c.request("GET", "/metrics").body;
+  const double sum = metric_value(after, "tessera_batch_modelled_duration_sum") -
+                     std::max(0.0, metric_value(before, "tessera_batch_modelled_duration_sum"));
+  const double backend = metric_value(after, "tessera_backend_modelled_seconds{backend=\"tiles0\"}") -
+                         metric_value(before, "tessera_backend_modelled_seconds{backend=\"tiles0\"}");
+  EXPECT_GT(header_ms, 0) << r.header("x-modelled-time");
+  EXPECT_NEAR(header_ms, sum * 1e3, 1e-6 * header_ms);
+  EXPECT_NEAR(header_ms, backend * 1e3, 1e-6 * header_ms);
+  std::cout << "[ modelled ] one /embed on tiles: " << header_ms << " ms modelled (ipu-mk2)\n";
+
+  const std::string out =
+      (std::filesystem::temp_directory_path() / ("tessera-embed-clocks-" + std::to_string(::getpid()) + ".json")).string();
+  const std::string table = out + ".txt";
+  const std::string cmd = bin("tessera-loadgen") + " --port " + std::to_string(p.port()) +
+                          " --target /embed --mode closed --connections 4 --requests 64 --mix seed-40 --quiet --json " +
+                          out + " > " + table + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream f(out);
+  const json report = json::parse(f, nullptr, false);
+  std::ifstream t(table);
+  const std::string text((std::istreambuf_iterator<char>(t)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(out);
+  std::filesystem::remove(table);
+  ASSERT_TRUE(report.is_object()) << text;
+  EXPECT_EQ(report["ok"], 64) << report.dump();
+  const json& m = report["modelled"];
+  EXPECT_EQ(m["answers"], 64) << report.dump();
+  EXPECT_GT(m["latency_ms"]["p50"].get<double>(), 0) << report.dump();
+  EXPECT_GE(m["latency_ms"]["p99"].get<double>(), m["latency_ms"]["p50"].get<double>()) << report.dump();
+  EXPECT_GT(m["seconds"].get<double>(), 0) << report.dump();
+  EXPECT_NEAR(m["throughput_rps"].get<double>(), 64 / m["seconds"].get<double>(), 1e-3 * m["throughput_rps"].get<double>() + 2e-3);
+  EXPECT_NE(text.find("modelled ms  p50"), std::string::npos) << text;
+  EXPECT_NE(text.find("s of modelled device time"), std::string::npos) << text;
+  std::cout << text;
+  EXPECT_EQ(p.stop(), 0);
 }
 
 // A classifier (bert-tiny) answers the embedding routes with TEI's 424, base64 included.

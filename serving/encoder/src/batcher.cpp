@@ -185,6 +185,7 @@ void batcher::on_batch_done(std::shared_ptr<std::vector<request_ptr>> seqs, back
     if (r.timing.modelled_seconds > 0)
       metrics_->batch_modelled_duration.observe(r.timing.modelled_seconds);
   }
+  if (r.st.ok()) modelled_seconds_.fetch_add(r.timing.modelled_seconds, std::memory_order_relaxed);
   // Rows per sequence: one, or every token's for a sequence asking every_token (embedding models).
   size_t rows = 0;
   for (const auto& req : *seqs) rows += req->input.every_token ? req->input.token_ids.size() : 1;
@@ -202,6 +203,7 @@ void batcher::on_batch_done(std::shared_ptr<std::vector<request_ptr>> seqs, back
       o.queue_seconds = to_seconds(dispatched - req->arrival);
       o.inference_seconds = to_seconds(now - dispatched);
       o.backend = backend_name_;
+      o.modelled_seconds = r.timing.modelled_seconds;
       if (metrics_) {
         metrics_->queue_duration.observe(o.queue_seconds);
         metrics_->inference_duration.observe(o.inference_seconds);

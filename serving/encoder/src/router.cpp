@@ -176,6 +176,10 @@ std::vector<gauge_sample> router::gauges() const {
     g.push_back({"tessera_backend_sequences" + label(i),
                  "Sequences the backend answered with logits",
                  static_cast<double>(batchers_[i]->sequences_served())});
+  for (size_t i = 0; i < batchers_.size(); ++i)
+    g.push_back({"tessera_backend_modelled_seconds" + label(i),
+                 "Modelled seconds of the batches the backend answered, summed over its replicas",
+                 batchers_[i]->modelled_seconds()});
   std::vector<std::vector<backends::replica_status>> reps;
   for (const auto& b : batchers_) reps.push_back(b->backend().replicas());
   for (size_t i = 0; i < batchers_.size(); ++i)

@@ -384,10 +384,11 @@ void encoder_infer(encoder_parts& parts, tei_job job, const reply_fn& reply) {
   call->build = [&svc_, &metrics_, batch = job.batch, answer = std::move(job.answer), chars, tokens, tokenization_seconds,
                  start](std::vector<sequence_outcome>& outs) {
     // TEI's x-compute-tokens; OpenAI's usage.prompt_tokens reads it from here too.
-    double queue = 0, inference = 0;
+    double queue = 0, inference = 0, modelled = 0;
     for (auto& o : outs) {
       queue += o.queue_seconds;
       inference += o.inference_seconds;
+      modelled = std::max(modelled, o.modelled_seconds);
     }
     json body;
     if (auto err = answer(outs, body, tokens)) return svc_.error_body(err->status, err->type, err->message);
@@ -410,6 +411,12 @@ void encoder_infer(encoder_parts& parts, tei_job job, const reply_fn& reply) {
                  {"x-tokenization-time", millis(tokenization_seconds)},
                  {"x-queue-time", millis(queue / n)},
                  {"x-inference-time", millis(inference / n)}};
+    // The modelled clock (tessera's): the slowest of its batches on the modelled device, in ms.
+    if (modelled > 0) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.9g", modelled * 1e3);
+      r.headers.emplace_back("x-modelled-time", text);
+    }
     return r;
   };
   svc_.submit_all(call, std::move(seqs));

@@ -20,9 +20,11 @@
 
 #include <condition_variable>
 #include <deque>
+#include <optional>
 #include <thread>
 
 #include "tessera/backends/backend.hpp"
+#include "tessera/host/program_timing.hpp"
 #include "tessera/host/tile_model.hpp"
 
 namespace tessera::host {
@@ -34,6 +36,10 @@ struct tile_backend_config {
   /// Batches queued while no replica is up wait this long for one to come back, then fail
   /// (peer_failed), so the router can answer them elsewhere.
   std::chrono::milliseconds max_wait_for_replica{15000};
+  /// The modelled clock: each batch's time on this IPU preset (program_timing.hpp: the plan's
+  /// tiles stand for the chip, every replica for its share), in batch_result.timing.modelled_seconds.
+  /// Unset: 0 (not modelled).
+  std::optional<timing::ipu_preset> preset;
 };
 
 class tile_backend final : public backends::backend {
@@ -88,6 +94,7 @@ class tile_backend final : public backends::backend {
   std::unique_ptr<tile_model> model_;
   backends::backend_info info_;
   tile_backend_config cfg_;
+  tensor_table tensors_;  ///< the plan's tensors per tile, for the modelled clock (with cfg_.preset)
   std::atomic<int64_t> recoveries_{0};
   std::atomic<int64_t> retries_{0};
   std::atomic<double> last_recovery_seconds_{0};

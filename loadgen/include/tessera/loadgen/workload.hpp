@@ -54,6 +54,15 @@ struct run_report {
   std::map<std::string, int64_t> errors_by_kind;  ///< "429", "503", "connect", "timeout" ...
   double throughput = 0;       ///< ok answers per second
   double p50_ms = 0, p90_ms = 0, p99_ms = 0, mean_ms = 0, max_ms = 0;
+  /// The modelled clock, when the server gives one (tessera's x-modelled-time header: the
+  /// modelled time of the batch a request ran in). modelled_answers: ok answers that carried it.
+  int64_t modelled_answers = 0;
+  double modelled_p50_ms = 0, modelled_p90_ms = 0, modelled_p99_ms = 0, modelled_mean_ms = 0;
+  /// Modelled device time the run took: per backend, the growth of its
+  /// tessera_backend_modelled_seconds over the run / its replicas up (they run side by side);
+  /// the slowest backend's. 0 when the server's /metrics has none.
+  double modelled_seconds = 0;
+  double modelled_throughput = 0;  ///< ok answers / modelled_seconds
 };
 
 /// The q-quantile (0 < q <= 1, nearest rank) of sorted, non-empty values.
@@ -67,6 +76,11 @@ latency_summary summarize_ms(std::vector<double> seconds);
 
 /// Fills throughput and percentiles from per-request latencies (seconds) of the ok answers.
 void summarize(run_report& r, std::vector<double> latencies_seconds);
+
+/// The modelled clock's part of a report: per-request modelled latencies (seconds, the answers
+/// that carried x-modelled-time) and the server's /metrics text before and after the run.
+void summarize_modelled(run_report& r, std::vector<double> modelled_seconds, const std::string& metrics_before,
+                        const std::string& metrics_after);
 
 /// A human table; one CSV header + row; a JSON object.
 std::string to_table(const run_report& r);

@@ -30,6 +30,7 @@ struct sequence_outcome {
   double queue_seconds = 0;     ///< admitted -> handed to a backend
   double inference_seconds = 0; ///< handed to a backend -> answered
   std::string backend;          ///< name of the backend that answered ("" if none)
+  double modelled_seconds = 0;  ///< the modelled time of the batch it ran in (0: the backend models none)
 };
 
 using completion = std::function<void(sequence_outcome)>;

@@ -67,6 +67,8 @@ class batcher {
   int inflight_batches() const;
   /// Sequences this batcher answered with logits, and batches it sent.
   int64_t sequences_served() const { return sequences_served_.load(std::memory_order_relaxed); }
+  /// Modelled seconds of the batches answered (backends::batch_timing::modelled_seconds, summed).
+  double modelled_seconds() const { return modelled_seconds_.load(std::memory_order_relaxed); }
   int64_t batches_sent() const { return batches_sent_.load(std::memory_order_relaxed); }
   backends::backend& backend() { return *backend_; }
   const backends::backend& backend() const { return *backend_; }
@@ -99,6 +101,7 @@ class batcher {
   bool dirty_ = false;     // something changed since the last poll
   bool stopping_ = false;
   std::atomic<int64_t> sequences_served_{0};
+  std::atomic<double> modelled_seconds_{0};
   std::atomic<int64_t> batches_sent_{0};
   std::thread thread_;
 };
