@@ -41,11 +41,11 @@ int main(int argc, char** argv) {
       "text", po::value(&texts)->multitoken(), "text(s) to tokenize and classify (one sequence each)")(
       "pair", po::value(&pair), "second text: classify --text as a sentence pair")(
       "threads", po::value(&threads)->default_value(2), "oneDNN/OpenMP threads")(
-      "dtype", po::value(&dtype_text)->default_value("fp32"), "forward in fp32 (the reference) or bf16")(
+      "dtype", po::value(&dtype_text)->default_value("fp32"), "forward in fp32 (the reference), bf16, or int8 (the encoder's Linear layers; docs/models.md \"int8\")")(
       "save", po::value(&save_dir), "write the model as a Hugging Face folder");
   po::variables_map vm;
   if (auto done = tessera::parse_command_line("tessera-models", argc, argv, opts, vm)) return *done;
-  const auto dt = parse_dtype(dtype_text);
+  const auto dt = parse_dtype(dtype_text, /*allow_int8=*/true);
   if (!dt) {
     std::cerr << dt.error().message() << "\n";
     return 2;

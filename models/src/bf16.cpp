@@ -7,15 +7,36 @@
 
 namespace tessera::models {
 
-std::string_view dtype_name(dtype d) { return d == dtype::bf16 ? "bf16" : "fp32"; }
-
-result<dtype> parse_dtype(std::string_view text) {
-  if (text == "fp32") return dtype::fp32;
-  if (text == "bf16") return dtype::bf16;
-  return status::invalid("unknown dtype \"" + std::string(text) + "\": use fp32 or bf16");
+std::string_view dtype_name(dtype d) {
+  switch (d) {
+    case dtype::bf16: return "bf16";
+    case dtype::int8: return "int8";
+    case dtype::fp32: break;
+  }
+  return "fp32";
 }
 
-int dtype_bytes(dtype d) { return d == dtype::bf16 ? 2 : 4; }
+result<dtype> parse_dtype(std::string_view text, bool allow_int8) {
+  if (text == "fp32") return dtype::fp32;
+  if (text == "bf16") return dtype::bf16;
+  if (text == "int8") {
+    if (allow_int8) return dtype::int8;
+    return status::unsupported(
+        "--dtype int8 runs the BERT encoder in one process only (tessera-models, tessera-bench-models, "
+        "tessera-serve); use fp32 or bf16 here");
+  }
+  return status::invalid("unknown dtype \"" + std::string(text) + "\": use fp32 or bf16" +
+                         (allow_int8 ? " or int8" : ""));
+}
+
+int dtype_bytes(dtype d) {
+  switch (d) {
+    case dtype::bf16: return 2;
+    case dtype::int8: return 1;
+    case dtype::fp32: break;
+  }
+  return 4;
+}
 
 namespace {
 
@@ -72,8 +93,27 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void to_float_avx512(const 
 
 std::string bf16_isa_name() { return isa_name(dnnl::get_effective_cpu_isa()); }
 
+namespace {
+
+const bool cpu_has_avx512_vnni = __builtin_cpu_supports("avx512vnni");
+
+bool isa_has_vnni(dnnl::cpu_isa isa) {
+  const auto want = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_vnni);
+  return (static_cast<unsigned>(isa) & want) == want;
+}
+
+}  // namespace
+
 status check_dtype_supported(dtype d) {
   if (d == dtype::fp32) return status{};
+  if (d == dtype::int8) {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    if (!cpu_has_avx512_vnni || !isa_has_vnni(isa))
+      return status::unsupported(std::string("--dtype int8 needs a CPU with avx512_vnni (oneDNN's ISA here is ") +
+                                 isa_name(isa) + (cpu_has_avx512_vnni ? ", lowered by ONEDNN_MAX_CPU_ISA" : "") +
+                                 "); use --dtype fp32 or bf16");
+    return status{};
+  }
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   if (!cpu_has_avx512_bf16 || !isa_has_bf16(isa))
     return status::unsupported(std::string("--dtype bf16 needs a CPU with avx512_bf16 or AMX (oneDNN's ISA here is ") +

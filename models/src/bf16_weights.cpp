@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "tessera/models/int8_weights.hpp"
 #include "tessera/models/model.hpp"
 
 namespace tessera::models {
@@ -60,6 +61,13 @@ status set_dtype(bert_model& m, dtype d) {
     const status st = check_dtype_supported(d);
     if (st.code() != tessera::errc::ok) return st;
     if (!m.bf16) m.bf16 = std::make_shared<const bf16_bert_weights>(bf16_bert_weights::convert(m.config, m.weights));
+  }
+  if (d == dtype::int8) {
+    if (m.int8) {  // calibrated and quantized before: switch back to it
+      if (auto st = check_dtype_supported(d); !st.ok()) return st;
+    } else {
+      return set_int8(m, int8_calibration_batch(m.config));
+    }
   }
   m.compute = d;
   return status{};

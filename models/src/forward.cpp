@@ -8,6 +8,7 @@
 
 #include "tessera/common/check.hpp"
 #include "tessera/models/bf16_weights.hpp"
+#include "tessera/models/int8_weights.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/op_profile.hpp"
 #include "forward_internal.hpp"
@@ -16,6 +17,14 @@ namespace tessera::models {
 namespace {
 
 thread_local forward_profile* profile = nullptr;
+thread_local int8_ranges* int8_observer = nullptr;
+
+// Calibration (int8_weights.hpp): max |x| of layer l's GEMM input at `site`, when observing.
+void observe(int l, int8_site site, const float* x, int64_t T, int64_t n) {
+  if (!int8_observer || l >= static_cast<int>(int8_observer->abs_max.size())) return;
+  float& m = int8_observer->abs_max[static_cast<size_t>(l)][static_cast<size_t>(site)];
+  m = std::max(m, abs_max(x, T, n));
+}
 
 double clock_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -97,18 +106,22 @@ std::vector<float> run_encoder(const bert_model& m, const int32_t* ids, const in
   const activation act = act_of(c);
   for (int l = 0; l < c.num_layers; ++l) {
     const layer_weights& w = m.weights.layer(l);
+    observe(l, int8_site::qkv_in, x.data(), T, h);
     timed(forward_op::qkv_gemm, 3 * hh, [&] {
       linear(x.data(), T, h, w.query_w, w.query_b, h, qkv, activation::none, h, 3 * h);
       linear(x.data(), T, h, w.key_w, w.key_b, h, qkv + h, activation::none, h, 3 * h);
       linear(x.data(), T, h, w.value_w, w.value_b, h, qkv + 2 * h, activation::none, h, 3 * h);
     });
     timed(forward_op::attention, 0, [&] { attend(qkv, 3 * h, ctx); });
+    observe(l, int8_site::context, ctx, T, h);
     timed(forward_op::attn_out_gemm, hh,
           [&] { linear(ctx, T, h, w.attn_out_w, w.attn_out_b, h, tmp); });
     timed(forward_op::attn_add_norm, 0, [&] {
       add_layer_norm(tmp, x.data(), T, h, w.attn_ln_gamma, w.attn_ln_beta, c.norm_eps, x.data());
     });
+    observe(l, int8_site::ffn_in, x.data(), T, h);
     timed(forward_op::ffn_in_gemm, hf, [&] { linear(x.data(), T, h, w.ffn_in_w, w.ffn_in_b, f, ffn, act); });
+    observe(l, int8_site::ffn_act, ffn, T, f);
     timed(forward_op::ffn_out_gemm, hf,
           [&] { linear(ffn, T, f, w.ffn_out_w, w.ffn_out_b, h, tmp); });
     timed(forward_op::ffn_add_norm, 0, [&] {
@@ -118,10 +131,73 @@ std::vector<float> run_encoder(const bert_model& m, const int32_t* ids, const in
   return x;
 }
 
+// The encoder with int8 Linear layers (int8_weights.hpp) over T rows: the residual stream,
+// attention and LayerNorm in fp32 as run_encoder; each GEMM input quantized with its layer's static
+// scale (the FFN-in GEMM writes its GELU output as int8 directly). Returns [T, hidden] fp32.
+std::vector<float> run_encoder_int8(const bert_model& m, const int32_t* ids, const int32_t* types,
+                                    const int32_t* seq_offsets, int num_rows_groups, int64_t T,
+                                    const attention_fn& attend) {
+  const bert_config& c = m.config;
+  const int8_bert_weights& w = *m.int8;
+  const int64_t h = c.hidden_size, f = c.intermediate_size;
+  const auto& e = m.weights.embeddings();
+  std::vector<float> x(static_cast<size_t>(T * h));
+  thread_local workspace<float> ws;
+  thread_local workspace<int8_t> ws8;
+  float* const base = ws.get(static_cast<size_t>(T * 5 * h));
+  float *const qkv = base, *const ctx = qkv + T * 3 * h, *const tmp = ctx + T * h;
+  int8_t* const base8 = ws8.get(static_cast<size_t>(T * (2 * h + f)));
+  int8_t *const xq = base8, *const ctxq = xq + T * h, *const ffnq = ctxq + T * h;
+  const double hh = 2.0 * T * h * h, hf = 2.0 * T * h * f;
+  timed(forward_op::embed, 0, [&] {
+    embed(ids, types, seq_offsets, num_rows_groups, e.word, e.position, e.token_type, h, x.data(),
+          c.position_pad_id());
+    layer_norm(x.data(), T, h, e.ln_gamma, e.ln_beta, c.norm_eps, x.data());
+  });
+  const activation act = act_of(c);
+  using enum int8_site;
+  auto scale = [](const int8_layer_weights& lw, int8_site s) { return lw.x_scale[static_cast<size_t>(s)]; };
+  for (int l = 0; l < c.num_layers; ++l) {
+    const int8_layer_weights& lw = w.layers[static_cast<size_t>(l)];
+    const layer_weights& fw = m.weights.layer(l);
+    timed(forward_op::qkv_gemm, 3 * hh, [&] {
+      quantize(x.data(), T, h, scale(lw, qkv_in), xq);
+      linear(xq, T, scale(lw, qkv_in), lw.qkv, lw.qkv_bias.data(), qkv);
+    });
+    timed(forward_op::attention, 0, [&] { attend(qkv, 3 * h, ctx); });
+    timed(forward_op::attn_out_gemm, hh, [&] {
+      quantize(ctx, T, h, scale(lw, context), ctxq);
+      linear(ctxq, T, scale(lw, context), lw.attn_out, fw.attn_out_b, tmp);
+    });
+    timed(forward_op::attn_add_norm, 0, [&] {
+      add_layer_norm(tmp, x.data(), T, h, fw.attn_ln_gamma, fw.attn_ln_beta, c.norm_eps, x.data());
+    });
+    timed(forward_op::ffn_in_gemm, hf, [&] {
+      quantize(x.data(), T, h, scale(lw, ffn_in), xq);
+      linear(xq, T, scale(lw, ffn_in), lw.ffn_in, fw.ffn_in_b, scale(lw, ffn_act), ffnq, act);
+    });
+    timed(forward_op::ffn_out_gemm, hf,
+          [&] { linear(ffnq, T, scale(lw, ffn_act), lw.ffn_out, fw.ffn_out_b, tmp); });
+    timed(forward_op::ffn_add_norm, 0, [&] {
+      add_layer_norm(tmp, x.data(), T, h, fw.out_ln_gamma, fw.out_ln_beta, c.norm_eps, x.data());
+    });
+  }
+  return x;
+}
+
+// The fp32-activation encoder of m's dtype (fp32 or int8).
+std::vector<float> run_encoder_f32(const bert_model& m, const int32_t* ids, const int32_t* types,
+                                   const int32_t* seq_offsets, int num_rows_groups, int64_t T,
+                                   const attention_fn& attend) {
+  if (m.compute == dtype::int8) return run_encoder_int8(m, ids, types, seq_offsets, num_rows_groups, T, attend);
+  return run_encoder(m, ids, types, seq_offsets, num_rows_groups, T, attend);
+}
+
 void check_batch(const bert_model& m, const packed_batch& b) {
   const status st = validate_batch(m.config, b);
   TESSERA_CHECK(st.ok()) << "forward on an invalid batch (call validate_batch first): " << st.to_string();
-  TESSERA_CHECK(m.compute == dtype::fp32 || m.bf16) << "a bf16 model without bf16 weights (use set_dtype)";
+  TESSERA_CHECK(m.compute != dtype::bf16 || m.bf16) << "a bf16 model without bf16 weights (use set_dtype)";
+  TESSERA_CHECK(m.compute != dtype::int8 || m.int8) << "an int8 model without int8 weights (use set_dtype)";
 }
 
 // Logits need a classification head: an embedding model has none (reference_embed pools instead).
@@ -189,6 +265,7 @@ std::vector<bfloat16> run_encoder_bf16(const bert_model& m, const packed_batch& 
 }  // namespace
 
 void set_forward_profile(forward_profile* p) { profile = p; }
+void detail::set_int8_observer(int8_ranges* r) { int8_observer = r; }
 forward_profile* current_forward_profile() { return profile; }
 
 const char* op_name(forward_op op) {
@@ -231,11 +308,11 @@ std::vector<float> reference_encoder(const bert_model& m, const packed_batch& b)
   const int num_heads = m.config.num_heads, head_dim = m.config.head_dim();
   const int32_t* offsets = b.seq_offsets.data();
   const int n = b.num_seqs();
-  return run_encoder(m, b.token_ids.data(), b.token_type_ids.data(), offsets, n, b.num_tokens(),
-                     [&](const float* qkv, int64_t ld, float* ctx) {
-                       attention_packed({qkv, ld}, {qkv + h, ld}, {qkv + 2 * h, ld}, offsets, n, num_heads,
-                                        head_dim, {ctx, h});
-                     });
+  return run_encoder_f32(m, b.token_ids.data(), b.token_type_ids.data(), offsets, n, b.num_tokens(),
+                         [&](const float* qkv, int64_t ld, float* ctx) {
+                           attention_packed({qkv, ld}, {qkv + h, ld}, {qkv + 2 * h, ld}, offsets, n, num_heads,
+                                            head_dim, {ctx, h});
+                         });
 }
 
 std::vector<float> reference_forward(const bert_model& m, const packed_batch& b) {
@@ -302,11 +379,11 @@ void for_each_padded_chunk(const bert_model& m, const packed_batch& b, int batch
       sink(chunk);
       continue;
     }
-    const auto x = run_encoder(m, ids.data(), types.data(), offsets.data(), count, T,
-                               [&](const float* qkv, int64_t ld, float* ctx) {
-                                 attention_padded({qkv, ld}, {qkv + h, ld}, {qkv + 2 * h, ld}, lengths.data(),
-                                                  count, max_len, c.num_heads, c.head_dim(), {ctx, h});
-                               });
+    const auto x = run_encoder_f32(m, ids.data(), types.data(), offsets.data(), count, T,
+                                   [&](const float* qkv, int64_t ld, float* ctx) {
+                                     attention_padded({qkv, ld}, {qkv + h, ld}, {qkv + 2 * h, ld}, lengths.data(),
+                                                      count, max_len, c.num_heads, c.head_dim(), {ctx, h});
+                                   });
     chunk.hidden = x.data();
     sink(chunk);
   }

@@ -8,7 +8,15 @@
 #include "tessera/models/bf16.hpp"
 #include "tessera/models/model.hpp"
 
+namespace tessera::models {
+struct int8_ranges;
+}
+
 namespace tessera::models::detail {
+
+/// While set (calibrate_int8, this thread only), the fp32 encoder records max |x| of each
+/// Linear's input per layer and site into it.
+void set_int8_observer(int8_ranges* r);
 
 /// One padded batch's final hidden states: `count` sequences from `first`, each padded to
 /// max_len rows; exactly one of hidden (fp32) and hidden_bf16 is set, [num_rows, hidden].

@@ -1,5 +1,5 @@
-// tessera/models/bf16.hpp: the compute data type of a forward (fp32, the reference, or bf16) and
-// bfloat16 values.
+// tessera/models/bf16.hpp: the compute data type of a forward (fp32, the reference, bf16, or int8
+// for the BERT encoder's Linear layers) and bfloat16 values.
 //
 // bf16 keeps fp32's 8-bit exponent and 7 of its 23 mantissa bits: the emulated hardware stores
 // activations and weights this way and accumulates in fp32. Conversion rounds to nearest even.
@@ -18,22 +18,29 @@
 
 namespace tessera::models {
 
-/// Element type of weights and activations in a forward. fp32 is the reference.
-enum class dtype : uint8_t { fp32, bf16 };
+/// Element type of weights and activations in a forward. fp32 is the reference. int8 is the BERT
+/// encoder's Linear layers only (int8_weights.hpp): parse_dtype refuses it unless the caller
+/// allows it, so a path without int8 (decoders, tiles, the GPU baseline) never sees it.
+enum class dtype : uint8_t { fp32, bf16, int8 };
 
-/// "fp32" or "bf16".
+/// "fp32", "bf16" or "int8".
 std::string_view dtype_name(dtype d);
 
 /// How far a bf16 forward's logits may be from the fp32 reference's: this times
 /// max(1, max |fp32 logit|) (docs/models.md, "bf16": 8x the error measured on BERT-base, and a
 /// wrong layout or a stale weight moves logits by 0.1 or more).
 inline constexpr double bf16_logit_bound = 0.05;
-/// Parses "fp32" or "bf16"; anything else is an invalid_argument naming both.
-result<dtype> parse_dtype(std::string_view text);
-/// Bytes per element: 4 or 2.
+/// How far an int8 BERT forward's logits may be from the fp32 reference's: this times
+/// max(1, max |fp32 logit|) (docs/models.md, "int8").
+inline constexpr double int8_logit_bound = 0.15;
+/// Parses "fp32" or "bf16" (and "int8" when allow_int8); anything else is an invalid_argument
+/// naming the choices. "int8" where it is not allowed names the paths that run it.
+result<dtype> parse_dtype(std::string_view text, bool allow_int8 = false);
+/// Bytes per element: 4, 2 or 1 (int8: the Linear matrices' and their inputs').
 int dtype_bytes(dtype d);
 
-/// OK when this CPU runs `d` natively. bf16 needs oneDNN's avx512_core_bf16 or AMX kernels (the
+/// OK when this CPU runs `d` natively. int8 needs oneDNN's avx512_core_vnni ISA (or a superset)
+/// and the CPU's avx512_vnni instructions. bf16 needs oneDNN's avx512_core_bf16 or AMX kernels (the
 /// effective ISA, which ONEDNN_MAX_CPU_ISA may lower) and the avx512_bf16 instructions; without
 /// them it is `unsupported` with a message saying so: tessera never falls back to fp32 silently,
 /// and oneDNN's emulated bf16 is slower than fp32.

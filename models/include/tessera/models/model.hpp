@@ -24,6 +24,7 @@
 namespace tessera::models {
 
 struct bf16_bert_weights;
+struct int8_bert_weights;
 
 struct bert_model {
   bert_config config;
@@ -38,10 +39,12 @@ struct bert_model {
   /// (config.num_labels 0: no head), a one-label classifier a reranker, anything else a classifier.
   encoder_task task = encoder_task::classifier;
   embedding_config embedding;               ///< pooling, normalize, prompts (task embedding)
-  /// What reference_forward computes in: fp32 (the reference) or bf16 (set_dtype).
+  /// What reference_forward computes in: fp32 (the reference), bf16 or int8 (set_dtype).
   dtype compute = dtype::fp32;
   /// The bf16 copy of the weights, made once by set_dtype(dtype::bf16); shared by copies.
   std::shared_ptr<const bf16_bert_weights> bf16;
+  /// The int8 encoder Linear layers and calibrated scales (set_dtype(dtype::int8) or set_int8).
+  std::shared_ptr<const int8_bert_weights> int8;
 
   /// A tokenizer over the model's vocab, max_length = max_position_embeddings.
   result<wordpiece_tokenizer> make_tokenizer() const;
@@ -49,7 +52,8 @@ struct bert_model {
 
 /// Sets the forward's dtype. bf16 checks the CPU (check_dtype_supported: unsupported, with a
 /// message, where bf16 would not run natively) and converts the weights once (bf16_weights.hpp);
-/// fp32 keeps the bf16 copy, if any, for a later switch back.
+/// fp32 keeps the bf16 copy, if any, for a later switch back. int8 checks the CPU, then (once)
+/// calibrates on int8_calibration_batch and quantizes (int8_weights.hpp).
 status set_dtype(bert_model& model, dtype d);
 
 /// A preset (see preset_config) with make_preset_weights(seed) and the built-in vocab.
