@@ -23,8 +23,8 @@ import argparse, json, math, os, shutil, struct, sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from goldens_io import write_safetensors, write_goldens  # noqa: E402
-from encoder_f64 import encoder as encoder_f64  # noqa: E402
+from goldens_io import write_safetensors, write_goldens, write_json, rounded  # noqa: E402
+from encoder_f64 import encoder as encoder_f64, encoder_params  # noqa: E402
 
 CFG = dict(hidden_size=40, num_hidden_layers=2, num_attention_heads=5, intermediate_size=72,
            max_position_embeddings=32, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu")
@@ -33,20 +33,9 @@ PROMPTS = {"query": "query: ", "passage": "passage: "}
 
 
 def init_params(vocab_size, rng, prefix, num_labels):
-    h, f, L, P = CFG["hidden_size"], CFG["intermediate_size"], CFG["num_hidden_layers"], CFG["max_position_embeddings"]
+    h = CFG["hidden_size"]
     n = lambda *shape, std=0.1: rng.standard_normal(shape) * std
-    p = {prefix + "embeddings.word_embeddings.weight": n(vocab_size, h, std=0.5),
-         prefix + "embeddings.position_embeddings.weight": n(P, h, std=0.5),
-         prefix + "embeddings.token_type_embeddings.weight": n(2, h, std=0.5),
-         prefix + "embeddings.LayerNorm.weight": 1 + n(h), prefix + "embeddings.LayerNorm.bias": n(h)}
-    for l in range(L):
-        pre = f"{prefix}encoder.layer.{l}."
-        for name in ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"]:
-            p[pre + name + ".weight"] = n(h, h, std=0.2); p[pre + name + ".bias"] = n(h, std=0.05)
-        p[pre + "attention.output.LayerNorm.weight"] = 1 + n(h); p[pre + "attention.output.LayerNorm.bias"] = n(h)
-        p[pre + "intermediate.dense.weight"] = n(f, h, std=0.15); p[pre + "intermediate.dense.bias"] = n(f, std=0.05)
-        p[pre + "output.dense.weight"] = n(h, f, std=0.1); p[pre + "output.dense.bias"] = n(h, std=0.05)
-        p[pre + "output.LayerNorm.weight"] = 1 + n(h); p[pre + "output.LayerNorm.bias"] = n(h)
+    p = encoder_params(n, prefix, vocab_size, CFG)
     p[prefix + "pooler.dense.weight"] = n(h, h, std=0.15); p[prefix + "pooler.dense.bias"] = n(h, std=0.05)
     if num_labels:
         p["classifier.weight"] = n(num_labels, h, std=0.5); p["classifier.bias"] = n(num_labels, std=0.1)
@@ -69,12 +58,6 @@ def pool(x, mode):
     raise ValueError(mode)
 
 
-def write_json(path, obj):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=2); f.write("\n")
-
-
 def make_seqs(vocab_size, rng, pairs):
     P = CFG["max_position_embeddings"]
     def seq(L):
@@ -87,10 +70,6 @@ def make_seqs(vocab_size, rng, pairs):
 
 def flat(seqs):
     return [i for a, _ in seqs for i in a], [t for _, ts in seqs for t in ts], [len(a) for a, _ in seqs]
-
-
-def rounded(a):
-    return [float(f"{v:.9g}") for v in np.asarray(a).reshape(-1)]
 
 
 def main():

@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from goldens_io import write_safetensors, write_goldens  # noqa: E402
+from encoder_f64 import encoder_params  # noqa: E402
 
 CFG = dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=6, intermediate_size=200,
            max_position_embeddings=64, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu",
@@ -58,22 +59,10 @@ def make_vocab():
 
 
 def init_params(vocab_size, gen):
-    h, f, L = CFG["hidden_size"], CFG["intermediate_size"], CFG["num_hidden_layers"]
-    P, nl = CFG["max_position_embeddings"], len(CFG["id2label"])
+    h, nl = CFG["hidden_size"], len(CFG["id2label"])
     def n(*shape, std=0.1):
         return (torch.randn(*shape, generator=gen) * std).float()
-    p = {"bert.embeddings.word_embeddings.weight": n(vocab_size, h, std=0.5),
-         "bert.embeddings.position_embeddings.weight": n(P, h, std=0.5),
-         "bert.embeddings.token_type_embeddings.weight": n(2, h, std=0.5),
-         "bert.embeddings.LayerNorm.weight": 1 + n(h), "bert.embeddings.LayerNorm.bias": n(h)}
-    for l in range(L):
-        pre = f"bert.encoder.layer.{l}."
-        for name in ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"]:
-            p[pre + name + ".weight"] = n(h, h, std=0.15); p[pre + name + ".bias"] = n(h, std=0.05)
-        p[pre + "attention.output.LayerNorm.weight"] = 1 + n(h); p[pre + "attention.output.LayerNorm.bias"] = n(h)
-        p[pre + "intermediate.dense.weight"] = n(f, h, std=0.15); p[pre + "intermediate.dense.bias"] = n(f, std=0.05)
-        p[pre + "output.dense.weight"] = n(h, f, std=0.1); p[pre + "output.dense.bias"] = n(h, std=0.05)
-        p[pre + "output.LayerNorm.weight"] = 1 + n(h); p[pre + "output.LayerNorm.bias"] = n(h)
+    p = encoder_params(n, "bert.", vocab_size, CFG, attn_std=0.15)
     p["bert.pooler.dense.weight"] = n(h, h, std=0.15); p["bert.pooler.dense.bias"] = n(h, std=0.05)
     p["classifier.weight"] = n(nl, h, std=0.5); p["classifier.bias"] = n(nl, std=0.1)
     return p

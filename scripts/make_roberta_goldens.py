@@ -27,10 +27,9 @@ import argparse, json, math, os, sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_embedding_goldens import write_json, write_safetensors, rounded  # noqa: E402 (file helpers only)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from encoder_f64 import encoder as encoder_f64  # noqa: E402
+from goldens_io import write_json, write_safetensors, rounded  # noqa: E402
+from encoder_f64 import encoder as encoder_f64, encoder_params  # noqa: E402
 
 PAD, BOS, EOS = 1, 0, 2
 CFG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=56,
@@ -42,20 +41,9 @@ LABELS = ["negative", "neutral", "positive"]
 
 
 def init_params(vocab_size, rng, prefix, head, pooler):
-    h, f, L, P = CFG["hidden_size"], CFG["intermediate_size"], CFG["num_hidden_layers"], CFG["max_position_embeddings"]
+    h = CFG["hidden_size"]
     n = lambda *shape, std=0.1: rng.standard_normal(shape) * std
-    p = {prefix + "embeddings.word_embeddings.weight": n(vocab_size, h, std=0.5),
-         prefix + "embeddings.position_embeddings.weight": n(P, h, std=0.5),
-         prefix + "embeddings.token_type_embeddings.weight": n(1, h, std=0.5),
-         prefix + "embeddings.LayerNorm.weight": 1 + n(h), prefix + "embeddings.LayerNorm.bias": n(h)}
-    for l in range(L):
-        pre = f"{prefix}encoder.layer.{l}."
-        for name in ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"]:
-            p[pre + name + ".weight"] = n(h, h, std=0.2); p[pre + name + ".bias"] = n(h, std=0.05)
-        p[pre + "attention.output.LayerNorm.weight"] = 1 + n(h); p[pre + "attention.output.LayerNorm.bias"] = n(h)
-        p[pre + "intermediate.dense.weight"] = n(f, h, std=0.15); p[pre + "intermediate.dense.bias"] = n(f, std=0.05)
-        p[pre + "output.dense.weight"] = n(h, f, std=0.1); p[pre + "output.dense.bias"] = n(h, std=0.05)
-        p[pre + "output.LayerNorm.weight"] = 1 + n(h); p[pre + "output.LayerNorm.bias"] = n(h)
+    p = encoder_params(n, prefix, vocab_size, CFG)
     if pooler:  # stored by some checkpoints; neither the embedding model nor RoBERTa's head uses it
         p[prefix + "pooler.dense.weight"] = n(h, h, std=3.0); p[prefix + "pooler.dense.bias"] = n(h, std=3.0)
     if head:

@@ -1,7 +1,7 @@
 """The BERT-family encoder in float64 numpy, shared by the encoder goldens scripts (BERT embeddings
 and rerankers, RoBERTa / XLM-R): an oracle independent of tessera's C++, written once.
 
-    from encoder_f64 import encoder, erf
+    from encoder_f64 import encoder, encoder_params, erf
 """
 import math
 
@@ -40,3 +40,23 @@ def encoder(p, prefix, ids, types, positions, cfg):
         a = lin(x, pre + "intermediate.dense")
         x = ln(lin(0.5 * a * (1 + erf(a / math.sqrt(2))), pre + "output.dense") + x, pre + "output.LayerNorm")
     return x
+
+
+def encoder_params(n, prefix, vocab_size, cfg, attn_std=0.2):
+    """The embeddings and layers of a seeded BERT-family checkpoint (Hugging Face names under
+    prefix), drawn by n(*shape, std=...) in this order, so that a script's seed gives the same
+    checkpoint whatever draws it makes after (pooler, head). n: numpy or torch draws."""
+    h, f, L, P = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["max_position_embeddings"]
+    p = {prefix + "embeddings.word_embeddings.weight": n(vocab_size, h, std=0.5),
+         prefix + "embeddings.position_embeddings.weight": n(P, h, std=0.5),
+         prefix + "embeddings.token_type_embeddings.weight": n(cfg["type_vocab_size"], h, std=0.5),
+         prefix + "embeddings.LayerNorm.weight": 1 + n(h), prefix + "embeddings.LayerNorm.bias": n(h)}
+    for l in range(L):
+        pre = f"{prefix}encoder.layer.{l}."
+        for name in ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"]:
+            p[pre + name + ".weight"] = n(h, h, std=attn_std); p[pre + name + ".bias"] = n(h, std=0.05)
+        p[pre + "attention.output.LayerNorm.weight"] = 1 + n(h); p[pre + "attention.output.LayerNorm.bias"] = n(h)
+        p[pre + "intermediate.dense.weight"] = n(f, h, std=0.15); p[pre + "intermediate.dense.bias"] = n(f, std=0.05)
+        p[pre + "output.dense.weight"] = n(h, f, std=0.1); p[pre + "output.dense.bias"] = n(h, std=0.05)
+        p[pre + "output.LayerNorm.weight"] = 1 + n(h); p[pre + "output.LayerNorm.bias"] = n(h)
+    return p

@@ -1,7 +1,8 @@
-"""What the goldens scripts share: a safetensors writer over numpy arrays and a compact JSON dump.
+"""What the goldens scripts share: a safetensors writer over numpy arrays, a compact JSON dump,
+an indented JSON file (a checkpoint's config) and floats rounded to 9 significant digits.
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))  # scripts/
-    from goldens_io import write_safetensors, write_goldens
+    from goldens_io import write_safetensors, write_goldens, write_json, rounded
 """
 import json, os, struct, sys
 
@@ -32,3 +33,15 @@ def write_goldens(path, obj):
         json.dump(obj, f, separators=(",", ":"))
         f.write("\n")
     print(f"wrote {path} ({os.path.getsize(path)} bytes)", file=sys.stderr)
+
+
+def write_json(path, obj):
+    """Indented JSON (a config people read), its folder made first."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2); f.write("\n")
+
+
+def rounded(a):
+    """Every value of `a`, flattened, as a float of 9 significant digits (an fp32 value exactly)."""
+    return [float(f"{v:.9g}") for v in np.asarray(a).reshape(-1)]
