@@ -18,12 +18,12 @@ The forward here is Hugging Face BertModel's math written out in float64 numpy (
 each sequence on its own: no padding to mask), independent of tessera's C++ code; pooling follows
 sentence-transformers' Pooling module. Tolerance: 1e-4 absolute against tessera's fp32 forward.
 """
-import argparse, json, math, os, shutil, struct, sys
+import json, math, os, shutil, struct, sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from goldens_io import write_safetensors, write_goldens, write_json, rounded  # noqa: E402
+from goldens_io import write_safetensors, write_goldens, write_json, rounded, models_out_dir, write_sentence_transformers  # noqa: E402
 from encoder_f64 import encoder as encoder_f64, encoder_params  # noqa: E402
 
 CFG = dict(hidden_size=40, num_hidden_layers=2, num_attention_heads=5, intermediate_size=72,
@@ -73,10 +73,7 @@ def flat(seqs):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data", "models"))
-    args = ap.parse_args()
-    out = os.path.abspath(args.out)
+    out = models_out_dir(__file__)
     vocab_path = os.path.join(out, "tiny-odd", "vocab.txt")
     with open(vocab_path, encoding="utf-8") as f:
         vocab_size = len(f.read().splitlines())
@@ -86,17 +83,7 @@ def main():
     emb = os.path.join(out, "tiny-embed")
     os.makedirs(emb, exist_ok=True)
     write_json(os.path.join(emb, "config.json"), dict(architectures=["BertModel"], **base))
-    write_json(os.path.join(emb, "modules.json"), [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}])
-    write_json(os.path.join(emb, "1_Pooling", "config.json"), {
-        "word_embedding_dimension": CFG["hidden_size"], "pooling_mode_cls_token": False,
-        "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
-        "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
-        "pooling_mode_lasttoken": False, "include_prompt": True})
-    os.makedirs(os.path.join(emb, "2_Normalize"), exist_ok=True)
-    open(os.path.join(emb, "2_Normalize", ".keep"), "w").close()
+    write_sentence_transformers(emb, CFG["hidden_size"])
     write_json(os.path.join(emb, "config_sentence_transformers.json"),
                {"prompts": PROMPTS, "default_prompt_name": None, "similarity_fn_name": "cosine"})
     write_json(os.path.join(emb, "tokenizer_config.json"), {"do_lower_case": True, "tokenizer_class": "BertTokenizer"})

@@ -23,12 +23,12 @@ non-pad token at padding_idx + k; every token attended: no padding to mask), pos
 LayerNorm eps 1e-5; RobertaClassificationHead: dense + tanh + out_proj on the <s> token.
 Tolerance: 1e-4 absolute against tessera's fp32 forward.
 """
-import argparse, json, math, os, sys
+import json, math, os, sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from goldens_io import write_json, write_safetensors, rounded  # noqa: E402
+from goldens_io import write_json, write_safetensors, rounded, models_out_dir, write_sentence_transformers  # noqa: E402
 from encoder_f64 import encoder as encoder_f64, encoder_params  # noqa: E402
 
 PAD, BOS, EOS = 1, 0, 2
@@ -93,10 +93,7 @@ def base_config(model_type, arch, vocab_size, **extra):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data", "models"))
-    args = ap.parse_args()
-    out = os.path.abspath(args.out)
+    out = models_out_dir(__file__)
     rng = np.random.default_rng(2812)
 
     cls_dir = os.path.join(out, "tiny-roberta-cls")
@@ -110,17 +107,7 @@ def main():
     emb = os.path.join(out, "tiny-xlmr-embed")
     os.makedirs(emb, exist_ok=True)
     write_json(os.path.join(emb, "config.json"), base_config("xlm-roberta", "XLMRobertaModel", VOCAB["xlm-roberta"]))
-    write_json(os.path.join(emb, "modules.json"), [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}])
-    write_json(os.path.join(emb, "1_Pooling", "config.json"), {
-        "word_embedding_dimension": CFG["hidden_size"], "pooling_mode_cls_token": False,
-        "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
-        "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
-        "pooling_mode_lasttoken": False, "include_prompt": True})
-    os.makedirs(os.path.join(emb, "2_Normalize"), exist_ok=True)
-    open(os.path.join(emb, "2_Normalize", ".keep"), "w").close()
+    write_sentence_transformers(emb, CFG["hidden_size"])
     pe = init_params(VOCAB["xlm-roberta"], rng, "", 0, True)
     write_safetensors(os.path.join(emb, "model.safetensors"), pe)
 
