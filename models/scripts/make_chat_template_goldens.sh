@@ -9,13 +9,7 @@
 #
 #   models/scripts/make_chat_template_goldens.sh [BUILD_DIR]     (default build/; needs node and npm)
 set -euo pipefail
-src=$(cd "$(dirname "$0")/../.." && pwd)
-bin=$(cd "${1:-$src/build}" && pwd)/bin
-peer=$src/bench/peers/llamacpp
-data=$src/tests/data/models/decoders
-[ -d "$peer/node_modules/node-llama-cpp" ] || (cd "$peer" && npm ci --no-audit --no-fund)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/llamacpp_env.sh" "${1:-}"
 cases="gpt2-tiny:chatml llama-tiny:llama3 llama-tiny:llama2 llama-tiny:zephyr"
 for c in $cases; do
   "$bin/tessera-models" export-gguf --model "${c%%:*}" --chat-template-file "$data/chat_templates/${c##*:}.jinja" \

@@ -10,26 +10,16 @@
 //        "models": [{"name", "gguf", "source"}]}            (source: copied through for the test)
 // OUT:  {"generated_by", "node_llama_cpp", "models": {name: {...source, "template", "bos_text",
 //        "conversations": [{"messages", "rendered", "ids", "tokens"}]}}}
-import { readFileSync, writeFileSync } from "node:fs";
-import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+import { writeFileSync } from "node:fs";
+import { startOracle, loadGguf } from "./oracle_setup.mjs";
 import { Template } from "@huggingface/jinja";
 
-const [specPath, outPath] = process.argv.slice(2);
-if (!specPath || !outPath) {
-  console.error("usage: node chat_oracle.mjs SPEC.json OUT.json");
-  process.exit(2);
-}
-const spec = JSON.parse(readFileSync(specPath, "utf8"));
-const threads = spec.threads ?? 2;
-const maxTokens = spec.max_tokens ?? 12;
-const version = JSON.parse(readFileSync(new URL("./node_modules/node-llama-cpp/package.json", import.meta.url), "utf8")).version;
-
-const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error, maxThreads: threads });
+const { spec, outPath, threads, maxTokens, version, llama } = await startOracle("chat_oracle.mjs", 12);
 const out = { generated_by: "bench/peers/llamacpp/chat_oracle.mjs (GGUF chat template by @huggingface/jinja, " +
               "llama.cpp's tokenizer and greedy decoding through node-llama-cpp, CPU, f32)",
               node_llama_cpp: version, threads, max_tokens: maxTokens, models: {} };
 for (const m of spec.models) {
-  const model = await llama.loadModel({ modelPath: m.gguf, gpuLayers: 0, useMmap: false, checkTensors: true });
+  const model = await loadGguf(llama, m.gguf);
   const template = model.fileInfo.metadata?.tokenizer?.chat_template;
   if (typeof template !== "string") throw new Error(`${m.gguf}: no tokenizer.chat_template`);
   const bos = model.tokens.bosString ?? "", eos = model.tokens.eosString ?? "";

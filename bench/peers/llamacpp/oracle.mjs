@@ -6,24 +6,14 @@
 // SPEC: {"threads": 2, "max_tokens": 32, "models": [{"name", "gguf", "source"?, "prompts": [{"text"} | {"ids"}]}]}
 // OUT:  {"generated_by", "node_llama_cpp", "models": {name: {...source, "gguf", "prompts": [{"text"?, "ids", "tokens"}]}}}
 // (source: how tessera makes the same model, copied through for the test that reads OUT).
-import { readFileSync, writeFileSync } from "node:fs";
-import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+import { writeFileSync } from "node:fs";
+import { startOracle, loadGguf } from "./oracle_setup.mjs";
 
-const [specPath, outPath] = process.argv.slice(2);
-if (!specPath || !outPath) {
-  console.error("usage: node oracle.mjs SPEC.json OUT.json");
-  process.exit(2);
-}
-const spec = JSON.parse(readFileSync(specPath, "utf8"));
-const threads = spec.threads ?? 2;
-const maxTokens = spec.max_tokens ?? 32;
-const version = JSON.parse(readFileSync(new URL("./node_modules/node-llama-cpp/package.json", import.meta.url), "utf8")).version;
-
-const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error, maxThreads: threads });
+const { spec, outPath, threads, maxTokens, version, llama } = await startOracle("oracle.mjs", 32);
 const out = { generated_by: "bench/peers/llamacpp/oracle.mjs (llama.cpp through node-llama-cpp, CPU, f32)",
               node_llama_cpp: version, threads, max_tokens: maxTokens, models: {} };
 for (const m of spec.models) {
-  const model = await llama.loadModel({ modelPath: m.gguf, gpuLayers: 0, useMmap: false, checkTensors: true });
+  const model = await loadGguf(llama, m.gguf);
   const prompts = [];
   for (const p of m.prompts) {
     let ids;
