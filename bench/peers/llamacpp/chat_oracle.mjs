@@ -11,7 +11,7 @@
 // OUT:  {"generated_by", "node_llama_cpp", "models": {name: {...source, "template", "bos_text",
 //        "conversations": [{"messages", "rendered", "ids", "tokens"}]}}}
 import { writeFileSync } from "node:fs";
-import { startOracle, loadGguf } from "./oracle_setup.mjs";
+import { startOracle, loadGguf, greedyTokens } from "./oracle_setup.mjs";
 import { Template } from "@huggingface/jinja";
 
 const { spec, outPath, threads, maxTokens, version, llama } = await startOracle("chat_oracle.mjs", 12);
@@ -29,18 +29,7 @@ for (const m of spec.models) {
     const ids = Array.from(model.tokenize(rendered, true));
     if (model.tokens.shouldPrependBosToken && model.tokens.bos != null && ids[0] !== model.tokens.bos)
       ids.unshift(model.tokens.bos);
-    const context = await model.createContext({
-      contextSize: Math.max(64, ids.length + maxTokens + 8), sequences: 1, threads, batchSize: 512,
-      flashAttention: false, experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
-      ignoreMemorySafetyChecks: true,
-    });
-    const seq = context.getSequence();
-    const tokens = [];
-    for await (const t of seq.evaluate(ids, { temperature: 0, yieldEogToken: true })) {
-      tokens.push(t);
-      if (tokens.length >= maxTokens) break;
-    }
-    await context.dispose();
+    const tokens = await greedyTokens(model, ids, maxTokens, threads);
     conversations.push({ messages, rendered, ids, tokens });
     console.error(`${m.name}: ${JSON.stringify(rendered)} -> ${ids.length} ids -> ${tokens.join(" ")}`);
   }

@@ -7,7 +7,7 @@
 // OUT:  {"generated_by", "node_llama_cpp", "models": {name: {...source, "gguf", "prompts": [{"text"?, "ids", "tokens"}]}}}
 // (source: how tessera makes the same model, copied through for the test that reads OUT).
 import { writeFileSync } from "node:fs";
-import { startOracle, loadGguf } from "./oracle_setup.mjs";
+import { startOracle, loadGguf, greedyTokens } from "./oracle_setup.mjs";
 
 const { spec, outPath, threads, maxTokens, version, llama } = await startOracle("oracle.mjs", 32);
 const out = { generated_by: "bench/peers/llamacpp/oracle.mjs (llama.cpp through node-llama-cpp, CPU, f32)",
@@ -24,20 +24,7 @@ for (const m of spec.models) {
     } else {
       ids = p.ids;
     }
-    const context = await model.createContext({
-      contextSize: Math.max(64, ids.length + maxTokens + 8), sequences: 1, threads, batchSize: 512,
-      // Flash attention (on by default on CPU) casts an f32 K/V cache to f16 first: off, so the
-      // attention is f32 as tessera's (with it on, gpt2-odd's step 15, a 0.009 logit margin, flips).
-      flashAttention: false,
-      experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32", ignoreMemorySafetyChecks: true,
-    });
-    const seq = context.getSequence();
-    const tokens = [];
-    for await (const t of seq.evaluate(ids, { temperature: 0, yieldEogToken: true })) {
-      tokens.push(t);
-      if (tokens.length >= maxTokens) break;
-    }
-    await context.dispose();
+    const tokens = await greedyTokens(model, ids, maxTokens, threads);
     prompts.push({ ...(p.text !== undefined ? { text: p.text } : {}), ids, tokens });
     console.error(`${m.name}: ${ids.length} prompt ids -> ${tokens.join(" ")}`);
   }

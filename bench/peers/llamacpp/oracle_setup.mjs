@@ -21,3 +21,23 @@ export async function startOracle(script, defaultMaxTokens) {
 export function loadGguf(llama, path) {
   return llama.loadModel({ modelPath: path, gpuLayers: 0, useMmap: false, checkTensors: true });
 }
+
+// llama.cpp's greedy tokens after the prompt `ids` (at most maxTokens, an end-of-generation token
+// included), in a context of its own with an f32 KV cache.
+export async function greedyTokens(model, ids, maxTokens, threads) {
+  const context = await model.createContext({
+    contextSize: Math.max(64, ids.length + maxTokens + 8), sequences: 1, threads, batchSize: 512,
+    // Flash attention (on by default on CPU) casts an f32 K/V cache to f16 first: off, so the
+    // attention is f32 as tessera's (with it on, gpt2-odd's step 15, a 0.009 logit margin, flips).
+    flashAttention: false,
+    experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32", ignoreMemorySafetyChecks: true,
+  });
+  const seq = context.getSequence();
+  const tokens = [];
+  for await (const t of seq.evaluate(ids, { temperature: 0, yieldEogToken: true })) {
+    tokens.push(t);
+    if (tokens.length >= maxTokens) break;
+  }
+  await context.dispose();
+  return tokens;
+}
