@@ -39,19 +39,16 @@ def main():
     own += "".join(f"{t:.6f},{p},{o}\n" for t, p, o in rows(1))
     write("tessera.csv", own)
 
-    start = datetime.datetime(2023, 11, 16, 18, 15, 46)
-    az = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-    for t, p, o in rows(2):
-        ts = start + datetime.timedelta(seconds=t)
-        az += ts.strftime("%Y-%m-%d %H:%M:%S.") + f"{ts.microsecond:06d}0,{p},{o}\n"
-    write("azure_2023.csv", az)
-
-    start = datetime.datetime(2024, 5, 10, 0, 0, 0)
-    az = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-    for t, p, o in rows(3):
-        ts = start + datetime.timedelta(seconds=t)
-        az += ts.strftime("%Y-%m-%d %H:%M:%S.%f") + f"+00:00,{p},{o}\n"
-    write("azure_2024.csv", az)
+    # Azure's two years: the same columns, timestamps written as each year's file writes them.
+    for name, seed, start, stamp in [
+            ("azure_2023.csv", 2, datetime.datetime(2023, 11, 16, 18, 15, 46),
+             lambda ts: ts.strftime("%Y-%m-%d %H:%M:%S.") + f"{ts.microsecond:06d}0"),
+            ("azure_2024.csv", 3, datetime.datetime(2024, 5, 10, 0, 0, 0),
+             lambda ts: ts.strftime("%Y-%m-%d %H:%M:%S.%f") + "+00:00")]:
+        az = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        for t, p, o in rows(seed):
+            az += stamp(start + datetime.timedelta(seconds=t)) + f",{p},{o}\n"
+        write(name, az)
 
     bg = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
     rng = random.Random(4)
