@@ -19,125 +19,18 @@
 #include <fstream>
 #include <sstream>
 
-#include "tessera/host/tile_decoder.hpp"
-#include "tessera/models/batch.hpp"
+#include "decoder_cases.hpp"
 #include "tile_cases.hpp"
 
 using namespace tessera;
 using namespace tessera::host;
-using test_support::gqa3;
-namespace fs = std::filesystem;
+using namespace tessera::test_support;
 
 namespace {
 
 constexpr double kBound = 0.02;  // scaled by max(1, max |logit|), as tessera-host --check uses for bf16
 
 bool bf16_cpu() { return models::check_dtype_supported(models::dtype::bf16).ok(); }
-
-struct deployment {
-  std::unique_ptr<tile_group> group;
-  std::unique_ptr<tile_decoder> dec;
-};
-
-deployment deploy(std::shared_ptr<const models::decoder_model> m, int tiles, plan p) {
-  placement_request req;
-  req.tiles = tiles;
-  req.tile_memory = 64ull << 20;
-  req.token_budget = 96;
-  req.max_sequences = 8;
-  req.forced = p;
-  req.kv_blocks = 48;
-  req.dtype = models::dtype::bf16;
-  auto c = compile_decoder(m->shape(), req);
-  EXPECT_TRUE(c) << c.error().message();
-  if (!c) return {};
-  EXPECT_EQ(c->kv.kv_dtype, models::dtype::bf16);
-  tile_group_config g;
-  g.tiles = static_cast<uint32_t>(tiles);
-  g.tile_memory = req.tile_memory;
-  auto group = tile_group::start(g);
-  EXPECT_TRUE(group) << group.error().to_string();
-  if (!group) return {};
-  auto d = tile_decoder::deploy(**group, std::move(*c), m);
-  EXPECT_TRUE(d) << d.error().to_string();
-  if (!d) return {};
-  return {std::move(*group), std::move(*d)};
-}
-
-// Sequence i: a prompt of lengths[i] prefilled in chunks of 11 beside the others' decodes, joining
-// at step 2i, leaving after outputs[i] tokens; the next token is the reference's argmax (the same
-// for both sides), block ids from one pool handed out in reverse.
-double worst_scaled_step_diff(const models::decoder_model& m, tile_decoder& dec, int replica, int& steps) {
-  const auto& c = dec.compiled();
-  auto cache = models::paged_kv_cache::make(m.shape(), c.kv);
-  EXPECT_TRUE(cache);
-  if (!cache) return INFINITY;
-  EXPECT_EQ(cache->kv_dtype(), models::dtype::bf16);
-  models::block_pool pool(c.kv.num_blocks);
-  for (int i = 0; i < 5; ++i) (void)pool.allocate();  // not 0, 1, 2, ... in order
-  const std::vector<int> lengths{23, 1, 40, 7, 16}, outputs{6, 9, 3, 5, 4};
-  struct seq {
-    std::vector<int32_t> tokens, blocks;
-    int prompt = 0, computed = 0, generated = 0;
-    bool done = false;
-  };
-  models::splitmix64 rng(11);
-  std::vector<seq> seqs(lengths.size());
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    seqs[i].prompt = lengths[i];
-    for (int k = 0; k < lengths[i]; ++k)
-      seqs[i].tokens.push_back(static_cast<int32_t>(rng.uniform(0, m.shape().vocab_size - 1)));
-  }
-  double worst = 0;
-  for (int n = 0; n < 200; ++n) {
-    models::step_batch b;
-    std::vector<size_t> who;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      auto& s = seqs[i];
-      if (s.done || static_cast<int>(2 * i) > n) continue;
-      const int end = s.computed < s.prompt ? std::min(s.prompt, s.computed + 11) : s.computed + 1;
-      while (static_cast<int>(s.blocks.size()) < c.kv.blocks_for(end)) {
-        auto id = pool.allocate();
-        EXPECT_TRUE(id) << "the test's pool ran dry";
-        if (!id) return INFINITY;
-        s.blocks.push_back(*id);
-      }
-      b.seqs.push_back({i, {s.tokens.begin() + s.computed, s.tokens.begin() + end}, s.computed, s.blocks, end >= s.prompt});
-      who.push_back(i);
-    }
-    if (b.seqs.empty()) break;
-    auto want = m.step(b, *cache);
-    EXPECT_TRUE(want) << want.error().to_string();
-    auto got = dec.step(replica, b);
-    EXPECT_TRUE(got) << got.error().to_string();
-    if (!want || !got) return INFINITY;
-    EXPECT_EQ(got->logits.size(), want->size());
-    ++steps;
-    size_t li = 0;
-    for (size_t k = 0; k < b.seqs.size(); ++k) {
-      auto& s = seqs[who[k]];
-      s.computed += static_cast<int>(b.seqs[k].tokens.size());
-      if (!b.seqs[k].want_logits) continue;
-      const auto& w = (*want)[li];
-      const auto& g = got->logits[li++];
-      double diff = 0, scale = 1;
-      for (size_t v = 0; v < w.size(); ++v) {
-        diff = std::max(diff, double(std::abs(w[v] - g[v])));
-        scale = std::max(scale, double(std::abs(w[v])));
-      }
-      worst = std::max(worst, diff / scale);
-      s.tokens.push_back(static_cast<int32_t>(std::max_element(w.begin(), w.end()) - w.begin()));
-      if (++s.generated == outputs[who[k]]) {
-        s.done = true;
-        for (int32_t id : s.blocks) EXPECT_TRUE(pool.release(id).ok());
-      }
-    }
-    for (const auto& [t, high] : got->memory_high_water)
-      EXPECT_EQ(high, c.tiles[t].total_bytes()) << "tile " << t << ": the plan and the arena disagree";
-  }
-  for (const auto& s : seqs) EXPECT_TRUE(s.done);
-  return worst;
-}
 
 struct bf16_case {
   const char* model;  // "gqa3" or a preset
@@ -156,11 +49,14 @@ TEST_P(Bf16DecoderOnTiles, EveryStepIsTheOneProcessBf16DecodersWithinTheBound) {
   ASSERT_TRUE(m) << m.error().to_string();
   ASSERT_TRUE(m->set_dtype(models::dtype::bf16).ok());
   auto model = std::make_shared<const models::decoder_model>(std::move(*m));
-  auto d = deploy(model, pc.tiles, pc.p);
+  auto d = deploy_decoder(model, pc.tiles, pc.p, {.tile_memory = 64ull << 20, .dtype = models::dtype::bf16});
   ASSERT_TRUE(d.dec);
   for (int r = 0; r < d.dec->compiled().chosen.replicas; ++r) {
-    int steps = 0;
-    const double worst = worst_scaled_step_diff(*model, *d.dec, r, steps);
+    // The mixed schedule (test_support::step_mixed_schedule), block ids not handed out in order.
+    const auto diff = step_mixed_schedule(*model, *d.dec, r, /*skip_blocks=*/5);
+    EXPECT_TRUE(diff.ok);
+    const int steps = diff.steps;
+    const double worst = diff.worst_scaled;
     std::printf("%s plan %s replica %d: %d steps, max |tile logit - one-process bf16| / max(1, max |logit|) = %.2e\n",
                 pc.model, d.dec->compiled().chosen.to_string().c_str(), r, steps, worst);
     EXPECT_GT(steps, 10);
@@ -172,13 +68,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, Bf16DecoderOnTiles,
                          ::testing::Values(bf16_case{"gqa3", 1, plan{1, 1, 1, 1}}, bf16_case{"gqa3", 2, plan{1, 1, 2, 1}},
                                            bf16_case{"gqa3", 4, plan{1, 1, 4, 1}}, bf16_case{"gqa3", 2, plan{1, 2, 1, 2}},
                                            bf16_case{"gpt2-tiny", 2, plan{1, 1, 2, 1}}),
-                         [](const auto& info) {
-                           std::string n = info.param.model;
-                           for (auto& ch : n)
-                             if (ch == '-') ch = '_';
-                           const plan& p = info.param.p;
-                           return n + "_S" + std::to_string(p.stages) + "W" + std::to_string(p.width);
-                         });
+                         [](const auto& info) { return model_plan_name(info.param.model, info.param.p); });
 
 // The plan's KV cache: bf16 blocks are half the bytes, so the same tiles hold at least twice the
 // blocks (the matrices shrink too); the memory table and describe() say bf16.
@@ -217,27 +107,8 @@ TEST(Bf16DecoderPlan, ABf16KvBlockTakesHalfTheTileMemory) {
 
 namespace {
 
-std::string bin(const char* name) {
-  const char* dir = std::getenv("TESSERA_BIN_DIR");
-  return std::string(dir ? dir : ".") + "/" + name;
-}
-
 int run(const std::string& args, std::string& out, const std::string& env = "") {
-  const fs::path path = fs::temp_directory_path() / ("tessera-dec16-" + std::to_string(getpid()));
-  const int ws = std::system((env + " timeout -k 5 300 " + bin("tessera-host") + " " + args + " < /dev/null > " +
-                              path.string() + " 2>&1").c_str());
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  out = ss.str();
-  fs::remove(path);
-  return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-}
-
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
+  return run_tessera_host(args, out, 300, env);
 }
 
 }  // namespace
@@ -248,7 +119,7 @@ TEST(Bf16DecoderHost, CheckGeneratesTheBf16ReferenceOnTiles) {
     std::string out;
     ASSERT_EQ(run(args + " --dtype bf16 --check 4 --step-token-budget 128 --max-running 8 --kv-blocks 160 "
                          "--tile-memory 96MiB", out), 0) << args << "\n" << out;
-    const int equal = count(out, "equal to the reference"), ties = count(out, "near tie");
+    const int equal = count_of(out, "equal to the reference"), ties = count_of(out, "near tie");
     EXPECT_EQ(equal + ties, 4) << out;
     EXPECT_GE(equal, 3) << out;
     EXPECT_NE(out.find("tiles), bf16, token budget"), std::string::npos) << out;

@@ -19,7 +19,7 @@
 #include <future>
 #include <limits>
 
-#include "tessera/host/tile_decoder.hpp"
+#include "decoder_cases.hpp"
 #include "tessera/host/tile_llm_backend.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/serving/llm_engine.hpp"
@@ -27,6 +27,8 @@
 
 using namespace tessera;
 using namespace tessera::host;
+using test_support::decoder_deployment;
+using test_support::deploy_decoder;
 
 namespace {
 
@@ -35,32 +37,8 @@ constexpr double kLogprobTol = 1e-12;  // the same logits: the same double arith
 // come from GEMMs of other row counts (other summation orders), within 1e-5 of each other.
 constexpr double kBatchedLogprobTol = 1e-4;
 
-struct deployment {
-  std::unique_ptr<tile_group> group;
-  std::unique_ptr<tile_decoder> dec;
-};
-
-deployment deploy(std::shared_ptr<const models::decoder_model> m, int tiles, plan p) {
-  placement_request req;
-  req.tiles = tiles;
-  req.tile_memory = 48ull << 20;
-  req.token_budget = 96;
-  req.max_sequences = 8;
-  req.forced = p;
-  req.kv_blocks = 64;
-  auto c = compile_decoder(m->shape(), req);
-  EXPECT_TRUE(c) << c.error().message();
-  if (!c) return {};
-  tile_group_config g;
-  g.tiles = static_cast<uint32_t>(tiles);
-  g.tile_memory = req.tile_memory;
-  auto group = tile_group::start(g);
-  EXPECT_TRUE(group) << group.error().to_string();
-  if (!group) return {};
-  auto d = tile_decoder::deploy(**group, std::move(*c), m);
-  EXPECT_TRUE(d) << d.error().to_string();
-  if (!d) return {};
-  return {std::move(*group), std::move(*d)};
+decoder_deployment deploy(std::shared_ptr<const models::decoder_model> m, int tiles, plan p) {
+  return deploy_decoder(std::move(m), tiles, p, {.tile_memory = 48ull << 20, .kv_blocks = 64});
 }
 
 std::shared_ptr<const models::decoder_model> preset(const char* name) {

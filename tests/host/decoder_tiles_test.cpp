@@ -18,111 +18,22 @@
 #include <sstream>
 #include <tuple>
 
-#include "tessera/host/tile_decoder.hpp"
-#include "tessera/models/batch.hpp"
+#include "decoder_cases.hpp"
 #include "tile_cases.hpp"
 
 using namespace tessera;
 using namespace tessera::host;
-using test_support::gqa3;
+using namespace tessera::test_support;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct deployment {
-  std::unique_ptr<tile_group> group;
-  std::unique_ptr<tile_decoder> dec;
-};
-
-deployment deploy(std::shared_ptr<const models::decoder_model> m, int tiles, plan p, int kv_blocks = 48) {
-  placement_request req;
-  req.tiles = tiles;
-  req.tile_memory = 32ull << 20;
-  req.token_budget = 96;
-  req.max_sequences = 8;
-  req.forced = p;
-  req.kv_blocks = kv_blocks;
-  auto c = compile_decoder(m->shape(), req);
-  EXPECT_TRUE(c) << c.error().message();
-  if (!c) return {};
-  tile_group_config g;
-  g.tiles = static_cast<uint32_t>(tiles);
-  g.tile_memory = req.tile_memory;
-  auto group = tile_group::start(g);
-  EXPECT_TRUE(group) << group.error().to_string();
-  if (!group) return {};
-  auto d = tile_decoder::deploy(**group, std::move(*c), m);
-  EXPECT_TRUE(d) << d.error().to_string();
-  if (!d) return {};
-  return {std::move(*group), std::move(*d)};
-}
-
-// A schedule of mixed steps: sequence i has a prompt of lengths[i], prefilled in chunks of 11
-// beside the others' decodes, joins at step 2i and leaves after outputs[i] tokens; the next
-// token is the argmax of the reference's logits (the same for both sides). Both sides get the
-// same block tables from one pool, so freed blocks are reused by later sequences.
+// The mixed schedule (test_support::step_mixed_schedule): every step's logits within 1e-4.
 void expect_steps_equal(const models::decoder_model& m, tile_decoder& dec, int replica) {
-  const auto& c = dec.compiled();
-  auto cache = models::paged_kv_cache::make(m.shape(), c.kv);
-  ASSERT_TRUE(cache);
-  models::block_pool pool(c.kv.num_blocks);
-  const std::vector<int> lengths{23, 1, 40, 7, 16}, outputs{6, 9, 3, 5, 4};
-  struct seq {
-    std::vector<int32_t> tokens;
-    std::vector<int32_t> blocks;
-    int prompt = 0, computed = 0, generated = 0;
-    bool done = false;
-  };
-  models::splitmix64 rng(11);
-  std::vector<seq> seqs(lengths.size());
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    seqs[i].prompt = lengths[i];
-    for (int k = 0; k < lengths[i]; ++k) seqs[i].tokens.push_back(static_cast<int32_t>(rng.uniform(0, m.shape().vocab_size - 1)));
-  }
-  double worst = 0;
-  int steps = 0;
-  for (int n = 0; n < 200; ++n) {
-    models::step_batch b;
-    std::vector<size_t> who;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      auto& s = seqs[i];
-      if (s.done || static_cast<int>(2 * i) > n) continue;
-      const int end = s.computed < s.prompt ? std::min(s.prompt, s.computed + 11) : s.computed + 1;
-      while (static_cast<int>(s.blocks.size()) < c.kv.blocks_for(end)) {
-        auto id = pool.allocate();
-        ASSERT_TRUE(id) << "the test's pool ran dry";
-        s.blocks.push_back(*id);
-      }
-      b.seqs.push_back({i, {s.tokens.begin() + s.computed, s.tokens.begin() + end}, s.computed, s.blocks, end >= s.prompt});
-      who.push_back(i);
-    }
-    if (b.seqs.empty()) break;
-    auto want = m.step(b, *cache);
-    ASSERT_TRUE(want) << want.error().to_string();
-    auto got = dec.step(replica, b);
-    ASSERT_TRUE(got) << got.error().to_string();
-    ASSERT_EQ(got->logits.size(), want->size());
-    ++steps;
-    size_t li = 0;
-    for (size_t k = 0; k < b.seqs.size(); ++k) {
-      auto& s = seqs[who[k]];
-      s.computed += static_cast<int>(b.seqs[k].tokens.size());
-      if (!b.seqs[k].want_logits) continue;
-      const auto& w = (*want)[li];
-      const auto& g = got->logits[li++];
-      for (size_t v = 0; v < w.size(); ++v) worst = std::max(worst, double(std::abs(w[v] - g[v])));
-      s.tokens.push_back(static_cast<int32_t>(std::max_element(w.begin(), w.end()) - w.begin()));
-      if (++s.generated == outputs[who[k]]) {
-        s.done = true;
-        for (int32_t id : s.blocks) ASSERT_TRUE(pool.release(id).ok());
-      }
-    }
-    for (const auto& [t, high] : got->memory_high_water)
-      EXPECT_EQ(high, c.tiles[t].total_bytes()) << "tile " << t << ": the plan and the arena disagree";
-  }
-  for (const auto& s : seqs) EXPECT_TRUE(s.done);
-  EXPECT_GT(steps, 10);
-  EXPECT_LT(worst, 1e-4) << "plan " << c.chosen.to_string() << " replica " << replica;
+  const auto r = step_mixed_schedule(m, dec, replica);
+  EXPECT_TRUE(r.ok);
+  EXPECT_GT(r.steps, 10);
+  EXPECT_LT(r.worst, 1e-4) << "plan " << dec.compiled().chosen.to_string() << " replica " << replica;
 }
 
 }  // namespace
@@ -133,7 +44,7 @@ TEST_P(GqaOnTiles, EveryStepEqualsTheReference) {
   auto m = models::make_seeded_decoder(gqa3(), 3);
   ASSERT_TRUE(m) << m.error().to_string();
   auto model = std::make_shared<const models::decoder_model>(std::move(*m));
-  auto d = deploy(model, GetParam().first, GetParam().second);
+  auto d = deploy_decoder(model, GetParam().first, GetParam().second);
   ASSERT_TRUE(d.dec);
   for (int r = 0; r < d.dec->compiled().chosen.replicas; ++r) expect_steps_equal(*model, *d.dec, r);
 }
@@ -152,7 +63,7 @@ TEST(DecoderOnTiles, BadStepsAreErrorsAndTheTilesGoOn) {
   auto m = models::make_seeded_decoder(gqa3(), 3);
   ASSERT_TRUE(m);
   auto model = std::make_shared<const models::decoder_model>(std::move(*m));
-  auto d = deploy(model, 2, plan{1, 1, 2, 1}, 20);
+  auto d = deploy_decoder(model, 2, plan{1, 1, 2, 1}, {.kv_blocks = 20});
   ASSERT_TRUE(d.dec);
   models::step_batch outside{{{1, {5, 6}, 0, {20}, true}}};
   auto r = d.dec->step(0, outside);
@@ -238,7 +149,7 @@ TEST_P(ArchOnTiles, GoldensAndEveryStepEqualTheReference) {
   ASSERT_TRUE(m) << m.error().to_string();
   auto model = std::make_shared<const models::decoder_model>(std::move(*m));
   const plan& p = GetParam().second;
-  auto d = deploy(model, p.tiles(), p);
+  auto d = deploy_decoder(model, p.tiles(), p);
   ASSERT_TRUE(d.dec);
   expect_steps_equal(*model, *d.dec, 0);
   expect_goldens_on_tiles(name, *d.dec, model->shape().vocab_size);
@@ -249,22 +160,11 @@ INSTANTIATE_TEST_SUITE_P(Plans, ArchOnTiles,
                                            std::pair{"mistral-window", plan{1, 1, 2, 1}},
                                            std::pair{"mistral-window", plan{1, 2, 1, 2}},
                                            std::pair{"llama31-rope", plan{1, 1, 2, 1}}, std::pair{"qwen2-yarn", plan{1, 2, 1, 2}}),
-                         [](const auto& info) {
-                           std::string n = info.param.first;
-                           for (auto& ch : n)
-                             if (ch == '-') ch = '_';
-                           const plan& p = info.param.second;
-                           return n + "_S" + std::to_string(p.stages) + "W" + std::to_string(p.width);
-                         });
+                         [](const auto& info) { return model_plan_name(info.param.first, info.param.second); });
 
 // ---- tessera-host --check, as a user runs it ----
 
 namespace {
-
-std::string bin(const char* name) {
-  const char* dir = std::getenv("TESSERA_BIN_DIR");
-  return std::string(dir ? dir : ".") + "/" + name;
-}
 
 struct run_output {
   int rc = -1;
@@ -272,23 +172,9 @@ struct run_output {
 };
 
 run_output run(const std::string& args) {
-  const fs::path out = fs::temp_directory_path() / ("tessera-dectiles-" + std::to_string(getpid()));
-  const int ws = std::system(("timeout -k 5 180 " + bin("tessera-host") + " " + args + " < /dev/null > " + out.string() +
-                              " 2>&1").c_str());
   run_output r;
-  r.rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-  std::ifstream f(out);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  r.out = ss.str();
-  fs::remove(out);
+  r.rc = run_tessera_host(args, r.out, 180);
   return r;
-}
-
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 }  // namespace
@@ -308,7 +194,7 @@ TEST_P(HostCheck, GreedyGenerationEqualsTheReference) {
   auto r = run(std::string("--model ") + c.model + " --tiles " + std::to_string(c.tiles) + " --plan " + c.plan +
                " --check 4 --step-token-budget 128 --max-running 8 --kv-blocks 160 --tile-memory 96MiB");
   ASSERT_EQ(r.rc, 0) << r.out;
-  const int equal = count(r.out, "equal to the reference"), ties = count(r.out, "near tie");
+  const int equal = count_of(r.out, "equal to the reference"), ties = count_of(r.out, "near tie");
   EXPECT_EQ(equal + ties, 4) << r.out;
   EXPECT_GE(equal, 3) << r.out;
   EXPECT_NE(r.out.find("per generated token"), std::string::npos) << r.out;
@@ -343,7 +229,7 @@ TEST(HostCheck, Qwen2AndMistralFoldersGenerateTheReferenceOnTiles) {
                  " --check 4 --step-token-budget 128 --max-running 8 --kv-blocks 160 --tile-memory 96MiB");
     fs::remove_all(dir);
     ASSERT_EQ(r.rc, 0) << name << "\n" << r.out;
-    const int equal = count(r.out, "equal to the reference"), ties = count(r.out, "near tie");
+    const int equal = count_of(r.out, "equal to the reference"), ties = count_of(r.out, "near tie");
     EXPECT_EQ(equal + ties, 4) << name << "\n" << r.out;
     EXPECT_GE(equal, 3) << name << "\n" << r.out;
   }
