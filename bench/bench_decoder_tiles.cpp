@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_common.hpp"
 #include "tessera/common/cli.hpp"
 #include "tessera/common/cpu_time.hpp"
 #include "tessera/common/random.hpp"
@@ -51,7 +52,7 @@ using namespace tessera::host;
 
 namespace {
 
-double now() { return tessera::wall_seconds(); }
+using tessera::bench::now;
 
 // What one replica's step did, from either engine.
 struct step_out {

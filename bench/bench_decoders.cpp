@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "tessera/models/batch.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
@@ -40,15 +41,13 @@ using namespace tessera::models;
 
 namespace {
 
-double now() { return tessera::wall_seconds(); }
+using tessera::bench::now;
+using tessera::bench::cpu_now;
 std::string two_places(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.2f", v);
   return b;
 }
-// Process CPU time: on a shared machine, requests / (cpu / threads) estimates dedicated-core speed
-// (pessimistically: OpenMP spin-waits count as CPU time).
-double cpu_now() { return tessera::self_cpu_seconds(); }
 
 struct measured {
   double wall = 0, cpu = 0;

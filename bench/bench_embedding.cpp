@@ -22,6 +22,7 @@
 #include <mutex>
 #include <thread>
 
+#include "bench_common.hpp"
 #include "tessera/common/cli.hpp"
 #include "tessera/common/cpu_time.hpp"
 #include "tessera/common/log.hpp"
@@ -37,28 +38,6 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
-// Requests in arrival order, packed greedily into batches within the token budget.
-std::vector<models::packed_batch> make_batches(const models::bert_config& cfg, int n, double long_share, int budget,
-                                               int max_seqs) {
-  auto all = models::synthetic_batch(models::seed_workload(n, long_share, 0), cfg.vocab_size, 1);
-  std::vector<models::packed_batch> out;
-  int first = 0;
-  while (first < all.num_seqs()) {
-    int count = 0;
-    int64_t tokens = 0;
-    while (first + count < all.num_seqs() && count < max_seqs && tokens + all.seq_len(first + count) <= budget)
-      tokens += all.seq_len(first + count++);
-    out.push_back(all.slice(first, count));
-    first += count;
-  }
-  return out;
-}
-
-double load_1min() {
-  double l[1] = {0};
-  return ::getloadavg(l, 1) == 1 ? l[0] : -1;
-}
-
 struct pass {
   double seconds = 0, cpu_seconds = 0, load = 0;
   uint64_t out_bytes = 0, compute_ns = 0;
@@ -67,7 +46,7 @@ struct pass {
 // All batches once, replicas pulling from a shared queue as the tile backend does when serving.
 result<pass> run_all(host::tile_model& m, const std::vector<pid_t>& pids,
                      const std::vector<models::packed_batch>& batches) {
-  pass p{.load = load_1min()};
+  pass p{.load = bench::load_1min()};
   std::mutex mu;
   size_t next = 0;
   status failure;
@@ -113,19 +92,19 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 int main(int argc, char** argv) {
   log::init_from_env();
   std::string model_name = "bert-base", dtype_text = "fp32", memory_text = "2GiB", pooling_text = "mean";
-  int requests = 64, budget = 4096, max_seqs = 64, tiles = 2, rounds = 3, checked = 2;
-  double long_share = 0.4, target = 0.95;
+  int tiles = 2, rounds = 3, checked = 2;
+  double target = 0.95;
+  bench::workload_options w{.requests = 64};
+  const int &requests = w.requests, &budget = w.budget, &max_seqs = w.max_seqs;
   po::options_description opts(
       "tessera-bench-embedding: pooling on the head tile vs the classifier path, same tiles and plan\nOptions");
   opts.add_options()("help,h", "show this help")
       ("model", po::value(&model_name)->default_value(model_name), "preset or Hugging Face classifier folder (its encoder weights serve both)")
       ("pooling", po::value(&pooling_text)->default_value(pooling_text), "cls, mean, max, mean_sqrt_len or lasttoken")
       ("dtype", po::value(&dtype_text)->default_value(dtype_text), "fp32 or bf16")
-      ("tiles", po::value(&tiles)->default_value(tiles), "tile processes (automatic plan of the classifier, forced on both)")
-      ("requests", po::value(&requests)->default_value(requests), "requests of the seed workload")
-      ("long-share", po::value(&long_share)->default_value(long_share), "share of long (200-512 token) requests")
-      ("token-budget", po::value(&budget)->default_value(budget), "tokens per packed batch")
-      ("max-seqs", po::value(&max_seqs)->default_value(max_seqs), "sequences per batch")
+      ("tiles", po::value(&tiles)->default_value(tiles), "tile processes (automatic plan of the classifier, forced on both)");
+  w.add_to(opts);
+  opts.add_options()
       ("rounds", po::value(&rounds)->default_value(rounds), "passes over the workload per task (ABBA order)")
       ("check-batches", po::value(&checked)->default_value(checked), "batches checked against the single-process forward")
       ("target", po::value(&target)->default_value(target), "embedding req/s over classifier req/s to meet")
@@ -133,8 +112,7 @@ int main(int argc, char** argv) {
   po::variables_map vm;
   if (auto done = tessera::parse_command_line("tessera-bench-embedding", argc, argv, opts, vm)) return *done;
   auto fail = [](const std::string& what) { return std::cerr << "tessera-bench-embedding: " << what << "\n", 2; };
-  if (requests < 1 || budget < 1 || max_seqs < 1 || tiles < 1 || rounds < 1 || checked < 0 || long_share < 0 ||
-      long_share > 1)
+  if (!w.valid() || tiles < 1 || rounds < 1 || checked < 0)
     return fail("--requests, --token-budget, --max-seqs, --tiles and --rounds must be positive, --check-batches >= 0 "
                 "and --long-share within [0, 1]");
   auto pooling = models::pooling_from_name(pooling_text);
@@ -155,11 +133,10 @@ int main(int argc, char** argv) {
   embedder.config.num_labels = 0;
   embedder.config.id2label.clear();
 
-  const auto batches = make_batches(classifier.config, requests, long_share, budget, max_seqs);
+  const auto batches = w.batches(classifier.config);
   int64_t tokens = 0;
   for (const auto& b : batches) tokens += b.num_tokens();
-  double load0[3] = {-1, -1, -1};
-  (void)::getloadavg(load0, 3);
+  const auto load0 = bench::load_avg();
   std::fprintf(stderr, "%s: %d requests, %lld tokens, %zu batches of <= %d tokens; %d cores, load %.2f %.2f %.2f\n",
                model_name.c_str(), requests, (long long)tokens, batches.size(), budget, usable_cores(), load0[0],
                load0[1], load0[2]);
@@ -236,8 +213,7 @@ int main(int argc, char** argv) {
   }
   cls->group->shutdown();
   emb->group->shutdown();
-  double load1[3] = {-1, -1, -1};
-  (void)::getloadavg(load1, 3);
+  const auto load1 = bench::load_avg();
 
   std::sort(round_ratio.begin(), round_ratio.end());
   const size_t half = round_ratio.size() / 2;

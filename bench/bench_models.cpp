@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "tessera/models/bf16_weights.hpp"
 #include "tessera/models/int8_weights.hpp"
 #include "tessera/models/kernels_int8.hpp"
@@ -47,10 +48,8 @@ using namespace tessera::models;
 
 namespace {
 
-double now() { return tessera::wall_seconds(); }
-// Process CPU time: on a shared machine, requests / (cpu / threads) estimates dedicated-core speed
-// (pessimistically: OpenMP spin-waits count as CPU time).
-double cpu_now() { return tessera::self_cpu_seconds(); }
+using tessera::bench::now;
+using tessera::bench::cpu_now;
 
 struct row {
   std::string mode, dtype;

@@ -31,6 +31,7 @@
 #include <set>
 #include <thread>
 
+#include "bench_common.hpp"
 #include "tessera/common/cli.hpp"
 #include "tessera/common/cpu_time.hpp"
 #include "tessera/common/log.hpp"
@@ -46,24 +47,6 @@ using namespace tessera;
 using clk = std::chrono::steady_clock;
 
 namespace {
-
-// Requests in arrival order, packed greedily into batches within the token budget.
-std::vector<models::packed_batch> make_batches(const models::bert_config& cfg, int n, double long_share, int budget,
-                                               int max_seqs) {
-  auto lengths = models::seed_workload(n, long_share, 0);
-  auto all = models::synthetic_batch(lengths, cfg.vocab_size, 1);
-  std::vector<models::packed_batch> out;
-  int first = 0;
-  while (first < all.num_seqs()) {
-    int count = 0;
-    int64_t tokens = 0;
-    while (first + count < all.num_seqs() && count < max_seqs && tokens + all.seq_len(first + count) <= budget)
-      tokens += all.seq_len(first + count++);
-    out.push_back(all.slice(first, count));
-    first += count;
-  }
-  return out;
-}
 
 // "2,8" -> {2, 8}; "" or "none" -> {}.
 result<std::vector<int>> parse_counts(const std::string& option, const std::string& text, bool may_be_empty) {
@@ -82,11 +65,6 @@ result<std::vector<int>> parse_counts(const std::string& option, const std::stri
     p = c + 1;
   }
   return out;
-}
-
-double load_1min() {
-  double l[1] = {0};
-  return ::getloadavg(l, 1) == 1 ? l[0] : -1;
 }
 
 struct row {
@@ -147,17 +125,15 @@ int main(int argc, char** argv) {
   log::init_from_env();
   std::string model_name = "bert-base", csv, json, trace, tiles_list = "2,8", tp_list = "2,4", dtypes_text = "fp32,bf16",
               memory_text = "2GiB";
-  int requests = 256, budget = 4096, max_seqs = 64;
-  double long_share = 0.4;
+  bench::workload_options w;
+  const int &requests = w.requests, &budget = w.budget, &max_seqs = w.max_seqs;
   po::options_description opts(
       "tessera-bench-placement: BERT on N tile processes vs the single-process forward, fp32 and bf16\nOptions");
   opts.add_options()("help,h", "show this help")
       ("model", po::value(&model_name)->default_value(model_name), "preset or Hugging Face folder")
-      ("dtype", po::value(&dtypes_text)->default_value(dtypes_text), "fp32, bf16, or both comma-separated")
-      ("requests", po::value(&requests)->default_value(requests), "requests of the seed workload")
-      ("long-share", po::value(&long_share)->default_value(long_share), "share of long (200-512 token) requests")
-      ("token-budget", po::value(&budget)->default_value(budget), "tokens per packed batch")
-      ("max-seqs", po::value(&max_seqs)->default_value(max_seqs), "sequences per batch")
+      ("dtype", po::value(&dtypes_text)->default_value(dtypes_text), "fp32, bf16, or both comma-separated");
+  w.add_to(opts);
+  opts.add_options()
       ("tiles", po::value(&tiles_list)->default_value(tiles_list), "tile counts under the automatic plan, comma-separated")
       ("tp", po::value(&tp_list)->default_value(tp_list), "tensor-parallel widths W (plan 1,1,W), comma-separated, or none")
       ("auto-only", "no tensor-parallel rows (as --tp none)")
@@ -169,7 +145,7 @@ int main(int argc, char** argv) {
   po::variables_map vm;
   if (auto done = tessera::parse_command_line("tessera-bench-placement", argc, argv, opts, vm)) return *done;
   auto fail = [](const std::string& what) { return std::cerr << "tessera-bench-placement: " << what << "\n", 2; };
-  if (requests < 1 || budget < 1 || max_seqs < 1 || long_share < 0 || long_share > 1)
+  if (!w.valid())
     return fail("--requests, --token-budget and --max-seqs must be positive and --long-share within [0, 1]");
   auto tile_counts = parse_counts("--tiles", tiles_list, true);
   if (!tile_counts) return fail(tile_counts.error().message());
@@ -191,12 +167,11 @@ int main(int argc, char** argv) {
   auto loaded = models::load_model(model_name);
   if (!loaded) return fail(loaded.error().to_string());
   const models::bert_model fp32_model = std::move(*loaded);
-  const auto batches = make_batches(fp32_model.config, requests, long_share, budget, max_seqs);
+  const auto batches = w.batches(fp32_model.config);
   int64_t tokens = 0;
   for (const auto& b : batches) tokens += b.num_tokens();
   const int cores = usable_cores();
-  double load0[3] = {0, 0, 0};
-  if (::getloadavg(load0, 3) != 3) load0[0] = load0[1] = load0[2] = -1;
+  const auto load0 = bench::load_avg();
   std::fprintf(stderr, "%s: %d requests, %lld tokens, %zu batches of <= %d tokens; %d cores, load %.2f %.2f %.2f\n",
                model_name.c_str(), requests, (long long)tokens, batches.size(), budget, cores, load0[0], load0[1],
                load0[2]);
@@ -218,7 +193,7 @@ int main(int argc, char** argv) {
     for (int t : baseline_threads) {
       models::set_num_threads(t);
       (void)models::reference_forward(model, batches.front());  // warm-up: oneDNN builds its kernels once
-      row r{.dtype = dname, .mode = "single", .threads = t, .load = load_1min()};
+      row r{.dtype = dname, .mode = "single", .threads = t, .load = bench::load_1min()};
       const double c0 = self_cpu_seconds();
       const auto t0 = clk::now();
       for (const auto& b : batches) {
@@ -267,7 +242,7 @@ int main(int argc, char** argv) {
         if (!p) return fail(p.error().to_string());
         prof = std::move(*p);
       }
-      row r{.dtype = dname, .mode = tp ? "tp" : "auto", .tiles = n, .threads = n, .load = load_1min()};
+      row r{.dtype = dname, .mode = tp ? "tp" : "auto", .tiles = n, .threads = n, .load = bench::load_1min()};
       r.plan = std::to_string(chosen.replicas) + "," + std::to_string(chosen.stages) + "," +
                std::to_string(chosen.width) + "," + std::to_string(chosen.micro_batches);
       // Replicas pull batches from a shared queue, as the tile backend does when serving.
@@ -348,8 +323,7 @@ int main(int argc, char** argv) {
       d->group->shutdown();
     }
   }
-  double load1[3] = {0, 0, 0};
-  if (::getloadavg(load1, 3) != 3) load1[0] = load1[1] = load1[2] = -1;
+  const auto load1 = bench::load_avg();
 
   std::printf("\n%s, %d requests (%lld tokens, %zu batches of <= %d tokens), %d cores\n", model_name.c_str(), requests,
               (long long)tokens, batches.size(), budget, cores);

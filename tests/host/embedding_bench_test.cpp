@@ -16,20 +16,6 @@
 
 using namespace tessera::test_support;
 
-namespace {
-
-std::map<std::string, std::string> fields_of(const std::string& line) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(line.substr(std::string("RESULT ").size()));
-  for (std::string kv; in >> kv;) {
-    const size_t eq = kv.find('=');
-    if (eq != std::string::npos) out[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return out;
-}
-
-}  // namespace
-
 TEST(EmbeddingBench, BothTasksMatchTheSingleProcessAndTheTableAgrees) {
   auto r = run_to_end({bin("tessera-bench-embedding"), "--model", "bert-tiny", "--requests", "16", "--tiles", "2",
                        "--rounds", "2", "--token-budget", "512", "--tile-memory", "256MiB"},
@@ -39,7 +25,7 @@ TEST(EmbeddingBench, BothTasksMatchTheSingleProcessAndTheTableAgrees) {
   std::map<std::string, std::string> f;
   std::map<std::string, std::vector<std::string>> table;  // task -> cells
   for (const auto& l : lines_of(r.out)) {
-    if (l.rfind("RESULT ", 0) == 0) f = fields_of(l);
+    if (l.rfind("RESULT ", 0) == 0) f = result_fields(l);
     if (l.rfind("| classifier |", 0) == 0 || l.rfind("| embedding |", 0) == 0) {
       std::vector<std::string> cells;
       std::istringstream in(l);

@@ -24,21 +24,6 @@ using namespace tessera::test_support;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
-
-// "RESULT a=1 b=x" -> {a: 1, b: x}
-std::map<std::string, std::string> fields_of(const std::string& line) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(line.substr(std::string("RESULT ").size()));
-  for (std::string kv; in >> kv;) {
-    const size_t eq = kv.find('=');
-    if (eq != std::string::npos) out[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return out;
-}
-
-}  // namespace
-
 TEST(PlacementBench, Bf16AndFp32RowsAreSaneAndAgree) {
   const fs::path dir = fs::temp_directory_path() / ("tessera-pbench-" + std::to_string(getpid()));
   fs::create_directories(dir);
@@ -131,7 +116,7 @@ TEST(PlacementBench, Bf16AndFp32RowsAreSaneAndAgree) {
   int results = 0;
   for (const auto& l : lines_of(r.out)) {
     if (l.rfind("RESULT ", 0) != 0) continue;
-    const auto f = fields_of(l);
+    const auto f = result_fields(l);
     ASSERT_LT(results, static_cast<int>(rows.size())) << l;
     const json& row = rows[results++];
     EXPECT_EQ(f.at("bench"), "placement");

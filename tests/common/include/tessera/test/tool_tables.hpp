@@ -1,6 +1,7 @@
 // tessera/test/tool_tables.hpp: reading what a benchmark or tool printed: its non-empty lines,
 // and its CSV file checked to be a header plus the expected rows, every line with the header's
-// number of fields (commas inside double quotes, as in a plan "R,S,W,M", do not separate).
+// number of fields (commas inside double quotes, as in a plan "R,S,W,M", do not separate), and
+// a bench's "RESULT a=1 b=x" line as a map.
 //
 //   auto lines = tessera::test_support::csv_lines(csv_path, rows.size());   // header first
 //   for (const auto& l : tessera::test_support::lines_of(run.out)) ...
@@ -10,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,6 +23,17 @@ inline std::vector<std::string> lines_of(const std::string& text) {
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);)
     if (!l.empty()) out.push_back(l);
+  return out;
+}
+
+/// "RESULT a=1 b=x" -> {a: 1, b: x} (words without '=' are passed over).
+inline std::map<std::string, std::string> result_fields(const std::string& line) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(line.substr(std::string("RESULT ").size()));
+  for (std::string kv; in >> kv;) {
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos) out[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
   return out;
 }
 
