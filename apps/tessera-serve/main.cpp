@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
       ("threads", po::value(&threads)->default_value(1), "worker threads per backend")
       ("omp-threads", po::value(&omp_threads)->default_value(1), "OpenMP threads inside one forward")
       ("dtype", po::value(&dtype_text)->default_value(dtype_text),
-       "fp32 or bf16: a BERT model's forward, packed and padded batches alike")
+       "fp32, bf16 or int8 (the encoder's Linear layers, docs/models.md \"int8\"): a BERT model's forward, "
+       "packed and padded batches alike")
       ("serialize-forwards", po::bool_switch(&serialize_forwards),
        "reference forwards take turns process-wide (a safety switch)")
       ("toy-ns-per-token", po::value(&toy_ns)->default_value(0.0), "toy model: busy work per token (ns)")
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-serve: " << st.message() << "\n";
     return 2;
   }
-  auto dt = models::parse_dtype(dtype_text);
+  auto dt = models::parse_dtype(dtype_text, /*allow_int8=*/true);
   if (!dt) {
     std::cerr << "tessera-serve: --dtype: " << dt.error().message() << "\n";
     return 2;

@@ -171,6 +171,11 @@ TEST(Bf16Tiles, HostDtypeFlagChecksBf16AndRefusesWhatStaysFp32) {
   EXPECT_NE(out.find("max |logit - bf16 single-process|"), std::string::npos) << out;
   EXPECT_EQ(run_host("--model bert-tiny --tiles 1 --dtype fp16", out), 2) << out;
   EXPECT_NE(out.find("--dtype: unknown dtype \"fp16\": use fp32 or bf16"), std::string::npos) << out;
+  // int8 is the single-process encoder's (tessera-models, tessera-bench-models, tessera-serve): the
+  // tiles refuse it by name, never run fp32 instead.
+  EXPECT_EQ(run_host("--model bert-tiny --tiles 2 --dtype int8 --check 1", out), 2) << out;
+  EXPECT_NE(out.find("--dtype int8 runs the BERT encoder in one process only (tessera-models, tessera-bench-models, "
+                     "tessera-serve); use fp32 or bf16 here"), std::string::npos) << out;
   // GPU backends without --serve would start nothing: refused, never ignored.
   for (const std::string gpu : {"--spawn-gpu 1", "--gpu-replicas 1", "--gpu-endpoint ipc:///tmp/nowhere"}) {
     EXPECT_EQ(run_host("--model bert-tiny --tiles 1 --dtype bf16 --check 1 " + gpu, out), 2) << gpu << ": " << out;

@@ -261,10 +261,11 @@ TEST(ServeProcess, PromtoolAcceptsMetrics) {
   std::filesystem::remove(out_path);
 }
 
-// --dtype bf16: the bf16 forward behind HTTP (TEI's model_dtype says so), under a packed
-// (token-budget) and a padded (the default, dynamic) batching policy: scores within bf16's bound
-// of an fp32 server's, never fp32's exactly.
-TEST(ServeProcess, Bf16ServesPackedAndPaddedBatchesNearFp32) {
+// --dtype bf16 or int8: that forward behind HTTP (TEI's model_dtype says `model_dtype`), under a
+// packed (token-budget) and a padded (the default, dynamic) batching policy: scores within the
+// dtype's logit bound of an fp32 server's (logits within b move softmax probabilities by at most
+// b / 4), never fp32's exactly.
+void check_dtype_server(const std::string& dtype, const std::string& model_dtype, double logit_bound) {
   std::string exe = bin("tessera-serve");
   if (!std::filesystem::exists(exe)) GTEST_FAIL() << exe << " not built";
   auto start = [&](const std::string& dtype, const std::string& batching) {
@@ -275,8 +276,8 @@ TEST(ServeProcess, Bf16ServesPackedAndPaddedBatchesNearFp32) {
     return std::make_pair(c, static_cast<uint16_t>(colon == std::string::npos ? 0 : std::stoi(line.substr(colon + 1))));
   };
   auto [c32, p32] = start("fp32", "token-budget");
-  auto [c16, p16] = start("bf16", "token-budget");
-  auto [c16p, p16p] = start("bf16", "dynamic");
+  auto [c16, p16] = start(dtype, "token-budget");
+  auto [c16p, p16p] = start(dtype, "dynamic");
   // The servers stop however the checks below end (a failed parse throws).
   struct stop_all {
     std::vector<child*> children;
@@ -294,14 +295,14 @@ TEST(ServeProcess, Bf16ServesPackedAndPaddedBatchesNearFp32) {
   ASSERT_GT(p16p, 0);
   http_connection a("127.0.0.1", p32);
   EXPECT_EQ(nlohmann::json::parse(a.request("GET", "/info").body)["model_dtype"], "float32");
-  const std::string req = R"({"inputs": [["the bf16 forward over http"], ["a second and somewhat longer input sentence"]]})";
+  const std::string req = R"({"inputs": [["the )" + dtype + R"( forward over http"], ["a second and somewhat longer input sentence"]]})";
   auto r32 = a.request("POST", "/predict", req);
   ASSERT_EQ(r32.status, 200u) << r32.body;
   auto j32 = nlohmann::json::parse(r32.body);
   ASSERT_EQ(j32.size(), 2u);
   for (uint16_t port : {p16, p16p}) {
     http_connection b("127.0.0.1", port);
-    EXPECT_EQ(nlohmann::json::parse(b.request("GET", "/info").body)["model_dtype"], "bfloat16");
+    EXPECT_EQ(nlohmann::json::parse(b.request("GET", "/info").body)["model_dtype"], model_dtype);
     auto r16 = b.request("POST", "/predict", req);
     ASSERT_EQ(r16.status, 200u) << r16.body;
     auto j16 = nlohmann::json::parse(r16.body);
@@ -311,12 +312,20 @@ TEST(ServeProcess, Bf16ServesPackedAndPaddedBatchesNearFp32) {
       for (const auto& want : j32[i])
         for (const auto& got : j16[i])
           if (got["label"] == want["label"]) {
-            // Logits within 0.05 move softmax probabilities by at most 0.05 / 4.
-            EXPECT_NEAR(got["score"].get<double>(), want["score"].get<double>(), 0.0125) << r16.body << r32.body;
+            EXPECT_NEAR(got["score"].get<double>(), want["score"].get<double>(), logit_bound / 4) << r16.body << r32.body;
             differs |= got["score"] != want["score"];
           }
-    EXPECT_TRUE(differs) << "the bf16 server on port " << port << " answered fp32's scores exactly";
+    EXPECT_TRUE(differs) << "the " << dtype << " server on port " << port << " answered fp32's scores exactly";
   }
   // Refused at once (timeout: a server that started anyway must not hang the test).
-  EXPECT_EQ(std::system(("timeout 30 " + exe + " --model toy --dtype bf16 > /dev/null 2>&1").c_str()) >> 8, 2);
+  EXPECT_EQ(std::system(("timeout 30 " + exe + " --model toy --dtype " + dtype + " > /dev/null 2>&1").c_str()) >> 8, 2);
+}
+
+TEST(ServeProcess, Bf16ServesPackedAndPaddedBatchesNearFp32) { check_dtype_server("bf16", "bfloat16", 0.05); }
+
+// int8 (models::int8_logit_bound 0.15): the int8 encoder behind HTTP; a decoder refuses it.
+TEST(ServeProcess, Int8ServesPackedAndPaddedBatchesNearFp32) {
+  check_dtype_server("int8", "int8", 0.15);
+  const std::string exe = bin("tessera-serve");
+  EXPECT_EQ(std::system(("timeout 30 " + exe + " --model gpt2-tiny --dtype int8 > /dev/null 2>&1").c_str()) >> 8, 2);
 }

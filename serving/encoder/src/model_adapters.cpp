@@ -139,7 +139,9 @@ model_info model_info_of(const models::bert_model& model, std::string model_id) 
   info.labels = model.config.id2label;
   info.max_input_length = model.config.max_sequence_length();
   info.vocab_size = model.config.vocab_size;
-  info.dtype = model.compute == models::dtype::bf16 ? "bfloat16" : "float32";
+  info.dtype = model.compute == models::dtype::bf16   ? "bfloat16"
+               : model.compute == models::dtype::int8 ? "int8"
+                                                      : "float32";
   info.task = std::string(models::task_name(model.task));
   if (model.task == models::encoder_task::embedding) {
     info.pooling = std::string(models::pooling_name(model.embedding.pooling));

@@ -62,7 +62,7 @@ struct model_info {
   std::vector<std::string> labels;      ///< id2label; LABEL_i when shorter than num_labels
   int32_t max_input_length = 512;       ///< tokens, specials included
   int32_t vocab_size = 0;               ///< token ids given over KServe must be below it (0 = unchecked)
-  std::string dtype = "float32";        ///< TEI's model_dtype: "float32" or "bfloat16"
+  std::string dtype = "float32";        ///< TEI's model_dtype: "float32", "bfloat16" or "int8"
   /// What the encoder is for (models::encoder_task): "classifier", "embedding" or "reranker";
   /// the routes that do not fit it answer TEI's 424 (embed_api.cpp, tei_api.cpp).
   std::string task = "classifier";
