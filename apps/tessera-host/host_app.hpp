@@ -27,6 +27,8 @@ struct model_options {
   std::optional<plan> forced;
   bool serve = false;         ///< HTTP front door until SIGINT/SIGTERM
   int check_batches = 0;      ///< run N mixed batches against the reference and exit
+  double check_bound = 0;     ///< --check-bound: decoders' logit bound instead of decoder_logit_bound's (0: derived)
+  bool plan_only = false;     ///< --plan-only: print the plan, the plans that fit and the memory table; start no tile
   std::string trace_path;     ///< --trace: Chrome trace (+ summary) of the --check batches
   std::string timing_preset = "ipu-mk2";  ///< --preset: IPU preset of the modelled time in the trace
   int gpu_replicas = 0;       ///< in-process GPU-style backends beside the tiles (hybrid routing)

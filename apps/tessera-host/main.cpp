@@ -1,6 +1,12 @@
 // tessera-host: starts (or awaits) a tile group, compiles a model onto it and serves it, or runs
 // a demo program. Parses options and wires parts; the other files here do the work.
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -66,8 +72,13 @@ int main(int argc, char** argv) {
      "--check compares with the single-process bf16 decoder")
     ("plan", po::value(&plan_text), "R,S,W[,M]: replicas, pipeline stages, tensor-parallel width, micro-batches (default: automatic)")
     ("serve", "serve the model over HTTP until SIGINT/SIGTERM")
+    ("plan-only", "compile and print the chosen plan, the plans that fit (estimated tokens/s) and the per-tile memory "
+     "table, then exit: no tile is started and no weights are made (a decoder preset's shape alone)")
     ("check", po::value(&mo.check_batches)->default_value(0), "run N mixed batches against the single-process reference "
      "(decoders: generate N sequences of different lengths greedily, joining and leaving between steps)")
+    ("check-bound", po::value(&mo.check_bound)->default_value(0), "decoders: hold --check's logits to this bound "
+     "(max |logit - reference| / max(1, max |reference logit|)) instead of the one derived from the depth, the "
+     "widest sum of a layer and the dtype (0, the default; printed as \"check bound:\", see docs/models.md)")
     ("trace", po::value(&mo.trace_path), "write a Chrome trace / Perfetto JSON to FILE: BERT, the batches of --check (and print a profile); "
      "decoders, every step of --check or, with --serve, every step served (written at shutdown, up to 20000 steps), "
      "each with its prefill chunks, decodes and KV blocks per tile")
@@ -111,6 +122,22 @@ int main(int argc, char** argv) {
   if (!bytes) return std::cerr << "tessera-host: --tile-memory: " << bytes.error().message() << "\n", 2;
   cfg.tile_memory = *bytes;
   cfg.launch_local = !vm.count("external");
+  if (!cfg.launcher.log_dir.empty() && !vm.count("plan-only")) {
+    // Each local tile opens DIR/tile-N.log as its stderr: a missing DIR is made here (with its
+    // parents), one that cannot be made or is not a writable directory is refused by name
+    // (before, the spawn failed as "cannot start tessera-tile: No such file or directory").
+    std::error_code ec;
+    const std::filesystem::path dir(cfg.launcher.log_dir);
+    if (!std::filesystem::exists(dir, ec) && !std::filesystem::create_directories(dir, ec) && ec)
+      return std::cerr << "tessera-host: --log-dir " << cfg.launcher.log_dir << ": cannot create the directory: "
+                       << ec.message() << "\n", 2;
+    if (!std::filesystem::is_directory(dir, ec))
+      return std::cerr << "tessera-host: --log-dir " << cfg.launcher.log_dir
+                       << " is not a directory (each tile writes DIR/tile-N.log)\n", 2;
+    if (::access(cfg.launcher.log_dir.c_str(), W_OK | X_OK) != 0)
+      return std::cerr << "tessera-host: --log-dir " << cfg.launcher.log_dir << ": cannot write there: "
+                       << std::strerror(errno) << "\n", 2;
+  }
   cfg.launcher.pin_cores = vm.count("pin-cores") > 0;
   cfg.register_timeout = std::chrono::milliseconds(register_ms);
   cfg.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms);
@@ -148,6 +175,11 @@ int main(int argc, char** argv) {
       return std::cerr << "tessera-host: --kv-memory-mb does not apply on tiles (the KV cache lives in tile memory): use "
                           "--kv-blocks or --tile-memory\n", 2;
     mo.serve = vm.count("serve") > 0;
+    mo.plan_only = vm.count("plan-only") > 0;
+    if (!(mo.check_bound >= 0) || !std::isfinite(mo.check_bound))
+      return std::cerr << "tessera-host: --check-bound must be a finite number >= 0 (0: the derived bound)\n", 2;
+    if (mo.plan_only && (mo.serve || vm.count("prompt-ids") || !vm["check"].defaulted()))
+      return std::cerr << "tessera-host: --plan-only prints the plan and exits: drop --serve, --check and --prompt-ids\n", 2;
     mo.seeded_shards = vm.count("seeded-shards") > 0;
     if (vm.count("prompt-ids")) {
       std::stringstream ss(prompt_ids_text);
@@ -167,10 +199,10 @@ int main(int argc, char** argv) {
     } else {
       for (const char* o : {"results", "logits"})
         if (vm.count(o)) return std::cerr << "tessera-host: --" << o << " goes with --prompt-ids\n", 2;
-      if (mo.seeded_shards)
+      if (mo.seeded_shards && !mo.plan_only)
         return std::cerr << "tessera-host: --seeded-shards keeps no model in this process, so --check and --serve (which "
                             "need one) are refused: generate with --prompt-ids\n", 2;
-      if (!mo.serve && mo.check_batches == 0) mo.check_batches = 1;
+      if (!mo.serve && !mo.plan_only && mo.check_batches == 0) mo.check_batches = 1;
     }
   }
   if (!faults_spec.empty()) {
@@ -185,6 +217,8 @@ int main(int argc, char** argv) {
   }
   // GPU backends serve requests; --check runs batches on the tiles alone, so without --serve
   // they would start nothing and say nothing.
+  if (vm.count("plan-only") && mo.model.empty())
+    return std::cerr << "tessera-host: --plan-only needs --model (the plan of a model on --tiles)\n", 2;
   if (!mo.model.empty() && !mo.serve && (mo.spawn_gpu > 0 || !mo.gpu_endpoints.empty() || mo.gpu_replicas > 0))
     return std::cerr << "tessera-host: --spawn-gpu, --gpu-endpoint and --gpu-replicas add GPU backends to the "
                         "HTTP server: add --serve (--check runs on the tiles alone)\n", 2;

@@ -109,6 +109,14 @@ int run_model(tile_group_config group_cfg, model_options o) {
   req.max_sequences = o.so.batching.max_batch_size;
   req.forced = o.forced;
   req.dtype = o.dtype;
+  if (o.plan_only) {  // what deploy_bert would compile; no tile started
+    placement_request with_pooling = req;
+    if (model->task == models::encoder_task::embedding) with_pooling.pooling = model->embedding.pooling;
+    auto compiled = compile_bert(model->config, with_pooling);
+    if (!compiled) return fail(compiled.error());
+    std::printf("%s", compiled->describe().c_str());
+    return 0;
+  }
   deploy_hooks hooks;
   hooks.compiled = [](const compiled_model& c) {
     std::printf("%s", c.describe().c_str());

@@ -56,7 +56,10 @@ result<pid_t> local_launcher::spawn(const std::vector<std::string>& args, uint32
   pid_t pid = 0;
   int rc = posix_spawn(&pid, cfg_.tile_binary.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return status::io_error("cannot start " + cfg_.tile_binary + ": " + std::strerror(rc));
+  if (rc != 0)
+    return status::io_error("cannot start " + cfg_.tile_binary + ": " + std::strerror(rc) +
+                            (log_path.empty() ? std::string()
+                                              : " (or cannot open its log " + log_path + ": does the log directory exist?)"));
   if (cfg_.pin_cores) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     cpu_set_t set;

@@ -430,6 +430,15 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
   return best;
 }
 
+// A rate with three significant figures: a 7B decoder's 0.51 tokens/s is not printed as 0.
+std::string format_rate(double per_second) {
+  char buf[32];
+  if (!(per_second >= 0) || !std::isfinite(per_second)) return "?";
+  if (per_second >= 100) std::snprintf(buf, sizeof buf, "%.0f", per_second);
+  else std::snprintf(buf, sizeof buf, "%.3g", per_second);
+  return buf;
+}
+
 std::string compiled_model::describe() const {
   std::ostringstream os;
   os << "plan " << chosen.to_string() << " (replicas x stages x width = " << chosen.tiles() << " tiles), "
@@ -450,7 +459,7 @@ std::string compiled_model::describe() const {
   }
   if (candidates.size() > 1) {
     os << "plans that fit (estimated tokens/s):";
-    for (const auto& [p, r] : candidates) os << "  " << p.to_string() << ": " << static_cast<int64_t>(r);
+    for (const auto& [p, r] : candidates) os << "  " << p.to_string() << ": " << format_rate(r);
     os << "\n";
   }
   uint64_t cap = 0;

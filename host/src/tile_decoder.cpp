@@ -1,6 +1,7 @@
 #include "tessera/host/tile_decoder.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -39,6 +40,38 @@ result<std::unique_ptr<tile_decoder>> tile_decoder::deploy(tile_group& group, co
     TESSERA_RETURN_IF_ERROR(stream_shards(group, compiled, t, cut, done, progress, total));
   for (const auto& programs : compiled.programs) TESSERA_RETURN_IF_ERROR(group.load(programs));
   return std::unique_ptr<tile_decoder>(new tile_decoder(group, std::move(compiled), shape, std::move(cut), nullptr));
+}
+
+logit_bound decoder_logit_bound(const models::model_shape& shape, models::dtype dtype) {
+  logit_bound b;
+  b.dtype = dtype;
+  b.depth = shape.num_layers + 1;
+  b.reduction = std::max<int64_t>({shape.hidden_size, shape.intermediate_size, shape.q_width()});
+  b.per_layer = kReorderAmplification * std::sqrt(double(b.reduction)) * 0x1p-24 +
+                (dtype == models::dtype::bf16 ? kBf16RoundingAmplification * 0x1p-8 : 0.0);
+  b.derived = b.depth * b.per_layer;
+  b.bound = std::min(b.derived, kLogitBoundCap);
+  return b;
+}
+
+std::string logit_bound::to_string() const {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%d x (%g x sqrt(%lld) x 2^-24%s) = %.2e%s", depth, kReorderAmplification,
+                static_cast<long long>(reduction),
+                dtype == models::dtype::bf16 ? (" + " + std::to_string(int(kBf16RoundingAmplification)) + " x 2^-8").c_str() : "",
+                derived, derived > bound ? (", capped at " + std::to_string(kLogitBoundCap).substr(0, 3)).c_str() : "");
+  return buf;
+}
+
+double scaled_logit_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, scale = 1;
+  const size_t n = std::min(got.size(), want.size());
+  for (size_t v = 0; v < n; ++v) {
+    diff = std::max(diff, std::abs(double(got[v]) - double(want[v])));
+    scale = std::max(scale, std::abs(double(want[v])));
+  }
+  if (got.size() != want.size()) return INFINITY;
+  return diff / scale;
 }
 
 status tile_decoder::restore_tile(uint32_t tile) { return restore_shards_and_programs(group_, compiled_, tile, cut_); }

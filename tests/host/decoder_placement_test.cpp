@@ -205,3 +205,31 @@ TEST(DecoderPlacement, TheRankingReadsBf16WeightsAtTwoBytes) {
   EXPECT_DOUBLE_EQ(c->candidates[0].second, c->max_sequences / estimate_step_seconds(*s, c->chosen, c->max_sequences,
                                                                                      c->max_sequences, mm, models::dtype::bf16));
 }
+
+TEST(DecoderPlacement, ThePlanListPrintsA7bModelsTokensPerSecondNotZero) {
+  // llama-2-7b in bf16 on 8 tiles of 2.5 GiB, one sequence a step (scripts/llm-7b's request):
+  // every plan that fits decodes under 1 token/s in the cost model, which the plan list printed
+  // as "0" (the rate cut to an integer).
+  auto s = models::shape_preset("llama-2-7b");
+  ASSERT_TRUE(s) << s.error().to_string();
+  placement_request req{.tiles = 8, .tile_memory = 2560ull << 20, .token_budget = 16, .max_sequences = 1};
+  req.kv_blocks = 3;
+  req.dtype = models::dtype::bf16;
+  auto c = compile_decoder(*s, req);
+  ASSERT_TRUE(c) << c.error().message();
+  ASSERT_GT(c->candidates.size(), 1u);
+  const std::string text = c->describe();
+  const auto list = text.substr(text.find("plans that fit (estimated tokens/s):"));
+  const auto line = list.substr(0, list.find('\n'));
+  for (const auto& [p, rate] : c->candidates) {
+    EXPECT_GT(rate, 0.05) << p.to_string();
+    EXPECT_LT(rate, 100) << p.to_string();
+    EXPECT_NE(line.find(p.to_string() + ": " + format_rate(rate)), std::string::npos) << line;
+  }
+  EXPECT_EQ(line.find(": 0 "), std::string::npos) << line;
+  EXPECT_EQ(format_rate(0.5123), "0.512");
+  EXPECT_EQ(format_rate(12.345), "12.3");
+  EXPECT_EQ(format_rate(1234.4), "1234");
+  EXPECT_EQ(format_rate(0), "0");
+  EXPECT_EQ(format_rate(-1), "?");
+}

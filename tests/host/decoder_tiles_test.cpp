@@ -277,9 +277,213 @@ TEST(HostCheck, TraceShowsEveryDecoderStepsMixAndKvBlocksPerTile) {
   EXPECT_FALSE(fs::exists(trace));
 }
 
+TEST(HostCheck, TheCheckFailsLogitsOverItsBoundAndPrintsTheBound) {
+  // The derived bound is printed and met; the same run held to a bound below what W = 2 measures
+  // exits 1 naming the difference and the bound (the check can fail).
+  auto ok = run("--model llama-tiny --tiles 2 --plan 1,1,2 --check 1 --step-token-budget 64 --max-running 2 --kv-blocks 16");
+  ASSERT_EQ(ok.rc, 0) << ok.out;
+  EXPECT_NE(ok.out.find("check bound: 3 x (16 x sqrt(352) x 2^-24) = 5.37e-05"), std::string::npos) << ok.out;
+  auto tight = run("--model llama-tiny --tiles 2 --plan 1,1,2 --check 1 --step-token-budget 64 --max-running 2 --kv-blocks 16 "
+                   "--check-bound 1e-9");
+  EXPECT_EQ(tight.rc, 1) << tight.out;
+  EXPECT_NE(tight.out.find("overridden by --check-bound"), std::string::npos) << tight.out;
+  EXPECT_NE(tight.out.find("logits differ from the single-process reference by"), std::string::npos) << tight.out;
+  auto bad = run("--model llama-tiny --tiles 2 --check 1 --check-bound -1");
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--check-bound"), std::string::npos) << bad.out;
+}
+
+TEST(HostOptions, PlanOnlyListsA7bModelsPlansWithoutTilesOrWeights) {
+  // llama-2-7b's shape alone (no 13.5 GB of weights here, no tile started): every plan that fits
+  // with its estimated tokens/s, none printed as 0.
+  auto r = run("--model llama-2-7b --dtype bf16 --tiles 8 --tile-memory 2560MiB --kv-blocks 3 --step-token-budget 16 "
+               "--max-running 1 --plan-only");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto at = r.out.find("plans that fit (estimated tokens/s):");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_NE(line.find("R=1 S=2 W=4 M=2: 0."), std::string::npos) << line;
+  EXPECT_EQ(line.find(": 0 "), std::string::npos) << line;
+  EXPECT_EQ(r.out.find("tiles up"), std::string::npos) << r.out;
+  auto both = run("--model llama-tiny --tiles 2 --plan-only --check 2");
+  EXPECT_EQ(both.rc, 2) << both.out;
+  EXPECT_NE(both.out.find("--plan-only"), std::string::npos) << both.out;
+}
+
+TEST(HostOptions, LogDirIsMadeWhenMissingAndRefusedByNameWhenItCannotBe) {
+  const fs::path root = fs::temp_directory_path() / ("tessera-logdir-" + std::to_string(getpid()));
+  fs::remove_all(root);
+  // Missing, two levels deep: made, and each tile writes its log there.
+  auto r = run("--demo allreduce --tiles 2 --reps 1 --log-dir " + (root / "a" / "b").string());
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(fs::exists(root / "a" / "b" / "tile-0.log")) << r.out;
+  EXPECT_TRUE(fs::exists(root / "a" / "b" / "tile-1.log")) << r.out;
+  // A regular file in the way: refused naming the option and the path, no tile started.
+  { std::ofstream(root / "file") << "x"; }
+  for (const fs::path& bad : {root / "file", root / "file" / "sub"}) {
+    auto e = run("--demo allreduce --tiles 2 --reps 1 --log-dir " + bad.string());
+    EXPECT_EQ(e.rc, 2) << e.out;
+    EXPECT_NE(e.out.find("--log-dir " + bad.string()), std::string::npos) << e.out;
+    EXPECT_EQ(e.out.find("cannot start"), std::string::npos) << e.out;
+  }
+  fs::remove_all(root);
+}
+
 TEST(HostCheck, ADecoderThatDoesNotFitIsRefusedWithTheTable) {
   auto r = run("--model llama-tiny --tiles 2 --tile-memory 8MiB --check 1");
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("does not fit"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--tile-memory"), std::string::npos) << r.out;
+}
+
+// ---- The logit bound (decoder_logit_bound): met under width, failed by a wrong shard ----
+
+namespace {
+
+// llama-tiny's widths at llama-1b's depth (22 layers): the bound's depth term at CI's size.
+models::model_shape deep_llama_tiny() {
+  auto s = models::shape_preset("llama-tiny");
+  EXPECT_TRUE(s);
+  models::model_shape d = *s;
+  d.num_layers = 22;
+  d.name = "llama-tiny-22-layers";
+  return d;
+}
+
+// Two sequences (prompts of 19 and 7 tokens) generated greedily for 12 steps on the tiles beside
+// decoder_model::step on its own cache (the next token is the reference's argmax on both sides);
+// the worst scaled difference of their logits (scaled_logit_difference).
+double worst_scaled_difference(const models::decoder_model& m, tile_decoder& dec) {
+  const auto& c = dec.compiled();
+  auto cache = models::paged_kv_cache::make(m.shape(), c.kv);
+  EXPECT_TRUE(cache);
+  if (!cache) return INFINITY;
+  models::splitmix64 rng(5);
+  std::vector<std::vector<int32_t>> tokens(2);
+  std::vector<std::vector<int32_t>> blocks(2);
+  std::vector<int> computed(2, 0);
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < (i == 0 ? 19 : 7); ++k)
+      tokens[i].push_back(static_cast<int32_t>(rng.uniform(0, m.shape().vocab_size - 1)));
+  int32_t next_block = 0;
+  double worst = 0;
+  for (int n = 0; n < 12; ++n) {
+    models::step_batch b;
+    for (int i = 0; i < 2; ++i) {
+      const int end = static_cast<int>(tokens[i].size());
+      while (static_cast<int>(blocks[i].size()) < c.kv.blocks_for(end)) blocks[i].push_back(next_block++);
+      b.seqs.push_back({static_cast<uint64_t>(i), {tokens[i].begin() + computed[i], tokens[i].end()}, computed[i],
+                        blocks[i], true});
+    }
+    auto want = m.step(b, *cache);
+    EXPECT_TRUE(want) << want.error().to_string();
+    auto got = dec.step(0, b);
+    EXPECT_TRUE(got) << got.error().to_string();
+    if (!want || !got || got->logits.size() != 2) return INFINITY;
+    for (int i = 0; i < 2; ++i) {
+      const auto& w = (*want)[static_cast<size_t>(i)];
+      worst = std::max(worst, scaled_logit_difference(got->logits[static_cast<size_t>(i)], w));
+      computed[i] = static_cast<int>(tokens[i].size());
+      tokens[i].push_back(static_cast<int32_t>(std::max_element(w.begin(), w.end()) - w.begin()));
+    }
+  }
+  return worst;
+}
+
+struct bound_run {
+  double worst = INFINITY;
+  double bound = 0;
+};
+
+// Deploys `shape`'s seeded decoder in `dt` on W lanes, its shards cut by `cut` (nullptr: the
+// model's own), and measures it against the one-process decoder in the same dtype.
+bound_run run_under_bound(const models::model_shape& shape, models::dtype dt, int width,
+                          std::function<result<std::vector<float>>(const models::decoder_model&, const weight_shard&)> cut) {
+  auto made = models::make_seeded_decoder(shape, 4);
+  EXPECT_TRUE(made) << made.error().to_string();
+  if (!made) return {};
+  if (dt == models::dtype::bf16) EXPECT_TRUE(made->set_dtype(dt).ok());
+  auto model = std::make_shared<const models::decoder_model>(std::move(*made));
+  placement_request req;
+  req.tiles = width;
+  req.tile_memory = 64ull << 20;
+  req.token_budget = 32;
+  req.max_sequences = 2;
+  req.forced = plan{1, 1, width, 1};
+  req.kv_blocks = 8;
+  req.dtype = dt;
+  auto c = compile_decoder(shape, req);
+  EXPECT_TRUE(c) << c.error().message();
+  if (!c) return {};
+  tile_group_config g;
+  g.tiles = static_cast<uint32_t>(width);
+  g.tile_memory = req.tile_memory;
+  auto group = tile_group::start(g);
+  EXPECT_TRUE(group) << group.error().to_string();
+  if (!group) return {};
+  const models::decoder_model* mp = model.get();
+  shard_cutter cutter = [mp, cut](const weight_shard& sh) { return cut ? cut(*mp, sh) : materialize(*mp, sh); };
+  auto dec = tile_decoder::deploy(**group, std::move(*c), shape, cutter);
+  EXPECT_TRUE(dec) << dec.error().to_string();
+  if (!dec) return {};
+  return {worst_scaled_difference(*model, **dec), decoder_logit_bound(shape, dt).bound};
+}
+
+}  // namespace
+
+TEST(DecoderLogitBound, GrowsWithDepthWidestSumAndDtype) {
+  auto tiny = models::shape_preset("llama-tiny");
+  auto b1 = models::shape_preset("llama-1b");
+  auto b7 = models::shape_preset("llama-2-7b");
+  ASSERT_TRUE(tiny && b1 && b7);
+  // (layers + 1) x (16 x sqrt(K) x 2^-24 [+ 6 x 2^-8]), K = max(hidden, ffn, q width).
+  EXPECT_DOUBLE_EQ(decoder_logit_bound(*tiny, models::dtype::fp32).bound, 3 * 16 * std::sqrt(352.0) * 0x1p-24);
+  EXPECT_DOUBLE_EQ(decoder_logit_bound(*b1, models::dtype::fp32).bound, 23 * 16 * std::sqrt(5632.0) * 0x1p-24);
+  EXPECT_DOUBLE_EQ(decoder_logit_bound(*b7, models::dtype::bf16).derived, 33 * (16 * std::sqrt(11008.0) * 0x1p-24 + 6 * 0x1p-8));
+  // Capped where a wrong result would pass (AWrongShardFailsIt: ~0.5 at any depth).
+  EXPECT_DOUBLE_EQ(decoder_logit_bound(*b7, models::dtype::bf16).bound, 0.4);
+  EXPECT_DOUBLE_EQ(decoder_logit_bound(*tiny, models::dtype::bf16).bound, 3 * (16 * std::sqrt(352.0) * 0x1p-24 + 6 * 0x1p-8));
+  EXPECT_LT(decoder_logit_bound(*tiny, models::dtype::fp32).bound, decoder_logit_bound(deep_llama_tiny(), models::dtype::fp32).bound);
+  EXPECT_LT(decoder_logit_bound(*tiny, models::dtype::fp32).bound, decoder_logit_bound(*tiny, models::dtype::bf16).bound);
+  EXPECT_NE(decoder_logit_bound(*b1, models::dtype::fp32).to_string().find("23 x (16 x sqrt(5632) x 2^-24) = 1.65e-03"), std::string::npos)
+      << decoder_logit_bound(*b1, models::dtype::fp32).to_string();
+  EXPECT_NE(decoder_logit_bound(*b7, models::dtype::bf16).to_string().find(" + 6 x 2^-8) = 7.77e-01, capped at 0.4"), std::string::npos)
+      << decoder_logit_bound(*b7, models::dtype::bf16).to_string();
+  EXPECT_DOUBLE_EQ(scaled_logit_difference({1, 2, 30}, {1, 2.5f, 40}), 10.0 / 40);
+  EXPECT_DOUBLE_EQ(scaled_logit_difference({0.25f, 0.5f}, {0.25f, 0.75f}), 0.25);  // scale at least 1
+  EXPECT_EQ(scaled_logit_difference({1, 2}, {1}), INFINITY);
+}
+
+TEST(DecoderLogitBound, WidthPlansMeetItOnShallowAndDeepShapes) {
+  for (const auto& shape : {*models::shape_preset("llama-tiny"), deep_llama_tiny()})
+    for (models::dtype dt : {models::dtype::fp32, models::dtype::bf16})
+      for (int width : {2, 4}) {
+        const auto r = run_under_bound(shape, dt, width, nullptr);
+        std::printf("%s %s W=%d: worst %.3e, bound %.3e (%.1f%% of it)\n", shape.name.c_str(),
+                    std::string(models::dtype_name(dt)).c_str(), width, r.worst, r.bound, 100 * r.worst / r.bound);
+        EXPECT_LE(r.worst, r.bound) << shape.name << " " << models::dtype_name(dt) << " W=" << width;
+      }
+}
+
+TEST(DecoderLogitBound, AWrongShardFailsIt) {
+  // Lane 1 of one layer's down projection gets lane 0's columns (a shard cut from the wrong
+  // range): the kind of wrong result the bound must catch, at both depths and dtypes.
+  for (const auto& shape : {*models::shape_preset("llama-tiny"), deep_llama_tiny()})
+    for (models::dtype dt : {models::dtype::fp32, models::dtype::bf16}) {
+      const std::string victim = "layers." + std::to_string(shape.num_layers / 2) + ".down_w";
+      int cut = 0;
+      auto wrong = [victim, &cut](const models::decoder_model& m, const weight_shard& sh) -> result<std::vector<float>> {
+        if (sh.source != victim || sh.begin == 0) return materialize(m, sh);
+        weight_shard moved = sh;
+        moved.begin = 0;
+        moved.end = sh.end - sh.begin;
+        ++cut;
+        return materialize(m, moved);
+      };
+      const auto r = run_under_bound(shape, dt, 2, wrong);
+      EXPECT_EQ(cut, 1) << "the victim shard was not cut: " << victim;
+      std::printf("%s %s W=2, %s of lane 1 from lane 0's columns: worst %.3e, bound %.3e (%.2fx)\n", shape.name.c_str(),
+                  std::string(models::dtype_name(dt)).c_str(), victim.c_str(), r.worst, r.bound, r.worst / r.bound);
+      EXPECT_GT(r.worst, r.bound) << shape.name << " " << models::dtype_name(dt);
+    }
 }

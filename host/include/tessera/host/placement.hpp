@@ -161,6 +161,10 @@ struct compiled_model {
   std::string describe() const;
 };
 
+/// A rate for people (the plan list's tokens/s): three significant figures below 100 (0.512,
+/// 12.3), whole numbers from 100; "?" for a rate that is not a finite non-negative number.
+std::string format_rate(double per_second);
+
 /// Tensor ids in tile memory (the same on every tile that holds the tensor).
 namespace tensor_ids {
 inline constexpr uint32_t token_ids = 1, token_types = 2, hidden = 3, qkv = 4, context = 5, partial = 6, ffn = 7,

@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "tessera/host/placement.hpp"
 #include "tessera/host/profiler.hpp"
@@ -84,6 +85,38 @@ class tile_decoder {
   shard_cutter cut_;
   std::shared_ptr<const models::decoder_model> model_;
 };
+
+/// How far a decoder's logits on tiles may lie from the one-process reference's in the same dtype
+/// (tessera-host --check, scripts/llm-7b; derivation and measurements in docs/models.md, "How
+/// close tile logits are"), as max |tile logit - reference logit| / max(1, max |reference logit|):
+///   bound = (layers + 1) x (16 x sqrt(K) x 2^-24 [+ 6 x 2^-8 in bf16])
+/// K is the widest sum of a layer (max of hidden, FFN and query widths): an fp32 sum of K terms
+/// taken in another order (lanes' partial sums reduced on the exchange, GEMMs cut by columns)
+/// differs by ~sqrt(K) x 2^-24 of its magnitude; in bf16 the next Linear rounds its input to bf16,
+/// so a reordered value can land one bf16 rounding (2^-8) away. Each layer (and the LM head) adds
+/// its own to the residual stream, so the bound grows linearly with depth; the constants (16 and 6)
+/// cover what later layers make of it, measured on the seeded decoders (whose sharp attention
+/// amplifies most) at 2, 22 and 32 layers with about 2x to spare at the deepest.
+/// The bound is capped at kLogitBoundCap = 0.4: a wrong result (a shard cut from the wrong columns)
+/// differs by ~0.5 on the seeded decoders at any depth (their logits saturate there), so a larger
+/// bound could not fail; where the cap binds (bf16 from ~14 layers) the check separates right from
+/// wrong by less than 2x each way (docs/models.md).
+/// Greedy tokens are compared up to the first near tie: a reference top-2 margin below
+/// 2 x bound x max(1, max |reference logit|) may flip under that noise.
+inline constexpr double kReorderAmplification = 16, kBf16RoundingAmplification = 6, kLogitBoundCap = 0.4;
+struct logit_bound {
+  models::dtype dtype = models::dtype::fp32;
+  int depth = 0;           ///< layers + 1 (the LM head)
+  int64_t reduction = 0;   ///< K
+  double per_layer = 0;    ///< 16 x sqrt(K) x 2^-24, + 6 x 2^-8 in bf16
+  double derived = 0;      ///< depth x per_layer
+  double bound = 0;        ///< min(derived, kLogitBoundCap)
+  /// "23 x (16 x sqrt(5632) x 2^-24) = 1.65e-03" (bf16: "... + 6 x 2^-8) = 5.40e-01, capped at 0.4").
+  std::string to_string() const;
+};
+logit_bound decoder_logit_bound(const models::model_shape& shape, models::dtype dtype);
+/// max |got - want| / max(1, max |want|) over the row (the rows must be of one length).
+double scaled_logit_difference(const std::vector<float>& got, const std::vector<float>& want);
 
 /// A shard_cutter for seeded decoder weights (models::fill_decoder_preset_range): each shard's
 /// values generated alone from (shape, seed), equal bit for bit to materialize() of
