@@ -56,7 +56,7 @@ packed_batch int8_calibration_batch(const bert_config& c) {
   packed_batch b;
   std::vector<int32_t> ids, types;
   for (int L : lengths) {
-    L = std::min(L, c.max_position_embeddings);
+    L = std::min(L, c.max_sequence_length());
     ids.assign(static_cast<size_t>(L), 0);
     types.assign(static_cast<size_t>(L), 0);
     // Every id of the vocabulary may appear; every other sequence is a pair (second half type 1).

@@ -11,7 +11,7 @@
 // classifier stay fp32.
 //
 // The calibration set is int8_calibration_batch(config): 32 synthetic sequences, lengths
-// seed_workload(32, 0.4, kInt8CalibrationSeed) capped at max_position_embeddings, ids uniform over
+// seed_workload(32, 0.4, kInt8CalibrationSeed) capped at max_sequence_length(), ids uniform over
 // the whole vocabulary and half of them sentence pairs (type 1 from the middle), all drawn from
 // splitmix64(kInt8CalibrationSeed ^ 0x1D5). The benches and tests evaluate on other inputs
 // (synthetic_batch: the seed workload's seed 0, ids seed 1 or 3, ids from [1000, vocab); tiny-odd's
