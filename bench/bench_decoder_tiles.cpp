@@ -22,6 +22,7 @@
 //   build/bin/tessera-bench-decoder-tiles --model llama-tiny gpt2 --tiles 0 2 4 --plan auto tp
 //       --prompt 128 768 --batch 1 8 32 64 --decode 128 --csv /tmp/dt.csv --json /tmp/dt.json
 //   build/bin/tessera-bench-decoder-tiles --model llama-tiny --tiles 2 --plan tp --prompt 16 --batch 2 --decode 4
+//   build/bin/tessera-bench-decoder-tiles --model llama-tiny --tiles 2 --plan 1,1,2,1 1,1,2,1,2 --sample tile  (LM head split)
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -424,7 +425,9 @@ int main(int argc, char** argv) {
   opts.add_options()("help,h", "show this help")
       ("model", po::value(&o.models)->multitoken(), "decoder presets (default llama-tiny gpt2)")
       ("tiles", po::value(&o.tiles)->multitoken(), "tile counts; 0 = the single process (default 2 4)")
-      ("plan", po::value(&o.plans)->multitoken(), "auto (compile_decoder's choice) and/or tp (width W = N) (default both)")
+      ("plan", po::value(&o.plans)->multitoken(),
+       "auto (compile_decoder's choice), tp (width W = N) and/or R,S,W[,M[,V]] (a forced plan, its tiles N; V: LM-head "
+       "vocabulary slices) (default auto tp)")
       ("prompt", po::value(&o.prompts)->multitoken(), "prompt lengths (default 128 768)")
       ("batch", po::value(&o.batches)->multitoken(), "sequences per batch (default 1 8 32 64)")
       ("decode", po::value(&o.decode)->default_value(o.decode), "tokens generated per sequence")
@@ -445,7 +448,8 @@ int main(int argc, char** argv) {
     return 2;
   };
   for (const auto& p : o.plans)
-    if (p != "auto" && p != "tp") return bad("--plan " + p + ": use auto or tp");
+    if (p != "auto" && p != "tp")
+      if (auto parsed = parse_plan(p); !parsed) return bad("--plan " + p + ": use auto, tp or " + parsed.error().message());
   for (int n : o.tiles)
     if (n < 0 || n > 64) return bad("--tiles " + std::to_string(n) + ": use 0 (one process) to 64");
   for (int b : o.batches)
@@ -527,6 +531,10 @@ int main(int argc, char** argv) {
         req.max_sequences = max_b;
         req.dtype = *dtype;
         if (mode == "tp") req.forced = plan{1, 1, n, 1};
+        if (mode != "tp" && mode != "auto") {
+          req.forced = *parse_plan(mode);
+          if (req.forced->tiles() != n) continue;  // a forced plan runs on its own tile count only
+        }
         // The plan first (KV as many blocks as fit), then the plan again with the KV the rows need.
         auto c = compile_decoder(shape, req);
         if (!c) return fail(c.error().with_context(name + " on " + std::to_string(n) + " tiles, --plan " + mode));

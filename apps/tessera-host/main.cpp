@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
      "in the other dtype is refused). Decoders: bf16 puts the Linear matrices, the LM head and the paged KV cache "
      "in bf16 (twice the KV positions in the same tile memory; activations, norms, softmax and logits fp32), "
      "--check compares with the single-process bf16 decoder")
-    ("plan", po::value(&plan_text), "R,S,W[,M]: replicas, pipeline stages, tensor-parallel width, micro-batches (default: automatic)")
+    ("plan", po::value(&plan_text), "R,S,W[,M[,V]]: replicas, pipeline stages, tensor-parallel width, micro-batches, and for a decoder V LM-head vocabulary slices (default: automatic)")
     ("serve", "serve the model over HTTP until SIGINT/SIGTERM")
     ("plan-only", "compile and print the chosen plan, the plans that fit (estimated tokens/s) and the per-tile memory "
      "table, then exit: no tile is started and no weights are made (a decoder preset's shape alone)")

@@ -50,9 +50,19 @@ struct dlayout {
   }
   row_range ffn_of(int lane) const { return token_partition(c.intermediate_size, lane, p.width); }
   uint32_t tile_of(int r, int s, int w) const { return static_cast<uint32_t>((r * p.stages + s) * p.width + w); }
-  // bf16: the LM head is a bf16 copy even when tied (the embedding rows are read as fp32).
+  // bf16: the LM head is a bf16 copy even when tied (the embedding rows are read as fp32); a split
+  // head is a copy of its rows.
   bool lm_head_is_embedding(const tile_plan& t) const {
-    return !bf16() && c.tie_word_embeddings && t.stage == 0 && t.stage == p.stages - 1 && t.lane == 0;
+    return !bf16() && p.vocab_slices == 1 && c.tie_word_embeddings && t.stage == 0 && t.stage == p.stages - 1 && t.lane == 0;
+  }
+  // A vocab-parallel LM head: slice j of V on the last stage's lane j, then on the earlier stages'
+  // tiles from the last backwards (compiled_model::head_tiles); -1: the tile holds none.
+  int slice_of(int stage, int lane) const {
+    const int i = stage == p.stages - 1 ? lane : p.width * (p.stages - 1 - stage) + lane;
+    return i < p.vocab_slices ? i : -1;
+  }
+  row_range vocab_of(int slice) const {
+    return token_partition(c.vocab_size, static_cast<uint32_t>(slice), static_cast<uint32_t>(p.vocab_slices));
   }
 };
 
@@ -120,11 +130,17 @@ void plan_tile(const dlayout& L, dtile& d, std::vector<weight_shard>& shards, st
     if (traits.mlp_bias) vec(ids::down_b, "down_b", H);
   }
   const bool out_tile = last && t.lane == 0;
+  const int V = L.p.vocab_slices, slice = V > 1 ? L.slice_of(t.stage, t.lane) : (out_tile ? 0 : -1);
+  const row_range vocab = V > 1 && slice >= 0 ? L.vocab_of(slice) : row_range{0, c.vocab_size};
   if (out_tile) {
     add.weight(f32(ids::final_norm_w, "final_norm_w", {H}), shard_kind::whole, "final_norm_w");
     if (layer_norm) add.weight(f32(ids::final_norm_b, "final_norm_b", {H}), shard_kind::whole, "final_norm_b");
-    if (!L.lm_head_is_embedding(t)) add.weight(L.mat(ids::lm_head, "lm_head", {c.vocab_size, H}), shard_kind::whole, "lm_head");
   }
+  if (V == 1 && out_tile && !L.lm_head_is_embedding(t))
+    add.weight(L.mat(ids::lm_head, "lm_head", {c.vocab_size, H}), shard_kind::whole, "lm_head");
+  if (V > 1 && slice >= 0)  // this tile's vocabulary rows of the LM head (of the embedding when tied)
+    add.weight(L.mat(ids::lm_head, "lm_head", {vocab.end - vocab.begin, H}), shard_kind::rows, "lm_head",
+               static_cast<int>(vocab.begin), static_cast<int>(vocab.end));
   if (first) add.act({ids::token_ids, "token_ids", dtype::i32, {T}});
   add.act({ids::step_meta, "step_meta", dtype::i32, {L.meta}});
   add.act(f32(ids::hidden, "hidden", {T, H}));
@@ -138,12 +154,14 @@ void plan_tile(const dlayout& L, dtile& d, std::vector<weight_shard>& shards, st
     add.act(f32(ids::dec_up, "mlp_up", {T, fw}));
     if (c.gated_mlp) add.act(f32(ids::dec_gate, "mlp_gate", {T, fw}));
   }
-  if (out_tile) {
+  if (slice >= 0) {
     add.act(f32(ids::last_rows, "last_rows", {L.max_seqs, H}));
-    add.act(f32(ids::logits, "logits", {L.max_seqs, c.vocab_size}));
+    add.act(f32(ids::logits, "logits", {L.max_seqs, vocab.end - vocab.begin}));
     add.act({ids::sample_params, "sample_params", dtype::i32, {L.sample}});
-    add.act({ids::samples, "samples", dtype::i32, {L.max_seqs, models::kSampleRecord}});
   }
+  if (out_tile) add.act({ids::samples, "samples", dtype::i32, {L.max_seqs, models::kSampleRecord}});
+  if (V > 1 && slice >= 0)  // the out tile gathers every slice's records
+    add.act({ids::sample_parts, "sample_parts", dtype::i32, {out_tile ? V : 1, L.max_seqs, models::kSliceRecord}});
   const int64_t W = L.p.width;
   int64_t inbound = (W - 1) * ((T + W - 1) / W) * H;
   if (t.stage > 0) inbound = std::max<int64_t>(inbound, T * H);
@@ -253,14 +271,52 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
         }
         if (s == S - 1 && w == 0) {
           const uint32_t head = L.lm_head_is_embedding(d.plan) ? ids::word : ids::lm_head;
+          models::dec_logits_params final_norm;
+          static_cast<models::dec_norm_params&>(final_norm) = norm;
+          final_norm.head = L.p.vocab_slices == 1;  // split: every slice's dec_head after the rows are sent
           b.step(t, static_cast<size_t>(cl * K + K - 1)).compute.push_back(make_call<kid::dec_logits>(
               with({ids::hidden, ids::step_meta, head, ids::final_norm_w}, layer_norm, ids::final_norm_b),
-              {ids::logits, ids::last_rows}, norm));
+              {ids::logits, ids::last_rows}, final_norm));
           // After the last micro-batch's logits: sample the rows that asked (models/token_sampling.hpp).
-          if (m == M - 1)
+          if (m == M - 1 && L.p.vocab_slices == 1)
             b.step(t, static_cast<size_t>(cl * K + K - 1)).compute.push_back(make_call<kid::dec_sample>(
                 {ids::logits, ids::step_meta, ids::sample_params}, {ids::samples}, models::rows_params{mb}));
         }
+      }
+    }
+  }
+  if (L.p.vocab_slices > 1) {
+    // A vocab-parallel LM head, after the last micro-batch's dec_logits (the normed last rows, no
+    // logits): the out tile sends the rows to the other slices (in that last step); every slice
+    // (the out tile too) computes its logits and its record of every row at once and sends it to
+    // the out tile (one superstep); the out tile merges them (a last superstep without exchange).
+    const int V = L.p.vocab_slices;
+    const size_t last = static_cast<size_t>(clocks * K - 1), part = last + 1, merge = last + 2;
+    const uint32_t out = L.tile_of(r, S - 1, 0);
+    const uint64_t rows_n = static_cast<uint64_t>(L.max_seqs) * static_cast<uint64_t>(H);
+    const uint64_t rec_n = static_cast<uint64_t>(L.max_seqs) * models::kSliceRecord;
+    const models::rows_params whole{models::micro_batch{0, 1}};
+    for (int j = 0; j < V; ++j) {
+      uint32_t t = out;
+      for (int s = 0; s < S; ++s)
+        for (int w = 0; w < W; ++w)
+          if (L.slice_of(s, w) == j) t = L.tile_of(r, s, w);
+      const row_range v = L.vocab_of(j);
+      models::dec_slice_params sp{models::micro_batch{0, 1}};
+      sp.slice = static_cast<uint32_t>(j), sp.slices = static_cast<uint32_t>(V);
+      sp.begin = static_cast<uint32_t>(v.begin), sp.vocab = static_cast<uint32_t>(c.vocab_size);
+      auto& a = b.step(t, part).compute;
+      if (j > 0)
+        b.connect(out, t, last, {ids::last_rows, slice_kind::fixed, 0, rows_n}, {ids::last_rows, slice_kind::fixed, 0, rows_n}, false);
+      a.push_back(make_call<kid::dec_head>({ids::last_rows, ids::step_meta, ids::lm_head}, {ids::logits}, whole));
+      a.push_back(make_call<kid::dec_sample_part>({ids::logits, ids::step_meta, ids::sample_params}, {ids::sample_parts}, sp));
+      if (j > 0)
+        b.connect(t, out, part, {ids::sample_parts, slice_kind::fixed, 0, rec_n},
+                  {ids::sample_parts, slice_kind::fixed, static_cast<uint64_t>(j) * rec_n, rec_n}, false);
+      if (j == 0) {
+        sp.slice = 0;
+        b.step(out, merge).compute.push_back(
+            make_call<kid::dec_sample_merge>({ids::sample_parts, ids::step_meta, ids::sample_params}, {ids::samples}, sp));
       }
     }
   }
@@ -329,7 +385,10 @@ double estimate_step_seconds(const models::model_shape& c, const plan& p, int to
     step += layers * (bytes / mm.link_bytes_per_s + 4 * (W - 1) * mm.message_seconds + 4 * mm.sync_seconds);
   }
   if (p.stages > 1) step += micro_tokens * H * 4 / mm.link_bytes_per_s + mm.sync_seconds;
-  const double head = std::max(2.0 * seqs * H * c.vocab_size / rate, H * c.vocab_size * wbytes / bytes_per_s);
+  // A vocab-parallel head: each slice reads its rows, then two exchanges (rows out, records back).
+  const double V = std::max(1, p.vocab_slices);
+  double head = std::max(2.0 * seqs * H * c.vocab_size / rate, H * c.vocab_size * wbytes / bytes_per_s) / V;
+  if (V > 1) head += 2 * (mm.sync_seconds + (V - 1) * mm.message_seconds);
   return (M + p.stages - 1) * step + head;
 }
 
@@ -419,6 +478,13 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
   const int64_t sample = 1 + int64_t{max_seqs} * models::kSampleHeader + 2 * 8192;
   const int min_blocks = max_blocks;                                  // one sequence of the longest length
   const int auto_cap = std::max(min_blocks, (65536 + bt - 1) / bt);  // 65536 tokens in flight
+  if (req.forced && req.forced->vocab_slices > req.forced->stages * req.forced->width)
+    return status::invalid("--plan " + req.forced->to_string() + ": V=" + std::to_string(req.forced->vocab_slices) +
+                           " LM-head vocabulary slices need as many tiles in a replica, which has S x W = " +
+                           std::to_string(req.forced->stages * req.forced->width));
+  if (req.forced && req.forced->vocab_slices > c.vocab_size)
+    return status::invalid("--plan " + req.forced->to_string() + ": more LM-head slices than vocabulary rows (" +
+                           std::to_string(c.vocab_size) + ")");
   auto make_layout = [&](const plan& p) {
     return dlayout{c, p, req.token_budget, max_seqs, bt, max_blocks, meta, sample, req.dtype};
   };
@@ -431,7 +497,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
                                               std::to_string(c.max_position_embeddings) + " tokens)") +
           " need",
       "on the fullest tile", " with " + std::to_string(req.kv_blocks > 0 ? req.kv_blocks : min_blocks) + " KV blocks",
-      "no tile count fits with this memory (the embedding and LM head are not split)"};
+      "no tile count fits with this memory (the embedding is not split)"};
   TESSERA_RETURN_IF_ERROR(detail::search_plans(
       c, req, /*lanes_need_heads=*/true, best, words,
       [&](const plan& p) { return lay_out(make_layout(p), req.tile_memory, req.kv_blocks, min_blocks, auto_cap); },
@@ -451,6 +517,17 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
                                        " lane(s)"
                                  : std::to_string(c.num_kv_heads) + " kv heads replicated: each of the " +
                                        std::to_string(p.width) + " lanes holds the kv heads its query heads read";
+      },
+      // A forced plan's V as given; else V = 1 (the head whole), 2, ... up to every tile of a
+      // replica: the first that fits.
+      [&](const plan& p) {
+        std::vector<plan> v{p};
+        if (req.forced) return v;
+        for (int n = 2; n <= p.stages * p.width && n <= c.vocab_size; ++n) {
+          v.push_back(p);
+          v.back().vocab_slices = n;
+        }
+        return v;
       }));
   static_cast<models::model_shape&>(best.config) = c;
   best.dtype = req.dtype;

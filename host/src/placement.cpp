@@ -17,7 +17,7 @@ using detail::program_builder;
 
 std::string plan::to_string() const {
   return "R=" + std::to_string(replicas) + " S=" + std::to_string(stages) + " W=" + std::to_string(width) +
-         " M=" + std::to_string(micro_batches);
+         " M=" + std::to_string(micro_batches) + (vocab_slices > 1 ? " V=" + std::to_string(vocab_slices) : "");
 }
 
 result<plan> parse_plan(const std::string& text) {
@@ -35,9 +35,11 @@ result<plan> parse_plan(const std::string& text) {
       break;
     }
   }
-  if (v.size() != 3 && v.size() != 4)
-    return status::invalid("--plan '" + text + "' is not R,S,W or R,S,W,M with positive integers (e.g. 2,1,4)");
-  plan p{v[0], v[1], v[2], v.size() == 4 ? v[3] : (v[1] > 1 ? 2 * v[1] : 1)};
+  if (v.size() < 3 || v.size() > 5)
+    return status::invalid("--plan '" + text +
+                           "' is not R,S,W or R,S,W,M or R,S,W,M,V with positive integers (e.g. 2,1,4; V: LM-head "
+                           "vocabulary slices of a decoder, e.g. 1,1,2,1,2)");
+  plan p{v[0], v[1], v[2], v.size() >= 4 ? v[3] : (v[1] > 1 ? 2 * v[1] : 1), v.size() == 5 ? v[4] : 1};
   return p;
 }
 
@@ -70,6 +72,19 @@ std::vector<uint32_t> compiled_model::stage_tiles(int replica, int stage) const 
 int compiled_model::output_width() const { return config.num_labels > 0 ? config.num_labels : config.hidden_size; }
 
 uint32_t compiled_model::output_tile(int replica) const { return stage_tiles(replica, chosen.stages - 1)[0]; }
+
+std::vector<uint32_t> compiled_model::head_tiles(int replica) const {
+  // The last stage's lanes, then the earlier stages' tiles from the last backwards.
+  std::vector<uint32_t> v;
+  for (int s = chosen.stages - 1; s >= 0 && static_cast<int>(v.size()) < chosen.vocab_slices; --s)
+    for (uint32_t t : stage_tiles(replica, s))
+      if (static_cast<int>(v.size()) < chosen.vocab_slices) v.push_back(t);
+  return v;
+}
+
+exchange::row_range compiled_model::vocab_slice(int slice) const {
+  return exchange::token_partition(config.vocab_size, static_cast<uint32_t>(slice), static_cast<uint32_t>(chosen.vocab_slices));
+}
 
 int compiled_model::barriers() const {
   if (programs.empty()) return 0;
@@ -396,6 +411,9 @@ result<std::vector<float>> materialize(const models::bert_weights& w, const mode
 result<compiled_model> compile_bert(const models::bert_config& cfg, const placement_request& req) {
   TESSERA_RETURN_IF_ERROR(cfg.validate());
   if (req.tiles <= 0) return status::invalid("--tiles must be positive");
+  if (req.forced && req.forced->vocab_slices != 1)
+    return status::invalid("--plan " + req.forced->to_string() + ": V (LM-head vocabulary slices) is for decoders; " +
+                           cfg.name + " has no LM head to split");
   if (req.token_budget < 1)
     return status::invalid("--token-budget must be positive");
   if (req.token_budget < cfg.max_sequence_length())
@@ -451,6 +469,15 @@ std::string compiled_model::describe() const {
        << int64_t{kv.num_blocks} * kv.block_tokens << " tokens in flight) in " << models::dtype_name(kv.kv_dtype)
        << ", each tile holding its layers' and kv heads' part; "
        << kv_heads_note << "\n";
+  if (decoder && chosen.vocab_slices > 1) {
+    os << "LM head split by vocabulary over " << chosen.vocab_slices << " tiles of each replica (replica 0: tile";
+    const auto ht = head_tiles(0);
+    for (size_t j = 0; j < ht.size(); ++j) {
+      const auto v = vocab_slice(static_cast<int>(j));
+      os << (j ? ", " : " ") << ht[j] << " ids [" << v.begin << ", " << v.end << ")";
+    }
+    os << "); tile " << output_tile(0) << " merges the slices' samples\n";
+  }
   if (!decoder && config.num_labels == 0) {
     os << "embedding model: the head tile of each replica (tile";
     for (int r = 0; r < chosen.replicas; ++r) os << (r ? ", " : " ") << output_tile(r);

@@ -175,42 +175,52 @@ struct plan_refusal {
 /// closest plan's fullest tile as --tile-memory, or the fewest --tiles (one replica; replicas never
 /// shrink a tile's share, and more than layers x heads tiles cannot split the model further) that
 /// fit, with the closest plan's memory table.
-template <class Lay, class Rate, class Adopt>
+/// `variants(p)` (optional): the forms of candidate p to try in order, the first that fits taking
+/// its place (a decoder's LM head whole, then split over 2, 3, ... tiles); the tile-count fix tries
+/// the first and the last.
+inline std::vector<plan> plan_itself(const plan& p) { return {p}; }
+template <class Lay, class Rate, class Adopt, class Variants = std::vector<plan> (*)(const plan&)>
 status search_plans(const models::model_shape& cfg, const placement_request& req, bool lanes_need_heads,
-                    compiled_model& best, const plan_refusal& words, Lay lay, Rate rate, Adopt adopt) {
+                    compiled_model& best, const plan_refusal& words, Lay lay, Rate rate, Adopt adopt,
+                    Variants variants = plan_itself) {
   auto candidates = candidate_plans(cfg, req, lanes_need_heads);
   if (!candidates.ok()) return candidates.error();
   double best_rate = -1;
   std::string smallest_table;
   uint64_t smallest_need = UINT64_MAX;
-  for (const plan& p : *candidates) {
-    auto laid = lay(p);
-    if (!laid.fits) {
-      if (laid.max_bytes < smallest_need) {
-        smallest_need = laid.max_bytes;
-        smallest_table = "plan " + p.to_string() + words.table_note + ":\n" + memory_table(laid.tiles, req.tile_memory);
+  for (const plan& candidate : *candidates) {
+    for (const plan& p : variants(candidate)) {
+      auto laid = lay(p);
+      if (!laid.fits) {
+        if (laid.max_bytes < smallest_need) {
+          smallest_need = laid.max_bytes;
+          smallest_table = "plan " + p.to_string() + words.table_note + ":\n" + memory_table(laid.tiles, req.tile_memory);
+        }
+        continue;
       }
-      continue;
-    }
-    const double r = rate(p);
-    best.candidates.push_back({p, r});
-    if (best_rate < 0 || r > best_rate * 1.02) {
-      best.chosen = p;
-      best_rate = r;
-      adopt(p, laid);
+      const double r = rate(p);
+      best.candidates.push_back({p, r});
+      if (best_rate < 0 || r > best_rate * 1.02) {
+        best.chosen = p;
+        best_rate = r;
+        adopt(p, laid);
+      }
+      break;
     }
   }
   if (best_rate >= 0) return {};
   std::string more_tiles = words.hopeless;
   for (int n = req.tiles + 1; n <= cfg.num_layers * cfg.num_heads; ++n) {
     bool fits = false;
-    for (const plan& p : plans_for(cfg, n)) {
-      if (p.replicas != 1) continue;
-      if (lay(p).fits) {
-        more_tiles = "--tiles " + std::to_string(n) + " (plan " + p.to_string() + ")";
-        fits = true;
-        break;
-      }
+    for (const plan& candidate : plans_for(cfg, n)) {
+      if (candidate.replicas != 1) continue;
+      const auto forms = variants(candidate);
+      for (const plan& p : {forms.front(), forms.back()})
+        if (!fits && lay(p).fits) {
+          more_tiles = "--tiles " + std::to_string(n) + " (plan " + p.to_string() + ")";
+          fits = true;
+        }
+      if (fits) break;
     }
     if (fits) break;
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tessera/models/kernel_list.hpp"
+#include "tessera/models/token_sampling.hpp"
 #include "tessera/timing/estimator.hpp"
 
 namespace tessera::host {
@@ -256,10 +257,12 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     if (!m) return m.error();
     auto head = in(2);
     if (!head) return head.error();
+    auto p = params_of<kernel_id::dec_logits>(c);
+    if (!p) return p.error();
     const int64_t seqs = m->seqs.end - m->seqs.begin, vocab = dim(**head, 0), h = dim(**head, 1);
     if (seqs > 0 && vocab > 0) {
       add(kernel_id::layer_norm, timing::rows_shape{.tokens = seqs, .hidden = h});
-      add(kernel_id::linear, timing::linear_shape{.tokens = seqs, .in = h, .out = vocab});
+      if (p->head) add(kernel_id::linear, timing::linear_shape{.tokens = seqs, .in = h, .out = vocab});
     }
     break;
   }
@@ -269,6 +272,31 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     auto lg = in(0);
     if (!lg) return lg.error();
     const int64_t e = (m->seqs.end - m->seqs.begin) * dim(**lg, 1);
+    if (e > 0) add(kernel_id::add, timing::elements_shape{.elements = e});
+    break;
+  }
+  case kernel_id::dec_head: {  // a vocab slice of the LM head over the normed rows the out tile sent
+    auto m = micro_of<kernel_id::dec_head>(c, rows);
+    if (!m) return m.error();
+    auto head = in(2);
+    if (!head) return head.error();
+    const int64_t seqs = m->seqs.end - m->seqs.begin, vocab = dim(**head, 0), h = dim(**head, 1);
+    if (seqs > 0 && vocab > 0) add(kernel_id::linear, timing::linear_shape{.tokens = seqs, .in = h, .out = vocab});
+    break;
+  }
+  case kernel_id::dec_sample_part: {  // a pass over each row's logits slice
+    auto m = micro_of<kernel_id::dec_sample_part>(c, rows);
+    if (!m) return m.error();
+    auto lg = in(0);
+    if (!lg) return lg.error();
+    const int64_t e = (m->seqs.end - m->seqs.begin) * dim(**lg, 1);
+    if (e > 0) add(kernel_id::add, timing::elements_shape{.elements = e});
+    break;
+  }
+  case kernel_id::dec_sample_merge: {  // the slices' records of each row
+    auto m = micro_of<kernel_id::dec_sample_merge>(c, rows);
+    if (!m) return m.error();
+    const int64_t e = (m->seqs.end - m->seqs.begin) * models::kSliceRecord;
     if (e > 0) add(kernel_id::add, timing::elements_shape{.elements = e});
     break;
   }

@@ -239,12 +239,15 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
   const std::vector<int32_t>& meta = meta_w.data();
   // Rows sampled on the LM-head tile answer a record; the others (no sample parameters, or
   // parameters past the tensor's room) their logits row.
+  // A split LM head samples on the tiles only the rows whose draw merges exactly from the slices
+  // (models::split_samplable); the others' logits are gathered here from the slices.
   models::sample_writer sample_w(c.sample_elements);
   int sampled = 0;
+  const bool split = c.chosen.vocab_slices > 1;
   const bool asked = std::any_of(batch.seqs.begin(), batch.seqs.end(), [](const auto& s) { return s.sample.has_value(); });
   for (const auto& s : batch.seqs) {
     if (!asked || !s.want_logits) continue;
-    if (!s.sample) sample_w.add_logits();
+    if (!s.sample || (split && !models::split_samplable(*s.sample, c.config.vocab_size))) sample_w.add_logits();
     else if (sample_w.add(*s.sample)) ++sampled;
   }
   if (sample_w.rows() > 0 && sampled == 0) sample_w = models::sample_writer(c.sample_elements);  // all logits: as without
@@ -255,17 +258,23 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
     spec.inputs.push_back({t, {ids::token_ids, slice_kind::token_rows, 0, 1}, tokens.data(), tbytes});
   for (uint32_t t : spec.tiles) spec.inputs.push_back({t, {ids::step_meta, slice_kind::fixed, 0, meta.size()}, meta.data(), mbytes});
   const uint32_t head = c.output_tile(replica);
+  const std::vector<uint32_t> heads = c.head_tiles(replica);  // slice j's tile (head first)
   if (c.sample_elements > 0)
-    spec.inputs.push_back({head, {ids::sample_params, slice_kind::fixed, 0, sample_in.size()}, sample_in.data(), sbytes});
+    for (uint32_t t : heads)
+      spec.inputs.push_back({t, {ids::sample_params, slice_kind::fixed, 0, sample_in.size()}, sample_in.data(), sbytes});
   const uint64_t vocab = static_cast<uint64_t>(c.config.vocab_size);
   const bool logits_out = want > sampled;
-  if (logits_out) spec.outputs.push_back({head, {ids::logits, slice_kind::fixed, 0, want * vocab}});
+  if (logits_out)
+    for (size_t j = 0; j < heads.size(); ++j) {
+      const auto v = c.vocab_slice(static_cast<int>(j));
+      spec.outputs.push_back({heads[j], {ids::logits, slice_kind::fixed, 0, want * static_cast<uint64_t>(v.end - v.begin)}});
+    }
   if (sampled > 0) spec.outputs.push_back({head, {ids::samples, slice_kind::fixed, 0, want * static_cast<uint64_t>(models::kSampleRecord)}});
   auto r = group_.run(spec);
   if (!r) return r.error();
   tile_step_result out;
   if (sampled > 0) {
-    const auto& flat = r->outputs[logits_out ? 1 : 0];
+    const auto& flat = r->outputs[logits_out ? heads.size() : 0];
     if (flat.size() < static_cast<size_t>(want) * models::kSampleRecord)
       return status::bad_message("the LM-head tile answered " + std::to_string(flat.size()) + " sample values for " +
                                  std::to_string(want) + " rows");
@@ -279,15 +288,27 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
     out.output_bytes += flat.size() * 4;
   }
   if (logits_out) {
-    const auto& flat = r->outputs[0];
+    for (size_t j = 0; j < heads.size(); ++j) {
+      const auto v = c.vocab_slice(static_cast<int>(j));
+      if (r->outputs[j].size() < static_cast<size_t>(want) * static_cast<size_t>(v.end - v.begin))
+        return status::bad_message("LM-head tile " + std::to_string(heads[j]) + " answered " + std::to_string(r->outputs[j].size()) +
+                                   " logits for " + std::to_string(want) + " rows of " + std::to_string(v.end - v.begin));
+    }
     for (int i = 0; i < want; ++i) {
       if (sampled > 0 && out.samples[static_cast<size_t>(i)].token >= 0) {
         out.logits.emplace_back();  // sampled on the tile
         continue;
       }
-      out.logits.emplace_back(flat.begin() + static_cast<int64_t>(i * vocab), flat.begin() + static_cast<int64_t>((i + 1) * vocab));
+      auto& row = out.logits.emplace_back();
+      row.reserve(vocab);
+      for (size_t j = 0; j < heads.size(); ++j) {  // the slices' columns in vocabulary order
+        const auto v = c.vocab_slice(static_cast<int>(j));
+        const auto n = static_cast<int64_t>(v.end - v.begin);
+        const auto& flat = r->outputs[j];
+        row.insert(row.end(), flat.begin() + i * n, flat.begin() + (i + 1) * n);
+      }
     }
-    out.output_bytes += flat.size() * 4;
+    for (size_t j = 0; j < heads.size(); ++j) out.output_bytes += r->outputs[j].size() * 4;
   }
   out.wall_seconds = r->wall_seconds;
   out.supersteps = c.supersteps();
@@ -306,7 +327,7 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
   out.memory_high_water = r->memory_high_water;
   out.batch_id = r->batch_id;
   out.counters = r->counters;
-  out.input_bytes = tbytes * c.chosen.width + mbytes * spec.tiles.size() + (c.sample_elements > 0 ? sbytes : 0);
+  out.input_bytes = tbytes * c.chosen.width + mbytes * spec.tiles.size() + (c.sample_elements > 0 ? sbytes * heads.size() : 0);
   return out;
 }
 

@@ -91,42 +91,18 @@ std::vector<std::pair<int32_t, int32_t>> history_of(std::span<const int32_t> tok
   return out;
 }
 
-void adjust_row(float* logits, int64_t vocab, const sample_params& p) {
-  auto in = [&](int32_t t) { return t >= 0 && t < vocab; };
-  // Per token, the order serving's sampler always used: repetition, frequency + presence, bias.
-  if (p.penalized()) {
-    const auto r = static_cast<float>(p.repetition_penalty);
-    for (const auto& [t, count] : p.history) {
-      if (!in(t)) continue;
-      float& v = logits[t];
-      if (p.repetition_penalty != 1) v = v > 0 ? v / r : v * r;
-      if ((p.frequency_penalty != 0 || p.presence_penalty != 0) && count > 0)
-        v -= static_cast<float>(count * p.frequency_penalty + p.presence_penalty);
-    }
-  }
-  for (const auto& [t, b] : p.logit_bias)
-    if (in(t)) logits[t] += b;
-}
+void adjust_row(float* logits, int64_t vocab, const sample_params& p) { adjust_slice(logits, 0, vocab, p); }
 
-int32_t sample_row(const float* logits, int64_t vocab, const sample_params& p, sample_scratch& s) {
-  if (p.greedy()) return argmax_row(logits, vocab);
-  auto& order = s.order;
-  auto& weights = s.weights;
-  order.resize(static_cast<size_t>(vocab));
-  std::iota(order.begin(), order.end(), 0);
-  auto better = [&](int32_t x, int32_t y) { return logits[x] > logits[y] || (logits[x] == logits[y] && x < y); };
-  size_t keep = order.size();
-  if (p.top_k > 0 && p.top_k < vocab) {
-    keep = static_cast<size_t>(p.top_k);
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(), better);
-  } else if (p.top_p < 1.0) {
-    std::sort(order.begin(), order.end(), better);
-  }
-  const double top = logits[argmax_row(logits, vocab)];
+namespace {
+// sample_row's draw over candidates best first (value(i): the i-th's adjusted logit as a float;
+// top: the row's highest): temperature weights, the top_p prefix, then the inverse CDF at p.u.
+// The merge of slice records (merge_slice_records) draws with this same code.
+template <class Value>
+size_t draw_ordered(Value value, size_t keep, double top, const sample_params& p, std::vector<double>& weights) {
   weights.resize(keep);
   double total = 0;
   for (size_t i = 0; i < keep; ++i) {
-    weights[i] = std::exp((logits[order[i]] - top) / p.temperature);
+    weights[i] = std::exp((value(i) - top) / p.temperature);
     total += weights[i];
   }
   if (p.top_p < 1.0) {  // the smallest best-first prefix holding top_p of the probability
@@ -142,9 +118,174 @@ int32_t sample_row(const float* logits, int64_t vocab, const sample_params& p, s
   double u = p.u * total;
   for (size_t i = 0; i < keep; ++i) {
     u -= weights[i];
-    if (u < 0) return order[i];
+    if (u < 0) return i;
   }
-  return order[keep - 1];
+  return keep - 1;
+}
+}  // namespace
+
+int32_t sample_row(const float* logits, int64_t vocab, const sample_params& p, sample_scratch& s) {
+  if (p.greedy()) return argmax_row(logits, vocab);
+  auto& order = s.order;
+  order.resize(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  auto better = [&](int32_t x, int32_t y) { return logits[x] > logits[y] || (logits[x] == logits[y] && x < y); };
+  size_t keep = order.size();
+  if (p.top_k > 0 && p.top_k < vocab) {
+    keep = static_cast<size_t>(p.top_k);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(), better);
+  } else if (p.top_p < 1.0) {
+    std::sort(order.begin(), order.end(), better);
+  }
+  const double top = logits[argmax_row(logits, vocab)];
+  return order[draw_ordered([&](size_t i) { return logits[order[i]]; }, keep, top, p, s.weights)];
+}
+
+void adjust_slice(float* logits, int64_t begin, int64_t n, const sample_params& p) {
+  auto in = [&](int32_t t) { return t >= begin && t - begin < n; };
+  // Per token, the order serving's sampler always used: repetition, frequency + presence, bias.
+  if (p.penalized()) {
+    const auto r = static_cast<float>(p.repetition_penalty);
+    for (const auto& [t, count] : p.history) {
+      if (!in(t)) continue;
+      float& v = logits[t - begin];
+      if (p.repetition_penalty != 1) v = v > 0 ? v / r : v * r;
+      if ((p.frequency_penalty != 0 || p.presence_penalty != 0) && count > 0)
+        v -= static_cast<float>(count * p.frequency_penalty + p.presence_penalty);
+    }
+  }
+  for (const auto& [t, b] : p.logit_bias)
+    if (in(t)) logits[t - begin] += b;
+}
+
+bool split_samplable(const sample_params& p, int64_t vocab) {
+  return p.greedy() || (p.top_k > 0 && p.top_k < vocab && p.top_k <= kMaxSplitTopK);
+}
+
+namespace {
+void put_float(int32_t* at, float v) { std::memcpy(at, &v, sizeof v); }
+float get_float(const int32_t* at) {
+  float v;
+  std::memcpy(&v, at, sizeof v);
+  return v;
+}
+constexpr int64_t kTopAt = 9, kCandAt = 9 + 2 * kMaxTopLogprobs;
+}  // namespace
+
+void write_empty_slice_record(int32_t* out) { std::fill_n(out, kSliceRecord, 0); }
+
+void write_slice_record(int32_t* out, const float* raw, const float* adjusted, int64_t begin, int64_t n,
+                        const sample_params& p, sample_scratch& s) {
+  std::fill_n(out, kSliceRecord, 0);
+  out[0] = 1;
+  out[1] = -1;
+  if (n <= 0) return;
+  const int64_t b = argmax_row(adjusted, n);
+  out[1] = static_cast<int32_t>(begin + b);
+  put_float(out + 2, adjusted[b]);
+  put_float(out + 3, raw[b]);
+  if (p.logprobs >= 0) {  // as logprob_of: exp of (logit - max) in double; only rows that ask
+    const double mx = *std::max_element(raw, raw + n);
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(raw[i]) - mx);
+    put_float(out + 4, static_cast<float>(mx));
+    put_double(out + 5, sum);
+  }
+  auto& order = s.order;
+  auto best_k = [&](const float* v, int64_t k) {
+    order.resize(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t x, int32_t y) { return v[x] > v[y] || (v[x] == v[y] && x < y); });
+  };
+  const int64_t top = std::min<int64_t>(std::clamp(p.logprobs, 0, kMaxTopLogprobs), n);
+  out[7] = static_cast<int32_t>(top);
+  if (top > 0) {
+    best_k(raw, top);
+    for (int64_t i = 0; i < top; ++i) {
+      const int32_t id = order[static_cast<size_t>(i)];
+      out[kTopAt + 2 * i] = static_cast<int32_t>(begin + id);
+      put_float(out + kTopAt + 2 * i + 1, raw[id]);
+    }
+  }
+  if (!p.greedy() && p.top_k > 0) {
+    const int64_t k = std::min<int64_t>(std::min(p.top_k, kMaxSplitTopK), n);
+    out[8] = static_cast<int32_t>(k);
+    best_k(adjusted, k);
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t id = order[static_cast<size_t>(i)];
+      out[kCandAt + 3 * i] = static_cast<int32_t>(begin + id);
+      put_float(out + kCandAt + 3 * i + 1, adjusted[id]);
+      put_float(out + kCandAt + 3 * i + 2, raw[id]);
+    }
+  }
+}
+
+result<token_logprob> merge_slice_records(std::span<const int32_t* const> records, const sample_params& p, int64_t vocab,
+                                          sample_scratch& s) {
+  if (records.empty()) return status::invalid("no slice records to merge");
+  if (!p.greedy() && !split_samplable(p, vocab))
+    return status::invalid("a row sampled over the whole vocabulary (top_k " + std::to_string(p.top_k) +
+                           ") does not merge from slices: its logits go to the host");
+  auto id_ok = [&](int32_t t) { return t >= 0 && t < vocab; };
+  for (size_t j = 0; j < records.size(); ++j) {
+    const int32_t* r = records[j];
+    const std::string where = "slice record " + std::to_string(j);
+    if (r[0] != 1) return status::invalid(where + " was not written (its tile sampled nothing for the row)");
+    if (r[1] != -1 && !id_ok(r[1])) return status::invalid(where + ": best token " + std::to_string(r[1]) + " outside the vocabulary");
+    if (r[7] < 0 || r[7] > kMaxTopLogprobs || r[8] < 0 || r[8] > kMaxSplitTopK)
+      return status::invalid(where + ": " + std::to_string(r[7]) + " top and " + std::to_string(r[8]) + " candidates overrun the record");
+    for (int32_t i = 0; i < r[7]; ++i)
+      if (!id_ok(r[kTopAt + 2 * i])) return status::invalid(where + ": a top token outside the vocabulary");
+    for (int32_t i = 0; i < r[8]; ++i)
+      if (!id_ok(r[kCandAt + 3 * i])) return status::invalid(where + ": a candidate outside the vocabulary");
+  }
+  int32_t token = -1;
+  float chosen_raw = 0;
+  if (p.greedy()) {  // slices in id order: a later slice wins only with a strictly higher logit
+    float best = 0;
+    for (const int32_t* r : records) {
+      if (r[1] < 0) continue;
+      const float v = get_float(r + 2);
+      if (token < 0 || v > best) token = r[1], best = v, chosen_raw = get_float(r + 3);
+    }
+    if (token < 0) return status::invalid("the slice records hold no token");
+  } else {
+    struct cand {
+      int32_t id;
+      float adjusted, raw;
+    };
+    std::vector<cand> c;
+    for (const int32_t* r : records)
+      for (int32_t i = 0; i < r[8]; ++i) c.push_back({r[kCandAt + 3 * i], get_float(r + kCandAt + 3 * i + 1), get_float(r + kCandAt + 3 * i + 2)});
+    const auto k = static_cast<size_t>(p.top_k);
+    if (c.size() < k)
+      return status::invalid("the slices sent " + std::to_string(c.size()) + " candidates for top_k " + std::to_string(k));
+    std::partial_sort(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(k), c.end(), [](const cand& x, const cand& y) {
+      return x.adjusted > y.adjusted || (x.adjusted == y.adjusted && x.id < y.id);
+    });
+    const size_t i = draw_ordered([&](size_t q) { return c[q].adjusted; }, k, c[0].adjusted, p, s.weights);
+    token = c[i].id, chosen_raw = c[i].raw;
+  }
+  token_logprob out;
+  out.token = token;
+  if (p.logprobs < 0) return out;
+  double mx = -std::numeric_limits<double>::infinity();
+  for (const int32_t* r : records)
+    if (r[1] >= 0) mx = std::max(mx, static_cast<double>(get_float(r + 4)));
+  double sum = 0;
+  for (const int32_t* r : records)
+    if (r[1] >= 0) sum += get_double(r + 5) * std::exp(static_cast<double>(get_float(r + 4)) - mx);
+  const double lse = mx + std::log(sum);
+  out.logprob = static_cast<double>(chosen_raw) - lse;
+  std::vector<std::pair<int32_t, float>> top;
+  for (const int32_t* r : records)
+    for (int32_t i = 0; i < r[7]; ++i) top.emplace_back(r[kTopAt + 2 * i], get_float(r + kTopAt + 2 * i + 1));
+  const auto k = std::min<size_t>(std::min<int64_t>(p.logprobs, vocab), top.size());
+  std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(k), top.end(),
+                    [](const auto& x, const auto& y) { return x.second > y.second || (x.second == y.second && x.first < y.first); });
+  for (size_t i = 0; i < k; ++i) out.top.emplace_back(top[i].first, static_cast<double>(top[i].second) - lse);
+  return out;
 }
 
 bool sample_writer::add(const sample_params& p) {

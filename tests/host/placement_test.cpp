@@ -31,7 +31,7 @@ TEST(Plan, ParsesAndRejects) {
   ASSERT_TRUE(q);
   EXPECT_EQ(q->micro_batches, 6);
   EXPECT_EQ(parse_plan("1,2,2")->micro_batches, 4);  // pipelines default to 2 micro-batches a stage
-  for (const char* bad : {"", "2,1", "a,b,c", "0,1,1", "1,1,1,1,1", "2,-1,1", "1.5,1,1"}) EXPECT_FALSE(parse_plan(bad)) << bad;
+  for (const char* bad : {"", "2,1", "a,b,c", "0,1,1", "1,1,1,1,1,1", "1,1,2,1,0", "2,-1,1", "1.5,1,1"}) EXPECT_FALSE(parse_plan(bad)) << bad;
 }
 
 TEST(Placement, ForcedPlanMustMatchTiles) {

@@ -10,10 +10,18 @@
 //   dec_residual   partial, x, (bias) -> x                      dec_residual_params (rows this lane owns)
 //   dec_multiply   a, b -> b (b = a * b)                        rows_params
 //   dec_logits     x, meta, lm_head, norm_w, (norm_b) -> logits [max_seqs, vocab], last_rows [max_seqs, hidden]
-//                                                               dec_norm_params (the final norm)
+//                                                               dec_logits_params (the final norm; head:
+//                                                               false on a split head's out tile)
 //   dec_sample     logits, meta, sample_params -> samples [max_seqs, kSampleRecord]
 //                                                               every logits row of the step whose
 //                  sample tensor row asks: adjusted, sampled and scored (models/token_sampling.hpp)
+// A vocab-parallel LM head (plan V > 1): each slice tile holds LM-head rows [begin, begin + n).
+//   dec_head       last_rows (normed: the out tile's dec_logits without its head, sent to the other
+//                  slices), meta, lm_head slice -> logits [max_seqs, n]   (every slice at once)
+//   dec_sample_part logits, meta, sample_params -> sample_parts (one kSliceRecord a row)
+//                                                               dec_slice_params (slice, begin, vocab)
+//   dec_sample_merge sample_parts [slices, max_seqs, kSliceRecord], meta, sample_params -> samples
+//                  (models::merge_slice_records: the unsplit row's token and log-probabilities)
 // A bf16 decoder's tiles hold the KV cache (kv_keys, kv_values) and the LM head in bf16: K/V rows
 // are rounded as they are stored and read back into fp32; the linear kernel takes its bf16
 // matrices. Activations, norms, softmax and logits stay fp32.
@@ -248,7 +256,7 @@ status dec_multiply(const kernel_args& a) {
 }
 
 status dec_logits(const kernel_args& a) {
-  auto prm = a.params_as<models::dec_norm_params>();
+  auto prm = a.params_as<models::dec_logits_params>();
   if (!prm) return prm.error();
   auto mv = micro_of(a, *prm);
   if (!mv) return mv.error();
@@ -268,7 +276,7 @@ status dec_logits(const kernel_args& a) {
   for (int64_t s = mv->s0; s < mv->s1; ++s) {
     if (!meta->want(s)) continue;
     TESSERA_RETURN_IF_ERROR(need_rows(last, first + n + 1, hidden));
-    TESSERA_RETURN_IF_ERROR(need_rows(logits, first + n + 1, vocab));
+    if (prm->head) TESSERA_RETURN_IF_ERROR(need_rows(logits, first + n + 1, vocab));
     std::copy_n(x.f32() + int64_t{a.ctx.seq_offsets[static_cast<size_t>(s) + 1] - 1} * hidden, hidden,
                 last.f32() + (first + n) * hidden);
     ++n;
@@ -281,6 +289,7 @@ status dec_logits(const kernel_args& a) {
     if (a.inputs.size() < 5) return status::invalid("dec_logits: LayerNorm needs a bias");
     models::layer_norm(rows, n, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), prm->eps, rows);
   }
+  if (!prm->head) return ok_status();  // a split head: dec_head on every slice
   if (head.desc.type == exchange::dtype::bf16) {  // a bf16 LM head: the normed rows rounded to bf16, fp32 logits
     std::vector<models::bfloat16> rb(static_cast<size_t>(n * hidden));
     models::to_bf16(rows, n * hidden, rb.data());
@@ -340,6 +349,119 @@ status dec_sample(const kernel_args& a) {
   return ok_status();
 }
 
+// The rows the step asks logits of (every sequence that wants them), and the parsed sample tensor.
+int64_t logits_rows(const kernel_args& a, const models::step_meta_view& meta) {
+  int64_t rows = 0;
+  for (int64_t s = 0; s < static_cast<int64_t>(a.ctx.seq_lengths.size()); ++s) rows += meta.want(s) ? 1 : 0;
+  return rows;
+}
+
+status dec_head(const kernel_args& a) {
+  auto meta = meta_of(a, *a.inputs[1]);
+  if (!meta) return meta.error();
+  const auto& last = *a.inputs[0];
+  const auto& head = *a.inputs[2];
+  auto& logits = *a.outputs[0];
+  TESSERA_RETURN_IF_ERROR(all_f32({&last, &logits}, "dec_head"));
+  const int64_t hidden = last.desc.shape.size() == 2 ? last.desc.shape[1] : 0;
+  if (head.desc.shape.size() != 2 || head.desc.shape[1] != hidden) return status::invalid("dec_head: LM head shape");
+  const int64_t vocab = head.desc.shape[0];
+  const int64_t n = logits_rows(a, *meta);
+  if (n == 0) return ok_status();
+  TESSERA_RETURN_IF_ERROR(need_rows(last, n, hidden));
+  TESSERA_RETURN_IF_ERROR(need_rows(logits, n, vocab));
+  if (head.desc.type == exchange::dtype::bf16) {  // as dec_logits: the normed rows rounded to bf16
+    std::vector<models::bfloat16> rb(static_cast<size_t>(n * hidden));
+    models::to_bf16(last.f32(), n * hidden, rb.data());
+    models::linear(rb.data(), n, models::bf16_weight::view(reinterpret_cast<const models::bfloat16*>(head.data), vocab, hidden),
+                   nullptr, logits.f32());
+    return ok_status();
+  }
+  models::linear(last.f32(), n, hidden, head.f32(), nullptr, vocab, logits.f32());
+  return ok_status();
+}
+
+status dec_sample_part(const kernel_args& a) {
+  auto prm = a.params_as<models::dec_slice_params>();
+  if (!prm) return prm.error();
+  auto meta = meta_of(a, *a.inputs[1]);
+  if (!meta) return meta.error();
+  const auto& logits = *a.inputs[0];
+  const auto& in = *a.inputs[2];
+  auto& out = *a.outputs[0];
+  if (logits.desc.type != exchange::dtype::f32 || logits.desc.shape.size() != 2)
+    return status::invalid("dec_sample_part: logits must be f32 [rows, vocab slice]");
+  if (in.desc.type != exchange::dtype::i32 || out.desc.type != exchange::dtype::i32)
+    return status::invalid("dec_sample_part: the sample tensors must be int32");
+  const int64_t n = logits.desc.shape[1];
+  if (int64_t{prm->begin} + n > int64_t{prm->vocab})
+    return status::invalid("dec_sample_part: slice [" + std::to_string(prm->begin) + ", +" + std::to_string(n) +
+                           ") is outside the vocabulary of " + std::to_string(prm->vocab));
+  const int64_t rows = logits_rows(a, *meta);
+  std::span<const int32_t> d{in.i32(), static_cast<size_t>(in.elements())};
+  if (!d.empty() && d[0] == 0) return ok_status();  // nothing asked this step: the host takes logits
+  TESSERA_RETURN_IF_ERROR(need_rows(logits, rows, n));
+  if (static_cast<int64_t>(out.elements()) < rows * models::kSliceRecord) return status::invalid("dec_sample_part: the slice records overrun their tensor");
+  auto parsed = models::parse_sample_tensor(d, rows, prm->vocab);
+  if (!parsed) return parsed.error().with_context("dec_sample_part on tile " + std::to_string(a.ctx.tile_id));
+  thread_local models::sample_scratch scratch;
+  thread_local std::vector<float> adjusted;
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto& row = (*parsed)[static_cast<size_t>(r)];
+    int32_t* rec = out.i32() + r * models::kSliceRecord;
+    if (!row.sample) {
+      models::write_empty_slice_record(rec);
+      continue;
+    }
+    const float* raw = logits.f32() + r * n;
+    const float* from = raw;
+    if (row.params.adjusts()) {  // penalties and bias on a copy: log-probabilities are the raw row's
+      adjusted.assign(raw, raw + n);
+      models::adjust_slice(adjusted.data(), prm->begin, n, row.params);
+      from = adjusted.data();
+    }
+    models::write_slice_record(rec, raw, from, prm->begin, n, row.params, scratch);
+  }
+  return ok_status();
+}
+
+status dec_sample_merge(const kernel_args& a) {
+  auto prm = a.params_as<models::dec_slice_params>();
+  if (!prm) return prm.error();
+  auto meta = meta_of(a, *a.inputs[1]);
+  if (!meta) return meta.error();
+  const auto& parts = *a.inputs[0];
+  const auto& in = *a.inputs[2];
+  auto& out = *a.outputs[0];
+  if (parts.desc.type != exchange::dtype::i32 || in.desc.type != exchange::dtype::i32 || out.desc.type != exchange::dtype::i32)
+    return status::invalid("dec_sample_merge: the sample tensors must be int32");
+  if (parts.desc.shape.size() != 3 || parts.desc.shape[0] != prm->slices || parts.desc.shape[2] != models::kSliceRecord)
+    return status::invalid("dec_sample_merge: the slice records must be int32 [slices, rows, kSliceRecord]");
+  const int64_t per_slice = parts.desc.shape[1];
+  const int64_t rows = logits_rows(a, *meta);
+  std::span<const int32_t> d{in.i32(), static_cast<size_t>(in.elements())};
+  if (!d.empty() && d[0] == 0) return ok_status();
+  if (rows > per_slice) return status::invalid("dec_sample_merge: " + std::to_string(rows) + " rows, records for " + std::to_string(per_slice));
+  TESSERA_RETURN_IF_ERROR(need_rows(out, rows, models::kSampleRecord));
+  auto parsed = models::parse_sample_tensor(d, rows, prm->vocab);
+  if (!parsed) return parsed.error().with_context("dec_sample_merge on tile " + std::to_string(a.ctx.tile_id));
+  thread_local models::sample_scratch scratch;
+  std::vector<const int32_t*> recs(prm->slices);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto& row = (*parsed)[static_cast<size_t>(r)];
+    int32_t* rec = out.i32() + r * models::kSampleRecord;
+    if (!row.sample) {
+      models::write_sample_record(rec, -1, nullptr);
+      continue;
+    }
+    for (uint32_t j = 0; j < prm->slices; ++j) recs[j] = parts.i32() + (int64_t{j} * per_slice + r) * models::kSliceRecord;
+    auto lp = models::merge_slice_records(recs, row.params, prm->vocab, scratch);
+    if (!lp) return lp.error().with_context("dec_sample_merge on tile " + std::to_string(a.ctx.tile_id) + ", row " + std::to_string(r));
+    models::write_sample_record(rec, lp->token, row.params.logprobs >= 0 ? &*lp : nullptr);
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_decoder_kernels(kernel_registry& reg) {
@@ -350,6 +472,9 @@ void register_decoder_kernels(kernel_registry& reg) {
   reg.add(models::kernel_id::dec_multiply, {2, 2, 1, 1}, dec_multiply);
   reg.add(models::kernel_id::dec_logits, {4, 5, 2, 2, true}, dec_logits);  // a bf16 LM head
   reg.add(models::kernel_id::dec_sample, {3, 3, 1, 1}, dec_sample);
+  reg.add(models::kernel_id::dec_head, {3, 3, 1, 1, true}, dec_head);  // a bf16 LM head slice
+  reg.add(models::kernel_id::dec_sample_part, {3, 3, 1, 1}, dec_sample_part);
+  reg.add(models::kernel_id::dec_sample_merge, {3, 3, 1, 1}, dec_sample_merge);
 }
 
 }  // namespace tessera::tile

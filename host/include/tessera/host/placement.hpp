@@ -41,10 +41,13 @@ struct plan {
   int stages = 1;
   int width = 1;
   int micro_batches = 1;  ///< per batch; > 1 only matters with stages > 1
+  /// Decoders: tiles of a replica holding a slice of the LM head's vocabulary rows (V, a
+  /// vocab-parallel LM head; 1: the last stage's lane 0 holds all of it). See compile_decoder.
+  int vocab_slices = 1;
   int tiles() const { return replicas * stages * width; }
-  std::string to_string() const;  ///< "R=2 S=1 W=4 M=1"
+  std::string to_string() const;  ///< "R=2 S=1 W=4 M=1", and " V=2" when the LM head is split
 };
-/// Parses "R,S,W" or "R,S,W,M".
+/// Parses "R,S,W", "R,S,W,M" or "R,S,W,M,V".
 result<plan> parse_plan(const std::string& text);
 
 /// What the cost model assumes about the machine the tiles run on.
@@ -153,6 +156,10 @@ struct compiled_model {
   int output_width() const;
   /// The tile that computes the logits (or pooled vectors) of replica r.
   uint32_t output_tile(int replica) const;
+  /// Decoders: the tiles holding the LM head's vocabulary slices of replica r, slice 0 (the output
+  /// tile) first, and slice j's vocabulary rows.
+  std::vector<uint32_t> head_tiles(int replica) const;
+  exchange::row_range vocab_slice(int slice) const;
   /// Supersteps one batch takes.
   int supersteps() const;
   /// Of those, the ones that end in a barrier (some tile of the replica exchanges in them).
@@ -186,6 +193,9 @@ inline constexpr uint32_t final_norm_w = 25, final_norm_b = 26, lm_head = 27;
 /// The LM-head tile's sampling: the step's sample tensor in (int32, models::sample_writer's layout),
 /// one models::kSampleRecord int32 record per logits row out.
 inline constexpr uint32_t sample_params = 34, samples = 35;
+/// A vocab-parallel LM head: each slice tile's records of its part of every row (int32
+/// [rows, kSliceRecord]; [V, rows, kSliceRecord] on the out tile, which merges them).
+inline constexpr uint32_t sample_parts = 36;
 inline constexpr uint32_t dec_layer_base = 100000;
 inline constexpr uint32_t norm1_w = 0, norm1_b = 1, q_w = 2, q_b = 3, k_w = 4, k_b = 5, v_w = 6, v_b = 7, o_w = 8,
                           o_b = 9, norm2_w = 10, norm2_b = 11, gate_w = 12, up_w = 13, up_b = 14, down_w = 15,
@@ -206,6 +216,12 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
 /// cache: blocks per replica = what the fullest tile can hold after weights and activations
 /// (capped, see placement_request::kv_blocks); a plan whose tiles cannot hold the weights and one
 /// sequence of max_position_embeddings is refused with the per-tile table and the fix.
+/// A plan with V = vocab_slices > 1 cuts the LM head by vocabulary rows over V tiles of each
+/// replica (the last stage's lanes first, then earlier stages' tiles): the out tile sends its
+/// normed last rows to the others, each computes its slice's logits and samples its part of each
+/// row (models::write_slice_record), and the out tile merges the parts into the rows' tokens and
+/// log-probabilities (models::merge_slice_records), one superstep more. The automatic plan takes,
+/// per candidate, the smallest V whose tiles fit (V = 1 when the whole head fits).
 result<compiled_model> compile_decoder(const models::model_shape& shape, const placement_request& req);
 
 /// The cost model's estimate of one decoder step of `tokens` tokens over `seqs` sequences, its

@@ -40,6 +40,9 @@
   X(dec_multiply, true, false)            \
   X(dec_logits, true, false)              \
   X(dec_sample, true, false)              \
+  X(dec_head, true, false)                \
+  X(dec_sample_part, true, false)         \
+  X(dec_sample_merge, true, false)        \
   X(layer_norm, false, true)              \
   X(gelu, false, true)                    \
   X(softmax, false, true)

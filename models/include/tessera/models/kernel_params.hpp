@@ -151,6 +151,27 @@ struct dec_norm_params : micro_batch {
     f(s.eps, "eps");
   }
 };
+// dec_logits: the final norm of each wanting sequence's last row, then (head) the LM head; a split
+// head's out tile (plan V > 1) sets head false: every slice's dec_head computes its logits at once
+struct dec_logits_params : dec_norm_params {
+  bool head = true;
+  template <class F, class S> static void fields(F& f, S& s) {
+    dec_norm_params::fields(f, s);
+    f(s.head, "head");
+  }
+};
+// dec_sample_part and dec_sample_merge (a vocab-parallel LM head): slice `slice` of `slices`
+// holds vocabulary ids [begin, begin + its rows) of `vocab`
+struct dec_slice_params : micro_batch {
+  uint32_t slice = 0, slices = 1, begin = 0, vocab = 0;
+  template <class F, class S> static void fields(F& f, S& s) {
+    micro_fields(f, s);
+    f(s.slice, "slice");
+    f(s.slices, "slices");
+    f(s.begin, "begin");
+    f(s.vocab, "vocab");
+  }
+};
 // dec_attention: causal attention over the paged KV cache of this tile's layer and heads
 struct dec_attention_params : micro_batch {
   uint32_t layer = 0;          ///< the layer's index among this tile's layers (its KV slot)
@@ -191,8 +212,11 @@ template <> struct params_for<kernel_id::dec_norm> { using type = dec_norm_param
 template <> struct params_for<kernel_id::dec_attention> { using type = dec_attention_params; };
 template <> struct params_for<kernel_id::dec_residual> { using type = dec_residual_params; };
 template <> struct params_for<kernel_id::dec_multiply> { using type = rows_params; };
-template <> struct params_for<kernel_id::dec_logits> { using type = dec_norm_params; };
+template <> struct params_for<kernel_id::dec_logits> { using type = dec_logits_params; };
 template <> struct params_for<kernel_id::dec_sample> { using type = rows_params; };
+template <> struct params_for<kernel_id::dec_head> { using type = rows_params; };
+template <> struct params_for<kernel_id::dec_sample_part> { using type = dec_slice_params; };
+template <> struct params_for<kernel_id::dec_sample_merge> { using type = dec_slice_params; };
 template <kernel_id K> using params_t = typename params_for<K>::type;
 
 /// A kernel's parameters as they travel: integers (and booleans, enums) and reals, in field order.

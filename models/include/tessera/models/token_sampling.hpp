@@ -85,6 +85,45 @@ struct sample_scratch {
 /// top-p (nucleus) filtering; candidates best first with ties to the lowest id.
 int32_t sample_row(const float* logits, int64_t vocab, const sample_params& p, sample_scratch& s);
 
+/// adjust_row on the ids [begin, begin + n) of a row cut by vocabulary (`logits` holds those n):
+/// each id gets exactly the adjustments adjust_row gives it.
+void adjust_slice(float* logits, int64_t begin, int64_t n, const sample_params& p);
+
+// ---- A row cut by vocabulary over several LM-head slices (a vocab-parallel LM head) ----
+//
+// Each slice tile holds LM-head rows [begin, begin + n) and answers a slice record per row:
+// its adjusted argmax, the (max, sum of exp) of its raw logits, its top-N raw logits (N = the
+// row's logprobs) and, with top_k, its top-k adjusted candidates. merge_slice_records takes the
+// records in slice (= id) order and gives the token and log-probabilities of the unsplit row:
+//  - greedy: the highest adjusted logit, ties to the lowest id (argmax_row's rule);
+//  - top_k <= kMaxSplitTopK: the global top-k is the best k of the slices' top-k lists, and the
+//    draw runs on them exactly as sample_row does (the same floats, the same double sums), so a
+//    seeded row draws the same token;
+//  - logprobs: log-sum-exp from the slices' (max, sum exp) pairs (within 1e-15 relative of
+//    logprob_of's), the top-N the best N of the slices' top-N lists.
+// Rows that sample over the whole vocabulary (temperature with top_k 0, alone or with top_p, or
+// top_k over kMaxSplitTopK) need every weight in one order for an exact draw: split_samplable
+// says false and the host takes those rows' logits (gathered from the slices) and samples them.
+
+/// Top-k candidates a slice sends per row.
+inline constexpr int32_t kMaxSplitTopK = 64;
+/// Whether a row merges exactly from slice records (see above).
+bool split_samplable(const sample_params& p, int64_t vocab);
+/// One slice record: [written, best id, best adjusted, best raw, raw max (float bits), sum exp
+/// (double; these two only for a row that asks logprobs), n top, n candidates, then n top x (id,
+/// raw), then n candidates x (id, adjusted, raw)].
+inline constexpr int64_t kSliceRecord = 9 + 2 * kMaxTopLogprobs + 3 * kMaxSplitTopK;
+/// The record of ids [begin, begin + n): `raw` the slice's logits, `adjusted` after adjust_slice
+/// (== raw when the row adjusts nothing). Reuses `s`.
+void write_slice_record(int32_t* out, const float* raw, const float* adjusted, int64_t begin, int64_t n,
+                        const sample_params& p, sample_scratch& s);
+/// A row whose logits go to the host: no record.
+void write_empty_slice_record(int32_t* out);
+/// The row's answer from its slices' records (in id order); invalid_argument for a record not
+/// written, or one whose ids or counts are outside the vocabulary or the record.
+result<token_logprob> merge_slice_records(std::span<const int32_t* const> records, const sample_params& p, int64_t vocab,
+                                          sample_scratch& s);
+
 // ---- The wire form (int32 tensors) ----
 
 /// The sample tensor: [rows, then per logits row: mode (0 logits, 1 sample), top_k, logprobs,
