@@ -111,6 +111,35 @@ placement_request decoder_request(const tile_group_config& group_cfg, const mode
   return req;
 }
 
+// A started group and the plan compiled for it: compiled once with the constant barrier cost to
+// refuse what does not fit before any tile starts, then the group's barrier measured
+// (measure_barrier: empty supersteps on these tiles) and compiled again with it, so the plan
+// ranking charges the barrier these tiles pay; both printed.
+struct started_plan {
+  std::unique_ptr<tile_group> group;
+  compiled_model compiled;
+};
+result<started_plan> start_and_compile(const tile_group_config& group_cfg, const model_options& o,
+                                       const models::model_shape& shape) {
+  placement_request req = decoder_request(group_cfg, o);
+  auto first = compile_decoder(shape, req);
+  if (!first) return first.error();
+  auto group = tile_group::start(group_cfg);
+  if (!group) return group.error();
+  auto probe = measure_barrier(**group);
+  if (!probe) return probe.error();
+  const double constant = req.machine.sync_seconds;
+  req.machine.sync_seconds = probe->seconds;
+  auto compiled = compile_decoder(shape, req);
+  if (!compiled) return compiled.error();
+  std::printf("cost model: barrier %.1f us a superstep, measured on these %u tiles (median of %d empty supersteps; "
+              "the constant was %.0f us)\n",
+              probe->seconds * 1e6, probe->tiles, probe->supersteps, constant * 1e6);
+  std::printf("%s", compiled->describe().c_str());
+  std::fflush(stdout);
+  return started_plan{std::move(*group), std::move(*compiled)};
+}
+
 // --plan-only: the plan a run would deploy, from the shape alone for a preset (llama-2-7b has no
 // weights in this process), the model's for a folder or GGUF file; no tile is started.
 int print_plan_only(const tile_group_config& group_cfg, const model_options& o) {
@@ -123,8 +152,11 @@ int print_plan_only(const tile_group_config& group_cfg, const model_options& o) 
     shape = loaded->shape();
   }
   if (!shape->is_decoder()) return fail(status::invalid(o.model + " is not a decoder"));
-  auto compiled = compile_decoder(*shape, decoder_request(group_cfg, o));
+  const placement_request req = decoder_request(group_cfg, o);
+  auto compiled = compile_decoder(*shape, req);
   if (!compiled) return fail(compiled.error());
+  std::printf("cost model: barrier %.0f us a superstep, the constant (--plan-only starts no tile to measure it)\n",
+              req.machine.sync_seconds * 1e6);
   std::printf("%s", compiled->describe().c_str());
   return 0;
 }
@@ -141,15 +173,12 @@ int run_seeded_shards(tile_group_config group_cfg, const model_options& o) {
   if (!cut) return fail(cut.error());
   if (o.dtype == models::dtype::bf16)
     if (auto st = models::check_dtype_supported(o.dtype); !st.ok()) return fail(st);
-  auto compiled = compile_decoder(*shape, decoder_request(group_cfg, o));
-  if (!compiled) return fail(compiled.error());
-  std::printf("%s", compiled->describe().c_str());
-  std::fflush(stdout);
-  auto group = tile_group::start(group_cfg);
-  if (!group) return fail(group.error());
+  auto sp = start_and_compile(group_cfg, o, *shape);
+  if (!sp) return fail(sp.error());
+  auto& group = sp->group;
   std::fprintf(stderr, "tessera-host: %u tiles up after %.1f s; streaming %s (seed %llu) generated shard by shard\n",
                group_cfg.tiles, since(), o.model.c_str(), (unsigned long long)o.seed);
-  auto deployed = tile_decoder::deploy(**group, std::move(*compiled), *shape, std::move(*cut), load_progress(t0));
+  auto deployed = tile_decoder::deploy(*group, std::move(sp->compiled), *shape, std::move(*cut), load_progress(t0));
   if (!deployed) return fail(deployed.error());
   const double load = since();
   std::fprintf(stderr, "tessera-host: %s on %u tiles, weights streamed, %.1f s after start\n", o.model.c_str(),
@@ -189,14 +218,10 @@ int run_decoder_model(tile_group_config group_cfg, model_options o) {
     tokenizer = serving::make_bpe_llm_tokenizer(std::move(*bpe));
   }
 
-  auto compiled = compile_decoder(shape, decoder_request(group_cfg, o));
-  if (!compiled) return fail(compiled.error());
-  std::printf("%s", compiled->describe().c_str());
-  std::fflush(stdout);
-
-  auto group = tile_group::start(group_cfg);
-  if (!group) return fail(group.error());
-  auto deployed = tile_decoder::deploy(**group, std::move(*compiled), model, load_progress(t0));
+  auto sp = start_and_compile(group_cfg, o, shape);
+  if (!sp) return fail(sp.error());
+  auto& group = sp->group;
+  auto deployed = tile_decoder::deploy(*group, std::move(sp->compiled), model, load_progress(t0));
   if (!deployed) return fail(deployed.error());
   const double load = since();
   std::fprintf(stderr, "tessera-host: %s on %u tiles, weights streamed, %.1f s after start\n", o.model.c_str(),

@@ -745,4 +745,32 @@ void tile_group::shutdown() {
   }
 }
 
+result<barrier_probe> measure_barrier(tile_group& group, int supersteps, int runs) {
+  if (supersteps < 1 || runs < 1) return status::invalid("measure_barrier: supersteps and runs must be positive");
+  std::vector<uint32_t> all;
+  for (uint32_t t = 0; t < group.size(); ++t) all.push_back(t);
+  std::map<uint32_t, exchange::program> programs;
+  for (uint32_t t : all) {
+    exchange::program p;
+    p.id = kBarrierProbeProgram;
+    p.tiles = all;
+    p.steps.resize(static_cast<size_t>(supersteps));  // empty, sync = true: a barrier each
+    programs[t] = std::move(p);
+  }
+  TESSERA_RETURN_IF_ERROR(group.load(programs));
+  batch_spec spec;
+  spec.program_id = kBarrierProbeProgram;
+  spec.collect_counters = true;
+  result<run_result> r = status::internal("no run");
+  for (int i = 0; i < runs; ++i) {
+    r = group.run(spec);
+    if (!r) return r.error().with_context("measuring the barrier (" + std::to_string(supersteps) + " empty supersteps)");
+  }
+  std::vector<double> per_step(static_cast<size_t>(supersteps), 0.0);
+  for (const auto& [tile, cs] : r->counters)
+    for (size_t s = 0; s < cs.size() && s < per_step.size(); ++s) per_step[s] += double(cs[s].sync_ns) * 1e-9 / double(all.size());
+  std::sort(per_step.begin(), per_step.end());
+  return barrier_probe{per_step[per_step.size() / 2], supersteps, group.size()};
+}
+
 }  // namespace tessera::host

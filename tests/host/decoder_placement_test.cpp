@@ -233,3 +233,41 @@ TEST(DecoderPlacement, ThePlanListPrintsA7bModelsTokensPerSecondNotZero) {
   EXPECT_EQ(format_rate(0), "0");
   EXPECT_EQ(format_rate(-1), "?");
 }
+
+TEST(DecoderPlacement, TheRankingChargesTheBarrierItIsGiven) {
+  // gpt2 on 2 tiles that cannot each hold the whole model (no R=2): lanes (W=2, 4 barriers a layer)
+  // against a pipeline (S=2, one barrier a stage step and its bubble). A cheap barrier picks the
+  // lanes, a dear one the pipeline: the ranking reads machine_model::sync_seconds (what
+  // tessera-host measures on its tiles, measure_barrier) rather than a constant of its own.
+  auto s = models::shape_preset("gpt2");
+  ASSERT_TRUE(s);
+  bool found = false;
+  for (uint64_t mib : {256, 320, 384, 448, 512}) {
+    auto req = request(2, std::nullopt, mib << 20);
+    req.kv_blocks = 64;
+    req.machine.sync_seconds = 1e-6;
+    auto cheap = compile_decoder(*s, req);
+    req.machine.sync_seconds = 20e-3;
+    auto dear = compile_decoder(*s, req);
+    if (!cheap || !dear) continue;
+    bool replicas = false, lanes = false, stages = false;
+    for (const auto& [p, rate] : cheap->candidates) {
+      replicas |= p.replicas > 1;
+      lanes |= p.width > 1;
+      stages |= p.stages > 1;
+    }
+    if (replicas || !lanes || !stages) continue;
+    found = true;
+    EXPECT_EQ(cheap->chosen.width, 2) << mib << " MiB: " << cheap->describe();
+    EXPECT_EQ(dear->chosen.width, 1) << mib << " MiB: " << dear->describe();
+    EXPECT_EQ(dear->chosen.stages, 2) << mib << " MiB: " << dear->describe();
+    // The estimates themselves: the dearer barrier adds more to the lanes' step than to the pipeline's.
+    machine_model lo = req.machine, hi = req.machine;
+    lo.sync_seconds = 1e-6;
+    const double lanes_extra = estimate_step_seconds(*s, plan{1, 1, 2, 1}, 8, 8, hi) - estimate_step_seconds(*s, plan{1, 1, 2, 1}, 8, 8, lo);
+    const double pipe_extra = estimate_step_seconds(*s, plan{1, 2, 1, 2}, 8, 8, hi) - estimate_step_seconds(*s, plan{1, 2, 1, 2}, 8, 8, lo);
+    EXPECT_GT(lanes_extra, 10 * pipe_extra);
+    break;
+  }
+  EXPECT_TRUE(found) << "no tile memory where gpt2 fits as W=2 and S=2 but not R=2";
+}

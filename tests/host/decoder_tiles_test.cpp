@@ -293,6 +293,20 @@ TEST(HostCheck, TheCheckFailsLogitsOverItsBoundAndPrintsTheBound) {
   EXPECT_NE(bad.out.find("--check-bound"), std::string::npos) << bad.out;
 }
 
+TEST(HostCheck, ThePlanRankingTakesTheBarrierMeasuredOnTheTiles) {
+  // The automatic plan: the group's barrier measured on its tiles before the ranking, printed
+  // beside the plan list (positive; a barrier, not a constant).
+  auto r = run("--model llama-tiny --tiles 2 --check 1 --step-token-budget 64 --max-running 2 --kv-blocks 16");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const std::string key = "cost model: barrier ";
+  const auto at = r.out.find(key);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double us = std::atof(r.out.c_str() + at + key.size());
+  EXPECT_GT(us, 0) << r.out;
+  EXPECT_NE(r.out.find("measured on these 2 tiles", at), std::string::npos) << r.out;
+  EXPECT_LT(r.out.find(key), r.out.find("plans that fit")) << r.out;
+}
+
 TEST(HostOptions, PlanOnlyListsA7bModelsPlansWithoutTilesOrWeights) {
   // llama-2-7b's shape alone (no 13.5 GB of weights here, no tile started): every plan that fits
   // with its estimated tokens/s, none printed as 0.

@@ -245,4 +245,16 @@ class tile_group {
   bool shut_ = false;
 };
 
+/// The barrier this group pays a superstep, measured: a program of `supersteps` empty supersteps
+/// (no kernel, no message, a barrier each) loaded on every tile as program kBarrierProbeProgram and
+/// run `runs` times; the median over the last run's supersteps of the tiles' mean sync_ns (their
+/// run_done counters), in seconds. The decoder plan ranking takes it as machine_model::sync_seconds.
+inline constexpr uint32_t kBarrierProbeProgram = 0xBA77;
+struct barrier_probe {
+  double seconds = 0;  ///< median per superstep
+  int supersteps = 0;
+  uint32_t tiles = 0;
+};
+result<barrier_probe> measure_barrier(tile_group& group, int supersteps = 16, int runs = 3);
+
 }  // namespace tessera::host
