@@ -5,18 +5,11 @@
 #include <cstdio>
 #include <sstream>
 
+#include "report_text.hpp"
+
 namespace tessera::timing {
-namespace {
-
-std::string num(double v, const char* f = "%.4g") {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string money(double v) { return v < 0 ? "-" : "$" + num(v, v >= 100 ? "%.0f" : "%.3g"); }
-
-}  // namespace
+using detail::money;
+using detail::num;
 
 result<llm_compare_report> run_llm_compare(const llm_compare_options& o) {
   auto shape = resolve_decoder_shape(o.model);

@@ -7,18 +7,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "report_text.hpp"
+
 namespace tessera::timing {
-namespace {
-
-std::string num(double v, const char* f = "%.4g") {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string money(double v) { return v < 0 ? "-" : "$" + num(v, v >= 100 ? "%.0f" : "%.3g"); }
-
-}  // namespace
+using detail::money;
+using detail::num;
 
 result<std::string> run_llm_experiment(const llm_experiment_options& o, std::ostream& log) {
   auto shape = resolve_decoder_shape(o.model);

@@ -9,17 +9,15 @@
 #include <limits>
 #include <tuple>
 
+#include "report_text.hpp"
+
 namespace tessera::timing {
 namespace {
 
 constexpr int64_t kMk2Tiles = 1472;
 constexpr int64_t kMk2SramKib = 624;
 
-std::string num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
+using detail::num;
 
 // The ipu-mk2 figures the IPU-like candidates are scaled from, read through make_llm_system so that
 // the preset file stays the only source.

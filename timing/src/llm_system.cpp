@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "report_text.hpp"
 #include "tessera/timing/preset.hpp"
 
 namespace tessera::timing {
@@ -18,11 +19,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string fmt(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
+std::string fmt(double v) { return detail::num(v); }
 
 // The preset file's "llm" object: numbers only, each required field named in the error.
 class llm_fields {

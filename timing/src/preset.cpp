@@ -124,60 +124,70 @@ void read_common(const json& root, std::string& name, std::string& description,
   }
 }
 
-result<hardware_preset> parse_ipu(const json& root, const std::string& origin, const std::string& stem) {
-  ipu_preset p;
+// A preset of kind P: the fields every preset has, `fields(r, p)` read from the root, and
+// `calibration(c, p.calibration)` from its "calibration" object, returning the efficiencies that
+// must lie in (0, 1].
+template <class P, class Fields, class Calibration>
+result<hardware_preset> parse_kind(const json& root, const std::string& origin, const std::string& stem, Fields fields,
+                                   Calibration calibration) {
+  P p;
   p.source_file = origin;
   status err;
   read_common(root, p.name, p.description, p.sources, p.published, origin, stem, err);
   field_reader r(root, origin, "");
-  p.tiles = r.integer("tiles", "tiles per chip");
-  p.memory_bytes_per_tile = r.integer("memory_bytes_per_tile", "SRAM bytes per tile");
-  p.clock_hz = r.number("clock_hz", "tile clock in Hz");
-  p.fp16_flops_per_cycle_per_tile = r.number("fp16_flops_per_cycle_per_tile", "AMP fp16 FLOPs per cycle");
-  p.fp32_flops_per_cycle_per_tile = r.number("fp32_flops_per_cycle_per_tile", "AMP fp32 FLOPs per cycle");
-  p.exchange_bytes_per_cycle = r.number("exchange_bytes_per_cycle", "exchange bytes per cycle per tile");
-  p.global_sync_cycles = r.integer("global_sync_cycles", "cycles of one chip-wide sync");
-  p.worker_contexts = r.integer("worker_contexts", "worker threads per tile");
+  fields(r, p);
   if (err.ok()) err = r.error();
   const json& cal = sub_object(root, "calibration", origin, err);
   field_reader c(cal, origin, "calibration.");
-  p.calibration.compute_set_overhead_cycles = c.number("compute_set_overhead_cycles", "cycles per compute set");
-  p.calibration.amp_efficiency = c.number("amp_efficiency", "fraction of AMP peak, 0..1");
-  p.calibration.exchange_efficiency = c.number("exchange_efficiency", "fraction of exchange peak, 0..1");
-  p.calibration.vector_bytes_per_cycle = c.number("vector_bytes_per_cycle", "vector datapath bytes per cycle");
+  const std::vector<double> efficiencies = calibration(c, p.calibration);
   if (err.ok()) err = c.error();
-  if (err.ok() && (p.calibration.amp_efficiency > 1 || p.calibration.exchange_efficiency > 1))
+  if (err.ok() && std::any_of(efficiencies.begin(), efficiencies.end(), [](double e) { return e > 1; }))
     err = status::invalid(origin + ": calibration efficiencies must be in (0, 1]");
   if (!err.ok()) return err;
   return hardware_preset{std::move(p)};
 }
 
+result<hardware_preset> parse_ipu(const json& root, const std::string& origin, const std::string& stem) {
+  return parse_kind<ipu_preset>(
+      root, origin, stem,
+      [](field_reader& r, ipu_preset& p) {
+        p.tiles = r.integer("tiles", "tiles per chip");
+        p.memory_bytes_per_tile = r.integer("memory_bytes_per_tile", "SRAM bytes per tile");
+        p.clock_hz = r.number("clock_hz", "tile clock in Hz");
+        p.fp16_flops_per_cycle_per_tile = r.number("fp16_flops_per_cycle_per_tile", "AMP fp16 FLOPs per cycle");
+        p.fp32_flops_per_cycle_per_tile = r.number("fp32_flops_per_cycle_per_tile", "AMP fp32 FLOPs per cycle");
+        p.exchange_bytes_per_cycle = r.number("exchange_bytes_per_cycle", "exchange bytes per cycle per tile");
+        p.global_sync_cycles = r.integer("global_sync_cycles", "cycles of one chip-wide sync");
+        p.worker_contexts = r.integer("worker_contexts", "worker threads per tile");
+      },
+      [](field_reader& c, ipu_calibration& cal) {
+        cal.compute_set_overhead_cycles = c.number("compute_set_overhead_cycles", "cycles per compute set");
+        cal.amp_efficiency = c.number("amp_efficiency", "fraction of AMP peak, 0..1");
+        cal.exchange_efficiency = c.number("exchange_efficiency", "fraction of exchange peak, 0..1");
+        cal.vector_bytes_per_cycle = c.number("vector_bytes_per_cycle", "vector datapath bytes per cycle");
+        return std::vector<double>{cal.amp_efficiency, cal.exchange_efficiency};
+      });
+}
+
 result<hardware_preset> parse_gpu(const json& root, const std::string& origin, const std::string& stem) {
-  gpu_preset p;
-  p.source_file = origin;
-  status err;
-  read_common(root, p.name, p.description, p.sources, p.published, origin, stem, err);
-  field_reader r(root, origin, "");
-  p.sms = r.integer("sms", "streaming multiprocessors");
-  p.clock_hz = r.number("clock_hz", "boost clock in Hz");
-  p.fp16_tensor_flops_per_s = r.number("fp16_tensor_flops_per_s", "dense fp16 tensor peak");
-  p.fp32_flops_per_s = r.number("fp32_flops_per_s", "fp32 CUDA-core peak");
-  p.hbm_bytes_per_s = r.number("hbm_bytes_per_s", "HBM bandwidth in bytes/s");
-  p.l2_bytes = r.integer("l2_bytes", "L2 cache bytes");
-  p.launch_overhead_s = r.number("launch_overhead_s", "fixed seconds per kernel");
-  p.fusion = r.boolean("fusion", "fuse epilogues and attention, TensorRT-like");
-  if (err.ok()) err = r.error();
-  const json& cal = sub_object(root, "calibration", origin, err);
-  field_reader c(cal, origin, "calibration.");
-  p.calibration.tensor_core_efficiency = c.number("tensor_core_efficiency", "fraction of tensor peak, 0..1");
-  p.calibration.fp32_efficiency = c.number("fp32_efficiency", "fraction of fp32 peak, 0..1");
-  p.calibration.hbm_efficiency = c.number("hbm_efficiency", "fraction of HBM peak, 0..1");
-  if (err.ok()) err = c.error();
-  if (err.ok() && (p.calibration.tensor_core_efficiency > 1 || p.calibration.fp32_efficiency > 1 ||
-                      p.calibration.hbm_efficiency > 1))
-    err = status::invalid(origin + ": calibration efficiencies must be in (0, 1]");
-  if (!err.ok()) return err;
-  return hardware_preset{std::move(p)};
+  return parse_kind<gpu_preset>(
+      root, origin, stem,
+      [](field_reader& r, gpu_preset& p) {
+        p.sms = r.integer("sms", "streaming multiprocessors");
+        p.clock_hz = r.number("clock_hz", "boost clock in Hz");
+        p.fp16_tensor_flops_per_s = r.number("fp16_tensor_flops_per_s", "dense fp16 tensor peak");
+        p.fp32_flops_per_s = r.number("fp32_flops_per_s", "fp32 CUDA-core peak");
+        p.hbm_bytes_per_s = r.number("hbm_bytes_per_s", "HBM bandwidth in bytes/s");
+        p.l2_bytes = r.integer("l2_bytes", "L2 cache bytes");
+        p.launch_overhead_s = r.number("launch_overhead_s", "fixed seconds per kernel");
+        p.fusion = r.boolean("fusion", "fuse epilogues and attention, TensorRT-like");
+      },
+      [](field_reader& c, gpu_calibration& cal) {
+        cal.tensor_core_efficiency = c.number("tensor_core_efficiency", "fraction of tensor peak, 0..1");
+        cal.fp32_efficiency = c.number("fp32_efficiency", "fraction of fp32 peak, 0..1");
+        cal.hbm_efficiency = c.number("hbm_efficiency", "fraction of HBM peak, 0..1");
+        return std::vector<double>{cal.tensor_core_efficiency, cal.fp32_efficiency, cal.hbm_efficiency};
+      });
 }
 
 std::string join(const std::vector<std::string>& v) {
