@@ -46,6 +46,16 @@ time_point oldest_arrival(std::span<const queued_view> q) {
   return t;
 }
 
+// Whether a batch goes now: a limit is reached (`full`), the queue is flushed, or its oldest
+// sequence has waited max_queue_delay; if not, d.wake_at says when that wait is over.
+bool batch_due(std::span<const queued_view> q, time_point now, bool full, bool flush, const batching_config& cfg,
+               policy_decision& d) {
+  const time_point oldest = oldest_arrival(q);
+  if (full || flush || now - oldest >= cfg.max_queue_delay) return true;
+  d.wake_at = oldest + cfg.max_queue_delay;
+  return false;
+}
+
 // Shared by the two padded policies: the first sequences in arrival order, up to B and, when a
 // token budget is set, up to budget padded tokens. `full` says a limit (not the queue) stopped it.
 struct padded_take {
@@ -75,24 +85,37 @@ padded_take take_padded(std::span<const queued_view> q, int32_t max_batch, int32
   return t;
 }
 
-class padded_policy final : public batching_policy {
+// What both policies share: their configuration, and nothing to decide on an empty queue.
+class configured_policy : public batching_policy {
  public:
-  explicit padded_policy(batching_config cfg) : cfg_(std::move(cfg)) {}
+  explicit configured_policy(batching_config cfg) : cfg_(std::move(cfg)) {}
   const batching_config& config() const override { return cfg_; }
 
-  policy_decision decide(std::span<const queued_view> q, time_point now,
-                         bool flush) const override {
+  policy_decision decide(std::span<const queued_view> q, time_point now, bool flush) const final {
     policy_decision d;
-    if (q.empty()) return d;
+    if (!q.empty()) d.batch = plan(q, now, flush, d);
+    return d;
+  }
+
+ protected:
+  /// The batch to send now from the non-empty queue `q`, or none (then d.wake_at may be set).
+  virtual std::optional<batch_plan> plan(std::span<const queued_view> q, time_point now, bool flush,
+                                         policy_decision& d) const = 0;
+
+  batching_config cfg_;
+};
+
+class padded_policy final : public configured_policy {
+ public:
+  using configured_policy::configured_policy;
+
+ protected:
+  std::optional<batch_plan> plan(std::span<const queued_view> q, time_point now, bool flush,
+                                 policy_decision& d) const override {
     const bool fixed = cfg_.kind == policy_kind::static_padded;
     padded_take t = take_padded(q, std::max(cfg_.max_batch_size, 1), cfg_.token_budget,
                                 fixed ? cfg_.max_sequence_length : 0);
-    time_point oldest = oldest_arrival(q);
-    bool due = now - oldest >= cfg_.max_queue_delay;
-    if (!(t.full || flush || due)) {
-      d.wake_at = oldest + cfg_.max_queue_delay;
-      return d;
-    }
+    if (!batch_due(q, now, t.full, flush, cfg_, d)) return std::nullopt;
     batch_plan p;
     p.take = std::move(t.take);
     p.layout = backends::batch_layout::padded;
@@ -104,34 +127,22 @@ class padded_policy final : public batching_policy {
         rows = std::max<int32_t>(1, std::min(rows, cfg_.token_budget / cfg_.max_sequence_length));
       p.fill_to_sequences = rows;
     }
-    d.batch = std::move(p);
-    return d;
+    return p;
   }
-
- private:
-  batching_config cfg_;
 };
 
-class token_budget_policy final : public batching_policy {
+class token_budget_policy final : public configured_policy {
  public:
-  explicit token_budget_policy(batching_config cfg) : cfg_(std::move(cfg)) {}
-  const batching_config& config() const override { return cfg_; }
+  using configured_policy::configured_policy;
 
-  policy_decision decide(std::span<const queued_view> q, time_point now,
-                         bool flush) const override {
-    policy_decision d;
-    if (q.empty()) return d;
+ protected:
+  std::optional<batch_plan> plan(std::span<const queued_view> q, time_point now, bool flush,
+                                 policy_decision& d) const override {
     const int64_t budget = cfg_.token_budget > 0 ? cfg_.token_budget : INT64_MAX;
     const size_t cap = cfg_.max_batch_size > 0 ? static_cast<size_t>(cfg_.max_batch_size) : SIZE_MAX;
     int64_t queued_tokens = 0;
     for (const auto& v : q) queued_tokens += v.length;
-    time_point oldest = oldest_arrival(q);
-    bool due = now - oldest >= cfg_.max_queue_delay;
-    bool full = queued_tokens >= budget || q.size() >= cap;
-    if (!(full || flush || due)) {
-      d.wake_at = oldest + cfg_.max_queue_delay;
-      return d;
-    }
+    if (!batch_due(q, now, queued_tokens >= budget || q.size() >= cap, flush, cfg_, d)) return std::nullopt;
     // Starving sequences first (in arrival order), then first fit in arrival order: short
     // sequences fill the gaps long ones leave, so a batch holds many short or few long ones.
     std::vector<char> taken(q.size(), 0);
@@ -151,12 +162,8 @@ class token_budget_policy final : public batching_policy {
     batch_plan p;
     p.take = std::move(take);
     p.layout = backends::batch_layout::packed;
-    d.batch = std::move(p);
-    return d;
+    return p;
   }
-
- private:
-  batching_config cfg_;
 };
 
 }  // namespace

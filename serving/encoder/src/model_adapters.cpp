@@ -10,18 +10,22 @@ namespace tessera::serving {
 
 namespace {
 
+// The pieces of a models tokenizer with offsets (WordPiece, Unigram), as the serving interface has them.
+template <class Tokenizer>
+result<std::vector<text_piece>> pieces_of(const Tokenizer& t, std::string_view text) {
+  auto p = t.tokenize_with_offsets(text);
+  if (!p) return p.error();
+  std::vector<text_piece> out;
+  out.reserve(p->size());
+  for (const auto& w : *p) out.push_back({w.id, w.start, w.stop});
+  return out;
+}
+
 class model_tokenizer final : public tokenizer {
  public:
   explicit model_tokenizer(models::wordpiece_tokenizer wordpiece) : wordpiece_(std::move(wordpiece)) {}
 
-  result<std::vector<text_piece>> pieces(std::string_view text) const override {
-    auto p = wordpiece_.tokenize_with_offsets(text);
-    if (!p) return p.error();
-    std::vector<text_piece> out;
-    out.reserve(p->size());
-    for (const auto& w : *p) out.push_back({w.id, w.start, w.stop});
-    return out;
-  }
+  result<std::vector<text_piece>> pieces(std::string_view text) const override { return pieces_of(wordpiece_, text); }
   int32_t cls_id() const override { return wordpiece_.cls_id(); }
   int32_t sep_id() const override { return wordpiece_.sep_id(); }
   std::string special_text(int32_t id) const override { return wordpiece_.vocab().token(id); }
@@ -30,18 +34,11 @@ class model_tokenizer final : public tokenizer {
   models::wordpiece_tokenizer wordpiece_;  // untruncated: tokenizer truncates (both sides)
 };
 
-// XLM-R: SentencePiece Unigram from tokenizer.json; <s> ... </s>, pairs <s> a </s></s> b </s>.
-class unigram_model_tokenizer final : public tokenizer {
+// RoBERTa's and XLM-R's specials over a models tokenizer: <s> ... </s>, pairs <s> a </s></s> b </s>.
+template <class Tokenizer>
+class roberta_specials : public tokenizer {
  public:
-  explicit unigram_model_tokenizer(models::unigram_tokenizer t) : t_(std::move(t)) {}
-  result<std::vector<text_piece>> pieces(std::string_view text) const override {
-    auto p = t_.tokenize_with_offsets(text);
-    if (!p) return p.error();
-    std::vector<text_piece> out;
-    out.reserve(p->size());
-    for (const auto& w : *p) out.push_back({w.id, w.start, w.stop});
-    return out;
-  }
+  explicit roberta_specials(Tokenizer t) : t_(std::move(t)) {}
   int32_t cls_id() const override { return t_.bos_id(); }
   int32_t sep_id() const override { return t_.eos_id(); }
   std::string special_text(int32_t id) const override {
@@ -50,15 +47,22 @@ class unigram_model_tokenizer final : public tokenizer {
   }
   bool roberta_pairs() const override { return true; }
 
- private:
-  models::unigram_tokenizer t_;
+ protected:
+  Tokenizer t_;
+};
+
+// XLM-R: SentencePiece Unigram from tokenizer.json.
+class unigram_model_tokenizer final : public roberta_specials<models::unigram_tokenizer> {
+ public:
+  using roberta_specials::roberta_specials;
+  result<std::vector<text_piece>> pieces(std::string_view text) const override { return pieces_of(t_, text); }
 };
 
 // RoBERTa: byte-level BPE from tokenizer.json. The bytes of its tokens spell the text (no
 // normalizer), so a piece's offsets are where its bytes are found, in order.
-class bpe_model_tokenizer final : public tokenizer {
+class bpe_model_tokenizer final : public roberta_specials<models::bpe_tokenizer> {
  public:
-  explicit bpe_model_tokenizer(models::bpe_tokenizer t) : t_(std::move(t)) {}
+  using roberta_specials::roberta_specials;
   result<std::vector<text_piece>> pieces(std::string_view text) const override {
     auto ids = t_.encode(text, /*add_special=*/false);
     if (!ids) return ids.error();
@@ -76,16 +80,6 @@ class bpe_model_tokenizer final : public tokenizer {
     }
     return out;
   }
-  int32_t cls_id() const override { return t_.bos_id(); }
-  int32_t sep_id() const override { return t_.eos_id(); }
-  std::string special_text(int32_t id) const override {
-    auto t = t_.token_text(id);
-    return t ? *t : std::string();
-  }
-  bool roberta_pairs() const override { return true; }
-
- private:
-  models::bpe_tokenizer t_;
 };
 
 result<std::shared_ptr<const tokenizer>> roberta_tokenizer(const models::bert_model& model) {

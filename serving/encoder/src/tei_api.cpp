@@ -163,6 +163,19 @@ class tei_api final : public api, private encoder_parts {
   /// /invocations (TEI's default route: predicts, or reranks for a one-label model).
   enum class predict_dialect { tei, hugging_face, tei_default };
 
+  /// Counts the request and reads its JSON body; with no encoder or a bad body, answers the error
+  /// and gives nothing.
+  std::optional<json> open_request(std::string_view body, const reply_fn& reply) {
+    metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
+    std::optional<detail::api_error> e = svc_.need_encoder();
+    json req;
+    if (!e) e = parse_body(body, req);
+    if (e) {
+      reply(svc_.inference_error(e->status, e->type, e->message));
+      return std::nullopt;
+    }
+    return req;
+  }
   void tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply);
   void tei_tokenize(std::string_view body, const reply_fn& reply);
   void tei_rerank(const json& req, time_point start, const reply_fn& reply);
@@ -171,13 +184,12 @@ class tei_api final : public api, private encoder_parts {
 
 void tei_api::tei_predict(std::string_view body, predict_dialect dialect, const reply_fn& reply) {
   const time_point start = steady::now();
-  metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
   auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
     reply(svc_.inference_error(status, type, message));
   };
-  if (auto e = svc_.need_encoder()) return fail(e->status, e->type, e->message);
-  json req;
-  if (auto err = parse_body(body, req)) return fail(err->status, err->type, err->message);
+  auto opened = open_request(body, reply);
+  if (!opened) return;
+  json& req = *opened;
   // An embedding model: POST / and /invocations embed (or, on POST /, Hugging Face's
   // sentence-similarity shape), as TEI's default route does; /predict is TEI's 424.
   if (info_.task == "embedding") {
@@ -335,8 +347,8 @@ void encoder_infer(encoder_parts& parts, tei_job job, const reply_fn& reply) {
   seqs.reserve(job.inputs.size());
   size_t chars = 0, tokens = 0;
   for (const auto& in : job.inputs) {
+    backends::sequence_input seq;
     if (in.is_ids) {  // final token ids (TEI's EncodingInput::Ids): no specials added, checked, cut if asked
-      backends::sequence_input seq;
       if (auto e = check_token_ids(in.ids, info_.vocab_size)) return te_fail("tokenization", 422, error_kind::validation, *e);
       seq.token_ids = in.ids;
       if (job.truncate && static_cast<int64_t>(seq.token_ids.size()) > max_len) {
@@ -344,28 +356,20 @@ void encoder_infer(encoder_parts& parts, tei_job job, const reply_fn& reply) {
         if (job.side == truncation_side::left) seq.token_ids.erase(seq.token_ids.begin(), seq.token_ids.begin() + static_cast<std::ptrdiff_t>(cut));
         else seq.token_ids.resize(static_cast<size_t>(max_len));
       }
-      if (auto e = svc_.check_length(seq.token_ids.size(), "`inputs`", "pass \"truncate\": true"))
+    } else {
+      if (in.a.empty() && in.b.empty())
+        return te_fail("tokenization", 413, error_kind::validation, "Input validation error: `inputs` cannot be empty");
+      const size_t n = count_chars(in.a) + count_chars(in.b);
+      chars += n;
+      const int64_t char_limit = static_cast<int64_t>(max_len) * max_chars_per_token;
+      if (!job.truncate && static_cast<int64_t>(n) > char_limit)
+        return te_fail("tokenization", 413, error_kind::validation,
+                    "Input validation error: `inputs` must have at most " + std::to_string(char_limit) +
+                        " characters. Given: " + std::to_string(n) + "; pass \"truncate\": true to cut it");
+      const std::string_view b = in.b;
+      if (auto e = svc_.encode_text(in.a, in.pair ? &b : nullptr, job.truncate, job.side, 422, seq))
         return te_reject("tokenization", *e);
-      seq.every_token = job.every_token;
-      tokens += seq.token_ids.size();
-      metrics_.request_input_length.observe(static_cast<double>(seq.token_ids.size()));
-      te.request_input_length.observe(static_cast<double>(seq.token_ids.size()));
-      seqs.push_back(std::move(seq));
-      continue;
     }
-    if (in.a.empty() && in.b.empty())
-      return te_fail("tokenization", 413, error_kind::validation, "Input validation error: `inputs` cannot be empty");
-    const size_t n = count_chars(in.a) + count_chars(in.b);
-    chars += n;
-    const int64_t char_limit = static_cast<int64_t>(max_len) * max_chars_per_token;
-    if (!job.truncate && static_cast<int64_t>(n) > char_limit)
-      return te_fail("tokenization", 413, error_kind::validation,
-                  "Input validation error: `inputs` must have at most " + std::to_string(char_limit) +
-                      " characters. Given: " + std::to_string(n) + "; pass \"truncate\": true to cut it");
-    backends::sequence_input seq;
-    const std::string_view b = in.b;
-    if (auto e = svc_.encode_text(in.a, in.pair ? &b : nullptr, job.truncate, job.side, 422, seq))
-      return te_reject("tokenization", *e);
     if (auto e = svc_.check_length(seq.token_ids.size(), "`inputs`", "pass \"truncate\": true"))
       return te_reject("tokenization", *e);
     seq.every_token = job.every_token;
@@ -423,13 +427,12 @@ void encoder_infer(encoder_parts& parts, tei_job job, const reply_fn& reply) {
 }
 
 void tei_api::tei_tokenize(std::string_view body, const reply_fn& reply) {
-  metrics_.request_count.fetch_add(1, std::memory_order_relaxed);
   auto fail = [&](unsigned status, std::string_view type, std::string_view message) {
     reply(svc_.inference_error(status, type, message));
   };
-  if (auto e = svc_.need_encoder()) return fail(e->status, e->type, e->message);
-  json req;
-  if (auto err = parse_body(body, req)) return fail(err->status, err->type, err->message);
+  auto opened = open_request(body, reply);
+  if (!opened) return;
+  json& req = *opened;
   if (!req.is_object())
     return fail(422, error_kind::validation, "the body must be a JSON object {\"inputs\": ...}");
   for (const auto& [key, value] : req.items())
