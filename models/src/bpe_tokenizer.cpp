@@ -231,32 +231,53 @@ int byte_token_value(std::string_view t) {
 
 bool is_space_cp(char32_t cp) { return (unicode::char_class(cp) & unicode::whitespace) != 0; }
 
+/// A well-formed UTF-8 string read by byte offset, for the hand-written pre-tokenizers (gpt2_split,
+/// qwen2_split): the character class at a position, its length, runs of a class, and where
+/// \s+(?!\S) ends a whitespace run.
+struct utf8_classes {
+  std::string_view s;
+  uint8_t cls(size_t i) const {
+    const auto b = static_cast<unsigned char>(s[i]);
+    return unicode::char_class(b < 0x80 ? char32_t{b} : unicode::next_utf8(s, i).cp);
+  }
+  size_t len(size_t i) const {
+    const auto b = static_cast<unsigned char>(s[i]);
+    return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+  }
+  template <class Pred>
+  size_t run(size_t j, Pred pred) const {
+    while (j < s.size() && pred(cls(j))) j += len(j);
+    return j;
+  }
+  /// The whitespace run [i, k): \s+(?!\S) leaves its last character to the non-space after it
+  /// (" ?\p{L}+" and the like take it), and a lone one is \s+ on its own.
+  size_t space_end(size_t i, size_t k) const {
+    if (k >= s.size()) return k;
+    size_t last = i, p = i;
+    while (p < k) { last = p; p += len(p); }
+    return last > i ? last : k;
+  }
+};
+// Classes as run() takes them (lambdas, so that each run is its own inlined loop).
+constexpr auto is_letter_class = [](uint8_t c) { return (c & unicode::letter) != 0; };
+constexpr auto is_number_class = [](uint8_t c) { return (c & unicode::number) != 0; };
+constexpr auto is_other_class = [](uint8_t c) { return (c & (unicode::letter | unicode::number | unicode::whitespace)) == 0; };
+constexpr auto is_space_class = [](uint8_t c) { return (c & unicode::whitespace) != 0; };
+
 /// GPT-2's pre-tokenizer, the regex
 ///   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 /// matched by hand over code points (alternatives in order at each position, as a backtracking
 /// engine does). `s` is well-formed UTF-8.
 template <class F>
 void gpt2_split(std::string_view s, F&& emit) {
-  using namespace unicode;
   const size_t n = s.size();
-  auto at = [&](size_t i) { return next_utf8(s, i); };
-  auto cls = [&](size_t i) -> uint8_t {
-    const auto b = static_cast<unsigned char>(s[i]);
-    if (b < 0x80) return char_class(b);
-    return char_class(at(i).cp);
-  };
-  auto len = [&](size_t i) -> size_t {
-    const auto b = static_cast<unsigned char>(s[i]);
-    return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-  };
-  auto run = [&](size_t j, auto pred) {
-    while (j < n && pred(cls(j))) j += len(j);
-    return j;
-  };
-  const auto is_l = [](uint8_t c) { return (c & letter) != 0; };
-  const auto is_n = [](uint8_t c) { return (c & number) != 0; };
-  const auto is_other = [](uint8_t c) { return (c & (letter | number | whitespace)) == 0; };
-  const auto is_s = [](uint8_t c) { return (c & whitespace) != 0; };
+  const utf8_classes u{s};
+  auto cls = [&](size_t i) { return u.cls(i); };
+  auto run = [&](size_t j, auto pred) { return u.run(j, pred); };
+  const auto is_l = is_letter_class;
+  const auto is_n = is_number_class;
+  const auto is_other = is_other_class;
+  const auto is_s = is_space_class;
   size_t i = 0;
   while (i < n) {
     size_t end = 0;
@@ -278,13 +299,7 @@ void gpt2_split(std::string_view s, F&& emit) {
     if (!end) {
       // Whitespace: \s+(?!\S) keeps the last space of a run that precedes a non-space for the next
       // word (" ?\p{L}+" takes it); a single space before a non-space is \s+ on its own.
-      const size_t k = run(i, is_s);
-      end = k;
-      if (k < n) {
-        size_t last = i, p = i;
-        while (p < k) { last = p; p += len(p); }
-        if (last > i) end = last;
-      }
+      end = u.space_end(i, run(i, is_s));
     }
     emit(s.substr(i, end - i));
     i = end;
@@ -310,24 +325,15 @@ constexpr std::string_view kLlama3Split =
 /// `s` is well-formed UTF-8.
 template <class F>
 void qwen2_split(std::string_view s, int max_digits, F&& emit) {
-  using namespace unicode;
+  using unicode::number;
   const size_t n = s.size();
-  auto cp_at = [&](size_t i) -> char32_t {
-    const auto b = static_cast<unsigned char>(s[i]);
-    return b < 0x80 ? b : next_utf8(s, i).cp;
-  };
-  auto cls = [&](size_t i) -> uint8_t { return char_class(cp_at(i)); };
-  auto len = [&](size_t i) -> size_t {
-    const auto b = static_cast<unsigned char>(s[i]);
-    return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-  };
-  auto run = [&](size_t j, auto pred) {
-    while (j < n && pred(cls(j))) j += len(j);
-    return j;
-  };
-  const auto is_l = [](uint8_t c) { return (c & letter) != 0; };
-  const auto is_other = [](uint8_t c) { return (c & (letter | number | whitespace)) == 0; };
-  const auto is_s = [](uint8_t c) { return (c & whitespace) != 0; };
+  const utf8_classes u{s};
+  auto cls = [&](size_t i) { return u.cls(i); };
+  auto len = [&](size_t i) { return u.len(i); };
+  auto run = [&](size_t j, auto pred) { return u.run(j, pred); };
+  const auto is_l = is_letter_class;
+  const auto is_other = is_other_class;
+  const auto is_s = is_space_class;
   const auto is_break = [&](size_t i) { return s[i] == '\r' || s[i] == '\n'; };
   // A case-insensitive ASCII letter of the contractions, or long s for s.
   auto letter_is = [&](size_t i, char lower) -> size_t {
@@ -380,16 +386,7 @@ void qwen2_split(std::string_view s, int max_digits, F&& emit) {
       size_t last_break = 0;
       for (size_t p = i; p < k; p += len(p))
         if (is_break(p)) last_break = p + 1;
-      if (last_break) {
-        end = last_break;
-      } else {
-        end = k;
-        if (k < n) {
-          size_t last = i, p = i;
-          while (p < k) { last = p; p += len(p); }
-          if (last > i) end = last;
-        }
-      }
+      end = last_break ? last_break : u.space_end(i, k);
     }
     emit(s.substr(i, end - i));
     i = end;
