@@ -21,47 +21,16 @@
 #include "tessera/host/tile_model.hpp"
 #include "tessera/models/embedding.hpp"
 #include "tessera/models/forward.hpp"
+#include "../models/encoder_goldens.hpp"
 #include "tile_cases.hpp"
 
 using namespace tessera;
 using namespace tessera::host;
-using test_support::case_name;
-using test_support::case_t;
+using namespace tessera::test_support;
 
 namespace {
 
-std::string data_dir() {
-  const char* src = std::getenv("TESSERA_SOURCE_DIR");
-  return std::string(src ? src : TESSERA_TEST_SOURCE_DIR) + "/tests/data/models";  // ctest sets TESSERA_BIN_DIR only
-}
-
-const nlohmann::json& goldens() {
-  static const nlohmann::json j = [] {
-    std::ifstream f(data_dir() + "/tiny_embed_goldens.json");
-    return nlohmann::json::parse(f);
-  }();
-  return j;
-}
-
-models::packed_batch batch_of(const nlohmann::json& e) {
-  models::packed_batch b;
-  const auto ids = e["token_ids"].get<std::vector<int32_t>>();
-  const auto types = e["token_type_ids"].get<std::vector<int32_t>>();
-  size_t at = 0;
-  for (int len : e["lengths"].get<std::vector<int>>()) {
-    b.append(std::span(ids).subspan(at, static_cast<size_t>(len)), std::span(types).subspan(at, static_cast<size_t>(len)));
-    at += static_cast<size_t>(len);
-  }
-  return b;
-}
-
-template <class T>
-double max_diff(const std::vector<float>& a, const std::vector<T>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(double(a[i]) - double(b[i])));
-  return d;
-}
+const nlohmann::json& goldens() { return goldens_file("tiny_embed_goldens.json"); }
 
 tile_deployment deploy(const models::bert_model& m, const case_t& c, models::dtype dt) {
   placement_request req;
@@ -80,7 +49,7 @@ tile_deployment deploy(const models::bert_model& m, const case_t& c, models::dty
 class EmbeddingOnTiles : public ::testing::TestWithParam<case_t> {};
 
 TEST_P(EmbeddingOnTiles, PooledVectorsEqualReferenceAndGoldensForEveryMode) {
-  auto loaded = models::load_encoder(data_dir() + "/tiny-embed");
+  auto loaded = models::load_encoder(models_data_dir() + "/tiny-embed");
   ASSERT_TRUE(loaded) << loaded.error().to_string();
   double worst_ref = 0, worst_golden = 0;
   for (const auto& [name, unused] : goldens()["embed_batches"][0]["pooled"].items()) {
@@ -91,14 +60,14 @@ TEST_P(EmbeddingOnTiles, PooledVectorsEqualReferenceAndGoldensForEveryMode) {
     EXPECT_EQ(d.model->compiled().output_width(), m.config.hidden_size);
     EXPECT_NE(d.model->compiled().describe().find("pooled"), std::string::npos) << "the head tile's pooled tensor";
     for (const auto& e : goldens()["embed_batches"]) {
-      const auto b = batch_of(e);
+      const auto b = golden_batch(e);
       const auto want = models::reference_embed(m, b);
       for (int r = 0; r < d.model->compiled().chosen.replicas; ++r) {
         auto got = d.model->run(r, b);
         ASSERT_TRUE(got) << got.error().to_string();
         ASSERT_EQ(got->logits.size(), static_cast<size_t>(b.num_seqs() * m.config.hidden_size)) << "only pooled vectors";
-        const double vs_ref = max_diff(got->logits, want);
-        const double vs_golden = max_diff(got->logits, e["pooled"][name].get<std::vector<double>>());
+        const double vs_ref = max_abs_diff(got->logits, want);
+        const double vs_golden = max_abs_diff(got->logits, e["pooled"][name].get<std::vector<double>>());
         EXPECT_LT(vs_ref, 1e-4) << name << " replica " << r;
         EXPECT_LT(vs_golden, 1e-4) << name << " vs goldens";
         worst_ref = std::max(worst_ref, vs_ref);
@@ -111,17 +80,17 @@ TEST_P(EmbeddingOnTiles, PooledVectorsEqualReferenceAndGoldensForEveryMode) {
   ASSERT_TRUE(d.model);
   double worst_rows = 0;
   for (const auto& e : goldens()["embed_batches"]) {
-    const auto b = batch_of(e);
+    const auto b = golden_batch(e);
     const auto want = e["tokens"].get<std::vector<double>>();
     const int64_t H = loaded->config.hidden_size;
     for (int r = 0; r < d.model->compiled().chosen.replicas; ++r) {
       auto got = d.model->run(r, b, b.num_tokens());
       ASSERT_TRUE(got) << got.error().to_string();
       EXPECT_EQ(got->logits.size(), static_cast<size_t>(b.num_seqs() * H)) << "the pooled vectors too";
-      worst_rows = std::max(worst_rows, max_diff(got->token_rows, want));
+      worst_rows = std::max(worst_rows, max_abs_diff(got->token_rows, want));
       auto part = d.model->run(r, b, 1);
       ASSERT_TRUE(part) << part.error().to_string();
-      worst_rows = std::max(worst_rows, max_diff(part->token_rows, std::vector<double>(want.begin(), want.begin() + H)));
+      worst_rows = std::max(worst_rows, max_abs_diff(part->token_rows, std::vector<double>(want.begin(), want.begin() + H)));
     }
     EXPECT_FALSE(d.model->run(0, b, b.num_tokens() + 1).ok()) << "more rows than the batch has";
   }
@@ -138,18 +107,18 @@ INSTANTIATE_TEST_SUITE_P(Plans, EmbeddingOnTiles,
 
 TEST(EmbeddingOnTiles, Bf16TilesStayNearTheGoldens) {
   ASSERT_TRUE(models::check_dtype_supported(models::dtype::bf16).ok());
-  auto m = models::load_encoder(data_dir() + "/tiny-embed");
+  auto m = models::load_encoder(models_data_dir() + "/tiny-embed");
   ASSERT_TRUE(m) << m.error().to_string();
   auto d = deploy(*m, case_t{2, {1, 1, 2, 1}}, models::dtype::bf16);
   ASSERT_TRUE(d.model);
   for (const auto& e : goldens()["embed_batches"]) {
-    auto got = d.model->run(0, batch_of(e));
+    auto got = d.model->run(0, golden_batch(e));
     ASSERT_TRUE(got) << got.error().to_string();
-    const double diff = max_diff(got->logits, e["pooled"]["mean"].get<std::vector<double>>());
+    const double diff = max_abs_diff(got->logits, e["pooled"]["mean"].get<std::vector<double>>());
     EXPECT_LT(diff, 0.03);
-    auto rows = d.model->run(0, batch_of(e), batch_of(e).num_tokens());  // sent as bf16, widened on the host
+    auto rows = d.model->run(0, golden_batch(e), golden_batch(e).num_tokens());  // sent as bf16, widened on the host
     ASSERT_TRUE(rows) << rows.error().to_string();
-    const double rows_diff = max_diff(rows->token_rows, e["tokens"].get<std::vector<double>>());
+    const double rows_diff = max_abs_diff(rows->token_rows, e["tokens"].get<std::vector<double>>());
     EXPECT_LT(rows_diff, 0.05);
     std::cout << "[ bf16 tiles ] " << e["name"].get<std::string>() << ": max |error| vs goldens " << diff
               << " (bound 0.03), every token's row " << rows_diff << " (bound 0.05)\n";
@@ -157,14 +126,14 @@ TEST(EmbeddingOnTiles, Bf16TilesStayNearTheGoldens) {
 }
 
 TEST(RerankerOnTiles, ScoresEqualGoldens) {
-  auto m = models::load_model(data_dir() + "/tiny-rerank");
+  auto m = models::load_model(models_data_dir() + "/tiny-rerank");
   ASSERT_TRUE(m) << m.error().to_string();
   auto d = deploy(*m, case_t{2, {1, 2, 1, 1}}, models::dtype::fp32);
   ASSERT_TRUE(d.model);
   for (const auto& e : goldens()["rerank_batches"]) {
-    auto got = d.model->run(0, batch_of(e));
+    auto got = d.model->run(0, golden_batch(e));
     ASSERT_TRUE(got) << got.error().to_string();
-    EXPECT_LT(max_diff(got->logits, e["scores"].get<std::vector<double>>()), 1e-4);
+    EXPECT_LT(max_abs_diff(got->logits, e["scores"].get<std::vector<double>>()), 1e-4);
   }
 }
 
@@ -175,7 +144,7 @@ TEST(RerankerOnTiles, ScoresEqualGoldens) {
 // pooled vectors as the goldens; with every other sequence asking every token's vector, those get
 // their token rows and the others their pooled vector, in order.
 TEST(EmbeddingOnTiles, TileBackendPaddedBatchesAndEveryTokenRows) {
-  auto m = models::load_encoder(data_dir() + "/tiny-embed");
+  auto m = models::load_encoder(models_data_dir() + "/tiny-embed");
   ASSERT_TRUE(m) << m.error().to_string();
   auto d = deploy(*m, case_t{2, {1, 2, 1, 1}}, models::dtype::fp32);
   ASSERT_TRUE(d.model);
@@ -188,7 +157,7 @@ TEST(EmbeddingOnTiles, TileBackendPaddedBatchesAndEveryTokenRows) {
     return f.get();
   };
   for (const auto& e : goldens()["embed_batches"]) {
-    const auto b = batch_of(e);
+    const auto b = golden_batch(e);
     backends::batch_request req;
     req.layout = backends::batch_layout::padded;
     req.padded_length = b.max_seq_len();
@@ -204,7 +173,7 @@ TEST(EmbeddingOnTiles, TileBackendPaddedBatchesAndEveryTokenRows) {
     auto r = submit(req);
     ASSERT_TRUE(r.st.ok()) << r.st.to_string();
     EXPECT_EQ(r.num_labels, m->config.hidden_size);
-    const double diff = max_diff(r.logits, e["pooled"]["mean"].get<std::vector<double>>());
+    const double diff = max_abs_diff(r.logits, e["pooled"]["mean"].get<std::vector<double>>());
     EXPECT_LT(diff, 1e-4) << e["name"];
     std::cout << "[ padded on tiles ] " << e["name"].get<std::string>() << ": max |error| " << diff << "\n";
     // Mixed: odd sequences ask for every token's row.
@@ -222,7 +191,7 @@ TEST(EmbeddingOnTiles, TileBackendPaddedBatchesAndEveryTokenRows) {
     }
     auto mixed = submit(req);
     ASSERT_TRUE(mixed.st.ok()) << mixed.st.to_string();
-    const double mixed_diff = max_diff(mixed.logits, want);
+    const double mixed_diff = max_abs_diff(mixed.logits, want);
     EXPECT_LT(mixed_diff, 1e-4) << e["name"];
     std::cout << "[ padded on tiles, every other sequence's token rows ] " << e["name"].get<std::string>()
               << ": max |error| " << mixed_diff << "\n";

@@ -13,45 +13,16 @@
 #include "tessera/host/tile_model.hpp"
 #include "tessera/models/embedding.hpp"
 #include "tessera/models/forward.hpp"
+#include "../models/encoder_goldens.hpp"
 #include "tile_cases.hpp"
 
 using namespace tessera;
 using namespace tessera::host;
-using test_support::case_name;
-using test_support::case_t;
+using namespace tessera::test_support;
 
 namespace {
 
-std::string data_dir() {
-  const char* src = std::getenv("TESSERA_SOURCE_DIR");
-  return std::string(src ? src : TESSERA_TEST_SOURCE_DIR) + "/tests/data/models";
-}
-
-const nlohmann::json& goldens() {
-  static const nlohmann::json j = [] {
-    std::ifstream f(data_dir() + "/tiny_roberta_goldens.json");
-    return nlohmann::json::parse(f);
-  }();
-  return j;
-}
-
-models::packed_batch batch_of(const nlohmann::json& e) {
-  models::packed_batch b;
-  const auto ids = e["token_ids"].get<std::vector<int32_t>>();
-  size_t at = 0;
-  for (int len : e["lengths"].get<std::vector<int>>()) {
-    b.append(std::span(ids).subspan(at, static_cast<size_t>(len)));
-    at += static_cast<size_t>(len);
-  }
-  return b;
-}
-
-double max_diff(const std::vector<float>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(double(a[i]) - b[i]));
-  return d;
-}
+const nlohmann::json& goldens() { return goldens_file("tiny_roberta_goldens.json"); }
 
 class RobertaOnTiles : public ::testing::TestWithParam<case_t> {};
 
@@ -66,7 +37,7 @@ TEST_P(RobertaOnTiles, ClassifierEmbeddingAndRerankerEqualTheGoldens) {
                           target{"tiny-xlmr-embed", "embed_batches", "mean"},
                           target{"tiny-xlmr-rerank", "rerank_batches", "scores"}}) {
     SCOPED_TRACE(t.folder);
-    auto m = models::load_encoder(data_dir() + "/" + t.folder);
+    auto m = models::load_encoder(models_data_dir() + "/" + t.folder);
     ASSERT_TRUE(m) << m.error().to_string();
     placement_request req;
     req.tiles = GetParam().tiles;
@@ -77,11 +48,11 @@ TEST_P(RobertaOnTiles, ClassifierEmbeddingAndRerankerEqualTheGoldens) {
     auto d = deploy_bert(*m, req);
     ASSERT_TRUE(d.ok()) << d.error().to_string();
     for (const auto& e : goldens()[t.batches]) {
-      const auto b = batch_of(e);
+      const auto b = golden_batch(e);
       for (int r = 0; r < d->model->compiled().chosen.replicas; ++r) {
         auto got = d->model->run(r, b);
         ASSERT_TRUE(got) << got.error().to_string();
-        const double diff = max_diff(got->logits, e[t.key].get<std::vector<double>>());
+        const double diff = max_abs_diff(got->logits, e[t.key].get<std::vector<double>>());
         EXPECT_LT(diff, 1e-4) << e["name"] << " replica " << r;
         worst = std::max(worst, diff);
       }

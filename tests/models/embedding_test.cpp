@@ -14,6 +14,7 @@
 #include "tessera/models/embedding.hpp"
 #include "tessera/models/forward.hpp"
 #include "tessera/models/model.hpp"
+#include "encoder_goldens.hpp"
 #include "util.hpp"
 
 namespace tessera::models {
@@ -22,30 +23,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::data_dir;
 
-const json& goldens() {
-  static const json j = json::parse(testing::read_file(data_dir() + "/tiny_embed_goldens.json"));
-  return j;
-}
-
-packed_batch batch_of(const json& entry) {
-  packed_batch b;
-  const auto ids = entry["token_ids"].get<std::vector<int32_t>>();
-  const auto types = entry["token_type_ids"].get<std::vector<int32_t>>();
-  size_t at = 0;
-  for (int len : entry["lengths"].get<std::vector<int>>()) {
-    b.append(std::span(ids).subspan(at, static_cast<size_t>(len)), std::span(types).subspan(at, static_cast<size_t>(len)));
-    at += static_cast<size_t>(len);
-  }
-  return b;
-}
-
-// Largest absolute difference; sizes must agree.
-double max_abs_diff(const std::vector<float>& got, const std::vector<double>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
-  return worst;
-}
+const json& goldens() { return test_support::goldens_file("tiny_embed_goldens.json"); }
 
 double min_cosine(const std::vector<float>& got, const std::vector<double>& want, int64_t h) {
   double worst = 1;
@@ -89,24 +67,24 @@ TEST(embedding, every_pooling_mode_matches_float64_goldens_packed_and_padded) {
   const double tol = goldens()["tolerance"].get<double>();
   const int64_t h = m.config.hidden_size;
   for (const auto& entry : goldens()["embed_batches"]) {
-    const packed_batch b = batch_of(entry);
+    const packed_batch b = test_support::golden_batch(entry);
     ASSERT_TRUE(validate_batch(m.config, b).ok());
     SCOPED_TRACE(entry["name"].get<std::string>());
     const auto tokens = entry["tokens"].get<std::vector<double>>();
-    EXPECT_LE(max_abs_diff(reference_encoder(m, b), tokens), tol) << "every token's vector (/embed_all)";
+    EXPECT_LE(test_support::max_abs_diff(reference_encoder(m, b), tokens), tol) << "every token's vector (/embed_all)";
     for (const auto& [name, want] : entry["pooled"].items()) {
       const auto mode = pooling_from_name(name);
       ASSERT_TRUE(mode) << name;
       EXPECT_EQ(pooling_name(*mode), name);
       const auto golden = want.get<std::vector<double>>();
-      EXPECT_LE(max_abs_diff(reference_embed(m, b, mode), golden), tol) << name << " packed";
-      EXPECT_LE(max_abs_diff(padded_embed(m, b, 5, mode), golden), tol) << name << " padded by 5";
-      EXPECT_LE(max_abs_diff(padded_embed(m, b, 0, mode), golden), tol) << name << " padded at once";
+      EXPECT_LE(test_support::max_abs_diff(reference_embed(m, b, mode), golden), tol) << name << " packed";
+      EXPECT_LE(test_support::max_abs_diff(padded_embed(m, b, 5, mode), golden), tol) << name << " padded by 5";
+      EXPECT_LE(test_support::max_abs_diff(padded_embed(m, b, 0, mode), golden), tol) << name << " padded at once";
     }
     // The model's own pooling (mean), then 2_Normalize.
     std::vector<float> v = reference_embed(m, b);
     l2_normalize(v.data(), b.num_seqs(), h);
-    EXPECT_LE(max_abs_diff(v, entry["mean_normalized"].get<std::vector<double>>()), tol);
+    EXPECT_LE(test_support::max_abs_diff(v, entry["mean_normalized"].get<std::vector<double>>()), tol);
   }
   EXPECT_FALSE(pooling_from_name("weightedmean"));
   EXPECT_FALSE(pooling_from_name(""));
@@ -117,14 +95,14 @@ TEST(embedding, bf16_pooled_vectors_stay_close_to_the_goldens) {
   bert_model m = embed_model();
   ASSERT_TRUE(set_dtype(m, dtype::bf16).ok());
   for (const auto& entry : goldens()["embed_batches"]) {
-    const packed_batch b = batch_of(entry);
+    const packed_batch b = test_support::golden_batch(entry);
     SCOPED_TRACE(entry["name"].get<std::string>());
     for (const char* name : {"cls", "mean", "max"}) {
       const auto golden = entry["pooled"][name].get<std::vector<double>>();
       const auto packed = reference_embed(m, b, pooling_from_name(name));
-      EXPECT_LE(max_abs_diff(packed, golden), 0.03) << name;
+      EXPECT_LE(test_support::max_abs_diff(packed, golden), 0.03) << name;
       EXPECT_GE(min_cosine(packed, golden, m.config.hidden_size), 0.999) << name;
-      EXPECT_LE(max_abs_diff(padded_embed(m, b, 7, pooling_from_name(name)), golden), 0.03) << name << " padded";
+      EXPECT_LE(test_support::max_abs_diff(padded_embed(m, b, 7, pooling_from_name(name)), golden), 0.03) << name << " padded";
     }
   }
 }
@@ -146,10 +124,10 @@ TEST(reranker, one_label_cross_encoder_scores_match_goldens) {
   EXPECT_EQ(m->config.num_labels, 1);
   const double tol = goldens()["tolerance"].get<double>();
   for (const auto& entry : goldens()["rerank_batches"]) {
-    const packed_batch b = batch_of(entry);
+    const packed_batch b = test_support::golden_batch(entry);
     const auto want = entry["scores"].get<std::vector<double>>();
-    EXPECT_LE(max_abs_diff(reference_forward(*m, b), want), tol) << entry["name"];
-    EXPECT_LE(max_abs_diff(padded_forward(*m, b, 4), want), tol) << entry["name"] << " padded";
+    EXPECT_LE(test_support::max_abs_diff(reference_forward(*m, b), want), tol) << entry["name"];
+    EXPECT_LE(test_support::max_abs_diff(padded_forward(*m, b, 4), want), tol) << entry["name"] << " padded";
   }
   auto tiny = load_encoder(data_dir() + "/tiny-odd");
   ASSERT_TRUE(tiny);
@@ -170,7 +148,7 @@ TEST(embedding, save_model_round_trips_the_sentence_transformers_files) {
   EXPECT_FALSE(back->embedding.normalize);
   EXPECT_EQ(back->embedding.prompts, m.embedding.prompts);
   EXPECT_EQ(back->embedding.default_prompt_name, "query");
-  const packed_batch b = batch_of(goldens()["embed_batches"][1]);
+  const packed_batch b = test_support::golden_batch(goldens()["embed_batches"][1]);
   EXPECT_EQ(reference_embed(*back, b), reference_embed(m, b));
   fs::remove_all(dir);
 }

@@ -17,6 +17,7 @@
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/model.hpp"
 #include "tessera/models/safetensors.hpp"
+#include "encoder_goldens.hpp"
 #include "util.hpp"
 
 namespace tessera::models {
@@ -25,28 +26,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::data_dir;
 
-const json& goldens() {
-  static const json j = json::parse(testing::read_file(data_dir() + "/tiny_roberta_goldens.json"));
-  return j;
-}
-
-packed_batch batch_of(const json& entry) {
-  packed_batch b;
-  const auto ids = entry["token_ids"].get<std::vector<int32_t>>();
-  size_t at = 0;
-  for (int len : entry["lengths"].get<std::vector<int>>()) {
-    b.append(std::span(ids).subspan(at, static_cast<size_t>(len)));
-    at += static_cast<size_t>(len);
-  }
-  return b;
-}
-
-double max_abs_diff(const std::vector<float>& got, const std::vector<double>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
-  return worst;
-}
+const json& goldens() { return test_support::goldens_file("tiny_roberta_goldens.json"); }
 
 double tol() { return goldens()["tolerance"].get<double>(); }
 
@@ -83,12 +63,12 @@ TEST(roberta, classifier_logits_match_float64_goldens_packed_and_padded) {
   ASSERT_TRUE(m) << m.error().to_string();
   for (const auto& entry : goldens()["classifier_batches"]) {
     SCOPED_TRACE(entry["name"].get<std::string>());
-    const packed_batch b = batch_of(entry);
+    const packed_batch b = test_support::golden_batch(entry);
     ASSERT_TRUE(validate_batch(m->config, b).ok()) << validate_batch(m->config, b).to_string();
     const auto want = entry["logits"].get<std::vector<double>>();
-    EXPECT_LE(track(max_abs_diff(reference_forward(*m, b), want)), tol()) << "packed";
-    EXPECT_LE(track(max_abs_diff(padded_forward(*m, b, 4), want)), tol()) << "padded by 4 (pad rows hold <pad>)";
-    EXPECT_LE(track(max_abs_diff(padded_forward(*m, b, 0), want)), tol()) << "padded at once";
+    EXPECT_LE(track(test_support::max_abs_diff(reference_forward(*m, b), want)), tol()) << "packed";
+    EXPECT_LE(track(test_support::max_abs_diff(padded_forward(*m, b, 4), want)), tol()) << "padded by 4 (pad rows hold <pad>)";
+    EXPECT_LE(track(test_support::max_abs_diff(padded_forward(*m, b, 0), want)), tol()) << "padded at once";
   }
 }
 
@@ -103,14 +83,14 @@ TEST(roberta, xlmr_sentence_transformers_embeddings_match_goldens) {
   const int64_t h = m->config.hidden_size;
   for (const auto& entry : goldens()["embed_batches"]) {
     SCOPED_TRACE(entry["name"].get<std::string>());
-    const packed_batch b = batch_of(entry);
-    EXPECT_LE(track(max_abs_diff(reference_encoder(*m, b), entry["tokens"].get<std::vector<double>>())), tol());
+    const packed_batch b = test_support::golden_batch(entry);
+    EXPECT_LE(track(test_support::max_abs_diff(reference_encoder(*m, b), entry["tokens"].get<std::vector<double>>())), tol());
     const auto mean = entry["mean"].get<std::vector<double>>();
-    EXPECT_LE(track(max_abs_diff(reference_embed(*m, b), mean)), tol()) << "packed";
-    EXPECT_LE(track(max_abs_diff(padded_embed(*m, b, 5), mean)), tol()) << "padded by 5";
+    EXPECT_LE(track(test_support::max_abs_diff(reference_embed(*m, b), mean)), tol()) << "packed";
+    EXPECT_LE(track(test_support::max_abs_diff(padded_embed(*m, b, 5), mean)), tol()) << "padded by 5";
     std::vector<float> v = reference_embed(*m, b);
     l2_normalize(v.data(), b.num_seqs(), h);
-    EXPECT_LE(track(max_abs_diff(v, entry["mean_normalized"].get<std::vector<double>>())), tol());
+    EXPECT_LE(track(test_support::max_abs_diff(v, entry["mean_normalized"].get<std::vector<double>>())), tol());
   }
 }
 
@@ -121,10 +101,10 @@ TEST(roberta, xlmr_cross_encoder_scores_match_goldens_and_ignore_a_stored_pooler
   EXPECT_EQ(m->task, encoder_task::reranker);
   for (const auto& entry : goldens()["rerank_batches"]) {
     SCOPED_TRACE(entry["name"].get<std::string>());
-    const packed_batch b = batch_of(entry);
+    const packed_batch b = test_support::golden_batch(entry);
     const auto want = entry["scores"].get<std::vector<double>>();
-    EXPECT_LE(track(max_abs_diff(reference_forward(*m, b), want)), tol());
-    EXPECT_LE(track(max_abs_diff(padded_forward(*m, b, 3), want)), tol()) << "padded";
+    EXPECT_LE(track(test_support::max_abs_diff(reference_forward(*m, b), want)), tol());
+    EXPECT_LE(track(test_support::max_abs_diff(padded_forward(*m, b, 3), want)), tol()) << "padded";
   }
 }
 
@@ -209,7 +189,7 @@ TEST(roberta, save_model_writes_roberta_names_and_round_trips) {
   auto back = load_model(dir);
   ASSERT_TRUE(back) << back.error().to_string();
   const auto& entry = goldens()["classifier_batches"][1];
-  EXPECT_LE(track(max_abs_diff(reference_forward(*back, batch_of(entry)), entry["logits"].get<std::vector<double>>())), tol());
+  EXPECT_LE(track(test_support::max_abs_diff(reference_forward(*back, test_support::golden_batch(entry)), entry["logits"].get<std::vector<double>>())), tol());
   fs::remove_all(dir);
 }
 
