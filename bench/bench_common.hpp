@@ -9,9 +9,12 @@
 
 #include <array>
 #include <boost/program_options.hpp>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "tessera/common/cpu_time.hpp"
+#include "tessera/common/status.hpp"
 #include "tessera/models/batch.hpp"
 #include "tessera/models/config.hpp"
 
@@ -48,6 +51,37 @@ inline std::vector<models::packed_batch> seed_batches(const models::bert_config&
     first += count;
   }
   return out;
+}
+
+/// Every batch index in [0, n) once, `replicas` threads pulling the next from a shared queue (as the
+/// tile backend does when serving): `run(rep, i)` (a result) outside the lock, `take(rep, i, out)`
+/// under it. The first error stops every thread and is returned.
+template <class Run, class Take>
+status run_on_replicas(int replicas, size_t n, Run run, Take take) {
+  std::mutex mu;
+  size_t next = 0;
+  status failure;
+  std::vector<std::thread> workers;
+  for (int rep = 0; rep < replicas; ++rep)
+    workers.emplace_back([&, rep] {
+      for (;;) {
+        size_t i;
+        {
+          std::lock_guard lk(mu);
+          if (next >= n || !failure.ok()) return;
+          i = next++;
+        }
+        auto out = run(rep, i);
+        std::lock_guard lk(mu);
+        if (!out) {
+          failure = out.error();
+          return;
+        }
+        take(rep, i, *out);
+      }
+    });
+  for (auto& w : workers) w.join();
+  return failure;
 }
 
 /// The seed workload's options, as the BERT benches take them.

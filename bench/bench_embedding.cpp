@@ -47,33 +47,15 @@ struct pass {
 result<pass> run_all(host::tile_model& m, const std::vector<pid_t>& pids,
                      const std::vector<models::packed_batch>& batches) {
   pass p{.load = bench::load_1min()};
-  std::mutex mu;
-  size_t next = 0;
-  status failure;
   const double c0 = self_cpu_seconds() + cpu_seconds_of(pids);
   const auto t0 = clk::now();
-  std::vector<std::thread> workers;
-  for (int rep = 0; rep < m.compiled().chosen.replicas; ++rep)
-    workers.emplace_back([&, rep] {
-      for (;;) {
-        size_t i;
-        {
-          std::lock_guard lk(mu);
-          if (next >= batches.size() || !failure.ok()) return;
-          i = next++;
-        }
-        auto out = m.run(rep, batches[i]);
-        std::lock_guard lk(mu);
-        if (!out) {
-          failure = out.error();
-          return;
-        }
-        p.out_bytes += out->logits.size() * sizeof(float);
-        for (const auto& [tile, cs] : out->counters)
+  const status failure = bench::run_on_replicas(
+      m.compiled().chosen.replicas, batches.size(), [&](int rep, size_t i) { return m.run(rep, batches[i]); },
+      [&](int, size_t, const auto& out) {
+        p.out_bytes += out.logits.size() * sizeof(float);
+        for (const auto& [tile, cs] : out.counters)
           for (const auto& c : cs) p.compute_ns += c.compute_ns;
-      }
-    });
-  for (auto& w : workers) w.join();
+      });
   p.seconds = std::chrono::duration<double>(clk::now() - t0).count();
   p.cpu_seconds = self_cpu_seconds() + cpu_seconds_of(pids) - c0;
   if (!failure.ok()) return failure;

@@ -246,35 +246,23 @@ int main(int argc, char** argv) {
       r.plan = std::to_string(chosen.replicas) + "," + std::to_string(chosen.stages) + "," +
                std::to_string(chosen.width) + "," + std::to_string(chosen.micro_batches);
       // Replicas pull batches from a shared queue, as the tile backend does when serving.
-      std::mutex mu;
-      size_t next = 0;
       uint64_t bytes = 0, hidden = 0, partial = 0, compute_ns = 0, exchange_ns = 0, sync_ns = 0;
-      status failure;
       const double host0 = self_cpu_seconds(), c0 = host0 + cpu_seconds_of(pids);
       const auto t1 = clk::now();
-      std::vector<std::thread> workers;
-      for (int rep = 0; rep < replicas; ++rep)
-        workers.emplace_back([&, rep] {
-          for (;;) {
-            size_t i;
-            {
-              std::lock_guard lk(mu);
-              if (next >= batches.size() || !failure.ok()) return;
-              i = next++;
-            }
+      const status failure = bench::run_on_replicas(
+          replicas, batches.size(),
+          [&](int rep, size_t i) {
             const double t0 = prof ? prof->now() : 0;
             auto out = deployed->run(rep, batches[i]);
             if (prof && out)
               if (auto st = prof->record(rep, batches[i], *out, t0); !st.ok())
                 std::fprintf(stderr, "trace: batch %zu left out: %s\n", i, st.to_string().c_str());
-            std::lock_guard lk(mu);
-            if (!out) {
-              failure = out.error();
-              return;
-            }
-            bytes += out->bytes_exchanged;
-            r.supersteps = out->supersteps;
-            for (const auto& [tile, cs] : out->counters) {
+            return out;
+          },
+          [&](int rep, size_t i, const auto& out) {
+            bytes += out.bytes_exchanged;
+            r.supersteps = out.supersteps;
+            for (const auto& [tile, cs] : out.counters) {
               const auto& k = kinds[rep][tile];
               for (size_t s = 0; s < cs.size(); ++s) {
                 compute_ns += cs[s].compute_ns;
@@ -285,10 +273,8 @@ int main(int argc, char** argv) {
               }
             }
             for (size_t k = 0; k < reference[i].size(); ++k)
-              r.max_diff = std::max(r.max_diff, double(std::abs(reference[i][k] - out->logits[k])));
-          }
-        });
-      for (auto& w : workers) w.join();
+              r.max_diff = std::max(r.max_diff, double(std::abs(reference[i][k] - out.logits[k])));
+          });
       r.seconds = std::chrono::duration<double>(clk::now() - t1).count();
       const double host1 = self_cpu_seconds();
       r.cpu_seconds = host1 + cpu_seconds_of(pids) - c0;
