@@ -295,34 +295,43 @@ void linear(const float* x, int64_t T, int64_t in, const float* W, const float* 
 
 namespace {
 
-inline void layer_norm_row(const float* x, const float* r, int64_t n, const float* gamma, const float* beta,
-                           float eps, float* y) {
+// One row of LayerNorm((x + bias) + r); bias and r may be null. The sum is formed in that order,
+// as the unfused bias pass then residual pass did, so fusing changes no bit.
+inline float ln_in(const float* x, const float* b, const float* r, int64_t i) {
+  float v = x[i];
+  if (b) v += b[i];
+  if (r) v += r[i];
+  return v;
+}
+
+inline void layer_norm_row(const float* x, const float* b, const float* r, int64_t n, const float* gamma,
+                           const float* beta, float eps, float* y) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += r ? x[i] + r[i] : x[i];
+  for (int64_t i = 0; i < n; ++i) sum += ln_in(x, b, r, i);
   const float mean = sum / static_cast<float>(n);
   float var = 0.0f;
 #pragma omp simd reduction(+ : var)
   for (int64_t i = 0; i < n; ++i) {
-    const float d = (r ? x[i] + r[i] : x[i]) - mean;
+    const float d = ln_in(x, b, r, i) - mean;
     var += d * d;
   }
   const float inv = 1.0f / std::sqrt(var / static_cast<float>(n) + eps);
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = ((r ? x[i] + r[i] : x[i]) - mean) * inv * gamma[i] + beta[i];
+  for (int64_t i = 0; i < n; ++i) y[i] = (ln_in(x, b, r, i) - mean) * inv * gamma[i] + beta[i];
 }
 
 }  // namespace
 
 void layer_norm(const float* x, int64_t T, int64_t n, const float* gamma, const float* beta, float eps, float* y) {
 #pragma omp parallel for schedule(static) if (T * n > 32768)
-  for (int64_t t = 0; t < T; ++t) layer_norm_row(x + t * n, nullptr, n, gamma, beta, eps, y + t * n);
+  for (int64_t t = 0; t < T; ++t) layer_norm_row(x + t * n, nullptr, nullptr, n, gamma, beta, eps, y + t * n);
 }
 
 void add_layer_norm(const float* x, const float* residual, int64_t T, int64_t n, const float* gamma,
-                    const float* beta, float eps, float* y) {
+                    const float* beta, float eps, float* y, const float* bias) {
 #pragma omp parallel for schedule(static) if (T * n > 32768)
-  for (int64_t t = 0; t < T; ++t) layer_norm_row(x + t * n, residual + t * n, n, gamma, beta, eps, y + t * n);
+  for (int64_t t = 0; t < T; ++t) layer_norm_row(x + t * n, bias, residual + t * n, n, gamma, beta, eps, y + t * n);
 }
 
 void gelu_erf(const float* x, int64_t n, float* y) {

@@ -269,15 +269,21 @@ void add_layer_norm(const bfloat16* x, const bfloat16* residual, int64_t T, int6
 }
 
 void add_layer_norm(const float* x, const bfloat16* residual, int64_t T, int64_t n, const float* gamma,
-                    const float* beta, float eps, bfloat16* y) {
+                    const float* beta, float eps, bfloat16* y, const float* bias) {
 #pragma omp parallel if (T * n > 32768)
   {
     std::vector<float> a(static_cast<size_t>(n));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < T; ++t) {
       to_float(residual + t * n, n, a.data());
+      const float* xt = x + t * n;
+      if (bias) {
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) a[i] += x[t * n + i];
+        for (int64_t i = 0; i < n; ++i) a[i] += xt[i] + bias[i];  // residual + (x + bias), the unfused order
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) a[i] += xt[i];
+      }
       normalize_row(a.data(), n, gamma, beta, eps, y + t * n);
     }
   }

@@ -175,16 +175,19 @@ status bias_residual_ln_kernel(const kernel_args& a) {
   TESSERA_RETURN_IF_ERROR(need_rows(x, m->r1, hidden));
   if (rows == 0) return ok_status();
   TESSERA_RETURN_IF_ERROR(same_dtype({&partial, a.inputs[1], a.inputs[3], a.inputs[4]}, dtype::f32));
-  float* p = partial.f32() + r0 * hidden;
+  for (int i : {1, 3, 4})
+    if (a.inputs[static_cast<size_t>(i)]->elements() != static_cast<uint64_t>(hidden))
+      return status::invalid("bias_residual_ln: bias, gamma and beta must hold hidden values");
+  // Bias, residual and LayerNorm in one pass over the rows (partial is left as it arrived).
+  const float* p = partial.f32() + r0 * hidden;
   const float* bias = a.inputs[1]->f32();
-  for (int64_t r = 0; r < rows; ++r) models::add(p + r * hidden, bias, hidden, p + r * hidden);
   if (is_bf16(x)) {
     models::bfloat16* xr = bf16_of(x) + r0 * hidden;
-    models::add_layer_norm(p, xr, rows, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), prm->eps, xr);
+    models::add_layer_norm(p, xr, rows, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), prm->eps, xr, bias);
     return ok_status();
   }
   float* xr = x.f32() + r0 * hidden;
-  models::add_layer_norm(p, xr, rows, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), prm->eps, xr);
+  models::add_layer_norm(p, xr, rows, hidden, a.inputs[3]->f32(), a.inputs[4]->f32(), prm->eps, xr, bias);
   return ok_status();
 }
 

@@ -39,9 +39,10 @@ void linear(const float* x, int64_t T, int64_t in, const float* W, const float* 
 /// y = LayerNorm(x) over rows of n: (x - mean) / sqrt(var + eps) * gamma + beta. y may equal x.
 void layer_norm(const float* x, int64_t T, int64_t n, const float* gamma, const float* beta,
                 float eps, float* y);
-/// y = LayerNorm(x + residual), the post-LN residual step. y may alias x or residual.
+/// y = LayerNorm(x + residual), the post-LN residual step. y may alias x or residual. With a bias
+/// (n values), y = LayerNorm((x + bias) + residual) in the same pass (a tile's reduced partial sums).
 void add_layer_norm(const float* x, const float* residual, int64_t T, int64_t n,
-                    const float* gamma, const float* beta, float eps, float* y);
+                    const float* gamma, const float* beta, float eps, float* y, const float* bias = nullptr);
 
 /// y = x * 0.5 * (1 + erf(x / sqrt(2))), elementwise over n values (y may equal x).
 void gelu_erf(const float* x, int64_t n, float* y);

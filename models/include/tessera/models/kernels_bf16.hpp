@@ -68,9 +68,10 @@ void layer_norm(const float* x, int64_t T, int64_t n, const float* gamma, const 
 /// y = LayerNorm(x + residual) in fp32 over bf16 rows, written as bf16. y may alias x or residual.
 void add_layer_norm(const bfloat16* x, const bfloat16* residual, int64_t T, int64_t n, const float* gamma,
                     const float* beta, float eps, bfloat16* y);
-/// The same with fp32 x (a tile's reduced partial sums). y may alias residual.
+/// The same with fp32 x (a tile's reduced partial sums), plus a bias (n values, or null) added to
+/// x in the same pass. y may alias residual.
 void add_layer_norm(const float* x, const bfloat16* residual, int64_t T, int64_t n, const float* gamma,
-                    const float* beta, float eps, bfloat16* y);
+                    const float* beta, float eps, bfloat16* y, const float* bias = nullptr);
 
 /// out[T, hidden] (fp32) = word[token] + position[p] + token_type[type] from bf16 tables; as the
 /// fp32 embed, p restarts at every seq_offsets boundary (RoBERTa's with position_pad_id >= 0).
