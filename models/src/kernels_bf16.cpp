@@ -52,16 +52,19 @@ struct matmul_key {
   activation act;
   bool packed, in_major = false;
   int64_t ldw = 0;  // a view's row stride (0: packed)
+  // brgemm fixes its thread count when the primitive is made: one made under 1 OpenMP thread ran
+  // on 1 thread after the caller went to 2 (measured: a bf16 forward at 1.07 cores of 2).
+  int threads = omp_get_max_threads();
   bool operator==(const matmul_key& o) const {
-    return std::tie(in, out, ldx, ldy, rows, bias, f32_out, act, packed, in_major, ldw) ==
-           std::tie(o.in, o.out, o.ldx, o.ldy, o.rows, o.bias, o.f32_out, o.act, o.packed, o.in_major, o.ldw);
+    return std::tie(in, out, ldx, ldy, rows, bias, f32_out, act, packed, in_major, ldw, threads) ==
+           std::tie(o.in, o.out, o.ldx, o.ldy, o.rows, o.bias, o.f32_out, o.act, o.packed, o.in_major, o.ldw, o.threads);
   }
 };
 struct matmul_key_hash {
   size_t operator()(const matmul_key& k) const {
     size_t h = 1469598103934665603ull;
     for (int64_t v : {k.in, k.out, k.ldx, k.ldy, k.rows, int64_t{k.bias}, int64_t{k.f32_out}, int64_t(k.act),
-                      int64_t{k.packed}, int64_t{k.in_major}, k.ldw})
+                      int64_t{k.packed}, int64_t{k.in_major}, k.ldw, int64_t{k.threads}})
       h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
     return h;
   }

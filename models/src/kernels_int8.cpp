@@ -7,6 +7,7 @@
 // 1 / y_scale), so one primitive serves every layer of a shape. Rows run in the bf16 path's chunks
 // (512, then the remainder rounded down to 32, then the last < 32 rows).
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -48,15 +49,16 @@ struct key {
   int64_t in, out, ldx, ldy, rows;
   bool bias, s8_out;
   activation act;
+  int threads = omp_get_max_threads();  // brgemm fixes its thread count when made (kernels_bf16.cpp)
   bool operator==(const key& o) const {
-    return std::tie(in, out, ldx, ldy, rows, bias, s8_out, act) ==
-           std::tie(o.in, o.out, o.ldx, o.ldy, o.rows, o.bias, o.s8_out, o.act);
+    return std::tie(in, out, ldx, ldy, rows, bias, s8_out, act, threads) ==
+           std::tie(o.in, o.out, o.ldx, o.ldy, o.rows, o.bias, o.s8_out, o.act, o.threads);
   }
 };
 struct key_hash {
   size_t operator()(const key& k) const {
     size_t h = 1469598103934665603ull;
-    for (int64_t v : {k.in, k.out, k.ldx, k.ldy, k.rows, int64_t{k.bias}, int64_t{k.s8_out}, int64_t(k.act)})
+    for (int64_t v : {k.in, k.out, k.ldx, k.ldy, k.rows, int64_t{k.bias}, int64_t{k.s8_out}, int64_t(k.act), int64_t{k.threads}})
       h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
     return h;
   }
