@@ -21,11 +21,13 @@ struct decoder_deployment {
   std::unique_ptr<host::tile_decoder> dec;
 };
 
-/// How a test's decoder is compiled (token budget 96, up to 8 sequences, the plan forced).
+/// How a test's decoder is compiled (the plan forced).
 struct decoder_tiles {
   uint64_t tile_memory = 32ull << 20;
   int kv_blocks = 48;
   models::dtype dtype = models::dtype::fp32;
+  int token_budget = 96;
+  int max_sequences = 8;
 };
 
 /// `m` compiled on `tiles` tile processes with plan `p` and deployed; empty (and a failed
@@ -35,8 +37,8 @@ inline decoder_deployment deploy_decoder(std::shared_ptr<const models::decoder_m
   host::placement_request req;
   req.tiles = tiles;
   req.tile_memory = o.tile_memory;
-  req.token_budget = 96;
-  req.max_sequences = 8;
+  req.token_budget = o.token_budget;
+  req.max_sequences = o.max_sequences;
   req.forced = p;
   req.kv_blocks = o.kv_blocks;
   req.dtype = o.dtype;
@@ -44,6 +46,7 @@ inline decoder_deployment deploy_decoder(std::shared_ptr<const models::decoder_m
   EXPECT_TRUE(c) << c.error().message();
   if (!c) return {};
   EXPECT_EQ(c->kv.kv_dtype, o.dtype);
+  EXPECT_EQ(c->chosen.vocab_slices, p.vocab_slices);
   host::tile_group_config g;
   g.tiles = static_cast<uint32_t>(tiles);
   g.tile_memory = req.tile_memory;

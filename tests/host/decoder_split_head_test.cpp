@@ -23,6 +23,7 @@
 #include <future>
 #include <limits>
 
+#include "decoder_cases.hpp"
 #include "tessera/host/tile_decoder.hpp"
 #include "tessera/host/tile_llm_backend.hpp"
 #include "tessera/models/decoder.hpp"
@@ -40,34 +41,9 @@ constexpr double kRelTol = 1e-5;          // split vs unsplit head (relative)
 
 bool bf16_cpu() { return models::check_dtype_supported(models::dtype::bf16).ok(); }
 
-struct deployment {
-  std::unique_ptr<tile_group> group;
-  std::unique_ptr<tile_decoder> dec;
-};
-
-deployment deploy(std::shared_ptr<const models::decoder_model> m, plan p, models::dtype dt) {
-  placement_request req;
-  req.tiles = p.tiles();
-  req.tile_memory = 64ull << 20;
-  req.token_budget = 128;
-  req.max_sequences = 10;
-  req.forced = p;
-  req.kv_blocks = 64;
-  req.dtype = dt;
-  auto c = compile_decoder(m->shape(), req);
-  EXPECT_TRUE(c) << c.error().message();
-  if (!c) return {};
-  EXPECT_EQ(c->chosen.vocab_slices, p.vocab_slices);
-  tile_group_config g;
-  g.tiles = static_cast<uint32_t>(p.tiles());
-  g.tile_memory = req.tile_memory;
-  auto group = tile_group::start(g);
-  EXPECT_TRUE(group) << group.error().to_string();
-  if (!group) return {};
-  auto d = tile_decoder::deploy(**group, std::move(*c), m);
-  EXPECT_TRUE(d) << d.error().to_string();
-  if (!d) return {};
-  return {std::move(*group), std::move(*d)};
+test_support::decoder_deployment deploy(std::shared_ptr<const models::decoder_model> m, plan p, models::dtype dt) {
+  return test_support::deploy_decoder(std::move(m), p.tiles(), p,
+                                      {.tile_memory = 64ull << 20, .kv_blocks = 64, .dtype = dt, .token_budget = 128, .max_sequences = 10});
 }
 
 std::shared_ptr<const models::decoder_model> preset(const std::string& name) {

@@ -416,7 +416,9 @@ bound_run run_under_bound(const models::model_shape& shape, models::dtype dt, in
   auto made = models::make_seeded_decoder(shape, 4);
   EXPECT_TRUE(made) << made.error().to_string();
   if (!made) return {};
-  if (dt == models::dtype::bf16) EXPECT_TRUE(made->set_dtype(dt).ok());
+  if (dt == models::dtype::bf16) {
+    EXPECT_TRUE(made->set_dtype(dt).ok());
+  }
   auto model = std::make_shared<const models::decoder_model>(std::move(*made));
   placement_request req;
   req.tiles = width;
