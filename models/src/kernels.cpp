@@ -152,17 +152,7 @@ std::shared_ptr<linear_primitive> get_linear(const linear_key& k) {
 
 namespace {
 
-float activate(float v, activation act) {
-  switch (act) {
-    case activation::none: return v;
-    case activation::gelu_erf: return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
-    case activation::gelu_tanh:
-      return 0.5f * v * (1.0f + std::tanh(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-    case activation::relu: return v > 0.0f ? v : 0.0f;
-    case activation::silu: return v / (1.0f + std::exp(-v));
-  }
-  return v;
-}
+using detail::activate;
 
 // One row: y = act(x W^T + b) as `out` dot products streaming W once. A decoder's batch-1 step is
 // this shape; oneDNN's matmul takes 4x longer on a large [out, in] (GPT-2's 50257-row LM head:

@@ -6,8 +6,16 @@
 // linear over T rows runs as chunks of kChunk rows, then one chunk of the remainder rounded down
 // to a multiple of 32, then the last < 32 rows: at most 1 + 15 + 31 primitives per weight shape,
 // whatever T is, all of them reading the weight in the same packed layout.
+// Up to 4 rows through a plain view (tiles' weights) run a hand-written AVX512-BF16 kernel instead.
+// GCC 12 reports the AVX-512 intrinsics' own undefined merge operands as uninitialized once
+// inlined into it (as in kernels.cpp).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -137,6 +145,75 @@ void run_matmul(const matmul_key& k, const bfloat16* x, const bf16_weight& W, co
   s.wait();
 }
 
+// A few rows through a plain [out, in] weight (a view: what tiles hold; a decode step at batch 1):
+// dot products along `in` with AVX512-BF16 (vdpbf16ps: pairs of bf16 products summed into fp32),
+// 4 rows of W by up to 4 rows of x, W streamed once. oneDNN on such a view at 1 row read 19-27
+// GB/s here against 37-44 for this loop on weights past the cache (2048 x 11264, 32000 x 2048),
+// and 50-90 against 25-34 on weights in the cache. The sums run in another order than oneDNN's,
+// so results differ from the packed path by fp32 rounding.
+constexpr int64_t kFewRows = 4;
+const bool has_dpbf16 = __builtin_cpu_supports("avx512bf16");
+
+template <int T>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void few_rows_block(const bfloat16* x, int64_t ldx,
+                                                                          const bfloat16* W, int64_t ldw, int64_t in,
+                                                                          int64_t nn, float* r) {
+  const int64_t full = in / 32 * 32;
+  const __mmask32 tail = in > full ? static_cast<__mmask32>((1ull << (in - full)) - 1) : 0;
+  const bfloat16* w[4];
+  for (int j = 0; j < 4; ++j) w[j] = W + std::min<int64_t>(j, nn - 1) * ldw;  // past the edge: computed, not stored
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < full; k += 32) {
+    __m512bh wv[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) wv[j] = (__m512bh)_mm512_loadu_si512(w[j] + k);
+#pragma GCC unroll 4
+    for (int i = 0; i < T; ++i) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + i * ldx + k);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) acc[i * 4 + j] = _mm512_dpbf16_ps(acc[i * 4 + j], wv[j], xv);
+    }
+  }
+  if (tail) {
+    __m512bh wv[4];
+    for (int j = 0; j < 4; ++j) wv[j] = (__m512bh)_mm512_maskz_loadu_epi16(tail, w[j] + full);
+    for (int i = 0; i < T; ++i) {
+      const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(tail, x + i * ldx + full);
+      for (int j = 0; j < 4; ++j) acc[i * 4 + j] = _mm512_dpbf16_ps(acc[i * 4 + j], wv[j], xv);
+    }
+  }
+  _mm512_store_ps(r, detail::sum_lanes16(acc));  // r[4 i + j]: row i of x against row j of W
+}
+
+void linear_few_rows(const bfloat16* x, int64_t T, const bf16_weight& W, const float* bias, void* y, bool f32_out,
+                     activation act, int64_t ldx, int64_t ldy) {
+  const int64_t in = W.in(), out = W.out(), ldw = W.ld(), nblocks = (out + 3) / 4;
+  const auto* w = static_cast<const bfloat16*>(W.data());
+  // (The parallel loop stays outside the target-attributed function, as in kernels.cpp.)
+#pragma omp parallel for schedule(static) if (in * out > 262144)
+  for (int64_t nb = 0; nb < nblocks; ++nb) {
+    const int64_t n0 = nb * 4, nn = std::min<int64_t>(4, out - n0);
+    alignas(64) float r[16];
+    const bfloat16* wb = w + n0 * ldw;
+    switch (T) {
+      case 1: few_rows_block<1>(x, ldx, wb, ldw, in, nn, r); break;
+      case 2: few_rows_block<2>(x, ldx, wb, ldw, in, nn, r); break;
+      case 3: few_rows_block<3>(x, ldx, wb, ldw, in, nn, r); break;
+      default: few_rows_block<4>(x, ldx, wb, ldw, in, nn, r); break;
+    }
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < nn; ++j) {
+        const float v = detail::activate(bias ? r[i * 4 + j] + bias[n0 + j] : r[i * 4 + j], act);
+        if (f32_out)
+          static_cast<float*>(y)[i * ldy + n0 + j] = v;
+        else
+          static_cast<bfloat16*>(y)[i * ldy + n0 + j] = to_bf16(v);
+      }
+  }
+}
+
 void linear_any(const bfloat16* x, int64_t T, const bf16_weight& W, const float* bias, void* y, bool f32_out,
                 activation act, int64_t ldx, int64_t ldy) {
   if (T == 0) return;
@@ -145,6 +222,8 @@ void linear_any(const bfloat16* x, int64_t T, const bf16_weight& W, const float*
   if (ldy == 0) ldy = W.out();
   TESSERA_CHECK(T > 0 && ldx >= W.in() && ldy >= W.out())
       << "bf16 linear T=" << T << " in=" << W.in() << " out=" << W.out() << " ldx=" << ldx << " ldy=" << ldy;
+  if (T <= kFewRows && has_dpbf16 && !W.packed() && !W.in_major())
+    return linear_few_rows(x, T, W, bias, y, f32_out, act, ldx, ldy);
   const int64_t y_bytes = f32_out ? 4 : 2;
   auto* out = static_cast<char*>(y);
   int64_t row = 0;

@@ -3,8 +3,11 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "tessera/models/kernel_params.hpp"  // activation
 
 namespace tessera::models::detail {
 
@@ -15,6 +18,19 @@ dnnl::stream& thread_stream();
 
 /// True when the CPU has AVX-512F (the kernels' hand-vectorised clones).
 extern const bool has_avx512;
+
+/// act(v), one value (the scalar epilogue of the hand-written linear kernels).
+inline float activate(float v, activation act) {
+  switch (act) {
+    case activation::none: return v;
+    case activation::gelu_erf: return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
+    case activation::gelu_tanh:
+      return 0.5f * v * (1.0f + std::tanh(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+    case activation::relu: return v > 0.0f ? v : 0.0f;
+    case activation::silu: return v / (1.0f + std::exp(-v));
+  }
+  return v;
+}
 
 // exp(v) for v <= 0: Cephes' expf polynomial (rel. error ~2e-7), 2^n applied by vscalefps;
 // below -87.3 (incl. -inf) the result is exactly 0.

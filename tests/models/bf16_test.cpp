@@ -160,6 +160,47 @@ TEST(bf16, linear_equals_fp32_on_bf16_values_for_every_row_count) {
   }
 }
 
+// A plain [out, in] weight with a row stride (what tiles hold): up to 4 rows run the hand-written
+// AVX512-BF16 kernel, from 5 on oneDNN; both against fp32 on the same bf16 values, for widths with
+// and without a tail of 32, row counts of W not a multiple of 4, every activation, bf16 and fp32
+// results, and gaps in every stride left unwritten.
+TEST(bf16, linear_on_a_view_equals_fp32_on_bf16_values_for_few_rows) {
+  require_bf16();
+  set_num_threads(2);
+  for (int64_t in : {33, 64, 97, 768}) {
+    const int64_t out = 81, ldw = in + 5, ldx = in + 3, ldy = out + 2;
+    auto Wf = random_floats(out * ldw, 3 + static_cast<uint64_t>(in), 0.2f), bias = random_floats(out, 4, 0.1f);
+    const auto W16 = round_to_bf16(Wf);
+    std::vector<float> W(static_cast<size_t>(out * in));  // the dense fp32 twin of the view's rows
+    for (int64_t o = 0; o < out; ++o)
+      std::copy_n(Wf.data() + o * ldw, in, W.data() + o * in);
+    const bf16_weight view = bf16_weight::view(W16.data(), out, in, ldw);
+    for (int64_t T : {1, 2, 3, 4, 5}) {
+      auto x = random_floats(T * ldx, 20 + static_cast<uint64_t>(T), 1.0f);
+      const auto x16 = round_to_bf16(x);
+      for (activation act : {activation::none, activation::gelu_erf, activation::gelu_tanh, activation::relu,
+                             activation::silu}) {
+        const std::string what = "in=" + std::to_string(in) + " T=" + std::to_string(T) + " act=" +
+                                 std::to_string(static_cast<int>(act));
+        std::vector<float> want(static_cast<size_t>(T * out));
+        linear(x.data(), T, in, W.data(), bias.data(), out, want.data(), act, ldx, out);
+        std::vector<bfloat16> y(static_cast<size_t>(T * ldy), bfloat16{0x7fc0});
+        linear(x16.data(), T, view, bias.data(), y.data(), act, ldx, ldy);
+        expect_bf16_close(want, y.data(), T, out, ldy, what);
+        std::vector<float> y32(static_cast<size_t>(T * ldy), -7.0f);
+        linear(x16.data(), T, view, bias.data(), y32.data(), act, ldx, ldy);
+        for (int64_t r = 0; r < T; ++r) {
+          for (int64_t c = 0; c < out; ++c)
+            ASSERT_NEAR(y32[static_cast<size_t>(r * ldy + c)], want[static_cast<size_t>(r * out + c)], 2e-4f)
+                << what << " fp32 out row " << r << " col " << c;
+          ASSERT_EQ(y[static_cast<size_t>(r * ldy + out)].bits, 0x7fc0) << what << " row " << r;
+          ASSERT_EQ(y32[static_cast<size_t>(r * ldy + out)], -7.0f) << what << " row " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(bf16, attention_equals_fp32_on_bf16_values) {
   require_bf16();
   set_num_threads(2);
