@@ -22,7 +22,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <iostream>
+#include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <sstream>
 #include <string>
@@ -31,6 +33,7 @@
 #include "bench_common.hpp"
 #include "tessera/models/batch.hpp"
 #include "tessera/models/decoder.hpp"
+#include "tessera/models/gguf_reader.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/common/cli.hpp"
 #include "tessera/common/text.hpp"
@@ -49,6 +52,13 @@ std::string two_places(double v) {
   return b;
 }
 
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
 struct measured {
   double wall = 0, cpu = 0;
   int64_t tokens = 0;
@@ -58,7 +68,7 @@ struct measured {
 tessera::result<std::pair<measured, measured>> run(const decoder_model& m, int B, int prompt, int decode, uint64_t seed) {
   const auto& c = m.shape();
   const int bt = 16, per_seq = (prompt + decode + bt - 1) / bt;
-  auto cache = paged_kv_cache::make(c, {bt, B * per_seq, m.compute_dtype()});  // a bf16 model: a bf16 KV cache
+  auto cache = paged_kv_cache::make(c, {bt, B * per_seq, m.default_kv_dtype()});  // a bf16 model: a bf16 KV cache
   if (!cache) return cache.error();
   splitmix64 r(seed);
   step_batch batch;
@@ -222,8 +232,9 @@ int main(int argc, char** argv) {
       "batches", po::value(&batches)->default_value("1,32"), "decode batch sizes (sequences), comma-separated")(
       "seed", po::value(&seed)->default_value(0), "weights and prompt seed")(
       "dtypes", po::value(&dtypes)->default_value("fp32"),
-      "forward dtypes, comma-separated (fp32, bf16): each model runs in each, one after the other, and the table "
-      "adds a ratio to the first dtype's decode tok/s")(
+      "forward dtypes, comma-separated (fp32, bf16, q8_0): each model runs in each, one after the other, and the "
+      "table adds a ratio to the first dtype's decode tok/s. q8_0 of a GGUF file runs the file's own Q8_0 blocks "
+      "(loaded again, kept), of a preset or folder the fp32 matrices quantised to Q8_0")(
       "attention", "also time the attention kernel alone against oneDNN batched matmul + softmax: a prefill "
                    "chunk (1 x --prompt rows) and a decode step (each --batches count of one row after --prompt)")(
       "sgemm", "after each prefill, oneDNN's sgemm alone on its GEMM shapes: prefill GFLOP/s (GEMMs, attention, "
@@ -244,11 +255,11 @@ int main(int argc, char** argv) {
   }
   set_num_threads(threads);
   const char* policy = std::getenv("OMP_WAIT_POLICY");
-  std::printf("threads %d, OMP_WAIT_POLICY=%s, prompt %d, decode %d\n", threads, policy ? policy : "(unset)", prompt,
-              decode);
+  std::printf("threads %d, OMP_WAIT_POLICY=%s, prompt %d, decode %d, load average %s\n", threads,
+              policy ? policy : "(unset)", prompt, decode, load_average().c_str());
   std::vector<dtype> dts;
   for (const auto& d : tessera::split_list(dtypes)) {
-    auto dt = parse_dtype(d);
+    auto dt = parse_dtype(d, /*allow_int8=*/false, /*allow_q8_0=*/true);
     if (!dt) {
       std::cerr << "--dtypes: " << dt.error().message() << "\n";
       return 2;
@@ -277,10 +288,23 @@ int main(int argc, char** argv) {
     const dtype dt = dts[di];
     const char* dname = dtype_name(dt).data();
     auto* m = &*loaded;
-    if (auto st = m->set_dtype(dt); !st.ok()) {
+    std::optional<decoder_model> own;  // a GGUF file's own Q8_0 blocks
+    const double l0 = now();
+    if (dt == dtype::q8_0 && looks_like_gguf(name)) {
+      auto q = load_decoder(name, seed, dt);
+      if (!q) {
+        std::cerr << q.error().to_string() << "\n";
+        return 2;
+      }
+      own = std::move(*q);
+      m = &*own;
+    } else if (auto st = m->set_dtype(dt); !st.ok()) {
       std::cerr << name << ": " << st.message() << "\n";
       return 2;
     }
+    std::printf("%-12s %-5s matrices %.1f MB (%.2f s to %s), load average %s\n", name.c_str(), dname,
+                m->matrix_bytes() / 1e6, now() - l0, own ? "load the file's blocks" : "convert",
+                load_average().c_str());
     if (prompt + decode > m->shape().max_position_embeddings) {
       std::cerr << name << ": --prompt + --decode exceed max_position_embeddings "
                 << m->shape().max_position_embeddings << "\n";
@@ -337,5 +361,6 @@ int main(int argc, char** argv) {
     }
    }
   }
+  std::printf("load average at the end %s\n", load_average().c_str());
   return 0;
 }

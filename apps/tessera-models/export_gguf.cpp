@@ -1,5 +1,5 @@
 // tessera-models export-gguf: a GPT-2 or LLaMA decoder (preset, Hugging Face folder, or seeded
-// weights of a config.json) written as a GGUF v3 file (f32, or f16 matrices) for llama.cpp, with its
+// weights of a config.json) written as a GGUF v3 file (f32, or f16 or Q8_0 matrices) for llama.cpp, with its
 // tokenizer and, when given, a chat template.
 //
 //   tessera-models export-gguf --model llama-tiny --out /tmp/llama-tiny.gguf
@@ -30,7 +30,8 @@ int export_gguf_main(int argc, char** argv) {
       "tokenizer preset (gpt2, llama) or folder; default: the model folder's own, else the architecture's preset "
       "(cut to the model's vocab_size when larger)")(
       "type", po::value(&type)->default_value(type),
-      "f32 (every tensor) or f16 (matrices F16, rounded to nearest even; norms and biases F32)")(
+      "f32 (every tensor), f16 (matrices F16, rounded to nearest even; norms and biases F32) or q8_0 (matrices "
+      "whose rows are whole blocks of 32 as Q8_0, the rest F32)")(
       "chat-template-file", po::value(&template_file),
       "a Jinja chat template written as tokenizer.chat_template (default: the tokenizer folder's own, if any)")(
       "out", po::value(&out), "the GGUF file to write");
@@ -40,12 +41,13 @@ int export_gguf_main(int argc, char** argv) {
     std::cerr << "export-gguf: give --out and one of --model or --config\n" << opts;
     return 2;
   }
-  if (type != "f32" && type != "f16") {
-    std::cerr << "export-gguf: --type is f32 or f16, not '" << type << "'\n";
+  if (type != "f32" && type != "f16" && type != "q8_0") {
+    std::cerr << "export-gguf: --type is f32, f16 or q8_0, not '" << type << "'\n";
     return 2;
   }
   gguf_write_options wo;
   wo.f16 = type == "f16";
+  wo.q8_0 = type == "q8_0";
   if (!template_file.empty()) {
     std::ifstream in(template_file, std::ios::binary);
     std::stringstream ss;

@@ -66,7 +66,8 @@ int generate_main(int argc, char** argv) {
       "prefill-chunk", po::value(&prefill_chunk)->default_value(0), "prefill in chunks of this many tokens (0 = one)")(
       "threads", po::value(&threads)->default_value(2), "oneDNN/OpenMP threads")(
       "dtype", po::value(&dtype_text)->default_value("fp32"),
-      "fp32 (the reference) or bf16 (bf16 matrices, fp32 accumulation, norms, softmax and logits)")(
+      "fp32 (the reference), bf16 (bf16 matrices, fp32 accumulation, norms, softmax and logits) or q8_0 (matrices "
+      "as GGUF Q8_0 blocks, a Q8_0 GGUF file's own kept as they are, dequantised inside the kernel; fp32 activations)")(
       "info", "print the config.json and the tensor names")(
       "json", po::value(&json_path),
       "write the generation as JSON: prompt and generated ids, each token's top-2 margin and max |logit|, seconds, "
@@ -85,7 +86,7 @@ int generate_main(int argc, char** argv) {
     std::cerr << "give --prompt or --prompt-ids, not both\n";
     return 2;
   }
-  const auto dt = parse_dtype(dtype_text);
+  const auto dt = parse_dtype(dtype_text, /*allow_int8=*/false, /*allow_q8_0=*/true);
   if (!dt) {
     std::cerr << dt.error().message() << "\n";
     return 2;
@@ -96,7 +97,7 @@ int generate_main(int argc, char** argv) {
   const bool preset = config_path.empty() && !std::filesystem::exists(model_name, dir_ec) && shape_preset(model_name).ok();
   auto model = !config_path.empty() ? make_decoder_from_config(config_path, seed)
                : preset             ? make_preset_decoder(model_name, seed, *dt)
-                                    : load_decoder(model_name, seed);
+                                    : load_decoder(model_name, seed, *dt);
   if (!model) {
     std::cerr << model.error().to_string() << "\n";
     return 2;

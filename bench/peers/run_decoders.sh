@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # tessera-bench-decoders and its peers on the same seeded weights, same threads, one after the
 # other: llama.cpp (node-llama-cpp 3.21.1 on the GGUF files that tessera-models export-gguf writes,
-# f32 and/or f16 matrices; installed on demand in bench/peers/llamacpp) and PyTorch eager (Debian
+# f32, f16 and/or Q8_0 matrices; installed on demand in bench/peers/llamacpp) and PyTorch eager (Debian
 # python3-torch with libopenblas0-pthread, on the HF folder tessera-models generate --save writes).
 #
 #   bench/peers/run_decoders.sh [BUILD_DIR]
 #   env: MODELS=llama-tiny,gpt2 PROMPTS=128,768 BATCHES=1,8,32,64 DECODE=128 THREADS=2 ENGINES=tessera,llamacpp,pytorch
-#        DTYPES=fp32 (tessera's, comma-separated: fp32,bf16) GGUF=f32 (llama.cpp's files: f32,f16)
+#        DTYPES=fp32 (tessera's, comma-separated: fp32,bf16,q8_0) GGUF=f32 (llama.cpp's files: f32,f16,q8_0;
+#        with q8_0 in both, tessera's q8_0 runs the same Q8_0 file, its blocks kept)
 #        WORK=DIR (models, GGUFs and results.txt; default a fresh temporary folder)
 #   e.g. the bf16 vs llama.cpp comparison of issue 24:
 #   MODELS=gpt2,llama-1b PROMPTS=128 BATCHES=1 DTYPES=fp32,bf16 GGUF=f32,f16 ENGINES=tessera,llamacpp bench/peers/run_decoders.sh
@@ -37,8 +38,23 @@ for m in ${MODELS//,/ }; do
   [[ $ENGINES != *pytorch* || -d $work/$m ]] || "$bin/tessera-models" generate --model "$m" --save "$work/$m" >/dev/null
   for p in ${PROMPTS//,/ }; do
     if [[ $ENGINES == *tessera* ]]; then
-      OMP_WAIT_POLICY=passive "$bin/tessera-bench-decoders" --models "$m" --threads "$THREADS" --prompt "$p" \
-        --decode "$DECODE" --batches "$BATCHES" --dtypes "$DTYPES" --sgemm | sed "s/^RESULT bench=decoders /RESULT bench=decoders engine=tessera /" | tee -a "$log"
+      # q8_0 with GGUF=q8_0: tessera runs the very Q8_0 file llama.cpp reads (its blocks kept), not a preset
+      # quantised in memory; the other dtypes run the preset.
+      dts=$DTYPES
+      if [[ ,$DTYPES, == *,q8_0,* && ,$GGUF, == *,q8_0,* ]]; then
+        dts=$(echo ",$DTYPES," | sed 's/,q8_0,/,/; s/^,//; s/,$//')
+      fi
+      if [ -n "$dts" ]; then
+        OMP_WAIT_POLICY=passive "$bin/tessera-bench-decoders" --models "$m" --threads "$THREADS" --prompt "$p" \
+          --decode "$DECODE" --batches "$BATCHES" --dtypes "$dts" --sgemm | sed "s/^RESULT bench=decoders /RESULT bench=decoders engine=tessera /" | tee -a "$log"
+      fi
+      if [ "$dts" != "$DTYPES" ]; then
+        f=$work/$m-q8_0.gguf
+        [ -f "$f" ] || "$bin/tessera-models" export-gguf --model "$m" --type q8_0 --out "$f" >/dev/null
+        OMP_WAIT_POLICY=passive "$bin/tessera-bench-decoders" --models "$f" --threads "$THREADS" --prompt "$p" \
+          --decode "$DECODE" --batches "$BATCHES" --dtypes q8_0 \
+          | sed "s|^RESULT bench=decoders model=[^ ]* |RESULT bench=decoders engine=tessera model=$m |" | tee -a "$log"
+      fi
     fi
     if [[ $ENGINES == *llamacpp* ]]; then
       for t in ${GGUF//,/ }; do

@@ -11,12 +11,13 @@ std::string_view dtype_name(dtype d) {
   switch (d) {
     case dtype::bf16: return "bf16";
     case dtype::int8: return "int8";
+    case dtype::q8_0: return "q8_0";
     case dtype::fp32: break;
   }
   return "fp32";
 }
 
-result<dtype> parse_dtype(std::string_view text, bool allow_int8) {
+result<dtype> parse_dtype(std::string_view text, bool allow_int8, bool allow_q8_0) {
   if (text == "fp32") return dtype::fp32;
   if (text == "bf16") return dtype::bf16;
   if (text == "int8") {
@@ -25,14 +26,21 @@ result<dtype> parse_dtype(std::string_view text, bool allow_int8) {
         "--dtype int8 runs the BERT encoder in one process only (tessera-models, tessera-bench-models, "
         "tessera-serve); use fp32 or bf16 here");
   }
+  if (text == "q8_0") {
+    if (allow_q8_0) return dtype::q8_0;
+    return status::unsupported(
+        "--dtype q8_0 (Linear matrices kept as GGUF Q8_0 blocks) runs decoders in one process only "
+        "(tessera-models generate, tessera-bench-decoders); use fp32 or bf16 here");
+  }
   return status::invalid("unknown dtype \"" + std::string(text) + "\": use fp32 or bf16" +
-                         (allow_int8 ? " or int8" : ""));
+                         (allow_int8 ? " or int8" : "") + (allow_q8_0 ? " or q8_0" : ""));
 }
 
 int dtype_bytes(dtype d) {
   switch (d) {
     case dtype::bf16: return 2;
     case dtype::int8: return 1;
+    case dtype::q8_0: return 1;
     case dtype::fp32: break;
   }
   return 4;
@@ -105,7 +113,7 @@ bool isa_has_vnni(dnnl::cpu_isa isa) {
 }  // namespace
 
 status check_dtype_supported(dtype d) {
-  if (d == dtype::fp32) return status{};
+  if (d == dtype::fp32 || d == dtype::q8_0) return status{};
   if (d == dtype::int8) {
     const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
     if (!cpu_has_avx512_vnni || !isa_has_vnni(isa))

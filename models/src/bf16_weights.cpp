@@ -57,6 +57,8 @@ int64_t bf16_bert_weights::bytes() const {
 }
 
 status set_dtype(bert_model& m, dtype d) {
+  if (d == dtype::q8_0)
+    return status::unsupported("--dtype q8_0 is for decoders (GGUF Q8_0 blocks); the encoder runs fp32, bf16 or int8");
   if (d == dtype::bf16) {
     const status st = check_dtype_supported(d);
     if (st.code() != tessera::errc::ok) return st;

@@ -5,10 +5,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/kernels_bf16.hpp"
+#include "tessera/models/kernels_q8.hpp"
 #include "tessera/models/weights.hpp"
 
 namespace tessera::models {
@@ -21,6 +23,31 @@ struct bf16_decoder_weights {
   };
   std::vector<layer> layers;
   bf16_weight lm_head;
+};
+
+// One Linear matrix of a q8_0 decoder: Q8_0 blocks, or fp32 [out, in] (a matrix whose `in` is not
+// a multiple of 32, or one the file holds in another type) read in place or owned (stacked Q/K/V).
+struct q8_matrix {
+  q8_0_weight q;
+  const float* w = nullptr;
+  std::shared_ptr<const std::vector<float>> own;
+  int64_t out = 0, in = 0;
+  void run(const float* x, int64_t T, const float* b, float* y, activation a = activation::none, int64_t ldx = 0,
+           int64_t ldy = 0) const {
+    if (!q.empty()) linear(x, T, q, b, y, a, ldx, ldy);
+    else linear(x, T, in, w, b, out, y, a, ldx, ldy);
+  }
+  int64_t bytes() const { return q.empty() ? out * in * 4 : q.bytes(); }
+};
+
+// The Linear matrices of decoder_model::set_dtype(q8_0) / adopt_q8_0.
+struct q8_decoder_weights {
+  struct layer {
+    q8_matrix qkv, o, gate, up, down;  // qkv: [q_width + 2 kv_width, hidden], Q, K, V rows
+    std::vector<float> qkv_bias;       // empty when the layer has no Q/K/V biases
+  };
+  std::vector<layer> layers;
+  q8_matrix lm_head;
 };
 
 namespace {
@@ -76,7 +103,7 @@ float* grow(buffer& b, int64_t n) {
 // Embeddings, every layer, and the final norm + LM head on `logit_rows` into out [rows][vocab]
 // (vectors reused: resized, not reallocated when they already have the room).
 void run_decoder(const model_shape& c, const decoder_weights& w, const bf16_decoder_weights* bw,
-                 const std::vector<int32_t>& tokens,
+                 const q8_decoder_weights* q8, const std::vector<int32_t>& tokens,
                  const std::vector<int32_t>& positions, const std::vector<int32_t>& logit_rows,
                  const attention_fn& attend, std::vector<std::vector<float>>& out) {
   const int64_t T = static_cast<int64_t>(tokens.size()), h = c.hidden_size, f = c.intermediate_size;
@@ -119,6 +146,28 @@ void run_decoder(const model_shape& c, const decoder_weights& w, const bf16_deco
   for (int l = 0; l < c.num_layers; ++l) {
     const decoder_layer_weights& lw = w.layers[static_cast<size_t>(l)];
     norm(c, x, T, lw.norm1_w, lw.norm1_b, xn);
+    if (q8) {  // fp32 activations through the Q8_0 matrices
+      const auto& ql = q8->layers[static_cast<size_t>(l)];
+      ql.qkv.run(xn, T, ql.qkv_bias.empty() ? nullptr : ql.qkv_bias.data(), qkv, activation::none, h, ld);
+      if (rotary) {
+        apply_rotary(qkv, T, c.num_heads, d, ld, cos_t, sin_t);
+        apply_rotary(qkv + qw, T, c.num_kv_heads, d, ld, cos_t, sin_t);
+      }
+      attend(l, qkv, ld, ctx);
+      ql.o.run(ctx, T, lw.o_b, tmp, activation::none, qw, h);
+      add(x, tmp, T * h, x);
+      norm(c, x, T, lw.norm2_w, lw.norm2_b, xn);
+      if (c.gated_mlp) {
+        ql.gate.run(xn, T, nullptr, gate, act, h, f);
+        ql.up.run(xn, T, lw.up_b, up, activation::none, h, f);
+        multiply(gate, up, T * f, up);
+      } else {
+        ql.up.run(xn, T, lw.up_b, up, act, h, f);
+      }
+      ql.down.run(up, T, lw.down_b, tmp, activation::none, f, h);
+      add(x, tmp, T * h, x);
+      continue;
+    }
     if (bw) {
       const auto& bl = bw->layers[static_cast<size_t>(l)];
       linear16(xn, h, bl.qkv, bl.qkv_bias.empty() ? nullptr : bl.qkv_bias.data(), qkv, activation::none, ld);
@@ -174,7 +223,9 @@ void run_decoder(const model_shape& c, const decoder_weights& w, const bf16_deco
   float* logits = grow(ws.logits, R * V);
   for (int64_t r = 0; r < R; ++r) std::copy_n(x + int64_t{logit_rows[r]} * h, h, last + r * h);
   norm(c, last, R, w.final_norm_w, w.final_norm_b, last);
-  if (bw) {
+  if (q8) {
+    q8->lm_head.run(last, R, nullptr, logits);
+  } else if (bw) {
     bfloat16* lb = grow(xb16, R * h);
     to_bf16(last, R * h, lb);
     linear(lb, R, bw->lm_head, nullptr, logits);
@@ -278,7 +329,7 @@ status decoder_model::step(const step_batch& batch, paged_kv_cache& cache,
     attention_paged({qkv, ld}, {kbase, vbase, bt, block_stride, head_stride, kbase16, vbase16}, seqs.data(),
                     static_cast<int>(seqs.size()), c.num_heads, kvh, d, {ctx, qw}, c.sliding_window);
   };
-  run_decoder(c, w_, bf16_.get(), tokens, positions, logit_rows, attend, logits);
+  run_decoder(c, w_, bf16_.get(), q8_.get(), tokens, positions, logit_rows, attend, logits);
   return {};
 }
 
@@ -321,19 +372,36 @@ result<std::vector<std::vector<float>>> decoder_model::full_logits(const std::ve
     }
   };
   std::vector<std::vector<float>> logits;
-  run_decoder(c, w_, bf16_.get(), tokens, positions, rows, attend, logits);
+  run_decoder(c, w_, bf16_.get(), q8_.get(), tokens, positions, rows, attend, logits);
   return logits;
 }
 
 status decoder_model::set_dtype(dtype d) {
+  if (d == dtype::int8)
+    return status::unsupported("--dtype int8 is the BERT encoder's; decoders run fp32, bf16 or q8_0");
+  if (q8_only_ && d != dtype::q8_0)
+    return status::unsupported(shape_.name + ": this model holds its matrices only as the file's Q8_0 blocks (" +
+                               source + "); load it with --dtype " + std::string(dtype_name(d)) +
+                               " (dequantised at load) to run " + std::string(dtype_name(d)));
   if (d == dtype::fp32) {
     if (bf16_only_)
       return status::unsupported(shape_.name + ": this model was built straight into bf16 (" + source +
                                  "): it has no fp32 matrices to run in fp32; build it in fp32 instead");
     bf16_.reset();
+    q8_.reset();
+    return ok_status();
+  }
+  if (d == dtype::q8_0) {
+    if (q8_) return ok_status();
+    if (bf16_only_)
+      return status::unsupported(shape_.name + ": this model was built straight into bf16 (" + source +
+                                 "): it has no fp32 matrices to quantise to Q8_0; build it in fp32 instead");
+    TESSERA_RETURN_IF_ERROR(adopt_q8_0({}));
+    bf16_.reset();
     return ok_status();
   }
   TESSERA_RETURN_IF_ERROR(check_dtype_supported(d));
+  q8_.reset();
   if (bf16_) return ok_status();
   const model_shape& c = shape_;
   const int64_t h = c.hidden_size, f = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
@@ -362,6 +430,124 @@ status decoder_model::set_dtype(dtype d) {
   b->lm_head = bf16_weight::pack(w_.lm_head, c.vocab_size, h);
   bf16_ = std::move(b);
   return ok_status();
+}
+
+status decoder_model::adopt_q8_0(std::map<std::string, q8_0_weight> blocks) {
+  const model_shape& c = shape_;
+  const int64_t h = c.hidden_size, f = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
+  const bool gpt2 = c.traits().conv1d_weights;
+  bool fp32_missing = false;
+  std::set<std::string> used;
+  // The matrix `name` [out, in]: its given blocks, else its fp32 rows (quantised when in allows).
+  auto matrix = [&](const std::string& name, const float* fp32, int64_t out, int64_t in) -> result<q8_matrix> {
+    q8_matrix m;
+    m.out = out;
+    m.in = in;
+    if (auto it = blocks.find(name); it != blocks.end()) {
+      if (it->second.out() != out || it->second.in() != in)
+        return status::invalid(source + ": Q8_0 matrix \"" + name + "\" is [" + std::to_string(it->second.out()) + ", " +
+                               std::to_string(it->second.in()) + "], expected [" + std::to_string(out) + ", " +
+                               std::to_string(in) + "]");
+      used.insert(name);
+      m.q = it->second;
+      if (!fp32) fp32_missing = true;
+      return m;
+    }
+    if (!fp32) return status::invalid(source + ": matrix \"" + name + "\" has neither fp32 values nor Q8_0 blocks");
+    if (in % q8_0_block_values == 0) m.q = q8_0_weight::quantize(fp32, out, in);
+    else m.w = fp32;
+    return m;
+  };
+  // Row-stacked parts as one matrix: Q8_0 when every part is, else fp32 (blocks dequantised exactly).
+  auto stacked = [](std::vector<q8_matrix> parts) {
+    bool all_q = true;
+    for (const auto& p : parts) all_q = all_q && !p.q.empty();
+    q8_matrix m;
+    m.in = parts.front().in;
+    for (const auto& p : parts) m.out += p.out;
+    if (all_q) {
+      std::vector<const q8_0_weight*> qs;
+      for (const auto& p : parts) qs.push_back(&p.q);
+      m.q = q8_0_weight::stack(qs);
+      return m;
+    }
+    auto rows = std::make_shared<std::vector<float>>(static_cast<size_t>(m.out * m.in));
+    float* dst = rows->data();
+    for (const auto& p : parts) {
+      if (p.q.empty()) std::copy_n(p.w, p.out * p.in, dst);
+      else p.q.dequantize_rows(0, p.out, dst);
+      dst += p.out * p.in;
+    }
+    m.w = rows->data();
+    m.own = std::move(rows);
+    return m;
+  };
+#define TESSERA_Q8(lhs, expr)      \
+  do {                             \
+    auto r_ = (expr);              \
+    if (!r_) return r_.error();    \
+    lhs = std::move(*r_);          \
+  } while (0)
+  auto q8 = std::make_shared<q8_decoder_weights>();
+  for (int l = 0; l < c.num_layers; ++l) {
+    const decoder_layer_weights& lw = w_.layers[static_cast<size_t>(l)];
+    q8_decoder_weights::layer ql;
+    if (gpt2) {
+      const std::string pre = "h." + std::to_string(l) + ".";
+      TESSERA_Q8(ql.qkv, matrix(pre + "attn.c_attn.weight", lw.q_w, qw + 2 * kvw, h));
+      TESSERA_Q8(ql.o, matrix(pre + "attn.c_proj.weight", lw.o_w, h, qw));
+      TESSERA_Q8(ql.up, matrix(pre + "mlp.c_fc.weight", lw.up_w, f, h));
+      TESSERA_Q8(ql.down, matrix(pre + "mlp.c_proj.weight", lw.down_w, h, f));
+    } else {
+      const std::string pre = "model.layers." + std::to_string(l) + ".";
+      std::vector<q8_matrix> parts(3);
+      TESSERA_Q8(parts[0], matrix(pre + "self_attn.q_proj.weight", lw.q_w, qw, h));
+      TESSERA_Q8(parts[1], matrix(pre + "self_attn.k_proj.weight", lw.k_w, kvw, h));
+      TESSERA_Q8(parts[2], matrix(pre + "self_attn.v_proj.weight", lw.v_w, kvw, h));
+      ql.qkv = stacked(std::move(parts));
+      TESSERA_Q8(ql.o, matrix(pre + "self_attn.o_proj.weight", lw.o_w, h, qw));
+      TESSERA_Q8(ql.gate, matrix(pre + "mlp.gate_proj.weight", lw.gate_w, f, h));
+      TESSERA_Q8(ql.up, matrix(pre + "mlp.up_proj.weight", lw.up_w, f, h));
+      TESSERA_Q8(ql.down, matrix(pre + "mlp.down_proj.weight", lw.down_w, h, f));
+    }
+    if (lw.q_b || lw.k_b || lw.v_b) {
+      ql.qkv_bias.assign(static_cast<size_t>(qw + 2 * kvw), 0.0f);
+      if (lw.q_b) std::copy_n(lw.q_b, qw, ql.qkv_bias.data());
+      if (lw.k_b) std::copy_n(lw.k_b, kvw, ql.qkv_bias.data() + qw);
+      if (lw.v_b) std::copy_n(lw.v_b, kvw, ql.qkv_bias.data() + qw + kvw);
+    }
+    q8->layers.push_back(std::move(ql));
+  }
+  const std::string head = !c.tie_word_embeddings ? "lm_head.weight" : gpt2 ? "wte.weight" : "model.embed_tokens.weight";
+  TESSERA_Q8(q8->lm_head, matrix(head, w_.lm_head, c.vocab_size, h));
+#undef TESSERA_Q8
+  for (const auto& [name, b] : blocks)
+    if (!used.count(name))
+      return status::invalid(source + ": Q8_0 matrix \"" + name + "\" is not a Linear matrix of this " +
+                             std::string(c.traits().model_type) + " decoder");
+  q8_ = std::move(q8);
+  q8_only_ = fp32_missing;
+  bf16_.reset();
+  return ok_status();
+}
+
+int64_t decoder_model::matrix_bytes() const {
+  const model_shape& c = shape_;
+  if (q8_) {
+    int64_t n = q8_->lm_head.bytes();
+    for (const auto& l : q8_->layers)
+      n += l.qkv.bytes() + l.o.bytes() + (l.gate.out ? l.gate.bytes() : 0) + l.up.bytes() + l.down.bytes();
+    return n;
+  }
+  if (bf16_) {
+    int64_t n = bf16_->lm_head.bytes();
+    for (const auto& l : bf16_->layers)
+      n += l.qkv.bytes() + l.o.bytes() + (l.gate.empty() ? 0 : l.gate.bytes()) + l.up.bytes() + l.down.bytes();
+    return n;
+  }
+  const int64_t h = c.hidden_size, f = c.intermediate_size;
+  const int64_t per_layer = (c.q_width() + 2 * c.kv_width()) * h + h * c.q_width() + f * h * (c.gated_mlp ? 3 : 2);
+  return 4 * (per_layer * c.num_layers + int64_t{c.vocab_size} * h);
 }
 
 result<decoder_model> decoder_model::seeded_bf16(const model_shape& c, uint64_t seed) {
@@ -444,7 +630,7 @@ result<generation> greedy_generate(const decoder_model& model, const std::vector
   if (o.block_tokens < 1) return status::invalid("block_tokens must be positive, got " + std::to_string(o.block_tokens));
   if (o.prefill_chunk < 0)
     return status::invalid("prefill_chunk must be zero (whole prompt) or positive, got " + std::to_string(o.prefill_chunk));
-  kv_layout layout{o.block_tokens, 0, o.kv_dtype.value_or(model.compute_dtype())};
+  kv_layout layout{o.block_tokens, 0, o.kv_dtype.value_or(model.default_kv_dtype())};
   layout.num_blocks = std::max(1, layout.blocks_for(total));
   auto cache = paged_kv_cache::make(c, layout);
   if (!cache) return cache.error();

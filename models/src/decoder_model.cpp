@@ -127,10 +127,25 @@ result<decoder_model> decoder_model::bind(const model_shape& shape, std::map<std
   const auto& t = c.traits();
   auto maybe = [&](bool has, const std::string& n) -> const float* { return has ? p(n) : nullptr; };
   if (t.conv1d_weights) {
-    // Conv1D weights [in, out] -> the kernels' [out, in], into one buffer.
-    const int64_t per_layer = (q + 2 * kv) * h + h * q + f * h + h * f;
-    m.transposed_ = std::make_shared<std::vector<float>>(static_cast<size_t>(per_layer * c.num_layers));
+    // Conv1D weights [in, out] -> the kernels' [out, in], into one buffer. A matrix without data
+    // (the GGUF reader keeping Q8_0 blocks instead, decoder_model::adopt_q8_0) stays null.
+    int64_t room = 0;
+    for (int l = 0; l < c.num_layers; ++l) {
+      const std::string pre = "h." + std::to_string(l) + ".";
+      for (const char* n : {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"})
+        if (p(pre + n)) room += m.tensors_.at(pre + n).numel();
+    }
+    m.transposed_ = std::make_shared<std::vector<float>>(static_cast<size_t>(room));
     float* dst = m.transposed_->data();
+    // Row-major [rows, cols] `name` transposed into dst (advanced), or null without data.
+    auto transposed = [&](const std::string& name, int64_t rows, int64_t cols) -> float* {
+      const float* src = p(name);
+      if (!src) return nullptr;
+      float* out = dst;
+      transpose(src, rows, cols, out);
+      dst += rows * cols;
+      return out;
+    };
     w.token_embedding = p("wte.weight");
     w.position_embedding = p("wpe.weight");
     for (int l = 0; l < c.num_layers; ++l) {
@@ -138,28 +153,22 @@ result<decoder_model> decoder_model::bind(const model_shape& shape, std::map<std
       decoder_layer_weights lw;
       lw.norm1_w = p(pre + "ln_1.weight");
       lw.norm1_b = p(pre + "ln_1.bias");
-      transpose(p(pre + "attn.c_attn.weight"), h, q + 2 * kv, dst);
-      lw.q_w = dst;
-      lw.k_w = dst + q * h;
-      lw.v_w = dst + (q + kv) * h;
-      dst += (q + 2 * kv) * h;
+      if (float* qkv = transposed(pre + "attn.c_attn.weight", h, q + 2 * kv)) {
+        lw.q_w = qkv;
+        lw.k_w = qkv + q * h;
+        lw.v_w = qkv + (q + kv) * h;
+      }
       const float* qkv_b = p(pre + "attn.c_attn.bias");
       lw.q_b = qkv_b;
       lw.k_b = qkv_b + q;
       lw.v_b = qkv_b + q + kv;
-      transpose(p(pre + "attn.c_proj.weight"), q, h, dst);
-      lw.o_w = dst;
-      dst += h * q;
+      lw.o_w = transposed(pre + "attn.c_proj.weight", q, h);
       lw.o_b = p(pre + "attn.c_proj.bias");
       lw.norm2_w = p(pre + "ln_2.weight");
       lw.norm2_b = p(pre + "ln_2.bias");
-      transpose(p(pre + "mlp.c_fc.weight"), h, f, dst);
-      lw.up_w = dst;
-      dst += f * h;
+      lw.up_w = transposed(pre + "mlp.c_fc.weight", h, f);
       lw.up_b = p(pre + "mlp.c_fc.bias");
-      transpose(p(pre + "mlp.c_proj.weight"), f, h, dst);
-      lw.down_w = dst;
-      dst += h * f;
+      lw.down_w = transposed(pre + "mlp.c_proj.weight", f, h);
       lw.down_b = p(pre + "mlp.c_proj.bias");
       w.layers.push_back(lw);
     }
@@ -219,7 +228,7 @@ result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t see
 }
 
 result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t seed, dtype d) {
-  if (d == dtype::fp32 || shape.traits().conv1d_weights) {
+  if (d != dtype::bf16 || shape.traits().conv1d_weights) {
     auto m = make_seeded_decoder(shape, seed);
     if (!m) return m.error();
     TESSERA_RETURN_IF_ERROR(m->set_dtype(d));
@@ -268,6 +277,24 @@ result<decoder_model> make_preset_decoder(std::string_view preset, uint64_t seed
   auto m = make_seeded_decoder(*shape, seed);
   if (!m) return m.error();
   m->source = "preset:" + std::string(preset) + ":seed=" + std::to_string(seed);
+  return m;
+}
+
+result<decoder_model> load_decoder(std::string_view path_or_preset, uint64_t preset_seed, dtype d) {
+  const std::string path(path_or_preset);
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) &&
+      (fs::is_regular_file(path, ec) ? looks_like_gguf(path) : fs::path(path).extension() == ".gguf")) {
+    auto m = load_gguf_decoder(path, d);
+    if (!m) return m.error();
+    TESSERA_RETURN_IF_ERROR(m->set_dtype(d));
+    return m;
+  }
+  if (!fs::is_directory(path, ec) && detail::is_preset_name(path_or_preset))
+    return make_preset_decoder(path_or_preset, preset_seed, d);
+  auto m = load_decoder(path_or_preset, preset_seed);
+  if (!m) return m.error();
+  TESSERA_RETURN_IF_ERROR(m->set_dtype(d));
   return m;
 }
 
@@ -362,8 +389,8 @@ result<decoder_model> load_decoder(std::string_view path_or_preset, uint64_t pre
 status save_decoder(const decoder_model& model, const std::string& dir_str) {
   const fs::path dir{dir_str};
   if (!model.holds_fp32_matrices())
-    return status::unsupported("save_decoder: " + model.source + " holds its matrices only in bf16; build it in fp32 "
-                               "to save it");
+    return status::unsupported("save_decoder: " + model.source + " holds its matrices only in " +
+                               std::string(dtype_name(model.compute_dtype())) + "; load or build it in fp32 to save it");
   TESSERA_RETURN_IF_ERROR(detail::start_model_folder(dir, decoder_config_json(model.shape())));
   std::map<std::string, tensor_view> tensors;
   const bool gpt2 = model.shape().traits().conv1d_weights;

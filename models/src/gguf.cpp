@@ -1,6 +1,8 @@
-// write_gguf: a decoder as GGUF v3 (f32 or f16 matrices), laid out as llama.cpp reads it (see gguf.hpp).
+// write_gguf: a decoder as GGUF v3 (f32, f16 or Q8_0 matrices), laid out as llama.cpp reads it (see gguf.hpp).
 #include "tessera/models/gguf.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/kernels_q8.hpp"
+#include "mapped_file.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -93,25 +95,6 @@ gguf_tensor stacked(std::string name, std::vector<std::pair<const float*, int64_
           }};
 }
 
-// IEEE binary16 of `f`, rounded to nearest even (overflow to infinity, NaN kept a NaN).
-uint16_t float_to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t mag = x & 0x7fffffffu;
-  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
-  if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65536: inf
-  if (mag < 0x38800000u) {  // a half subnormal (or zero): units of 2^-24, rounded to nearest even
-    const float a = std::fabs(f) * 16777216.0f;  // exact: a power-of-two scale
-    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a)));
-  }
-  // Normal: rebias the exponent, round the 13 dropped mantissa bits to nearest even.
-  uint32_t h = ((mag >> 13) - (112u << 10));
-  const uint32_t rest = mag & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry into the exponent is right
-  return static_cast<uint16_t>(sign | h);
-}
-
 status write_tokenizer(header_writer& hw, const model_shape& c, const bpe_tokenizer& tok,
                        const std::string& chat_template) {
   // llama.cpp's tokenizer kinds: "llama" (SentencePiece-style) for llama and mistral, "gpt2"
@@ -181,6 +164,10 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
   const model_shape& c = model.shape();
   const decoder_weights& w = model.weights();
   const architecture_traits& t = c.traits();
+  if (options.f16 && options.q8_0) return status::invalid("write_gguf: f16 or q8_0 matrices, not both");
+  if (!model.holds_fp32_matrices())
+    return status::unsupported("GGUF export reads fp32 matrices, and " + model.source + " holds its matrices only in " +
+                               std::string(dtype_name(model.compute_dtype())) + "; load or build it in fp32 to export it");
   if (!c.is_decoder() || t.gguf_arch.empty())
     return status::invalid("GGUF export is for gpt2, llama, qwen2 and mistral decoders, not " + c.name);
   if (c.rope_scaling == rope_scaling_kind::yarn)
@@ -202,7 +189,7 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
   header_writer hw;
   hw.kv_str("general.architecture", arch);
   hw.kv_str("general.name", c.name);
-  hw.kv_u32("general.file_type", options.f16 ? 1 : 0);  // all f32, or MOSTLY_F16
+  hw.kv_u32("general.file_type", options.f16 ? 1 : options.q8_0 ? 7 : 0);  // all f32, MOSTLY_F16 or MOSTLY_Q8_0
   hw.kv_u32(arch + ".context_length", static_cast<uint32_t>(c.max_position_embeddings));
   hw.kv_u32(arch + ".embedding_length", static_cast<uint32_t>(c.hidden_size));
   hw.kv_u32(arch + ".block_count", static_cast<uint32_t>(c.num_layers));
@@ -289,8 +276,21 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
   out += hw.bytes;
   uint64_t offset = 0;
   std::vector<uint64_t> offsets;
-  // F16 for the matrices when asked; vectors stay F32 (as llama.cpp's converter keeps them).
-  auto half = [&options](const gguf_tensor& t) { return options.f16 && t.cols > 0; };
+  // F16 or Q8_0 for the matrices when asked; vectors stay F32 (as llama.cpp's converter keeps them).
+  enum : uint32_t { ggml_f32 = 0, ggml_f16 = 1, ggml_q8_0 = 8 };
+  auto type_of = [&options](const gguf_tensor& t) -> uint32_t {
+    if (options.f16 && t.cols > 0) return ggml_f16;
+    if (options.q8_0 && t.cols > 0 && t.cols % q8_0_block_values == 0) return ggml_q8_0;
+    return ggml_f32;
+  };
+  auto bytes_of = [&](const gguf_tensor& t) -> uint64_t {
+    const uint64_t n = static_cast<uint64_t>(t.rows * std::max<int64_t>(t.cols, 1));
+    switch (type_of(t)) {
+      case ggml_f16: return n * 2;
+      case ggml_q8_0: return n / q8_0_block_values * q8_0_block_bytes;
+      default: return n * 4;
+    }
+  };
   for (const gguf_tensor& t : ts) {
     header_writer ti;
     ti.str(t.name);
@@ -302,12 +302,11 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
       ti.pod<uint32_t>(1);
       ti.pod<uint64_t>(static_cast<uint64_t>(t.rows));
     }
-    ti.pod<uint32_t>(half(t) ? 1 : 0);  // GGML_TYPE_F16 or GGML_TYPE_F32
+    ti.pod<uint32_t>(type_of(t));
     ti.pod<uint64_t>(offset);
     out += ti.bytes;
     offsets.push_back(offset);
-    const uint64_t elem = half(t) ? 2 : 4;
-    offset += (static_cast<uint64_t>(t.rows * std::max<int64_t>(t.cols, 1)) * elem + alignment - 1) / alignment * alignment;
+    offset += (bytes_of(t) + alignment - 1) / alignment * alignment;
   }
   out.resize((out.size() + alignment - 1) / alignment * alignment, '\0');
 
@@ -317,14 +316,28 @@ status write_gguf(const decoder_model& model, const bpe_tokenizer& tokenizer, co
   file.write(out.data(), static_cast<std::streamsize>(out.size()));
   std::vector<float> buf;
   std::vector<uint16_t> halves;
+  std::vector<int8_t> q;
+  std::string blocks;
   uint64_t written = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
     const std::string pad(static_cast<size_t>(offsets[i] - written), '\0');
     file.write(pad.data(), static_cast<std::streamsize>(pad.size()));
     ts[i].fill(buf);
-    if (half(ts[i])) {
+    if (type_of(ts[i]) == ggml_q8_0) {  // blocks of an fp16 scale then 32 int8
+      const int64_t n = static_cast<int64_t>(buf.size()), nb = n / q8_0_block_values;
+      halves.resize(static_cast<size_t>(nb));
+      q.resize(buf.size());
+      quantize_q8_0(buf.data(), n, halves.data(), q.data());
+      blocks.clear();
+      for (int64_t b = 0; b < nb; ++b) {
+        blocks.append(reinterpret_cast<const char*>(&halves[static_cast<size_t>(b)]), 2);
+        blocks.append(reinterpret_cast<const char*>(q.data() + b * q8_0_block_values), q8_0_block_values);
+      }
+      file.write(blocks.data(), static_cast<std::streamsize>(blocks.size()));
+      written = offsets[i] + blocks.size();
+    } else if (type_of(ts[i]) == ggml_f16) {
       halves.resize(buf.size());
-      for (size_t k = 0; k < buf.size(); ++k) halves[k] = float_to_half(buf[k]);
+      for (size_t k = 0; k < buf.size(); ++k) halves[k] = detail::float_to_half(buf[k]);
       file.write(reinterpret_cast<const char*>(halves.data()), static_cast<std::streamsize>(halves.size() * 2));
       written = offsets[i] + halves.size() * 2;
     } else {

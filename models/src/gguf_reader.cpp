@@ -517,7 +517,8 @@ result<model_shape> gguf_decoder_shape(const gguf_file& g) {
   return s;
 }
 
-result<decoder_model> gguf_decoder(const gguf_file& g) {
+result<decoder_model> gguf_decoder(const gguf_file& g, dtype dt) {
+  const bool keep_q8 = dt == dtype::q8_0;
   auto shape = gguf_decoder_shape(g);
   if (!shape) return shape.error();
   const model_shape& c = *shape;
@@ -544,6 +545,31 @@ result<decoder_model> gguf_decoder(const gguf_file& g) {
     store->push_back(std::move(v));
     tensors[hf] = tensor_view{std::move(shp), store->back().data()};
   };
+  // q8_0: a Linear matrix [rows, cols] the file holds as Q8_0 keeps its blocks under `hf` (its HF
+  // tensor without data); `heads` > 0 reorders the rows as `unpermuted` does. False otherwise (the
+  // caller dequantises). Checks the dims as `get` does.
+  std::map<std::string, q8_0_weight> blocks;
+  auto keep = [&](const std::string& name, int64_t rows, int64_t cols, const std::string& hf, std::vector<int64_t> shp,
+                  int64_t heads, int64_t d) -> bool {
+    const gguf_tensor_info* ti = g.tensor(name);
+    if (!keep_q8 || !ti || ti->type != ggml_q8_0) return false;
+    if (ti->ne != std::vector<uint64_t>{uint64_t(cols), uint64_t(rows)}) return false;  // `get` names the error
+    used.insert(name);
+    const uint8_t* base = g.base + g.data_offset + ti->offset;  // in the file: checked by parse_gguf
+    const uint64_t row_bytes = uint64_t(cols) / q8_0_block * q8_0_bytes;
+    std::vector<const uint8_t*> at(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) at[static_cast<size_t>(r)] = base + uint64_t(r) * row_bytes;
+    if (heads > 0)  // HF row hd*d + s*d/2 + i is GGUF row hd*d + 2i + s
+      for (int64_t hd = 0; hd < heads; ++hd)
+        for (int64_t i = 0; i < d / 2; ++i)
+          for (int64_t s = 0; s < 2; ++s)
+            at[static_cast<size_t>(hd * d + s * (d / 2) + i)] = base + uint64_t(hd * d + 2 * i + s) * row_bytes;
+    blocks[hf] = q8_0_weight::from_blocks(at, cols);
+    tensors[hf] = tensor_view{std::move(shp), nullptr};
+    return true;
+  };
+  bool kept = false;
+#define TESSERA_KEEP(...) kept = keep(__VA_ARGS__)
   // Row-major [rows, cols] -> [cols, rows].
   auto transposed = [](const std::vector<float>& src, int64_t rows, int64_t cols) {
     std::vector<float> d(src.size());
@@ -571,16 +597,22 @@ result<decoder_model> gguf_decoder(const gguf_file& g) {
       const std::string b = "blk." + std::to_string(l) + ".", p = "h." + std::to_string(l) + ".";
       TESSERA_ASSIGN(v, get(b + "attn_norm.weight", h, 0)); put(p + "ln_1.weight", std::move(v), {h});
       TESSERA_ASSIGN(v, get(b + "attn_norm.bias", h, 0)); put(p + "ln_1.bias", std::move(v), {h});
-      TESSERA_ASSIGN(v, get(b + "attn_qkv.weight", q + 2 * kv, h));
-      put(p + "attn.c_attn.weight", transposed(v, q + 2 * kv, h), {h, q + 2 * kv});
+      TESSERA_KEEP(b + "attn_qkv.weight", q + 2 * kv, h, p + "attn.c_attn.weight", {h, q + 2 * kv}, 0, 0);
+      if (!kept) {
+        TESSERA_ASSIGN(v, get(b + "attn_qkv.weight", q + 2 * kv, h));
+        put(p + "attn.c_attn.weight", transposed(v, q + 2 * kv, h), {h, q + 2 * kv});
+      }
       TESSERA_ASSIGN(v, get(b + "attn_qkv.bias", q + 2 * kv, 0)); put(p + "attn.c_attn.bias", std::move(v), {q + 2 * kv});
-      TESSERA_ASSIGN(v, get(b + "attn_output.weight", h, q)); put(p + "attn.c_proj.weight", transposed(v, h, q), {q, h});
+      TESSERA_KEEP(b + "attn_output.weight", h, q, p + "attn.c_proj.weight", {q, h}, 0, 0);
+      if (!kept) { TESSERA_ASSIGN(v, get(b + "attn_output.weight", h, q)); put(p + "attn.c_proj.weight", transposed(v, h, q), {q, h}); }
       TESSERA_ASSIGN(v, get(b + "attn_output.bias", h, 0)); put(p + "attn.c_proj.bias", std::move(v), {h});
       TESSERA_ASSIGN(v, get(b + "ffn_norm.weight", h, 0)); put(p + "ln_2.weight", std::move(v), {h});
       TESSERA_ASSIGN(v, get(b + "ffn_norm.bias", h, 0)); put(p + "ln_2.bias", std::move(v), {h});
-      TESSERA_ASSIGN(v, get(b + "ffn_up.weight", f, h)); put(p + "mlp.c_fc.weight", transposed(v, f, h), {h, f});
+      TESSERA_KEEP(b + "ffn_up.weight", f, h, p + "mlp.c_fc.weight", {h, f}, 0, 0);
+      if (!kept) { TESSERA_ASSIGN(v, get(b + "ffn_up.weight", f, h)); put(p + "mlp.c_fc.weight", transposed(v, f, h), {h, f}); }
       TESSERA_ASSIGN(v, get(b + "ffn_up.bias", f, 0)); put(p + "mlp.c_fc.bias", std::move(v), {f});
-      TESSERA_ASSIGN(v, get(b + "ffn_down.weight", h, f)); put(p + "mlp.c_proj.weight", transposed(v, h, f), {f, h});
+      TESSERA_KEEP(b + "ffn_down.weight", h, f, p + "mlp.c_proj.weight", {f, h}, 0, 0);
+      if (!kept) { TESSERA_ASSIGN(v, get(b + "ffn_down.weight", h, f)); put(p + "mlp.c_proj.weight", transposed(v, h, f), {f, h}); }
       TESSERA_ASSIGN(v, get(b + "ffn_down.bias", h, 0)); put(p + "mlp.c_proj.bias", std::move(v), {h});
     }
     TESSERA_ASSIGN(v, get("output_norm.weight", h, 0)); put("ln_f.weight", std::move(v), {h});
@@ -594,28 +626,49 @@ result<decoder_model> gguf_decoder(const gguf_file& g) {
     for (int l = 0; l < c.num_layers; ++l) {
       const std::string b = "blk." + std::to_string(l) + ".", p = "model.layers." + std::to_string(l) + ".";
       TESSERA_ASSIGN(v, get(b + "attn_norm.weight", h, 0)); put(p + "input_layernorm.weight", std::move(v), {h});
-      TESSERA_ASSIGN(v, get(b + "attn_q.weight", q, h));
-      put(p + "self_attn.q_proj.weight", permuted ? unpermuted(v, c.num_heads, d, h) : std::move(v), {q, h});
-      TESSERA_ASSIGN(v, get(b + "attn_k.weight", kv, h));
-      put(p + "self_attn.k_proj.weight", permuted ? unpermuted(v, c.num_kv_heads, d, h) : std::move(v), {kv, h});
-      TESSERA_ASSIGN(v, get(b + "attn_v.weight", kv, h)); put(p + "self_attn.v_proj.weight", std::move(v), {kv, h});
+      TESSERA_KEEP(b + "attn_q.weight", q, h, p + "self_attn.q_proj.weight", {q, h}, permuted ? c.num_heads : 0, d);
+      if (!kept) {
+        TESSERA_ASSIGN(v, get(b + "attn_q.weight", q, h));
+        put(p + "self_attn.q_proj.weight", permuted ? unpermuted(v, c.num_heads, d, h) : std::move(v), {q, h});
+      }
+      TESSERA_KEEP(b + "attn_k.weight", kv, h, p + "self_attn.k_proj.weight", {kv, h}, permuted ? c.num_kv_heads : 0, d);
+      if (!kept) {
+        TESSERA_ASSIGN(v, get(b + "attn_k.weight", kv, h));
+        put(p + "self_attn.k_proj.weight", permuted ? unpermuted(v, c.num_kv_heads, d, h) : std::move(v), {kv, h});
+      }
+      TESSERA_KEEP(b + "attn_v.weight", kv, h, p + "self_attn.v_proj.weight", {kv, h}, 0, 0);
+      if (!kept) { TESSERA_ASSIGN(v, get(b + "attn_v.weight", kv, h)); put(p + "self_attn.v_proj.weight", std::move(v), {kv, h}); }
       if (t.qkv_bias) {
         TESSERA_ASSIGN(v, get(b + "attn_q.bias", q, 0)); put(p + "self_attn.q_proj.bias", std::move(v), {q});
         TESSERA_ASSIGN(v, get(b + "attn_k.bias", kv, 0)); put(p + "self_attn.k_proj.bias", std::move(v), {kv});
         TESSERA_ASSIGN(v, get(b + "attn_v.bias", kv, 0)); put(p + "self_attn.v_proj.bias", std::move(v), {kv});
       }
-      TESSERA_ASSIGN(v, get(b + "attn_output.weight", h, q)); put(p + "self_attn.o_proj.weight", std::move(v), {h, q});
+      TESSERA_KEEP(b + "attn_output.weight", h, q, p + "self_attn.o_proj.weight", {h, q}, 0, 0);
+      if (!kept) { TESSERA_ASSIGN(v, get(b + "attn_output.weight", h, q)); put(p + "self_attn.o_proj.weight", std::move(v), {h, q}); }
       TESSERA_ASSIGN(v, get(b + "ffn_norm.weight", h, 0)); put(p + "post_attention_layernorm.weight", std::move(v), {h});
-      TESSERA_ASSIGN(v, get(b + "ffn_gate.weight", f, h)); put(p + "mlp.gate_proj.weight", std::move(v), {f, h});
-      TESSERA_ASSIGN(v, get(b + "ffn_up.weight", f, h)); put(p + "mlp.up_proj.weight", std::move(v), {f, h});
-      TESSERA_ASSIGN(v, get(b + "ffn_down.weight", h, f)); put(p + "mlp.down_proj.weight", std::move(v), {h, f});
+      TESSERA_KEEP(b + "ffn_gate.weight", f, h, p + "mlp.gate_proj.weight", {f, h}, 0, 0);
+      if (!kept) { TESSERA_ASSIGN(v, get(b + "ffn_gate.weight", f, h)); put(p + "mlp.gate_proj.weight", std::move(v), {f, h}); }
+      TESSERA_KEEP(b + "ffn_up.weight", f, h, p + "mlp.up_proj.weight", {f, h}, 0, 0);
+      if (!kept) { TESSERA_ASSIGN(v, get(b + "ffn_up.weight", f, h)); put(p + "mlp.up_proj.weight", std::move(v), {f, h}); }
+      TESSERA_KEEP(b + "ffn_down.weight", h, f, p + "mlp.down_proj.weight", {h, f}, 0, 0);
+      if (!kept) { TESSERA_ASSIGN(v, get(b + "ffn_down.weight", h, f)); put(p + "mlp.down_proj.weight", std::move(v), {h, f}); }
     }
     TESSERA_ASSIGN(v, get("output_norm.weight", h, 0)); put("model.norm.weight", std::move(v), {h});
   }
   if (!c.tie_word_embeddings) {
-    TESSERA_ASSIGN(v, get("output.weight", V, h));
-    put("lm_head.weight", std::move(v), {V, h});
+    TESSERA_KEEP("output.weight", V, h, "lm_head.weight", {V, h}, 0, 0);
+    if (!kept) {
+      TESSERA_ASSIGN(v, get("output.weight", V, h));
+      put("lm_head.weight", std::move(v), {V, h});
+    }
+  } else if (keep_q8) {
+    // The tied head runs on token_embd's own blocks (the lookups read its dequantised copy).
+    const std::string embd = t.conv1d_weights ? "wte.weight" : "model.embed_tokens.weight";
+    const tensor_view dequantised = tensors.at(embd);
+    TESSERA_KEEP("token_embd.weight", V, h, embd, {V, h}, 0, 0);
+    tensors[embd] = dequantised;
   }
+#undef TESSERA_KEEP
   // A tensor the model would not use (llama 3's rope_freqs, a bias this architecture lacks) changes
   // what the file computes: refused by name rather than ignored.
   for (const auto& ti : g.tensors)
@@ -625,13 +678,14 @@ result<decoder_model> gguf_decoder(const gguf_file& g) {
   auto m = decoder_model::bind(c, std::move(tensors), std::shared_ptr<const void>(store, store.get()), g.source);
   if (!m) return m.error();
   m->source = g.source;
+  if (keep_q8) TESSERA_RETURN_IF_ERROR(m->adopt_q8_0(std::move(blocks)));
   return m;
 }
 
-result<decoder_model> load_gguf_decoder(const std::string& path) {
+result<decoder_model> load_gguf_decoder(const std::string& path, dtype d) {
   auto g = map_gguf(path);
   if (!g) return g.error();
-  return gguf_decoder(*g);
+  return gguf_decoder(*g, d);
 }
 
 }  // namespace tessera::models

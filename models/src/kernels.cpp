@@ -259,6 +259,17 @@ constexpr int64_t kFewRows = 48;
 
 }  // namespace
 
+namespace detail {
+
+float activate_scalar(float v, activation act) { return activate(v, act); }
+
+void few_rows_block(const float* x, int64_t T, int64_t in, const float* W, const float* bias, int64_t out, float* y,
+                    activation act, int64_t ldx, int64_t ldy, int64_t n0) {
+  linear_few_rows_block(x, T, in, W, bias, out, y, act, ldx, ldy, n0);
+}
+
+}  // namespace detail
+
 void linear(const float* x, int64_t T, int64_t in, const float* W, const float* bias, int64_t out, float* y,
             activation act, int64_t ldx, int64_t ldy) {
   if (T == 0) return;

@@ -64,6 +64,15 @@ __attribute__((target("avx512f"))) inline __m512 sum_lanes16(const __m512* v) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(p, q, 0x88), _mm512_shuffle_f32x4(p, q, 0xDD));
 }
 
+/// act(v) in scalar fp32 (linear()'s one-row path).
+float activate_scalar(float v, activation act);
+/// linear()'s blocked few-rows kernel (AVX-512; call only when has_avx512): rows [n0, n0 + 4) of
+/// W (those below `out`) against every row of x, y = act(x W^T + bias) for them. gelu_erf is not
+/// vectorised (pass none and apply it after). Each output is one row of x against one row of W,
+/// accumulated in the same order whatever the other rows are.
+void few_rows_block(const float* x, int64_t T, int64_t in, const float* W, const float* bias, int64_t out, float* y,
+                    activation act, int64_t ldx, int64_t ldy, int64_t n0);
+
 /// Numerically stable softmax of one row, in place (AVX-512 when the CPU has it: the exp of
 /// attention scores is a large share of attention time). -inf entries become exactly 0.
 void softmax_row(float* x, int64_t n);

@@ -10,6 +10,8 @@ namespace tessera::models {
 status kv_layout::validate() const {
   if (block_tokens < 1) return status::invalid("kv block_tokens must be positive, got " + std::to_string(block_tokens));
   if (num_blocks < 1) return status::invalid("kv num_blocks must be positive, got " + std::to_string(num_blocks));
+  if (kv_dtype != dtype::fp32 && kv_dtype != dtype::bf16)
+    return status::invalid("kv_dtype " + std::string(dtype_name(kv_dtype)) + ": the KV cache holds fp32 or bf16");
   return {};
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 namespace tessera::models::detail {
@@ -55,6 +56,25 @@ float half_to_float(uint16_t h) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+
+// IEEE binary16 of `f`, rounded to nearest even (overflow to infinity, NaN kept a NaN).
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t mag = x & 0x7fffffffu;
+  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65536: inf
+  if (mag < 0x38800000u) {  // a half subnormal (or zero): units of 2^-24, rounded to nearest even
+    const float a = std::fabs(f) * 16777216.0f;  // exact: a power-of-two scale
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a)));
+  }
+  // Normal: rebias the exponent, round the 13 dropped mantissa bits to nearest even.
+  uint32_t h = ((mag >> 13) - (112u << 10));
+  const uint32_t rest = mag & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry into the exponent is right
+  return static_cast<uint16_t>(sign | h);
 }
 
 }  // namespace tessera::models::detail

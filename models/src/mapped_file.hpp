@@ -29,5 +29,7 @@ result<std::shared_ptr<mapped_file>> map_file(const std::string& path, size_t mi
 
 /// IEEE 754 binary16 to float, exactly (subnormals, infinities and NaN kept).
 float half_to_float(uint16_t h);
+/// float to IEEE binary16, rounded to nearest even (overflow to infinity, NaN kept a NaN).
+uint16_t float_to_half(float f);
 
 }  // namespace tessera::models::detail

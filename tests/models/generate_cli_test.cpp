@@ -48,6 +48,29 @@ TEST_F(generate_cli, prints_the_library_s_greedy_tokens) {
   EXPECT_NE(out.find(generated_line(g->tokens)), std::string::npos) << out;
 }
 
+// export-gguf --type q8_0, then generate --dtype q8_0 on the file (its blocks kept) and --dtype fp32
+// (dequantised): each prints the library's tokens for that load.
+TEST_F(generate_cli, runs_a_q8_0_file_on_its_blocks) {
+  const std::string file = testing::make_temp_dir("generate-cli") + "/llama-tiny-q8_0.gguf";
+  std::string out;
+  ASSERT_EQ(run("export-gguf --model llama-tiny --type q8_0 --out " + file, out), 0) << out;
+  EXPECT_NE(out.find(", q8_0, "), std::string::npos) << out;
+  set_num_threads(1);
+  for (const dtype d : {dtype::q8_0, dtype::fp32}) {
+    const std::string name(dtype_name(d));
+    ASSERT_EQ(run("generate --model " + file + " --dtype " + name + " --prompt-ids 1,42,99 --max-tokens 6 --threads 1", out), 0)
+        << out;
+    auto m = load_decoder(file, 0, d);
+    ASSERT_TRUE(m) << m.error().to_string();
+    EXPECT_EQ(m->compute_dtype(), d);
+    auto g = greedy_generate(*m, {1, 42, 99}, {.max_tokens = 6});
+    ASSERT_TRUE(g);
+    EXPECT_NE(out.find(generated_line(g->tokens)), std::string::npos) << name << ": " << out;
+  }
+  EXPECT_EQ(run("export-gguf --model llama-tiny --type q4_0 --out " + file, out), 2) << out;
+  EXPECT_NE(out.find("--type is f32, f16 or q8_0"), std::string::npos) << out;
+}
+
 TEST_F(generate_cli, saves_a_folder_that_loads_back) {
   const std::string dir = testing::make_temp_dir("generate-cli");
   std::string out;

@@ -11,10 +11,12 @@
 #include <immintrin.h>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
 
 #include "tessera/models/bpe_tokenizer.hpp"
 #include "tessera/models/gguf.hpp"
 #include "tessera/models/gguf_reader.hpp"
+#include "tessera/models/kernels_q8.hpp"
 #include "util.hpp"
 
 namespace tessera::models {
@@ -351,6 +353,178 @@ TEST(gguf_reader, f16_bf16_q8_0_dequantise_exactly_and_logits_stay_close) {
                   ggml_type_name(type).c_str(), err, bound);
     }
   }
+}
+
+// --- Q8_0 blocks kept (load with dtype::q8_0) against the same file dequantised -----------------------
+
+// max |logit diff| / max(1, max |reference logit|) over rows.
+double bounded_error(const std::vector<std::vector<float>>& ref, const std::vector<std::vector<float>>& got) {
+  double diff = 0, scale = 1;
+  for (size_t i = 0; i < ref.size(); ++i)
+    for (size_t j = 0; j < ref[i].size(); ++j) {
+      diff = std::max(diff, std::fabs(static_cast<double>(ref[i][j]) - got[i][j]));
+      scale = std::max(scale, std::fabs(static_cast<double>(ref[i][j])));
+    }
+  return diff / scale;
+}
+
+// One mixed batch of 8 sequences (prefill of 5 tokens each, 40 rows), then one decode step of 8 rows.
+std::vector<std::vector<float>> batched_steps(const decoder_model& m) {
+  kv_layout layout{4, 8 * 3, m.default_kv_dtype()};
+  auto cache = paged_kv_cache::make(m.shape(), layout);
+  EXPECT_TRUE(cache);
+  step_batch b;
+  for (int s = 0; s < 8; ++s) {
+    seq_step st;
+    st.seq_id = static_cast<uint64_t>(s);
+    for (int i = 0; i < 5; ++i) st.tokens.push_back((s * 37 + i * 11 + 3) % m.shape().vocab_size);
+    st.block_table = {3 * s, 3 * s + 1, 3 * s + 2};
+    b.seqs.push_back(st);
+  }
+  auto pre = m.step(b, *cache);
+  EXPECT_TRUE(pre) << pre.error().to_string();
+  for (int s = 0; s < 8; ++s) {
+    b.seqs[s].tokens = {(s * 13 + 7) % m.shape().vocab_size};
+    b.seqs[s].start_pos = 5;
+  }
+  auto dec = m.step(b, *cache);
+  EXPECT_TRUE(dec) << dec.error().to_string();
+  std::vector<std::vector<float>> all = *pre;
+  all.insert(all.end(), dec->begin(), dec->end());
+  return all;
+}
+
+// The file loaded with its Q8_0 blocks kept runs the weights of the file dequantised: full logits
+// within q8_0_decoder_logit_bound, greedy tokens equal up to the first near-tie, and the batched
+// steps (4..48 rows, the kernel fp32 shares) bit for bit.
+void expect_q8_matches_dequantised(const std::string& path, int expect_kept) {
+  auto f = load_decoder(path);                  // every tensor dequantised at load
+  auto q = load_decoder(path, 0, dtype::q8_0);  // Q8_0 matrices kept as blocks
+  ASSERT_TRUE(f) << f.error().to_string();
+  ASSERT_TRUE(q) << q.error().to_string();
+  EXPECT_EQ(q->compute_dtype(), dtype::q8_0);
+  EXPECT_EQ(q->default_kv_dtype(), dtype::fp32);
+  EXPECT_FALSE(q->holds_fp32_matrices());  // the blocks were never dequantised
+  EXPECT_LT(q->matrix_bytes(), f->matrix_bytes());
+  auto g = map_gguf(path);
+  ASSERT_TRUE(g);
+  int kept = 0;
+  for (const auto& t : g->tensors) kept += t.type == 8 && t.name != "token_embd.weight" && t.name != "position_embd.weight";
+  EXPECT_EQ(kept, expect_kept);
+  // 60 positions: the prefill's panels through oneDNN (over 48 rows), fp32 sums in another order.
+  std::vector<int32_t> longer(60);
+  for (size_t i = 0; i < longer.size(); ++i) longer[i] = static_cast<int32_t>((i * 7 + 1) % f->shape().vocab_size);
+  auto lf = f->full_logits(longer), lq = q->full_logits(longer);
+  ASSERT_TRUE(lf && lq);
+  const double err = bounded_error(*lf, *lq);
+  EXPECT_LE(err, q8_0_decoder_logit_bound);
+  const auto bf = batched_steps(*f), bq = batched_steps(*q);
+  ASSERT_EQ(bf.size(), bq.size());
+  for (size_t i = 0; i < bf.size(); ++i)
+    EXPECT_EQ(std::memcmp(bf[i].data(), bq[i].data(), bf[i].size() * 4), 0) << "batched row " << i;
+  generate_options o;
+  o.max_tokens = 12;
+  o.keep_logits = true;
+  auto gf = greedy_generate(*f, prompt, o), gq = greedy_generate(*q, prompt, o);
+  ASSERT_TRUE(gf && gq);
+  size_t same = 0;
+  double step_err = 0;  // the decode steps: one row, the Q8_0 kernel's own sums
+  for (; same < gf->tokens.size() && gf->tokens[same] == gq->tokens[same]; ++same) {
+    step_err = std::max(step_err, bounded_error({gf->logits[same]}, {gq->logits[same]}));
+    EXPECT_LE(step_err, q8_0_decoder_logit_bound) << "step " << same;
+  }
+  if (same < gf->tokens.size()) {  // only at a near-tie of the reference
+    double mx = 1;
+    for (float v : gf->logits[same]) mx = std::max(mx, std::fabs(static_cast<double>(v)));
+    EXPECT_LT(gf->top2_margin[same], 2 * q8_0_decoder_logit_bound * mx) << "tokens differ at step " << same;
+  }
+  std::printf("%s: %d Q8_0 matrices kept, %.1f KB vs %.1f KB fp32; error (bound %.0e): 60-position full logits "
+              "%.2g, greedy steps %.2g; greedy equal for %zu of %zu tokens\n", path.c_str(), kept,
+              q->matrix_bytes() / 1e3, f->matrix_bytes() / 1e3, q8_0_decoder_logit_bound, err, step_err, same,
+              gf->tokens.size());
+}
+
+// export-gguf --type q8_0: every matrix whose rows are whole blocks Q8_0 (others and vectors F32),
+// file_type 7, each value the quantisation of the model's (scales checked against the CPU's F16C
+// rounding by kernels_q8_test); the file loaded with blocks kept matches it loaded dequantised.
+TEST(gguf_reader, q8_0_export_and_its_blocks_kept_match_the_dequantised_fp32_run) {
+  struct cse { std::string file, tok; nlohmann::json over; int kept; };
+  // kept: the layers' Q8_0 Linear matrices (and output.weight / a tied head's token_embd).
+  const std::vector<cse> cases = {
+      {"llama-odd.config.json", "llama", {{"hidden_size", 128}, {"intermediate_size", 256}}, 3 * 7 + 1},
+      {"llama-odd.config.json", "llama", {}, 3 * 1},  // hidden 100: only o_proj (in 96) is Q8_0
+      {"llama-tied.config.json", "llama", {}, 2 * 6},  // ffn 136: down_proj stays F32
+      {"gpt2-odd.config.json", "gpt2", {{"n_embd", 96}, {"n_inner", 192}}, 3 * 4},
+      {"qwen2-odd.config.json", "gpt2", {}, 3 * 6}};  // Q/K/V with biases, ffn 200: down F32
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.file + " " + c.over.dump());
+    const auto m = seeded(c.file, 4, c.over);
+    const std::string path = make_temp_dir("gguf_reader") + "/q8-" + c.file + ".gguf";
+    auto t = bpe_tokenizer::load(c.tok);
+    ASSERT_TRUE(t) << t.error().to_string();
+    ASSERT_TRUE(write_gguf(m, *t, path, {.q8_0 = true}).ok());
+    auto g = map_gguf(path);
+    ASSERT_TRUE(g) << g.error().to_string();
+    EXPECT_EQ(g->find("general.file_type")->i, 7);
+    for (const auto& ti : g->tensors)
+      EXPECT_EQ(ti.type, ti.ne.size() == 2 && ti.ne[0] % 32 == 0 ? 8u : 0u) << ti.name;
+    auto f = load_decoder(path);
+    ASSERT_TRUE(f) << f.error().to_string();
+    if (!m.shape().traits().conv1d_weights)  // [out, in] rows: the file's values are the rows quantised
+      for (const auto& spec : expected_decoder_tensors(m.shape())) {
+        if (spec.shape.size() != 2 || spec.shape[1] % 32) continue;
+        const q8_0_weight w = q8_0_weight::quantize(m.find(spec.name)->data, spec.shape[0], spec.shape[1]);
+        std::vector<float> want(static_cast<size_t>(spec.shape[0] * spec.shape[1]));
+        w.dequantize_rows(0, spec.shape[0], want.data());
+        EXPECT_EQ(std::memcmp(want.data(), f->find(spec.name)->data, want.size() * 4), 0) << spec.name;
+      }
+    expect_q8_matches_dequantised(path, c.kept);
+  }
+}
+
+// A Q8_0 file written by this test's own writer (reencode: not tessera's quantiser) runs on its own
+// blocks, matching the same file dequantised.
+TEST(gguf_reader, q8_0_file_from_another_writer_keeps_its_blocks) {
+  for (const auto& [file, tok, over, kept] : std::vector<std::tuple<std::string, std::string, nlohmann::json, int>>{
+           {"llama-odd.config.json", "llama", {{"hidden_size", 128}, {"intermediate_size", 256}}, 3 * 7 + 1},
+           {"gpt2-odd.config.json", "gpt2", {{"n_embd", 96}, {"n_inner", 192}}, 3 * 4}}) {
+    SCOPED_TRACE(file);
+    const auto m = seeded(file, 6, over);
+    std::map<std::string, std::vector<float>> expect;
+    const std::string q = reencode(exported(m, tok, file + "-w"), 8, expect);
+    expect_q8_matches_dequantised(q, kept);
+  }
+}
+
+// A model holding only the file's blocks refuses what needs fp32 matrices, naming the dtype.
+TEST(gguf_reader, a_model_of_kept_q8_0_blocks_refuses_what_needs_fp32) {
+  const auto m = seeded("llama-tied.config.json", 2);
+  const std::string path = make_temp_dir("gguf_reader") + "/q8-refusals.gguf";
+  auto t = bpe_tokenizer::load("llama");
+  ASSERT_TRUE(t);
+  ASSERT_TRUE(write_gguf(m, *t, path, {.q8_0 = true}).ok());
+  EXPECT_FALSE(write_gguf(m, *t, path + ".x", {.f16 = true, .q8_0 = true}).ok());
+  auto q = load_gguf_decoder(path, dtype::q8_0);
+  ASSERT_TRUE(q) << q.error().to_string();
+  for (dtype d : {dtype::fp32, dtype::bf16}) {
+    const status st = q->set_dtype(d);
+    EXPECT_EQ(st.code(), errc::unsupported);
+    EXPECT_NE(st.message().find("load it with --dtype " + std::string(dtype_name(d))), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(q->set_dtype(dtype::int8).code(), errc::unsupported);
+  EXPECT_TRUE(q->set_dtype(dtype::q8_0).ok());
+  const status w = write_gguf(*q, *t, path + ".again");
+  EXPECT_NE(w.message().find("only in q8_0"), std::string::npos) << w.message();
+  const status s = save_decoder(*q, make_temp_dir("gguf_reader") + "/q8-save");
+  EXPECT_NE(s.message().find("only in q8_0"), std::string::npos) << s.message();
+  // The same model quantised in memory (set_dtype(q8_0) of fp32) keeps its fp32 matrices and returns to fp32.
+  auto mem = load_decoder(path);
+  ASSERT_TRUE(mem);
+  ASSERT_TRUE(mem->set_dtype(dtype::q8_0).ok());
+  EXPECT_EQ(mem->compute_dtype(), dtype::q8_0);
+  EXPECT_TRUE(mem->holds_fp32_matrices());
+  ASSERT_TRUE(mem->set_dtype(dtype::fp32).ok());
+  EXPECT_EQ(mem->compute_dtype(), dtype::fp32);
 }
 
 // --- a file from the spec's layout, not from tessera's exporter ---------------------------------------

@@ -20,10 +20,12 @@ namespace tessera::models {
 
 /// Element type of weights and activations in a forward. fp32 is the reference. int8 is the BERT
 /// encoder's Linear layers only (int8_weights.hpp): parse_dtype refuses it unless the caller
-/// allows it, so a path without int8 (decoders, tiles, the GPU baseline) never sees it.
-enum class dtype : uint8_t { fp32, bf16, int8 };
+/// allows it, so a path without int8 (decoders, tiles, the GPU baseline) never sees it. q8_0 is
+/// the single-process decoder's Linear matrices kept as GGUF Q8_0 blocks (kernels_q8.hpp) with
+/// fp32 activations, refused likewise unless allowed.
+enum class dtype : uint8_t { fp32, bf16, int8, q8_0 };
 
-/// "fp32", "bf16" or "int8".
+/// "fp32", "bf16", "int8" or "q8_0".
 std::string_view dtype_name(dtype d);
 
 /// How far a bf16 forward's logits may be from the fp32 reference's: this times
@@ -33,13 +35,15 @@ inline constexpr double bf16_logit_bound = 0.05;
 /// How far an int8 BERT forward's logits may be from the fp32 reference's: this times
 /// max(1, max |fp32 logit|) (docs/models.md, "int8").
 inline constexpr double int8_logit_bound = 0.15;
-/// Parses "fp32" or "bf16" (and "int8" when allow_int8); anything else is an invalid_argument
-/// naming the choices. "int8" where it is not allowed names the paths that run it.
-result<dtype> parse_dtype(std::string_view text, bool allow_int8 = false);
-/// Bytes per element: 4, 2 or 1 (int8: the Linear matrices' and their inputs').
+/// Parses "fp32" or "bf16" (and "int8" when allow_int8, "q8_0" when allow_q8_0); anything else is
+/// an invalid_argument naming the choices. "int8" or "q8_0" where not allowed names the paths that
+/// run it.
+result<dtype> parse_dtype(std::string_view text, bool allow_int8 = false, bool allow_q8_0 = false);
+/// Bytes per element: 4, 2 or 1 (int8: the Linear matrices' and their inputs'; q8_0: the matrices'
+/// values, 1.125 with the block scales).
 int dtype_bytes(dtype d);
 
-/// OK when this CPU runs `d` natively. int8 needs oneDNN's avx512_core_vnni ISA (or a superset)
+/// OK when this CPU runs `d` natively (q8_0: everywhere; AVX-512 kernels where the CPU has them). int8 needs oneDNN's avx512_core_vnni ISA (or a superset)
 /// and the CPU's avx512_vnni instructions. bf16 needs oneDNN's avx512_core_bf16 or AMX kernels (the
 /// effective ISA, which ONEDNN_MAX_CPU_ISA may lower) and the avx512_bf16 instructions; without
 /// them it is `unsupported` with a message saying so: tessera never falls back to fp32 silently,

@@ -26,6 +26,7 @@
 #include "tessera/common/status.hpp"
 #include "tessera/models/bf16.hpp"
 #include "tessera/models/decoder_config.hpp"
+#include "tessera/models/kernels_q8.hpp"
 #include "tessera/models/kv_cache.hpp"
 #include "tessera/models/shape.hpp"
 #include "tessera/models/token_sampling.hpp"
@@ -124,12 +125,30 @@ class decoder_model {
   /// to bf16, the residual stream, norms, rotary, attention (softmax included) and logits stay fp32;
   /// embedding rows are read from the fp32 tables. step() and full_logits() both follow it. Error
   /// (`unsupported`, nothing changed) when this CPU has no native bf16. fp32 drops the copies.
+  /// q8_0: every Linear matrix whose `in` is a multiple of 32 quantised once to GGUF Q8_0 blocks
+  /// (quantize_q8_0; Q, K and V stacked) and run by the Q8_0 kernel (kernels_q8.hpp: blocks
+  /// dequantised in the kernel, fp32 activations, accumulation, norms, attention and logits; the KV
+  /// cache stays fp32); other matrices stay fp32. A model loaded with its file's Q8_0 blocks
+  /// (load_gguf_decoder(path, dtype::q8_0)) is in q8_0 already. int8 is refused (the encoder's).
   status set_dtype(dtype d);
-  dtype compute_dtype() const { return bf16_ ? dtype::bf16 : dtype::fp32; }
-  /// False for a model built straight into bf16 (make_seeded_decoder(shape, seed, dtype::bf16)):
-  /// its Linear matrices exist only as the bf16 copies, so set_dtype(fp32), save_decoder and
-  /// find()'s matrix views (data nullptr) have nothing to read and refuse or say so.
-  bool holds_fp32_matrices() const { return !bf16_only_; }
+  dtype compute_dtype() const { return q8_ ? dtype::q8_0 : bf16_ ? dtype::bf16 : dtype::fp32; }
+  /// The KV cache element type that goes with the dtype: bf16 for bf16, fp32 otherwise (q8_0 too).
+  dtype default_kv_dtype() const { return bf16_ ? dtype::bf16 : dtype::fp32; }
+  /// False for a model built straight into bf16 (make_seeded_decoder(shape, seed, dtype::bf16)) or
+  /// loaded with its file's Q8_0 blocks: its Linear matrices exist only as the bf16 copies or the
+  /// blocks, so set_dtype(fp32), save_decoder, write_gguf and find()'s matrix views (data nullptr)
+  /// have nothing to read and refuse or say so.
+  bool holds_fp32_matrices() const { return !bf16_only_ && !q8_only_; }
+  /// Bytes of the Linear matrices the forward reads in the current dtype (Q8_0 blocks with their
+  /// scales, bf16 copies, or fp32; the LM head included, the embedding table not).
+  int64_t matrix_bytes() const;
+  /// Runs q8_0 with these Q8_0 matrices (HF names as expected_decoder_tensors gives them, the LM
+  /// head of a tied model under the token embedding's name; values [out, in] in the kernels'
+  /// layout, GPT-2's c_attn as one [q + 2 kv, hidden] matrix) and, for the other matrices, the fp32
+  /// ones quantised (in a multiple of 32) or kept fp32. A matrix whose fp32 data is absent
+  /// (tensor_view data nullptr: the GGUF reader keeps blocks without dequantising them) must be
+  /// among `blocks`; the model then holds no fp32 matrices. Errors name the matrix.
+  status adopt_q8_0(std::map<std::string, q8_0_weight> blocks);
   /// Seeded weights (fill_decoder_preset_tensor) of a LLaMA-family shape generated one matrix at a
   /// time and packed into bf16 at once: the process holds 2 bytes a matrix weight (plus the fp32
   /// embedding and norms), never the fp32 model. Logits equal make_seeded_decoder + set_dtype(bf16)
@@ -144,6 +163,8 @@ class decoder_model {
   std::map<std::string, tensor_view, std::less<>> tensors_;
   std::shared_ptr<const struct bf16_decoder_weights> bf16_;  // set_dtype(bf16)
   bool bf16_only_ = false;  // seeded_bf16: no fp32 matrices
+  std::shared_ptr<const struct q8_decoder_weights> q8_;  // set_dtype(q8_0), adopt_q8_0
+  bool q8_only_ = false;    // adopt_q8_0 of a file's blocks without their fp32 values
 };
 /// How far bf16 decoder logits may be from fp32's: max |diff| <= this x max(1, max |fp32 logit|)
 /// (docs/models.md, "bf16 decoders": 1.7x the worst measured on the seeded tiny decoders of every
@@ -160,6 +181,13 @@ inline double bf16_decoder_near_tie(double max_abs_fp32_logit, double bound = bf
 /// the two 0.174 (docs/models.md, "bf16 paged KV cache"); an fp32-weight model over a bf16 cache
 /// stays within bf16_decoder_logit_bound.
 inline constexpr double bf16_kv_decoder_logit_bound = 0.25;
+/// How far q8_0 decoder logits may be from the fp32 run of the same weights dequantised (a GGUF file
+/// loaded with dtype::fp32, or the dequantised matrices): max |diff| <= this x max(1, max |fp32
+/// logit|). The Q8_0 kernel multiplies the very fp32 weights a dequantised load holds; only the
+/// order of fp32 sums differs (none for 4..48 rows), so the logits differ by fp32 rounding carried
+/// through the layers (docs/models.md, "Q8_0 weights": measured <= 3.9e-6 at batch-1 decode steps, 0 for
+/// prefills and batched steps, on the test models).
+inline constexpr double q8_0_decoder_logit_bound = 1e-4;
 
 /// A decoder preset (gpt2-tiny, gpt2, gpt2-medium, llama-tiny, llama-1b; llama-2-7b and
 /// llama-3-8b are shapes for timing) with seeded weights, bit-identical on every machine and
@@ -173,7 +201,7 @@ result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t see
 /// (decoder_model::seeded_bf16: llama-2-7b in 13.5 GB instead of 27 GB of fp32 + 13.5 GB of
 /// copies), GPT-2 through fp32 + set_dtype. The memory refusal counts the bytes the dtype keeps.
 result<decoder_model> make_seeded_decoder(const model_shape& shape, uint64_t seed, dtype d);
-/// make_preset_decoder in `d` (make_seeded_decoder(shape, seed, d)).
+/// make_preset_decoder in `d` (make_seeded_decoder(shape, seed, d); q8_0: fp32, then set_dtype).
 result<decoder_model> make_preset_decoder(std::string_view preset, uint64_t seed, dtype d);
 /// Seeded weights for the shape of a config.json file (its file name names the shape); errors name
 /// the file (unreadable, or the field parse_decoder_config_json refuses).
@@ -184,6 +212,10 @@ result<decoder_model> make_decoder_from_config(const std::string& config_path, u
 /// Loads a Hugging Face folder (config.json + model.safetensors, or model.safetensors.index.json
 /// and its shards) or a preset by name. Errors name the file, the tensor and the expected shape.
 result<decoder_model> load_decoder(std::string_view path_or_preset, uint64_t preset_seed = 0);
+/// The same in dtype `d`: a GGUF file through load_gguf_decoder(path, d) (q8_0 keeps the file's
+/// Q8_0 blocks, never dequantising them), a preset through make_preset_decoder(name, seed, d),
+/// a folder loaded then set_dtype(d).
+result<decoder_model> load_decoder(std::string_view path_or_preset, uint64_t preset_seed, dtype d);
 /// Writes config.json + model.safetensors (fp32, HF names and layouts, "transformer." prefixed
 /// for GPT-2, Conv1D [in, out]): what Hugging Face transformers and the golden script load.
 status save_decoder(const decoder_model& model, const std::string& dir);
@@ -194,7 +226,7 @@ struct generate_options {
   int block_tokens = 16;      ///< cache block size
   int prefill_chunk = 0;      ///< prefill in chunks of this many tokens (0 = the whole prompt at once)
   bool keep_logits = false;   ///< keep every step's logits in generation::logits (vocab floats a token)
-  std::optional<dtype> kv_dtype;  ///< the KV cache's element type (unset: the model's compute_dtype())
+  std::optional<dtype> kv_dtype;  ///< the KV cache's element type (unset: the model's default_kv_dtype())
 };
 
 struct generation {

@@ -33,12 +33,17 @@ struct gguf_write_options {
   /// MLP, LM head) F16, rounded to nearest even, vectors (norms, biases) F32, as llama.cpp's own
   /// converter writes "--outtype f16" (file_type 1, MOSTLY_F16).
   bool f16 = false;
+  /// true: the matrices whose rows (ne[0]) are whole blocks of 32 values Q8_0 (quantize_q8_0:
+  /// d = max |x| / 127 as fp16, q = round(x / d), as ggml's reference quantiser rounds), the other
+  /// matrices and the vectors F32 (file_type 7, MOSTLY_Q8_0). Not with f16.
+  bool q8_0 = false;
   /// tokenizer.chat_template (a Jinja template); empty: the tokenizer's chat_template(), none when
   /// that is empty too.
   std::string chat_template;
 };
 
-/// Writes `model` and `tokenizer` as a GGUF v3 file at `path` (f32, or f16 matrices: `options`). The tokenizer must have at
+/// Writes `model` and `tokenizer` as a GGUF v3 file at `path` (f32, or f16 or Q8_0 matrices:
+/// `options`; the model must hold fp32 matrices). The tokenizer must have at
 /// least the model's vocab_size tokens; a larger one is cut to the model's first vocab_size ids
 /// (with only the merges among them). The kind must fit the architecture (byte-level BPE for gpt2,
 /// SentencePiece-style for llama). bos/eos are the model's (the tokenizer's when the model has none).

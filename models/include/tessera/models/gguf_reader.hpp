@@ -92,9 +92,14 @@ result<std::vector<float>> gguf_tensor_f32(const gguf_file& file, const gguf_ten
 /// tokenizer.ggml.*). Errors name the key.
 result<model_shape> gguf_decoder_shape(const gguf_file& file);
 
-/// A decoder from a GGUF file: shape as gguf_decoder_shape, weights in fp32.
-result<decoder_model> load_gguf_decoder(const std::string& path);
-result<decoder_model> gguf_decoder(const gguf_file& file);
+/// A decoder from a GGUF file: shape as gguf_decoder_shape, weights in fp32. With d = q8_0 the
+/// Linear matrices the file holds as Q8_0 keep their blocks (never dequantised; Q and K rows
+/// reordered for LLaMA as above) and run on the Q8_0 kernel (decoder_model::adopt_q8_0: the other
+/// matrices quantised at load when their rows are whole blocks); the token (and position)
+/// embedding is dequantised for its row lookups, and a tied LM head runs on token_embd's blocks.
+/// Other d: the fp32 weights (the caller's set_dtype converts).
+result<decoder_model> load_gguf_decoder(const std::string& path, dtype d = dtype::fp32);
+result<decoder_model> gguf_decoder(const gguf_file& file, dtype d = dtype::fp32);
 
 /// The file's tokenizer: tokenizer.ggml.model "gpt2" (tokens + merges: byte-level BPE) or "llama"
 /// (tokens, scores, token_type: SentencePiece-style BPE with byte fallback; merges rebuilt from the
