@@ -23,6 +23,8 @@
 //       --prompt 128 768 --batch 1 8 32 64 --decode 128 --csv /tmp/dt.csv --json /tmp/dt.json
 //   build/bin/tessera-bench-decoder-tiles --model llama-tiny --tiles 2 --plan tp --prompt 16 --batch 2 --decode 4
 //   build/bin/tessera-bench-decoder-tiles --model llama-tiny --tiles 2 --plan 1,1,2,1 1,1,2,1,2 --sample tile  (LM head split)
+//   build/bin/tessera-bench-decoder-tiles --model gpt2 --tiles 0 2 --plan auto tp --collective rs-ag allreduce
+//       (lanes reducing by reduce-scatter + all-gather against all-reduce, in one run)
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -106,7 +108,7 @@ double cpu_seconds(const engine& e) {
 }
 
 struct row {
-  std::string model, mode, plan, dtype = "fp32", sample = "-";
+  std::string model, mode, plan, dtype = "fp32", sample = "-", collective = "-";
   int tiles = 0, prompt = 0, batch = 0, decode = 0;
   double prefill_s = 0, decode_s = 0, prefill_cpu_s = 0, decode_cpu_s = 0;
   int64_t prefill_tokens = 0, decode_tokens = 0, prefill_steps = 0, decode_steps = 0;
@@ -116,6 +118,7 @@ struct row {
   void took(int32_t t) { token_hash = (token_hash ^ static_cast<uint32_t>(t)) * 1099511628211ull; }
   double decode_compute_s = 0, decode_wait_s = 0, decode_sync_s = 0, decode_host_s = 0;
   double modelled_prefill_s = 0, modelled_decode_s = 0;
+  double load = -1;  // the 1-minute load average when the row ended
 
   double prefill_tps() const { return prefill_tokens / std::max(prefill_s, 1e-12); }
   double decode_tps() const { return decode_tokens / std::max(decode_s, 1e-12); }
@@ -334,6 +337,7 @@ struct options {
   std::vector<std::string> plans{"auto", "tp"};
   std::vector<int> prompts{128, 768}, batches{1, 8, 32, 64};
   std::vector<std::string> samples{"tile"};
+  std::vector<std::string> collectives{"auto"};
   int decode = 128, token_budget = 2048, threads = 1;
   std::string tile_memory = "4GiB", system = "ipu-mk2:chips=1", csv, json, dtype = "fp32";
 };
@@ -342,17 +346,17 @@ void print_table(const std::vector<row>& rows, const std::string& system) {
   std::printf(
       "\n| model | dtype | N | plan | sample | prompt | B | prefill tok/s | decode tok/s | prefill tok/CPU-s | decode tok/CPU-s | decode ms/step | supersteps/token | "
       "barriers/step | KiB exchanged/token | compute ms/step | barrier+exchange wait ms/step | barrier wait ms/step | "
-      "host round trip ms/step | KiB to host/step | modelled us/token (%s) | modelled prefill tok/s |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "host round trip ms/step | KiB to host/step | modelled us/token (%s) | modelled prefill tok/s | load |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       system.c_str());
   for (const auto& r : rows)
-    std::printf("| %s | %s | %d | %s %s | %s | %d | %d | %.0f | %.1f | %.0f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.0f |\n",
+    std::printf("| %s | %s | %d | %s %s | %s | %d | %d | %.0f | %.1f | %.0f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.0f | %.1f |\n",
                 r.model.c_str(), r.dtype.c_str(), r.tiles, r.mode.c_str(), r.plan.c_str(), r.sample.c_str(), r.prompt, r.batch, r.prefill_tps(),
                 r.decode_tps(), r.prefill_cpu_tps(), r.decode_cpu_tps(), r.per_step(r.decode_s) * 1e3, r.per_token(double(r.decode_supersteps)),
                 r.per_step(double(r.decode_barriers)), r.per_token(double(r.decode_bytes)) / 1024.0,
                 r.per_step(r.decode_compute_s) * 1e3, r.per_step(r.decode_wait_s) * 1e3,
                 r.per_step(r.decode_sync_s) * 1e3, r.per_step(r.decode_host_s) * 1e3, r.per_step(double(r.decode_host_bytes)) / 1024.0,
-                r.per_token(r.modelled_decode_s) * 1e6, r.prefill_tokens / std::max(r.modelled_prefill_s, 1e-12));
+                r.per_token(r.modelled_decode_s) * 1e6, r.prefill_tokens / std::max(r.modelled_prefill_s, 1e-12), r.load);
   std::fflush(stdout);
 }
 
@@ -363,6 +367,7 @@ nlohmann::ordered_json to_json(const row& r) {
           {"mode", r.mode},
           {"plan", r.plan},
           {"sample", r.sample},
+          {"collective", r.collective},
           {"token_hash", std::to_string(r.token_hash)},
           {"prompt", r.prompt},
           {"batch", r.batch},
@@ -390,7 +395,8 @@ nlohmann::ordered_json to_json(const row& r) {
           {"host_round_trip_ms_per_step", r.per_step(r.decode_host_s) * 1e3},
           {"host_bytes_per_step", r.per_step(double(r.decode_host_bytes))},
           {"modelled_us_per_token", r.per_token(r.modelled_decode_s) * 1e6},
-          {"modelled_prefill_tokens_per_s", r.prefill_tokens / std::max(r.modelled_prefill_s, 1e-12)}};
+          {"modelled_prefill_tokens_per_s", r.prefill_tokens / std::max(r.modelled_prefill_s, 1e-12)},
+          {"load_1min", r.load}};
 }
 
 status write_outputs(const std::vector<row>& rows, const options& o) {
@@ -437,6 +443,9 @@ int main(int argc, char** argv) {
       ("system", po::value(&o.system)->default_value(o.system), "the modelled system (timing/llm_system.hpp spec)")
       ("sample", po::value(&o.samples)->multitoken(), "on tiles: tile (greedy tokens chosen on the LM-head tile, "
        "ids sent back) and/or host (whole logits rows sent back, argmax here) (default tile)")
+      ("collective", po::value(&o.collectives)->multitoken(), "on tiles, how lanes (W > 1) reduce: auto (the plan "
+       "ranking's choice), allreduce (one superstep a sub-layer) and/or rs-ag (reduce-scatter + all-gather: two), each "
+       "a run of every plan (default auto)")
       ("dtype", po::value(&o.dtype)->default_value(o.dtype), "fp32 or bf16: the decoder's matrices and KV cache, in "
        "the single process and on the tiles alike")
       ("csv", po::value(&o.csv), "also write the rows as CSV")
@@ -459,6 +468,12 @@ int main(int argc, char** argv) {
   if (o.decode < 1) return bad("--decode must be positive");
   for (const auto& s : o.samples)
     if (s != "tile" && s != "host") return bad("--sample " + s + ": use tile or host");
+  std::vector<collective> reduces;
+  for (const auto& c : o.collectives) {
+    auto parsed = parse_collective(c);
+    if (!parsed) return bad(parsed.error().message());
+    reduces.push_back(*parsed);
+  }
   if (o.token_budget < 1) return bad("--token-budget must be positive");
   if (o.threads < 1) return bad("--threads must be positive");
   auto dtype = models::parse_dtype(o.dtype);
@@ -474,7 +489,7 @@ int main(int argc, char** argv) {
 
   std::vector<row> rows;
   auto measure = [&](const engine& e, const std::string& name, const models::model_shape& shape, int n,
-                     const std::string& mode, const std::string& sample) -> status {
+                     const std::string& mode, const std::string& sample, const std::string& reduce) -> status {
     auto m = make_modeller(o.system, shape, e.supersteps);
     if (!m) return m.error();
     for (int P : o.prompts)
@@ -491,8 +506,11 @@ int main(int argc, char** argv) {
         r->mode = mode;
         r->plan = e.plan_text;
         r->sample = sample;
-        std::fprintf(stderr, "%s N=%d %s %s P=%d B=%d: prefill %.0f tok/s, decode %.1f tok/s\n", name.c_str(), n,
-                     e.plan_text.c_str(), sample.c_str(), P, B, r->prefill_tps(), r->decode_tps());
+        r->collective = reduce;
+        r->load = bench::load_1min();
+        std::fprintf(stderr, "%s N=%d %s %s P=%d B=%d: prefill %.0f tok/s, decode %.1f tok/s (%.1f a CPU-second), load %.1f\n",
+                     name.c_str(), n, e.plan_text.c_str(), sample.c_str(), P, B, r->prefill_tps(), r->decode_tps(),
+                     r->decode_cpu_tps(), r->load);
         rows.push_back(std::move(*r));
       }
     return ok_status();
@@ -519,12 +537,17 @@ int main(int argc, char** argv) {
           if (auto st = model->step(b, *cache, s.logits); !st.ok()) return st;
           return s;
         };
-        if (auto st = measure(e, name, shape, 0, "-", "-"); !st.ok()) return fail(st);
+        if (auto st = measure(e, name, shape, 0, "-", "-", "-"); !st.ok()) return fail(st);
         continue;
       }
       std::set<std::string> done_plans;
-      for (const auto& mode : o.plans) {
+      std::vector<std::pair<std::string, collective>> runs;  // every plan under every --collective
+      for (const auto& mode : o.plans)
+        for (const collective reduce : reduces) runs.emplace_back(mode, reduce);
+      for (const auto& [mode, reduce] : runs) {
+        const std::string reduce_name = collective_name(reduce);
         placement_request req;
+        req.reduce = reduce;
         req.tiles = n;
         req.tile_memory = *memory;
         req.token_budget = o.token_budget;
@@ -537,7 +560,9 @@ int main(int argc, char** argv) {
         }
         // The plan first (KV as many blocks as fit), then the plan again with the KV the rows need.
         auto c = compile_decoder(shape, req);
-        if (!c) return fail(c.error().with_context(name + " on " + std::to_string(n) + " tiles, --plan " + mode));
+        if (!c)
+          return fail(c.error().with_context(name + " on " + std::to_string(n) + " tiles, --plan " + mode + " --collective " +
+                                             reduce_name));
         const plan chosen = c->chosen;
         if (!done_plans.insert(chosen.to_string()).second) {
           std::fprintf(stderr, "%s on %d tiles: --plan %s chose %s, measured already\n", name.c_str(), n, mode.c_str(),
@@ -546,12 +571,14 @@ int main(int argc, char** argv) {
             if (rows[i].model == name && rows[i].tiles == n && rows[i].plan == chosen.to_string()) {
               row copy = rows[i];
               copy.mode = mode;
+              copy.collective = reduce_name;
               rows.push_back(copy);
             }
           continue;
         }
         const int per_replica = (max_b + chosen.replicas - 1) / chosen.replicas;
         req.forced = chosen;
+        req.reduce = chosen.width > 1 ? chosen.reduce : collective::rs_ag;  // as chosen, not ranked again
         req.max_sequences = per_replica;
         req.kv_blocks = per_replica * per_seq_blocks;
         c = compile_decoder(shape, req);
@@ -580,7 +607,7 @@ int main(int argc, char** argv) {
         status st = ok_status();
         for (const auto& smp : o.samples) {
           e.sample_on_tile = smp == "tile";
-          st = measure(e, name, shape, n, mode, smp);
+          st = measure(e, name, shape, n, mode, smp, reduce_name);
           if (!st.ok()) break;
         }
         (*group)->shutdown();

@@ -105,6 +105,7 @@ placement_request decoder_request(const tile_group_config& group_cfg, const mode
   req.token_budget = o.lo.step_token_budget;
   req.max_sequences = o.lo.max_running;
   req.forced = o.forced;
+  req.reduce = o.reduce;
   req.kv_blocks = o.lo.kv_blocks;
   req.kv_block_tokens = o.lo.block_tokens;
   req.dtype = o.dtype;

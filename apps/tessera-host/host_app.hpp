@@ -25,6 +25,7 @@ struct model_options {
   uint64_t seed = 0;          ///< preset weights
   models::dtype dtype = models::dtype::fp32;  ///< --dtype: BERT on tiles in fp32 or bf16
   std::optional<plan> forced;
+  collective reduce = collective::automatic;  ///< --collective: how a decoder's lanes reduce
   bool serve = false;         ///< HTTP front door until SIGINT/SIGTERM
   int check_batches = 0;      ///< run N mixed batches against the reference and exit
   double check_bound = 0;     ///< --check-bound: decoders' logit bound instead of decoder_logit_bound's (0: derived)

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   host::app::model_options mo;
   mo.so.batching_name = "packed";
   mo.so.batching.token_budget = 4096;
-  std::string memory = "256MiB", plan_text, keys_dir, faults_spec, dtype_text;
+  std::string memory = "256MiB", plan_text, keys_dir, faults_spec, dtype_text, collective_text;
   int64_t register_ms = 20000, heartbeat_timeout_ms = 3000, exchange_timeout_ms = 30000;
   po::options_description opts(
       "tessera-host: compiles work onto a group of tile processes and runs it\n\n"
@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
      "in bf16 (twice the KV positions in the same tile memory; activations, norms, softmax and logits fp32), "
      "--check compares with the single-process bf16 decoder")
     ("plan", po::value(&plan_text), "R,S,W[,M[,V]]: replicas, pipeline stages, tensor-parallel width, micro-batches, and for a decoder V LM-head vocabulary slices (default: automatic)")
+    ("collective", po::value(&collective_text)->default_value("auto"), "decoders: how a stage's lanes (W > 1) reduce "
+     "their partial sums: allreduce (every lane sends its whole partial rows to the others and sums them itself: 2 "
+     "supersteps a layer, (W-1) x the rows sent), rs-ag (reduce-scatter + all-gather: 4 a layer, 2(W-1)/W x the rows) "
+     "or auto (the plan ranking's choice by estimated cost, the barrier measured on the tiles)")
     ("serve", "serve the model over HTTP until SIGINT/SIGTERM")
     ("plan-only", "compile and print the chosen plan, the plans that fit (estimated tokens/s) and the per-tile memory "
      "table, then exit: no tile is started and no weights are made (a decoder preset's shape alone)")
@@ -169,6 +173,9 @@ int main(int argc, char** argv) {
       if (!p) return std::cerr << "tessera-host: " << p.error().message() << "\n", 2;
       mo.forced = *p;
     }
+    auto reduce = host::parse_collective(collective_text);
+    if (!reduce) return std::cerr << "tessera-host: " << reduce.error().message() << "\n", 2;
+    mo.reduce = *reduce;
     if (auto st = serving::finish_serve_options(mo.so); !st.ok()) return std::cerr << "tessera-host: " << st.message() << "\n", 2;
     if (auto st = serving::finish_llm_options(mo.lo); !st.ok()) return std::cerr << "tessera-host: " << st.message() << "\n", 2;
     if (!vm["kv-memory-mb"].defaulted() && host::app::is_decoder_model(mo.model))

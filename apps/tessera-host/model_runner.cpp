@@ -108,6 +108,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   req.token_budget = o.so.batching.token_budget;
   req.max_sequences = o.so.batching.max_batch_size;
   req.forced = o.forced;
+  req.reduce = o.reduce;
   req.dtype = o.dtype;
   if (o.plan_only) {  // what deploy_bert would compile; no tile started
     placement_request with_pooling = req;

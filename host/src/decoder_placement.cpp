@@ -4,6 +4,11 @@
 // layer (attention, its reduce-scatter + residual + all-gather, the MLP, the same again), stages
 // handing their micro-batch's rows on; the kernels are the decoder's (tile_daemon's
 // decoder_kernels.cpp, over models/kernels.hpp as decoder_model::step uses them).
+// With plan::reduce all_reduce, 2 supersteps a layer: attention, then every lane's whole partial
+// rows to the other lanes; dec_reduce (the W partials summed in lane order, bias, residual) and
+// the MLP, its partials the same way; the next layer's first superstep opens with the MLP's
+// dec_reduce, and a stage's last layer takes one superstep more for it (where the rows are
+// handed to the next stage).
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -36,6 +41,7 @@ struct dlayout {
     return {id, std::move(name), bf16() ? exchange::dtype::bf16 : exchange::dtype::f32, std::move(shape)};
   }
   int group() const { return c.num_heads / c.num_kv_heads; }
+  bool all_reduce() const { return p.width > 1 && p.reduce == collective::all_reduce; }
   row_range layers_of(int stage) const { return token_partition(c.num_layers, stage, p.stages); }
   heads_range heads_of(int lane) const {
     const int g = group();
@@ -163,7 +169,13 @@ void plan_tile(const dlayout& L, dtile& d, std::vector<weight_shard>& shards, st
   if (V > 1 && slice >= 0)  // the out tile gathers every slice's records
     add.act({ids::sample_parts, "sample_parts", dtype::i32, {out_tile ? V : 1, L.max_seqs, models::kSliceRecord}});
   const int64_t W = L.p.width;
-  int64_t inbound = (W - 1) * ((T + W - 1) / W) * H;
+  const bool all_reduce = L.all_reduce() && t.layer_end > t.layer_begin;
+  // An all-reduce receives the other lanes' partial rows into its slots (they are its inbound
+  // buffer); reduce-scatter + all-gather, a share of the rows from each other lane.
+  if (all_reduce)
+    for (int j = 0; j + 1 < W; ++j)
+      add.act(f32(ids::reduce_slot(j), "reduce_slot_" + std::to_string(j), {T, H}), "exchange");
+  int64_t inbound = all_reduce ? 0 : (W - 1) * ((T + W - 1) / W) * H;
   if (t.stage > 0) inbound = std::max<int64_t>(inbound, T * H);
   if (inbound > 0) add.act(f32(ids::exchange_buffer, "exchange_buffer", {inbound}), "exchange");
   d.kv_bytes_per_block = static_cast<uint64_t>(models::kv_layout::bytes_per_block(
@@ -203,7 +215,9 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
     auto lr = L.layers_of(s);
     max_layers = std::max<int>(max_layers, static_cast<int>(lr.end - lr.begin));
   }
-  const int K = 4 * max_layers + 1;
+  const bool all_reduce = L.all_reduce();
+  const int per_layer = all_reduce ? 2 : 4;  // supersteps
+  const int K = per_layer * max_layers + 1;
   const int clocks = M + S - 1;
   const std::vector<uint32_t> members = detail::replica_tiles(L, r);
   b.open(members, temps, static_cast<size_t>(clocks * K));
@@ -222,9 +236,19 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
       for (int w = 0; w < W; ++w) {
         const uint32_t t = L.tile_of(r, s, w);
         const dtile& d = tiles[t];
+        // All-reduce: the W partial sums of layer l's sub-layer (attention's o_b or the MLP's
+        // down_b) summed in lane order (slot j holds lane j < w ? j : j + 1), bias, residual.
+        auto reduce = [&](int l, uint32_t bias, bool has_bias) {
+          std::vector<uint32_t> in;
+          for (int q = 0; q < W; ++q) in.push_back(q == w ? ids::partial : ids::reduce_slot(q < w ? q : q - 1));
+          in.push_back(ids::hidden);
+          if (has_bias) in.push_back(ids::dec_layer(l, bias));
+          return make_call<kid::dec_reduce>(in, {ids::hidden}, models::dec_reduce_params{mb, static_cast<uint32_t>(W)});
+        };
         for (int l = static_cast<int>(lr.begin); l < lr.end; ++l) {
-          const size_t base = static_cast<size_t>(cl * K + 4 * (l - lr.begin));
+          const size_t base = static_cast<size_t>(cl * K + per_layer * (l - lr.begin));
           auto& a = b.step(t, base).compute;
+          if (all_reduce && l > lr.begin) a.push_back(reduce(l - 1, ids::down_b, mlp_bias));
           if (s == 0 && l == lr.begin)
             a.push_back(make_call<kid::dec_embed>(with({ids::token_ids, ids::step_meta, ids::word},
                                                      c.positions == models::position_kind::learned, ids::position),
@@ -248,9 +272,11 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
           a.push_back(make_call<kid::dec_attention>(
               {ids::dec_q, ids::dec_k, ids::dec_v, ids::step_meta, ids::kv_keys, ids::kv_values}, {ids::context}, att));
           a.push_back(make_call<kid::linear>({ids::context, ids::dec_layer(l, ids::o_w)}, {ids::partial}, plain));
-          b.step(t, base + 1).compute.push_back(make_call<kid::dec_residual>(
-              with({ids::partial, ids::hidden}, o_bias, ids::dec_layer(l, ids::o_b)), {ids::hidden}, lane));
-          auto& f = b.step(t, base + 2).compute;
+          if (all_reduce) b.step(t, base + 1).compute.push_back(reduce(l, ids::o_b, o_bias));
+          else
+            b.step(t, base + 1).compute.push_back(make_call<kid::dec_residual>(
+                with({ids::partial, ids::hidden}, o_bias, ids::dec_layer(l, ids::o_b)), {ids::hidden}, lane));
+          auto& f = b.step(t, all_reduce ? base + 1 : base + 2).compute;
           f.push_back(make_call<kid::dec_norm>(
               with({ids::hidden, ids::dec_layer(l, ids::norm2_w)}, layer_norm, ids::dec_layer(l, ids::norm2_b)), {ids::normed}, norm));
           if (c.gated_mlp) {
@@ -262,6 +288,19 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
                                              {ids::dec_up}, {mb, act}));
           }
           f.push_back(make_call<kid::linear>({ids::dec_up, ids::dec_layer(l, ids::down_w)}, {ids::partial}, plain));
+          if (all_reduce) {
+            // The partial sums after the attention (base) and after the MLP (base + 1) to every
+            // other lane; the stage's last layer sums the MLP's in a superstep of its own
+            // (base + 2), which hands the rows to the next stage.
+            const auto lanes = lanes_of(L, r, s, W);
+            b.all_reduce_exchange(t, base, H, w, m, M, lanes);
+            b.all_reduce_exchange(t, base + 1, H, w, m, M, lanes);
+            if (l == lr.end - 1) {
+              b.step(t, base + 2).compute.push_back(reduce(l, ids::down_b, mlp_bias));
+              if (s + 1 < S) b.hand_on(t, base + 2, H, w, W, m, M, lanes_of(L, r, s + 1, W));
+            }
+            continue;
+          }
           b.step(t, base + 3).compute.push_back(make_call<kid::dec_residual>(
               with({ids::partial, ids::hidden}, mlp_bias, ids::dec_layer(l, ids::down_b)), {ids::hidden}, lane));
           // Reduce-scatter the partial sums by token rows, all-gather the updated rows; the stage's
@@ -380,7 +419,11 @@ double estimate_step_seconds(const models::model_shape& c, const plan& p, int to
   // A decode step reads every weight once: memory bound below ~ (bandwidth / flops) tokens.
   const double bytes_per_s = 10e9 * std::min(1.0, mm.cores / n);
   double step = layers * std::max(layer_flops / W / rate, layer_weights * wbytes / W / bytes_per_s);
-  if (p.width > 1) {
+  if (p.width > 1 && p.reduce == collective::all_reduce) {
+    // Two exchanges a layer, each lane's whole partial rows to the W - 1 others.
+    const double bytes = 2 * (W - 1) * micro_tokens * H * 4;
+    step += layers * (bytes / mm.link_bytes_per_s + 2 * (W - 1) * mm.message_seconds + 2 * mm.sync_seconds);
+  } else if (p.width > 1) {
     const double bytes = 2 * 2 * (W - 1) / W * micro_tokens * H * 4;
     step += layers * (bytes / mm.link_bytes_per_s + 4 * (W - 1) * mm.message_seconds + 4 * mm.sync_seconds);
   }
@@ -485,6 +528,13 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
   if (req.forced && req.forced->vocab_slices > c.vocab_size)
     return status::invalid("--plan " + req.forced->to_string() + ": more LM-head slices than vocabulary rows (" +
                            std::to_string(c.vocab_size) + ")");
+  if (req.forced && req.reduce == collective::all_reduce && req.forced->width == 1)
+    return status::invalid("--collective allreduce reduces the partial sums of a stage's lanes, and --plan " +
+                           req.forced->to_string() + " has one lane (W=1): give a plan with W > 1, or rs-ag or auto");
+  if (req.forced && req.reduce == collective::all_reduce && req.forced->width - 1 > ids::max_reduce_slots)
+    return status::invalid("--collective allreduce: W=" + std::to_string(req.forced->width) + " lanes need " +
+                           std::to_string(req.forced->width - 1) + " receive slots, at most " +
+                           std::to_string(ids::max_reduce_slots) + " (use rs-ag)");
   auto make_layout = [&](const plan& p) {
     return dlayout{c, p, req.token_budget, max_seqs, bt, max_blocks, meta, sample, req.dtype};
   };
@@ -526,6 +576,21 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
         for (int n = 2; n <= p.stages * p.width && n <= c.vocab_size; ++n) {
           v.push_back(p);
           v.back().vocab_slices = n;
+        }
+        return v;
+      },
+      // W > 1: lanes that all-reduce (first: the other must be 2% faster to replace it) and lanes
+      // that reduce-scatter + all-gather, as --collective allows.
+      [&](const plan& p) {
+        std::vector<plan> v;
+        if (p.width == 1) return std::vector<plan>{p};
+        if (req.reduce != collective::rs_ag && p.width - 1 <= ids::max_reduce_slots) {
+          v.push_back(p);
+          v.back().reduce = collective::all_reduce;
+        }
+        if (req.reduce != collective::all_reduce) {
+          v.push_back(p);
+          v.back().reduce = collective::rs_ag;
         }
         return v;
       }));

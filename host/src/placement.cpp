@@ -17,7 +17,25 @@ using detail::program_builder;
 
 std::string plan::to_string() const {
   return "R=" + std::to_string(replicas) + " S=" + std::to_string(stages) + " W=" + std::to_string(width) +
-         " M=" + std::to_string(micro_batches) + (vocab_slices > 1 ? " V=" + std::to_string(vocab_slices) : "");
+         " M=" + std::to_string(micro_batches) + (vocab_slices > 1 ? " V=" + std::to_string(vocab_slices) : "") +
+         (width > 1 && reduce == collective::all_reduce ? " all-reduce" : "");
+}
+
+const char* collective_name(collective c) {
+  switch (c) {
+    case collective::rs_ag: return "rs-ag";
+    case collective::all_reduce: return "allreduce";
+    case collective::automatic: return "auto";
+  }
+  return "?";
+}
+
+result<collective> parse_collective(const std::string& text) {
+  for (collective c : {collective::all_reduce, collective::rs_ag, collective::automatic})
+    if (text == collective_name(c)) return c;
+  return status::invalid("--collective '" + text +
+                         "' is not allreduce (one superstep a sub-layer: every lane sums all partials), rs-ag "
+                         "(reduce-scatter + all-gather: two) or auto (the plan ranking's choice)");
 }
 
 result<plan> parse_plan(const std::string& text) {
@@ -414,6 +432,9 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
   if (req.forced && req.forced->vocab_slices != 1)
     return status::invalid("--plan " + req.forced->to_string() + ": V (LM-head vocabulary slices) is for decoders; " +
                            cfg.name + " has no LM head to split");
+  if (req.reduce == collective::all_reduce)
+    return status::invalid("--collective allreduce is for decoders: " + cfg.name +
+                           "'s lanes reduce by reduce-scatter + all-gather only (use rs-ag or auto)");
   if (req.token_budget < 1)
     return status::invalid("--token-budget must be positive");
   if (req.token_budget < cfg.max_sequence_length())
@@ -484,6 +505,13 @@ std::string compiled_model::describe() const {
     os << ") pools the last layer's rows (" << models::pooling_name(pooling) << " pooling) into a pooled ["
        << max_sequences << ", " << config.hidden_size << "] f32 tensor: only pooled vectors go to the host\n";
   }
+  if (decoder && chosen.width > 1)
+    os << "lanes reduce by "
+       << (chosen.reduce == collective::all_reduce
+               ? "all-reduce: each lane sends its whole partial rows to the other " + std::to_string(chosen.width - 1) +
+                     " and sums the " + std::to_string(chosen.width) + " in lane order (2 supersteps a layer)"
+               : std::string("reduce-scatter + all-gather (4 supersteps a layer)"))
+       << "\n";
   if (candidates.size() > 1) {
     os << "plans that fit (estimated tokens/s):";
     for (const auto& [p, r] : candidates) os << "  " << p.to_string() << ": " << format_rate(r);

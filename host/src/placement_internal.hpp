@@ -125,6 +125,24 @@ struct program_builder {
     }
     for (uint32_t peer : next) connect(t, peer, base + 3, part(ids::hidden, w), part(ids::hidden, w), false);
   }
+  /// An all-reduce's exchange on tile `t`, lane `w` of a stage, in superstep `index`: the lane's
+  /// partial sums of micro-batch `m` of `M` (all its rows, `H` wide) to every other lane `q` of
+  /// `lanes`, into q's receive slot for lane w (tensor_ids::reduce_slot(w < q ? w : w - 1)).
+  void all_reduce_exchange(uint32_t t, size_t index, int64_t H, int w, int m, int M, const std::vector<uint32_t>& lanes) {
+    namespace ids = tensor_ids;
+    const int W = static_cast<int>(lanes.size());
+    for (int q = 0; q < W; ++q)
+      if (q != w)
+        connect(t, lanes[q], index, part_of(ids::partial, H, 0, 1, m, M),
+                part_of(ids::reduce_slot(w < q ? w : w - 1), H, 0, 1, m, M), false);
+  }
+  /// Tile `t` (lane `w` of `W`) hands its share of micro-batch `m`'s rows to every lane of the
+  /// next stage (`next`) in superstep `index` (the lanes' shares make the whole rows).
+  void hand_on(uint32_t t, size_t index, int64_t H, int w, int W, int m, int M, const std::vector<uint32_t>& next) {
+    namespace ids = tensor_ids;
+    for (uint32_t peer : next)
+      connect(t, peer, index, part_of(ids::hidden, H, w, W, m, M), part_of(ids::hidden, H, w, W, m, M), false);
+  }
 
   /// A superstep synchronises only where some member exchanges in it; the flag must be the same
   /// on every member (they all take part in the barrier).
@@ -178,17 +196,23 @@ struct plan_refusal {
 /// `variants(p)` (optional): the forms of candidate p to try in order, the first that fits taking
 /// its place (a decoder's LM head whole, then split over 2, 3, ... tiles); the tile-count fix tries
 /// the first and the last.
+/// `choices(p)` (optional): candidates ranked each on its own in place of p (a decoder's lanes
+/// reducing by all-reduce, then by reduce-scatter + all-gather), each through `variants`.
 inline std::vector<plan> plan_itself(const plan& p) { return {p}; }
-template <class Lay, class Rate, class Adopt, class Variants = std::vector<plan> (*)(const plan&)>
+template <class Lay, class Rate, class Adopt, class Variants = std::vector<plan> (*)(const plan&),
+          class Choices = std::vector<plan> (*)(const plan&)>
 status search_plans(const models::model_shape& cfg, const placement_request& req, bool lanes_need_heads,
                     compiled_model& best, const plan_refusal& words, Lay lay, Rate rate, Adopt adopt,
-                    Variants variants = plan_itself) {
-  auto candidates = candidate_plans(cfg, req, lanes_need_heads);
-  if (!candidates.ok()) return candidates.error();
+                    Variants variants = plan_itself, Choices choices = plan_itself) {
+  auto listed = candidate_plans(cfg, req, lanes_need_heads);
+  if (!listed.ok()) return listed.error();
+  std::vector<plan> candidates;
+  for (const plan& p : *listed)
+    for (const plan& c : choices(p)) candidates.push_back(c);
   double best_rate = -1;
   std::string smallest_table;
   uint64_t smallest_need = UINT64_MAX;
-  for (const plan& candidate : *candidates) {
+  for (const plan& candidate : candidates) {
     for (const plan& p : variants(candidate)) {
       auto laid = lay(p);
       if (!laid.fits) {
@@ -212,8 +236,10 @@ status search_plans(const models::model_shape& cfg, const placement_request& req
   std::string more_tiles = words.hopeless;
   for (int n = req.tiles + 1; n <= cfg.num_layers * cfg.num_heads; ++n) {
     bool fits = false;
-    for (const plan& candidate : plans_for(cfg, n)) {
-      if (candidate.replicas != 1) continue;
+    for (const plan& listed_plan : plans_for(cfg, n)) {
+      const auto chosen = choices(listed_plan);
+      if (listed_plan.replicas != 1 || chosen.empty()) continue;
+      const plan& candidate = chosen.back();  // the leanest choice (rs-ag: no receive slots)
       const auto forms = variants(candidate);
       for (const plan& p : {forms.front(), forms.back()})
         if (!fits && lay(p).fits) {

@@ -244,6 +244,18 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     if (e > 0 && c.inputs.size() > 2) add(kernel_id::add, timing::elements_shape{.elements = e});
     break;
   }
+  case kernel_id::dec_reduce: {  // an all-reduce's sum on every row: W - 1 adds, (bias), residual
+    auto m = micro_of<kernel_id::dec_reduce>(c, rows);
+    if (!m) return m.error();
+    auto x = out(0);
+    if (!x) return x.error();
+    auto p = params_of<kernel_id::dec_reduce>(c);
+    if (!p) return p.error();
+    const int64_t e = m->n() * dim(**x, 1);
+    const int64_t adds = int64_t{p->lanes} + (c.inputs.size() > p->lanes + 1 ? 1 : 0);  // W - 1 sums, bias, x
+    if (e > 0 && adds > 0) add(kernel_id::add, timing::elements_shape{.elements = e * adds});
+    break;
+  }
   case kernel_id::dec_multiply: {  // SwiGLU's gate * up
     auto m = micro_of<kernel_id::dec_multiply>(c, rows);
     if (!m) return m.error();

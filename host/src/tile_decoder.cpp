@@ -311,7 +311,10 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
     for (size_t j = 0; j < heads.size(); ++j) out.output_bytes += r->outputs[j].size() * 4;
   }
   out.wall_seconds = r->wall_seconds;
-  out.supersteps = c.supersteps();
+  // The supersteps the tiles report running (each tile's counters, one a superstep); the
+  // program's count when the run collected none.
+  out.supersteps = r->counters.empty() ? c.supersteps() : 0;
+  for (const auto& [t, cs] : r->counters) out.supersteps = std::max(out.supersteps, static_cast<int64_t>(cs.size()));
   for (const auto& [t, cs] : r->counters) {
     uint64_t compute = 0, wait = 0;
     for (const auto& s : cs) {

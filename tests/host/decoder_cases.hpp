@@ -28,6 +28,7 @@ struct decoder_tiles {
   models::dtype dtype = models::dtype::fp32;
   int token_budget = 96;
   int max_sequences = 8;
+  host::collective reduce = host::collective::automatic;  ///< how W > 1 lanes reduce
 };
 
 /// `m` compiled on `tiles` tile processes with plan `p` and deployed; empty (and a failed
@@ -42,6 +43,7 @@ inline decoder_deployment deploy_decoder(std::shared_ptr<const models::decoder_m
   req.forced = p;
   req.kv_blocks = o.kv_blocks;
   req.dtype = o.dtype;
+  req.reduce = o.reduce;
   auto c = host::compile_decoder(m->shape(), req);
   EXPECT_TRUE(c) << c.error().message();
   if (!c) return {};

@@ -91,20 +91,31 @@ TEST(DecoderPlacement, ForcedPlansAreChecked) {
 
 TEST(DecoderPlacement, StepProgramShape) {
   // 2 stages x 2 lanes, 3 micro-batches: 4 supersteps per layer of the longest stage and one for
-  // the logits, per pipeline clock; every send has its receive in the same superstep.
-  auto c = compile_decoder(gqa3(), request(4, plan{1, 2, 2, 3}));
+  // the logits, per pipeline clock (reduce-scatter + all-gather), or 2 per layer and one for the
+  // last layer's sum, where the rows are handed on or the logits computed (all-reduce); every
+  // send has its receive in the same superstep.
+  auto req = request(4, plan{1, 2, 2, 3});
+  req.reduce = collective::rs_ag;
+  auto rs = compile_decoder(gqa3(), req);
+  ASSERT_TRUE(rs) << rs.error().message();
+  EXPECT_EQ(rs->supersteps(), (3 + 2 - 1) * (4 * 2 + 1));
+  EXPECT_EQ(rs->chosen.reduce, collective::rs_ag);
+  req.reduce = collective::all_reduce;
+  auto c = compile_decoder(gqa3(), req);
   ASSERT_TRUE(c) << c.error().message();
-  EXPECT_EQ(c->supersteps(), (3 + 2 - 1) * (4 * 2 + 1));
-  const auto& progs = c->programs[0];
-  for (const auto& [tile, p] : progs)
+  EXPECT_EQ(c->chosen.reduce, collective::all_reduce);
+  EXPECT_EQ(c->supersteps(), (3 + 2 - 1) * (2 * 2 + 1));
+  for (const auto* cm : {&*rs, &*c})
+  for (const auto& [tile, p] : cm->programs[0])
     for (size_t i = 0; i < p.steps.size(); ++i)
       for (const auto& s : p.steps[i].sends) {
         const auto t = tile;  // clang 14 cannot capture a structured binding
-        const auto& peer = progs.at(s.peer).steps[i].recvs;
+        const auto& peer = cm->programs[0].at(s.peer).steps[i].recvs;
         EXPECT_TRUE(std::any_of(peer.begin(), peer.end(), [&](const auto& r) { return r.peer == t && r.tag == s.tag; }))
             << "tile " << t << " step " << i;
       }
   // Only the last stage's lane 0 computes logits.
+  const auto& progs = c->programs[0];
   int logits = 0;
   for (const auto& [t, p] : progs)
     for (const auto& st : p.steps)
@@ -115,11 +126,14 @@ TEST(DecoderPlacement, StepProgramShape) {
 TEST(DecoderPlacement, EveryKernelCallIsTimedOrSaysWhyNot) {
   // program_timing maps each decoder kernel to estimated kernels; dec_attention alone is left to
   // the LLM step model (its cost needs the cached context lengths) and says so.
-  auto c = compile_decoder(gqa3(), request(4, plan{1, 2, 2, 1}));
+  std::set<std::string> timed, refused;
+  for (collective reduce : {collective::rs_ag, collective::all_reduce}) {
+  auto req = request(4, plan{1, 2, 2, 1});
+  req.reduce = reduce;
+  auto c = compile_decoder(gqa3(), req);
   ASSERT_TRUE(c) << c.error().message();
   const auto tensors = tensors_of(*c);
   const auto rows = rows_of({7, 1, 1});
-  std::set<std::string> timed, refused;
   for (const auto& [tile, p] : c->programs[0])
     for (const auto& st : p.steps)
       for (const auto& k : st.compute) {
@@ -133,8 +147,9 @@ TEST(DecoderPlacement, EveryKernelCallIsTimedOrSaysWhyNot) {
           refused.emplace(models::kernel_name(k.kernel));
         }
       }
-  EXPECT_EQ(timed, (std::set<std::string>{"dec_embed", "dec_norm", "linear", "dec_residual", "dec_multiply", "dec_logits",
-                                              "dec_sample"}));
+  }
+  EXPECT_EQ(timed, (std::set<std::string>{"dec_embed", "dec_norm", "linear", "dec_residual", "dec_reduce", "dec_multiply",
+                                              "dec_logits", "dec_sample"}));
   EXPECT_EQ(refused, std::set<std::string>{"dec_attention"});
 }
 
@@ -199,6 +214,7 @@ TEST(DecoderPlacement, TheRankingReadsBf16WeightsAtTwoBytes) {
   // compile_decoder ranks with the request's dtype: its chosen plan's estimate is the bf16 one.
   auto req = request(2, plan{1, 1, 2, 1}, 4ull << 30);
   req.dtype = models::dtype::bf16;
+  req.reduce = collective::rs_ag;  // one candidate
   auto c = compile_decoder(*s, req);
   ASSERT_TRUE(c) << c.error().message();
   ASSERT_EQ(c->candidates.size(), 1u);
@@ -270,4 +286,129 @@ TEST(DecoderPlacement, TheRankingChargesTheBarrierItIsGiven) {
     break;
   }
   EXPECT_TRUE(found) << "no tile memory where gpt2 fits as W=2 and S=2 but not R=2";
+}
+
+// ---- How lanes reduce: reduce-scatter + all-gather or one all-reduce superstep (plan::reduce) ----
+
+TEST(DecoderPlacement, AllReduceHalvesTheLayersSuperstepsAndHoldsItsSlots) {
+  // gqa3 (3 layers) on one stage of W lanes: 4 x 3 + 1 supersteps a step (12 barriers) against
+  // 2 x 3 + 1 (6 barriers); each lane holds W - 1 receive slots of [token budget, hidden] floats
+  // as its exchange memory, and reduces with dec_reduce over its lanes' partial sums in lane order.
+  for (int W : {2, 3}) {
+    auto req = request(W, plan{1, 1, W, 1});
+    req.reduce = collective::rs_ag;
+    auto rs = compile_decoder(gqa3(), req);
+    req.reduce = collective::all_reduce;
+    auto ar = compile_decoder(gqa3(), req);
+    ASSERT_TRUE(rs && ar);
+    EXPECT_EQ(rs->supersteps(), 4 * 3 + 1);
+    EXPECT_EQ(rs->barriers(), 4 * 3);
+    EXPECT_EQ(ar->supersteps(), 2 * 3 + 1);
+    EXPECT_EQ(ar->barriers(), 2 * 3);
+    EXPECT_EQ(ar->chosen.to_string(), "R=1 S=1 W=" + std::to_string(W) + " M=1 all-reduce");
+    EXPECT_EQ(rs->chosen.to_string(), "R=1 S=1 W=" + std::to_string(W) + " M=1");
+    EXPECT_NE(ar->describe().find("lanes reduce by all-reduce"), std::string::npos) << ar->describe();
+    EXPECT_NE(rs->describe().find("lanes reduce by reduce-scatter + all-gather"), std::string::npos);
+    for (const auto& t : ar->tiles) {
+      int slots = 0;
+      for (const auto& m : t.memory)
+        if (m.name.rfind("reduce_slot_", 0) == 0) {
+          ++slots;
+          EXPECT_EQ(m.kind, "exchange");
+          EXPECT_EQ(m.bytes, 128u * 96 * 4);
+        }
+      EXPECT_EQ(slots, W - 1) << "tile " << t.tile;
+    }
+    // Lane w's dec_reduce reads lane 0's partial sums first: its own (partial) at position w, the
+    // others from the slots they were received into.
+    for (const auto& [tile, p] : ar->programs[0])
+      for (const auto& st : p.steps)
+        for (const auto& k : st.compute)
+          if (k.kernel == models::kernel_id::dec_reduce) {
+            ASSERT_GE(k.inputs.size(), static_cast<size_t>(W) + 1);
+            for (int q = 0; q < W; ++q)
+              EXPECT_EQ(k.inputs[q], q == static_cast<int>(tile) ? tensor_ids::partial
+                                                                 : tensor_ids::reduce_slot(q < static_cast<int>(tile) ? q : q - 1));
+          }
+  }
+}
+
+TEST(DecoderPlacement, TheRankingPicksTheCollectiveByBarrierAgainstBytes) {
+  // Both forms of a W > 1 plan are ranked. W = 2 sends the same bytes either way, so the all-reduce
+  // (half the barriers and messages) wins at any barrier. At W = 3 it sends 2 x the rows a lane
+  // against 4/3: over a slow link and a cheap barrier reduce-scatter + all-gather wins, at a dear
+  // barrier the all-reduce.
+  auto s = models::shape_preset("llama-tiny");
+  ASSERT_TRUE(s);
+  for (double barrier : {1e-6, 50e-6, 20e-3}) {
+    auto req = request(2, plan{1, 1, 2, 1});
+    req.machine.sync_seconds = barrier;
+    auto c = compile_decoder(*s, req);
+    ASSERT_TRUE(c) << c.error().message();
+    EXPECT_EQ(c->chosen.reduce, collective::all_reduce) << barrier << "\n" << c->describe();
+    EXPECT_EQ(c->candidates.size(), 2u);  // the same plan under both collectives
+  }
+  auto req = request(3, plan{1, 1, 3, 1});
+  req.token_budget = 512;
+  req.max_sequences = 64;
+  req.machine.link_bytes_per_s = 1e7;
+  req.machine.message_seconds = 1e-6;
+  req.machine.sync_seconds = 1e-6;
+  auto cheap = compile_decoder(*s, req);
+  req.machine.sync_seconds = 20e-3;
+  auto dear = compile_decoder(*s, req);
+  ASSERT_TRUE(cheap && dear);
+  EXPECT_EQ(cheap->chosen.reduce, collective::rs_ag) << cheap->describe();
+  EXPECT_EQ(dear->chosen.reduce, collective::all_reduce) << dear->describe();
+  // The estimates themselves: the all-reduce saves 2 barriers and 2 (W - 1) messages a layer,
+  // and sends (W - 1) - 2 (W - 1) / W more rows a sub-layer.
+  machine_model m = req.machine;
+  plan ar{1, 1, 3, 1}, rs{1, 1, 3, 1};
+  ar.reduce = collective::all_reduce;
+  m.sync_seconds = 1e-3;
+  const double saved = estimate_step_seconds(*s, rs, 8, 8, m) - estimate_step_seconds(*s, ar, 8, 8, m);
+  m.sync_seconds = 2e-3;
+  const double saved_dear = estimate_step_seconds(*s, rs, 8, 8, m) - estimate_step_seconds(*s, ar, 8, 8, m);
+  EXPECT_NEAR(saved_dear - saved, s->num_layers * 2 * 1e-3, 1e-9);
+}
+
+TEST(DecoderPlacement, TheCollectiveIsForcedOrRefusedByName) {
+  auto s = models::shape_preset("llama-tiny");
+  ASSERT_TRUE(s);
+  // Forced: the automatic plan's lanes (if any) and a forced plan take it; only that form is ranked.
+  for (collective reduce : {collective::rs_ag, collective::all_reduce}) {
+    auto req = request(2, plan{1, 1, 2, 1});
+    req.reduce = reduce;
+    auto c = compile_decoder(*s, req);
+    ASSERT_TRUE(c) << c.error().message();
+    EXPECT_EQ(c->chosen.reduce, reduce);
+    EXPECT_EQ(c->candidates.size(), 1u);
+  }
+  // All-reduce on a forced plan without lanes: refused naming the option and W=1.
+  auto req = request(2, plan{1, 2, 1, 2});
+  req.reduce = collective::all_reduce;
+  auto one = compile_decoder(*s, req);
+  ASSERT_FALSE(one);
+  EXPECT_NE(one.error().message().find("--collective allreduce"), std::string::npos) << one.error().message();
+  EXPECT_NE(one.error().message().find("W=1"), std::string::npos) << one.error().message();
+  // Parsing: the three names, anything else refused naming --collective and the choices.
+  EXPECT_EQ(*parse_collective("allreduce"), collective::all_reduce);
+  EXPECT_EQ(*parse_collective("rs-ag"), collective::rs_ag);
+  EXPECT_EQ(*parse_collective("auto"), collective::automatic);
+  for (const char* bad : {"ring", "all-reduce", "", "AUTO"}) {
+    auto p = parse_collective(bad);
+    ASSERT_FALSE(p) << bad;
+    EXPECT_NE(p.error().message().find("--collective '" + std::string(bad) + "'"), std::string::npos);
+    EXPECT_NE(p.error().message().find("rs-ag"), std::string::npos);
+  }
+  // BERT reduces by reduce-scatter + all-gather only: all-reduce is refused, not ignored.
+  auto bert = models::preset_config("bert-tiny");
+  ASSERT_TRUE(bert);
+  placement_request b{.tiles = 2, .tile_memory = 64ull << 20, .token_budget = 512, .forced = plan{1, 1, 2, 1}};
+  b.reduce = collective::all_reduce;
+  auto refused = compile_bert(*bert, b);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("--collective allreduce is for decoders"), std::string::npos);
+  b.reduce = collective::rs_ag;
+  EXPECT_TRUE(compile_bert(*bert, b));
 }

@@ -62,7 +62,7 @@ TEST(DecoderTilesBench, RowsForOneProcessAndTilesAreSane) {
     EXPECT_GT(row["compute_ms_per_step"].get<double>(), 0);
     if (row["mode"] == "tp") {
       ++tp;
-      EXPECT_EQ(row["plan"], "R=1 S=1 W=2 M=1");
+      EXPECT_EQ(row["plan"], "R=1 S=1 W=2 M=1 all-reduce");  // at W = 2 the all-reduce ranks first at any barrier
       EXPECT_GT(row["bytes_exchanged_per_token"].get<double>(), 0);
       EXPECT_GT(row["barriers_per_step"].get<double>(), 0);
       EXPECT_GT(row["prefill_bytes_exchanged"].get<double>(), 0);
@@ -110,6 +110,36 @@ TEST(DecoderTilesBench, TileAndHostSamplingChooseTheSameTokens) {
   fs::remove_all(dir);
 }
 
+TEST(DecoderTilesBench, AllReduceAndReduceScatterChooseTheSameTokensInFewerSupersteps) {
+  // W = 2 lanes under each --collective in one run: the same greedy tokens, 2 supersteps a layer
+  // and the logits' (llama-tiny: 2 layers, 5 a step) against 4 a layer (9), half the barriers, and
+  // the same bytes exchanged (at W = 2 each lane sends its whole rows once either way).
+  const fs::path dir = fs::temp_directory_path() / ("tessera-dtbench-c-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string json = (dir / "rows.json").string();
+  const int B = 3;
+  auto r = run_to_end({bin("tessera-bench-decoder-tiles"), "--model", "llama-tiny", "--tiles", "2", "--plan", "tp", "--collective",
+                       "rs-ag", "allreduce", "--prompt", "20", "--batch", std::to_string(B), "--decode", "3", "--token-budget",
+                       "32", "--tile-memory", "64MiB", "--json", json},
+                      300);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  std::ifstream jf(json);
+  auto rows = nlohmann::json::parse(jf);
+  ASSERT_EQ(rows.size(), 2u) << rows.dump(1);
+  EXPECT_EQ(rows[0]["collective"], "rs-ag");
+  EXPECT_EQ(rows[0]["plan"], "R=1 S=1 W=2 M=1");
+  EXPECT_EQ(rows[1]["collective"], "allreduce");
+  EXPECT_EQ(rows[1]["plan"], "R=1 S=1 W=2 M=1 all-reduce");
+  EXPECT_EQ(rows[0]["token_hash"], rows[1]["token_hash"]);
+  EXPECT_DOUBLE_EQ(rows[0]["supersteps_per_token"].get<double>(), 9.0 / B);
+  EXPECT_DOUBLE_EQ(rows[1]["supersteps_per_token"].get<double>(), 5.0 / B);
+  EXPECT_DOUBLE_EQ(rows[0]["barriers_per_step"].get<double>(), 8);
+  EXPECT_DOUBLE_EQ(rows[1]["barriers_per_step"].get<double>(), 4);
+  EXPECT_DOUBLE_EQ(rows[0]["bytes_exchanged_per_token"].get<double>(), rows[1]["bytes_exchanged_per_token"].get<double>());
+  EXPECT_GE(rows[1]["load_1min"].get<double>(), 0);
+  fs::remove_all(dir);
+}
+
 TEST(DecoderTilesBench, RefusesBadOptionsNamingThem) {
   expect_refusals(bin("tessera-bench-decoder-tiles"), {
       {{"--plan", "wide"}, "--plan wide"},
@@ -117,6 +147,7 @@ TEST(DecoderTilesBench, RefusesBadOptionsNamingThem) {
       {{"--batch", "0"}, "--batch"},
       {{"--decode", "0"}, "--decode"},
       {{"--sample", "gpu"}, "--sample gpu"},
+      {{"--collective", "ring"}, "--collective 'ring'"},
       {{"--tile-memory", "lots"}, "--tile-memory"},
       {{"--model", "no-such-model", "--tiles", "0"}, "no-such-model"},
       // 768 prompt tokens + 1024 generated are beyond GPT-2's 1024 positions.

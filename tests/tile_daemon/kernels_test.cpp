@@ -88,3 +88,46 @@ TEST(Kernels, ParametersThatDoNotFitTheKernelsStructAreRefused) {
   EXPECT_NE(st.message().find("accumulate"), std::string::npos) << st.to_string();
   EXPECT_TRUE(f.reg.check(exchange::make_call<models::kernel_id::scale>({1}, {3}, {0.5f})).ok());
 }
+
+// dec_reduce (a decoder's all-reduce): on every row of its micro-batch, the lanes' partial sums
+// added in lane order, then the bias, then added to x; rows of other micro-batches untouched. The
+// values make the order visible: (1e8 + -1e8) + 1 = 1, while 1e8 + (-1e8 + 1) = 0 in fp32.
+TEST(Kernels, DecReduceSumsTheLanesInLaneOrderThenBiasThenResidual) {
+  fixture f;
+  const int64_t T = 6, H = 5;
+  std::vector<float> p0(T * H), p1(T * H), p2(T * H), x(T * H), bias(H);
+  for (int64_t i = 0; i < T * H; ++i) {
+    p0[i] = 1e8f + float(i % 3);
+    p1[i] = -1e8f;
+    p2[i] = 1.0f + 0.25f * float(i % 7);
+    x[i] = 0.5f * float(i) - 3;
+  }
+  for (int64_t j = 0; j < H; ++j) bias[j] = 0.125f * float(j) - 0.25f;
+  f.make(1, {T, H}, p0);
+  f.make(2, {T, H}, p1);
+  f.make(3, {T, H}, p2);
+  float* out = f.make(4, {T, H}, x);
+  f.make(5, {H}, bias);
+  exchange::batch_rows rows;
+  rows.active_tokens = T;
+  rows.seq_offsets = {0, 1, 2, 4, 6};  // 4 sequences: micro-batch 1 of 2 holds the last 2
+  f.ctx.rows = &rows;
+  const auto micro = rows.micro_rows(1, 2);
+  ASSERT_LT(micro.begin, micro.end);
+  ASSERT_GT(micro.begin, 0);  // rows of micro-batch 0 stay as they were
+  const models::dec_reduce_params prm{{1, 2}, 3};
+  ASSERT_TRUE(f.reg.run(exchange::make_call<models::kernel_id::dec_reduce>({1, 2, 3, 4, 5}, {4}, prm), f.mem, f.ctx).ok());
+  for (int64_t r = 0; r < T; ++r)
+    for (int64_t j = 0; j < H; ++j) {
+      const int64_t i = r * H + j;
+      float s = p0[i] + p1[i];
+      s = s + p2[i];
+      s = s + bias[j];
+      const float want = r >= micro.begin && r < micro.end ? x[i] + s : x[i];
+      ASSERT_EQ(out[i], want) << "row " << r << " column " << j;
+    }
+  // Without a bias; and a call whose inputs do not match its lanes is refused.
+  ASSERT_TRUE(f.reg.run(exchange::make_call<models::kernel_id::dec_reduce>({1, 2, 3, 4}, {4}, prm), f.mem, f.ctx).ok());
+  EXPECT_EQ(f.reg.run(exchange::make_call<models::kernel_id::dec_reduce>({1, 2, 4}, {4}, prm), f.mem, f.ctx).code(),
+            errc::invalid_argument);
+}

@@ -8,6 +8,8 @@
 //   dec_norm       x, w, (b) -> y                               dec_norm_params (RMSNorm or LayerNorm, eps)
 //   dec_attention  q, k, v, meta, kv_keys, kv_values -> ctx     dec_attention_params (layer, heads, RoPE, window)
 //   dec_residual   partial, x, (bias) -> x                      dec_residual_params (rows this lane owns)
+//   dec_reduce     partial_0 .. partial_{W-1}, x, (bias) -> x   dec_reduce_params (lanes W: an all-reduce's
+//                  sum of the lanes' partial sums in lane order, + bias, + x, on every row of the micro-batch)
 //   dec_multiply   a, b -> b (b = a * b)                        rows_params
 //   dec_logits     x, meta, lm_head, norm_w, (norm_b) -> logits [max_seqs, vocab], last_rows [max_seqs, hidden]
 //                                                               dec_logits_params (the final norm; head:
@@ -241,6 +243,35 @@ status dec_residual(const kernel_args& a) {
   return ok_status();
 }
 
+// Every lane sums the same W rows in the same order (partial_0 first), so every lane's x is
+// bit-identical: ((p0 + p1) + ...) + bias, then x + that, as dec_residual adds one lane's sum.
+status dec_reduce(const kernel_args& a) {
+  auto prm = a.params_as<models::dec_reduce_params>();
+  if (!prm) return prm.error();
+  auto mv = micro_of(a, *prm);
+  if (!mv) return mv.error();
+  const size_t W = prm->lanes;
+  if (W < 1 || a.inputs.size() < W + 1 || a.inputs.size() > W + 2)
+    return status::invalid("dec_reduce: " + std::to_string(a.inputs.size()) + " inputs for " + std::to_string(W) +
+                           " lanes (their partial sums, x, and an optional bias)");
+  auto& x = *a.outputs[0];
+  const int64_t hidden = x.desc.shape.size() == 2 ? x.desc.shape[1] : 0;
+  TESSERA_RETURN_IF_ERROR(need_rows(x, mv->r1, hidden));
+  for (size_t q = 0; q < W; ++q) TESSERA_RETURN_IF_ERROR(need_rows(*a.inputs[q], mv->r1, hidden));
+  const float* bias = a.inputs.size() > W + 1 ? a.inputs[W + 1]->f32() : nullptr;
+  if (bias && a.inputs[W + 1]->elements() != static_cast<uint64_t>(hidden)) return status::invalid("dec_reduce: bias length");
+  std::vector<float> sum(static_cast<size_t>(hidden));
+  for (int64_t r = mv->r0; r < mv->r1; ++r) {
+    const float* p0 = a.inputs[0]->f32() + r * hidden;
+    if (W == 1) std::copy_n(p0, hidden, sum.data());
+    else models::add(p0, a.inputs[1]->f32() + r * hidden, hidden, sum.data());
+    for (size_t q = 2; q < W; ++q) models::add(sum.data(), a.inputs[q]->f32() + r * hidden, hidden, sum.data());
+    if (bias) models::add(sum.data(), bias, hidden, sum.data());
+    models::add(x.f32() + r * hidden, sum.data(), hidden, x.f32() + r * hidden);
+  }
+  return ok_status();
+}
+
 status dec_multiply(const kernel_args& a) {
   auto prm = a.params_as<models::rows_params>();
   if (!prm) return prm.error();
@@ -469,6 +500,7 @@ void register_decoder_kernels(kernel_registry& reg) {
   reg.add(models::kernel_id::dec_norm, {2, 3, 1, 1}, dec_norm);
   reg.add(models::kernel_id::dec_attention, {6, 6, 1, 1, true}, dec_attention);  // a bf16 KV cache
   reg.add(models::kernel_id::dec_residual, {2, 3, 1, 1}, dec_residual);
+  reg.add(models::kernel_id::dec_reduce, {2, 64, 1, 1}, dec_reduce);
   reg.add(models::kernel_id::dec_multiply, {2, 2, 1, 1}, dec_multiply);
   reg.add(models::kernel_id::dec_logits, {4, 5, 2, 2, true}, dec_logits);  // a bf16 LM head
   reg.add(models::kernel_id::dec_sample, {3, 3, 1, 1}, dec_sample);

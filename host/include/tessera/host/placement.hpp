@@ -36,6 +36,19 @@
 
 namespace tessera::host {
 
+/// How the lanes of a stage (W > 1) combine a sub-layer's partial sums (decoders; BERT: rs_ag).
+///   rs_ag       reduce-scatter by token rows, bias + residual on the lane's own rows, all-gather:
+///               2 supersteps a sub-layer, 2 (W - 1) / W of the rows sent by each lane
+///   all_reduce  every lane sends its whole partial rows to the W - 1 others and sums the W itself,
+///               in lane order 0..W-1 (every lane holds bit-identical rows): 1 superstep a
+///               sub-layer, (W - 1) x the rows sent by each lane
+///   automatic   (placement_request only) the ranking's choice by estimated cost, per plan
+enum class collective : uint8_t { rs_ag, all_reduce, automatic };
+/// "rs-ag", "allreduce", "auto".
+const char* collective_name(collective c);
+/// Parses --collective: "allreduce", "rs-ag" or "auto"; anything else is refused by name.
+result<collective> parse_collective(const std::string& text);
+
 struct plan {
   int replicas = 1;
   int stages = 1;
@@ -44,8 +57,11 @@ struct plan {
   /// Decoders: tiles of a replica holding a slice of the LM head's vocabulary rows (V, a
   /// vocab-parallel LM head; 1: the last stage's lane 0 holds all of it). See compile_decoder.
   int vocab_slices = 1;
+  /// Decoders with width > 1: how the lanes reduce (rs_ag or all_reduce; see collective).
+  collective reduce = collective::rs_ag;
   int tiles() const { return replicas * stages * width; }
-  std::string to_string() const;  ///< "R=2 S=1 W=4 M=1", and " V=2" when the LM head is split
+  /// "R=2 S=1 W=4 M=1", " V=2" when the LM head is split, " all-reduce" when W > 1 lanes all-reduce.
+  std::string to_string() const;
 };
 /// Parses "R,S,W", "R,S,W,M" or "R,S,W,M,V".
 result<plan> parse_plan(const std::string& text);
@@ -79,6 +95,10 @@ struct placement_request {
   /// BERT embedding models (config num_labels 0): how the head tile pools the last layer's rows
   /// (a "pool" kernel there), so only [sequences, hidden] floats go to the host.
   models::pooling_mode pooling = models::pooling_mode::cls;
+  /// Decoders: how lanes reduce (--collective): automatic ranks both forms of every W > 1 plan;
+  /// rs_ag or all_reduce forces it (all_reduce with a forced W = 1 plan is refused). BERT: rs_ag
+  /// (all_reduce is refused).
+  collective reduce = collective::automatic;
 };
 
 /// One row of a tile's memory plan.
@@ -201,6 +221,11 @@ inline constexpr uint32_t norm1_w = 0, norm1_b = 1, q_w = 2, q_b = 3, k_w = 4, k
                           o_b = 9, norm2_w = 10, norm2_b = 11, gate_w = 12, up_w = 13, up_b = 14, down_w = 15,
                           down_b = 16;
 inline uint32_t dec_layer(int l, uint32_t what) { return dec_layer_base + 32 * static_cast<uint32_t>(l) + what; }
+/// An all-reduce's receive slots (plan::reduce all_reduce): lane w holds W - 1 [T, hidden] tensors,
+/// slot j the partial sums of lane j < w ? j : j + 1.
+inline constexpr uint32_t reduce_slot_base = 40;
+inline constexpr int max_reduce_slots = 60;  ///< ids 40..99: an all-reduce of at most 61 lanes
+inline uint32_t reduce_slot(int j) { return reduce_slot_base + static_cast<uint32_t>(j); }
 }  // namespace tensor_ids
 
 /// Compiles; fails before anything is sent when a tile would not fit, with the per-tile table
@@ -222,6 +247,10 @@ result<compiled_model> compile_bert(const models::bert_config& cfg, const placem
 /// row (models::write_slice_record), and the out tile merges the parts into the rows' tokens and
 /// log-probabilities (models::merge_slice_records), one superstep more. The automatic plan takes,
 /// per candidate, the smallest V whose tiles fit (V = 1 when the whole head fits).
+/// Lanes (W > 1) reduce by reduce-scatter + all-gather (4 supersteps a layer) or by all-reduce
+/// (2 a layer, and one more where a stage hands its rows on: plan::reduce; the W - 1 receive
+/// slots in each lane's memory plan); with placement_request::reduce automatic both forms of each
+/// W > 1 plan are ranked, the all-reduce first (the other must be 2% faster to replace it).
 result<compiled_model> compile_decoder(const models::model_shape& shape, const placement_request& req);
 
 /// The cost model's estimate of one decoder step of `tokens` tokens over `seqs` sequences, its

@@ -32,7 +32,7 @@ struct tile_step_result {
   std::vector<models::token_logprob> samples;
   uint64_t output_bytes = 0;     ///< logits and samples the host fetched
   double wall_seconds = 0;
-  int64_t supersteps = 0;
+  int64_t supersteps = 0;        ///< as the tiles report them (their counters), else the program's
   uint64_t bytes_exchanged = 0;  ///< sent by all tiles of the replica (slices; the step's inputs not counted)
   uint64_t input_bytes = 0;      ///< token ids and step metadata the host sent
   double busiest_compute_seconds = 0;  ///< compute time of the replica's busiest tile (all supersteps)

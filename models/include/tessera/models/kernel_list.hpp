@@ -43,6 +43,7 @@
   X(dec_head, true, false)                \
   X(dec_sample_part, true, false)         \
   X(dec_sample_merge, true, false)        \
+  X(dec_reduce, true, false)              \
   X(layer_norm, false, true)              \
   X(gelu, false, true)                    \
   X(softmax, false, true)

@@ -131,6 +131,14 @@ struct dec_residual_params : micro_batch {
     f(s.parts, "parts");
   }
 };
+// dec_reduce (a decoder's all-reduce): the micro-batch's rows of `lanes` partial-sum inputs
+struct dec_reduce_params : micro_batch {
+  uint32_t lanes = 1;
+  template <class F, class S> static void fields(F& f, S& s) {
+    micro_fields(f, s);
+    f(s.lanes, "lanes");
+  }
+};
 // classifier, dec_embed, dec_multiply, dec_sample: the micro-batch alone
 struct rows_params : micro_batch {
   template <class F, class S> static void fields(F& f, S& s) { micro_fields(f, s); }
@@ -211,6 +219,7 @@ template <> struct params_for<kernel_id::dec_embed> { using type = rows_params; 
 template <> struct params_for<kernel_id::dec_norm> { using type = dec_norm_params; };
 template <> struct params_for<kernel_id::dec_attention> { using type = dec_attention_params; };
 template <> struct params_for<kernel_id::dec_residual> { using type = dec_residual_params; };
+template <> struct params_for<kernel_id::dec_reduce> { using type = dec_reduce_params; };
 template <> struct params_for<kernel_id::dec_multiply> { using type = rows_params; };
 template <> struct params_for<kernel_id::dec_logits> { using type = dec_logits_params; };
 template <> struct params_for<kernel_id::dec_sample> { using type = rows_params; };
