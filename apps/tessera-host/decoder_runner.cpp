@@ -69,7 +69,10 @@ bool is_decoder_model(const std::string& name) {
   if (auto s = models::shape_preset(name); s) return s->is_decoder();
   std::error_code ec;
   if (!std::filesystem::is_directory(name, ec) && models::looks_like_gguf(name)) return true;  // GGUF holds decoders
-  std::ifstream f(name + "/config.json");
+  // A config.json file (--seeded-shards seeds its shape) or a folder's.
+  const bool file = name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0 &&
+                    std::filesystem::is_regular_file(name, ec);
+  std::ifstream f(file ? name : name + "/config.json");
   if (!f) return false;
   std::stringstream ss;
   ss << f.rdbuf();
@@ -162,13 +165,17 @@ int print_plan_only(const tile_group_config& group_cfg, const model_options& o) 
   return 0;
 }
 
-// --seeded-shards: the shape of the preset, compiled and placed, every shard generated from the
-// seed as it is streamed; no model in this process.
+// --seeded-shards: the shape of the preset (or of a config.json), compiled and placed, every shard
+// generated from the seed as it is streamed; no model in this process.
 int run_seeded_shards(tile_group_config group_cfg, const model_options& o) {
   const auto t0 = std::chrono::steady_clock::now();
   auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  auto shape = models::shape_preset(o.model);
-  if (!shape) return fail(shape.error().with_context("--seeded-shards takes a decoder preset"));
+  std::error_code ec;
+  const bool config = o.model.size() > 5 && o.model.compare(o.model.size() - 5, 5, ".json") == 0 &&
+                      std::filesystem::is_regular_file(o.model, ec);
+  // A config.json's seeded weights are those of tessera-models generate --config (the same streams).
+  auto shape = config ? models::load_decoder_config(o.model) : models::shape_preset(o.model);
+  if (!shape) return fail(shape.error().with_context("--seeded-shards takes a decoder preset or a config.json"));
   if (!shape->is_decoder()) return fail(status::invalid("--seeded-shards: " + o.model + " is not a decoder preset"));
   auto cut = seeded_decoder_cutter(*shape, o.seed);
   if (!cut) return fail(cut.error());

@@ -96,9 +96,10 @@ int main(int argc, char** argv) {
   std::string prompt_ids_text;
   po::options_description gen_opts("Greedy generation on the tiles (decoders; scripts/llm-7b runs it)");
   gen_opts.add_options()
-    ("seeded-shards", "a decoder preset's seeded weights generated shard by shard as they are streamed: this process "
-     "never holds the model (LLaMA family; llama-2-7b in bf16 on tiles with a host of a few GB); with --prompt-ids, "
-     "not --check or --serve")
+    ("seeded-shards", "a decoder preset's (or a config.json's) seeded weights generated shard by shard as they are "
+     "streamed: this process never holds the model (GPT-2, LLaMA and Qwen2 families; llama-2-7b in bf16 on tiles with "
+     "a host of a few GB; a config.json's weights are tessera-models generate --config's); with --prompt-ids, not "
+     "--check or --serve")
     ("prompt-ids", po::value(&prompt_ids_text), "comma-separated token ids: generate greedily from them on the tiles "
      "(one sequence, replica 0) instead of --check")
     ("generate", po::value(&mo.generate_tokens)->default_value(8), "tokens to generate with --prompt-ids")

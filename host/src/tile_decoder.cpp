@@ -79,64 +79,108 @@ status tile_decoder::restore_tile(uint32_t tile) { return restore_shards_and_pro
 result<shard_cutter> seeded_decoder_cutter(const models::model_shape& shape, uint64_t seed) {
   TESSERA_RETURN_IF_ERROR(shape.validate());
   if (!shape.is_decoder()) return status::invalid(shape.name + " is not a decoder");
-  if (shape.traits().conv1d_weights)
-    return status::unsupported(shape.name + ": shards generated from the seed are for LLaMA-family [out, in] matrices; "
-                               "GPT-2's Conv1D weights are cut from the model in memory");
-  // The kernels' tensor names (materialize) -> the HF tensors whose seeded stream they read.
+  // The HF tensors whose seeded streams the kernels' tensors (materialize) read.
   std::map<std::string, models::tensor_spec> hf;
   for (auto& s : models::expected_decoder_tensors(shape)) hf[s.name] = s;
+  // Where element (r, c) of a kernel tensor [rows, cols] lies in its HF tensor's stream: off + r rs + c cs.
+  // LLaMA's tensors are the kernels' own layout (rs = cols, cs = 1); GPT-2's Conv1D weights [in, out]
+  // are read transposed (rs = 1, cs = out), Q, K and V as column ranges of c_attn (and its bias).
+  struct source {
+    std::string name;
+    int64_t rows = 0, cols = 1, off = 0, rs = 1, cs = 1;
+  };
+  const bool gpt2 = shape.traits().conv1d_weights, tied = shape.tie_word_embeddings;
+  const int64_t H = shape.hidden_size, F = shape.intermediate_size, qw = shape.q_width(), kvw = shape.kv_width();
+  const int64_t V = shape.vocab_size, P = shape.max_position_embeddings, layers = shape.num_layers;
   // By value: the cutter outlives `shape` (ASan: stack-use-after-scope when it held a reference).
-  auto hf_name = [tied = shape.tie_word_embeddings, layers = shape.num_layers](const std::string& name) -> std::string {
-    if (name == "token_embedding") return "model.embed_tokens.weight";
-    if (name == "final_norm_w") return "model.norm.weight";
-    if (name == "lm_head") return tied ? "model.embed_tokens.weight" : "lm_head.weight";
+  auto locate = [=](const std::string& name) -> source {
+    auto plain = [](std::string n, int64_t rows, int64_t cols) { return source{std::move(n), rows, cols, 0, cols, 1}; };
+    const std::string embd = gpt2 ? "wte.weight" : "model.embed_tokens.weight";
+    if (name == "token_embedding") return plain(embd, V, H);
+    if (name == "position_embedding" && gpt2) return plain("wpe.weight", P, H);
+    if (name == "final_norm_w") return plain(gpt2 ? "ln_f.weight" : "model.norm.weight", H, 1);
+    if (name == "final_norm_b" && gpt2) return plain("ln_f.bias", H, 1);
+    if (name == "lm_head") return plain(tied ? embd : "lm_head.weight", V, H);
     int l = -1;
     char what[32] = {0};
     if (std::sscanf(name.c_str(), "layers.%d.%31s", &l, what) != 2 || l < 0 || l >= layers) return {};
-    static const std::map<std::string, std::string> part = {
-        {"norm1_w", "input_layernorm.weight"},   {"norm2_w", "post_attention_layernorm.weight"},
-        {"q_w", "self_attn.q_proj.weight"},      {"q_b", "self_attn.q_proj.bias"},
-        {"k_w", "self_attn.k_proj.weight"},      {"k_b", "self_attn.k_proj.bias"},
-        {"v_w", "self_attn.v_proj.weight"},      {"v_b", "self_attn.v_proj.bias"},
-        {"o_w", "self_attn.o_proj.weight"},      {"o_b", "self_attn.o_proj.bias"},
-        {"gate_w", "mlp.gate_proj.weight"},      {"up_w", "mlp.up_proj.weight"},
-        {"up_b", "mlp.up_proj.bias"},            {"down_w", "mlp.down_proj.weight"},
-        {"down_b", "mlp.down_proj.bias"}};
-    auto it = part.find(what);
-    return it == part.end() ? std::string() : "model.layers." + std::to_string(l) + "." + it->second;
+    const std::string k = what;
+    if (gpt2) {
+      const std::string p = "h." + std::to_string(l) + ".";
+      const int64_t qkv = qw + 2 * kvw;
+      if (k == "norm1_w") return plain(p + "ln_1.weight", H, 1);
+      if (k == "norm1_b") return plain(p + "ln_1.bias", H, 1);
+      if (k == "norm2_w") return plain(p + "ln_2.weight", H, 1);
+      if (k == "norm2_b") return plain(p + "ln_2.bias", H, 1);
+      if (k == "q_w") return {p + "attn.c_attn.weight", qw, H, 0, 1, qkv};
+      if (k == "k_w") return {p + "attn.c_attn.weight", kvw, H, qw, 1, qkv};
+      if (k == "v_w") return {p + "attn.c_attn.weight", kvw, H, qw + kvw, 1, qkv};
+      if (k == "q_b") return {p + "attn.c_attn.bias", qw, 1, 0, 1, 1};
+      if (k == "k_b") return {p + "attn.c_attn.bias", kvw, 1, qw, 1, 1};
+      if (k == "v_b") return {p + "attn.c_attn.bias", kvw, 1, qw + kvw, 1, 1};
+      if (k == "o_w") return {p + "attn.c_proj.weight", H, qw, 0, 1, H};
+      if (k == "o_b") return plain(p + "attn.c_proj.bias", H, 1);
+      if (k == "up_w") return {p + "mlp.c_fc.weight", F, H, 0, 1, F};
+      if (k == "up_b") return plain(p + "mlp.c_fc.bias", F, 1);
+      if (k == "down_w") return {p + "mlp.c_proj.weight", H, F, 0, 1, H};
+      if (k == "down_b") return plain(p + "mlp.c_proj.bias", H, 1);
+      return {};
+    }
+    static const std::map<std::string, std::pair<std::string, int>> part = {  // HF part, shape code
+        {"norm1_w", {"input_layernorm.weight", 0}}, {"norm2_w", {"post_attention_layernorm.weight", 0}},
+        {"q_w", {"self_attn.q_proj.weight", 1}},    {"q_b", {"self_attn.q_proj.bias", 2}},
+        {"k_w", {"self_attn.k_proj.weight", 3}},    {"k_b", {"self_attn.k_proj.bias", 4}},
+        {"v_w", {"self_attn.v_proj.weight", 3}},    {"v_b", {"self_attn.v_proj.bias", 4}},
+        {"o_w", {"self_attn.o_proj.weight", 5}},    {"o_b", {"self_attn.o_proj.bias", 0}},
+        {"gate_w", {"mlp.gate_proj.weight", 6}},    {"up_w", {"mlp.up_proj.weight", 6}},
+        {"up_b", {"mlp.up_proj.bias", 7}},          {"down_w", {"mlp.down_proj.weight", 8}},
+        {"down_b", {"mlp.down_proj.bias", 0}}};
+    auto it = part.find(k);
+    if (it == part.end()) return {};
+    const std::pair<int64_t, int64_t> dims[] = {{H, 1}, {qw, H}, {qw, 1}, {kvw, H}, {kvw, 1}, {H, qw}, {F, H}, {F, 1}, {H, F}};
+    const auto [rows, cols] = dims[it->second.second];
+    return plain("model.layers." + std::to_string(l) + "." + it->second.first, rows, cols);
   };
-  return shard_cutter([hf = std::move(hf), hf_name, seed](const weight_shard& sh) -> result<std::vector<float>> {
-    const std::string name = hf_name(sh.source);
-    auto it = hf.find(name);
+  return shard_cutter([hf = std::move(hf), locate, seed](const weight_shard& sh) -> result<std::vector<float>> {
+    const source s = locate(sh.source);
+    auto it = hf.find(s.name);
     if (it == hf.end()) return status::not_found("the seeded decoder has no tensor '" + sh.source + "'");
     const models::tensor_spec& spec = it->second;
-    const int64_t rows = spec.shape.front(), cols = spec.shape.size() > 1 ? spec.shape.back() : 1;
     std::vector<float> out(sh.desc.elements());
     const int64_t n = static_cast<int64_t>(out.size());
+    int64_t r0 = 0, r1 = s.rows, c0 = 0, c1 = s.cols;
     switch (sh.kind) {
       case shard_kind::whole:
-        if (rows * cols != n)
-          return status::invalid("tensor " + sh.source + " has " + std::to_string(rows * cols) +
+        if (s.rows * s.cols != n)
+          return status::invalid("tensor " + sh.source + " has " + std::to_string(s.rows * s.cols) +
                                  " values, the shard expects " + std::to_string(n));
-        models::fill_decoder_preset_range(spec, seed, 0, n, out.data());
         break;
       case shard_kind::rows:
-        if (sh.begin < 0 || sh.end > rows || (sh.end - sh.begin) * cols != n)
+        if (sh.begin < 0 || sh.end > s.rows || (sh.end - sh.begin) * s.cols != n)
           return status::invalid("rows [" + std::to_string(sh.begin) + ", " + std::to_string(sh.end) + ") of " +
                                  sh.source + " do not make the shard " + sh.desc.name);
-        models::fill_decoder_preset_range(spec, seed, int64_t{sh.begin} * cols, n, out.data());
+        r0 = sh.begin;
+        r1 = sh.end;
         break;
-      case shard_kind::columns: {
-        const int64_t wd = sh.end - sh.begin;
-        if (sh.begin < 0 || sh.end > cols || rows * wd != n)
+      case shard_kind::columns:
+        if (sh.begin < 0 || sh.end > s.cols || s.rows * (sh.end - sh.begin) != n)
           return status::invalid("columns [" + std::to_string(sh.begin) + ", " + std::to_string(sh.end) + ") of " +
                                  sh.source + " do not make the shard " + sh.desc.name);
-        for (int64_t r = 0; r < rows; ++r)
-          models::fill_decoder_preset_range(spec, seed, r * cols + sh.begin, wd, out.data() + r * wd);
+        c0 = sh.begin;
+        c1 = sh.end;
         break;
-      }
       default:
         return status::internal("shard kind not used by decoders for " + sh.source);
+    }
+    const int64_t wd = c1 - c0, ht = r1 - r0;
+    if (s.cs == 1) {  // each kernel row's columns are consecutive in the stream
+      for (int64_t r = r0; r < r1; ++r) models::fill_decoder_preset_range(spec, seed, s.off + r * s.rs + c0, wd, out.data() + (r - r0) * wd);
+    } else {  // transposed: each kernel column's rows are consecutive
+      std::vector<float> col(static_cast<size_t>(ht));
+      for (int64_t c = c0; c < c1; ++c) {
+        models::fill_decoder_preset_range(spec, seed, s.off + c * s.cs + r0, ht, col.data());
+        for (int64_t r = 0; r < ht; ++r) out[static_cast<size_t>(r * wd + (c - c0))] = col[static_cast<size_t>(r)];
+      }
     }
     return out;
   });

@@ -120,7 +120,9 @@ double scaled_logit_difference(const std::vector<float>& got, const std::vector<
 
 /// A shard_cutter for seeded decoder weights (models::fill_decoder_preset_range): each shard's
 /// values generated alone from (shape, seed), equal bit for bit to materialize() of
-/// make_seeded_decoder(shape, seed). LLaMA-family shapes; GPT-2 (Conv1D) refused by name.
+/// make_seeded_decoder(shape, seed): LLaMA-family [out, in] rows as they are, GPT-2's Conv1D
+/// weights [in, out] read transposed (Q, K and V as column ranges of c_attn), biases, learned
+/// positions and tied heads (the token embedding's stream) included.
 result<shard_cutter> seeded_decoder_cutter(const models::model_shape& shape, uint64_t seed);
 
 }  // namespace tessera::host
