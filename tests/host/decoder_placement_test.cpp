@@ -160,7 +160,7 @@ TEST(DecoderPlacement, EveryKernelCallIsTimedOrSaysWhyNot) {
 // read transposed, fused Q/K/V and their biases, learned positions, a tied head) and Qwen2 (Q/K/V
 // biases, tied and untied heads).
 TEST(DecoderPlacement, SeededShardsEqualShardsCutFromTheModel) {
-  const std::string data = std::string(std::getenv("TESSERA_SOURCE_DIR") ? std::getenv("TESSERA_SOURCE_DIR") : ".") +
+  const std::string data = std::string(std::getenv("TESSERA_SOURCE_DIR") ? std::getenv("TESSERA_SOURCE_DIR") : TESSERA_TEST_SOURCE_DIR) +
                            "/tests/data/models/decoders/";
   for (const std::string preset : {"llama-tiny", "gpt2-tiny", "qwen2-odd.config.json", "qwen2-untied.config.json"}) {
     SCOPED_TRACE(preset);

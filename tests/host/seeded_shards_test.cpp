@@ -21,7 +21,7 @@ std::string generated_line(const std::string& out) {
 }
 
 TEST(SeededShards, EveryFamilyGeneratesTheTokensOfTheNormalPath) {
-  const std::string src = std::getenv("TESSERA_SOURCE_DIR") ? std::getenv("TESSERA_SOURCE_DIR") : ".";
+  const std::string src = std::getenv("TESSERA_SOURCE_DIR") ? std::getenv("TESSERA_SOURCE_DIR") : TESSERA_TEST_SOURCE_DIR;
   const std::string qwen2 = src + "/tests/data/models/decoders/qwen2-odd.config.json";
   const std::string dir = ::testing::TempDir() + "seeded-shards-qwen2";
   std::string out;
