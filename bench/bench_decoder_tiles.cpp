@@ -7,6 +7,9 @@
 //   prefill: B prompts of P seeded tokens, packed into steps of at most --token-budget tokens
 //            (prompts cut into chunks at the budget, as a serving scheduler does);
 //   decode:  --decode greedy steps of one token for each of the B sequences.
+// With --async-scheduling on, decode step t+1 is sent before step t's ids are back: its ids are
+// -(row + 1), taken on the tiles from step t's samples (compile_decoder's feed_tokens), so the
+// tiles go from one step to the next without waiting for the host (sched "async" in the table).
 // On tiles the greedy token is chosen on the LM-head tile and only ids come back (--sample tile,
 // the dec_sample kernel), or the whole logits rows come back and the argmax is taken here
 // (--sample host, the step protocol before); token_hash (JSON/CSV) tells the runs chose alike.
@@ -25,10 +28,13 @@
 //   build/bin/tessera-bench-decoder-tiles --model llama-tiny --tiles 2 --plan 1,1,2,1 1,1,2,1,2 --sample tile  (LM head split)
 //   build/bin/tessera-bench-decoder-tiles --model gpt2 --tiles 0 2 --plan auto tp --collective rs-ag allreduce
 //       (lanes reducing by reduce-scatter + all-gather against all-reduce, in one run)
+//   build/bin/tessera-bench-decoder-tiles --model llama-tiny gpt2 --tiles 2 --plan auto --prompt 16 --batch 1 8 32
+//       --decode 64 --async-scheduling off on
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <future>
 #include <iostream>
@@ -82,6 +88,9 @@ struct engine {
   int max_seqs = 0, token_budget = 0, block_tokens = 16;
   bool sample_on_tile = false;  // each logits row carries greedy sample parameters (dec_sample)
   step_fn step;
+  // Async scheduling (--async-scheduling on): starts a step and returns at once; decode step n + 1
+  // is sent before step n's ids are back and takes them on the tiles (ids -(row + 1)).
+  std::function<std::future<result<step_out>>(int replica, const models::step_batch& batch)> submit;
   std::vector<pid_t> tiles;  // their CPU time counts with this process's
 };
 
@@ -108,7 +117,7 @@ double cpu_seconds(const engine& e) {
 }
 
 struct row {
-  std::string model, mode, plan, dtype = "fp32", sample = "-", collective = "-";
+  std::string model, mode, plan, dtype = "fp32", sample = "-", collective = "-", sched = "sync";
   int tiles = 0, prompt = 0, batch = 0, decode = 0;
   double prefill_s = 0, decode_s = 0, prefill_cpu_s = 0, decode_cpu_s = 0;
   int64_t prefill_tokens = 0, decode_tokens = 0, prefill_steps = 0, decode_steps = 0;
@@ -257,6 +266,75 @@ result<row> run_row(const engine& e, const models::model_shape& shape, const mod
   // Decode: every sequence one token a step, greedy.
   const double cpu1 = cpu_seconds(e);
   r.prefill_cpu_s = cpu1 - cpu0;
+  if (e.submit) {
+    // Async: step n + 1 goes out before step n's answer is read; its ids are step n's samples,
+    // taken on the tiles (sequence i is row i of every step of its replica).
+    std::vector<std::vector<seq*>> members(static_cast<size_t>(R));
+    for (auto& s : seqs) members[static_cast<size_t>(s.replica)].push_back(&s);
+    auto batch_of = [&](int k, int n) {
+      models::step_batch b;
+      const auto& mine = members[static_cast<size_t>(k)];
+      for (size_t i = 0; i < mine.size(); ++i) {
+        models::seq_step st;
+        st.seq_id = static_cast<uint64_t>(mine[i] - seqs.data());
+        st.start_pos = mine[i]->computed + n;
+        st.tokens = {n == 0 ? mine[i]->next : -static_cast<int32_t>(i + 1)};
+        st.sample = models::sample_params{.temperature = 0};
+        st.block_table = mine[i]->blocks;
+        b.seqs.push_back(std::move(st));
+      }
+      return b;
+    };
+    std::vector<std::deque<std::future<result<step_out>>>> flying(static_cast<size_t>(R));
+    double tiles_busy = 0;
+    const double t0 = now();
+    for (int n = 0; n <= decode; ++n) {
+      if (n < decode) {
+        std::vector<models::step_batch> batches(static_cast<size_t>(R));
+        for (int k = 0; k < R; ++k) {
+          if (members[static_cast<size_t>(k)].empty()) continue;
+          batches[static_cast<size_t>(k)] = batch_of(k, n);
+          flying[static_cast<size_t>(k)].push_back(e.submit(k, batches[static_cast<size_t>(k)]));
+        }
+        r.modelled_decode_s += m.seconds(batches);
+      }
+      if (n == 0) continue;
+      double busiest = 0, wait = 0, sync = 0, compute = 0;
+      int tiles = 0;
+      for (int k = 0; k < R; ++k) {
+        auto& q = flying[static_cast<size_t>(k)];
+        if (q.empty()) continue;
+        auto o = q.front().get();
+        q.pop_front();
+        if (!o) return o.error().with_context("decode step " + std::to_string(n - 1) + ", replica " + std::to_string(k));
+        const auto& mine = members[static_cast<size_t>(k)];
+        r.decode_tokens += static_cast<int64_t>(mine.size());
+        r.decode_supersteps += o->supersteps;
+        r.decode_barriers += e.barriers;
+        r.decode_bytes += o->bytes;
+        r.decode_host_bytes += o->host_bytes;
+        busiest = std::max(busiest, o->tile_max_s);
+        compute = std::max(compute, o->compute_s);
+        wait += o->wait_s;
+        sync += o->sync_s;
+        tiles += o->tiles;
+        if (rows_of(*o) != mine.size())
+          return status::internal("decode: " + std::to_string(rows_of(*o)) + " rows for " + std::to_string(mine.size()) + " sequences");
+        for (size_t i = 0; i < mine.size(); ++i) r.took(mine[i]->next = token_of(*o, i));
+      }
+      ++r.decode_steps;
+      tiles_busy += busiest;
+      r.decode_compute_s += compute;
+      r.decode_wait_s += tiles > 0 ? wait / tiles : 0;
+      r.decode_sync_s += tiles > 0 ? sync / tiles : 0;
+    }
+    r.decode_s = now() - t0;
+    for (auto& s : seqs) s.computed += decode;
+    // The steps overlap: the host's share is what the wall time has beyond the tiles' own time.
+    r.decode_host_s = std::max(0.0, r.decode_s - tiles_busy);
+    r.decode_cpu_s = cpu_seconds(e) - cpu1;
+    return r;
+  }
   for (int n = 0; n < decode; ++n) {
     std::vector<models::step_batch> batches(static_cast<size_t>(R));
     std::vector<std::vector<seq*>> members(static_cast<size_t>(R));
@@ -308,10 +386,30 @@ result<row> run_row(const engine& e, const models::model_shape& shape, const mod
 }
 
 // The tiles' engine: a tile_decoder's steps and its counters.
+step_out out_of(tile_step_result* o);
+
 step_fn tile_steps(tile_decoder& dec) {
   return [&dec](int replica, const models::step_batch& b) -> result<step_out> {
     auto o = dec.step(replica, b);
     if (!o) return o.error();
+    return out_of(&*o);
+  };
+}
+
+// The same, started at once (async scheduling).
+std::function<std::future<result<step_out>>(int, const models::step_batch&)> tile_submits(tile_decoder& dec) {
+  return [&dec](int replica, const models::step_batch& b) {
+    auto promise = std::make_shared<std::promise<result<step_out>>>();
+    auto f = promise->get_future();
+    dec.submit_step(replica, b, [promise](result<tile_step_result> o) {
+      if (!o) return promise->set_value(o.error());
+      promise->set_value(out_of(&*o));
+    });
+    return f;
+  };
+}
+
+step_out out_of(tile_step_result* o) {
     step_out s;
     s.logits = std::move(o->logits);
     for (const auto& t : o->samples) s.samples.push_back(t.token);
@@ -328,7 +426,6 @@ step_fn tile_steps(tile_decoder& dec) {
       ++s.tiles;
     }
     return s;
-  };
 }
 
 struct options {
@@ -338,20 +435,21 @@ struct options {
   std::vector<int> prompts{128, 768}, batches{1, 8, 32, 64};
   std::vector<std::string> samples{"tile"};
   std::vector<std::string> collectives{"auto"};
+  std::vector<std::string> async{"off"};
   int decode = 128, token_budget = 2048, threads = 1;
   std::string tile_memory = "4GiB", system = "ipu-mk2:chips=1", csv, json, dtype = "fp32";
 };
 
 void print_table(const std::vector<row>& rows, const std::string& system) {
   std::printf(
-      "\n| model | dtype | N | plan | sample | prompt | B | prefill tok/s | decode tok/s | prefill tok/CPU-s | decode tok/CPU-s | decode ms/step | supersteps/token | "
+      "\n| model | dtype | N | plan | sample | sched | prompt | B | prefill tok/s | decode tok/s | prefill tok/CPU-s | decode tok/CPU-s | decode ms/step | supersteps/token | "
       "barriers/step | KiB exchanged/token | compute ms/step | barrier+exchange wait ms/step | barrier wait ms/step | "
       "host round trip ms/step | KiB to host/step | modelled us/token (%s) | modelled prefill tok/s | load |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       system.c_str());
   for (const auto& r : rows)
-    std::printf("| %s | %s | %d | %s %s | %s | %d | %d | %.0f | %.1f | %.0f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.0f | %.1f |\n",
-                r.model.c_str(), r.dtype.c_str(), r.tiles, r.mode.c_str(), r.plan.c_str(), r.sample.c_str(), r.prompt, r.batch, r.prefill_tps(),
+    std::printf("| %s | %s | %d | %s %s | %s | %s | %d | %d | %.0f | %.1f | %.0f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.0f | %.1f |\n",
+                r.model.c_str(), r.dtype.c_str(), r.tiles, r.mode.c_str(), r.plan.c_str(), r.sample.c_str(), r.sched.c_str(), r.prompt, r.batch, r.prefill_tps(),
                 r.decode_tps(), r.prefill_cpu_tps(), r.decode_cpu_tps(), r.per_step(r.decode_s) * 1e3, r.per_token(double(r.decode_supersteps)),
                 r.per_step(double(r.decode_barriers)), r.per_token(double(r.decode_bytes)) / 1024.0,
                 r.per_step(r.decode_compute_s) * 1e3, r.per_step(r.decode_wait_s) * 1e3,
@@ -368,6 +466,7 @@ nlohmann::ordered_json to_json(const row& r) {
           {"plan", r.plan},
           {"sample", r.sample},
           {"collective", r.collective},
+          {"sched", r.sched},
           {"token_hash", std::to_string(r.token_hash)},
           {"prompt", r.prompt},
           {"batch", r.batch},
@@ -443,6 +542,9 @@ int main(int argc, char** argv) {
       ("system", po::value(&o.system)->default_value(o.system), "the modelled system (timing/llm_system.hpp spec)")
       ("sample", po::value(&o.samples)->multitoken(), "on tiles: tile (greedy tokens chosen on the LM-head tile, "
        "ids sent back) and/or host (whole logits rows sent back, argmax here) (default tile)")
+      ("async-scheduling", po::value(&o.async)->multitoken(), "on tiles: off (each step sent when the last one's ids are "
+       "back) and/or on (decode step t+1 sent while step t runs, its ids taken from step t's samples on the tiles; needs "
+       "--sample tile) (default off)")
       ("collective", po::value(&o.collectives)->multitoken(), "on tiles, how lanes (W > 1) reduce: auto (the plan "
        "ranking's choice), allreduce (one superstep a sub-layer) and/or rs-ag (reduce-scatter + all-gather: two), each "
        "a run of every plan (default auto)")
@@ -468,6 +570,10 @@ int main(int argc, char** argv) {
   if (o.decode < 1) return bad("--decode must be positive");
   for (const auto& s : o.samples)
     if (s != "tile" && s != "host") return bad("--sample " + s + ": use tile or host");
+  for (const auto& a : o.async)
+    if (a != "on" && a != "off") return bad("--async-scheduling " + a + ": use on or off");
+  if (std::count(o.async.begin(), o.async.end(), "on") && !std::count(o.samples.begin(), o.samples.end(), "tile"))
+    return bad("--async-scheduling on takes its ids from the tiles' samples: it needs --sample tile");
   std::vector<collective> reduces;
   for (const auto& c : o.collectives) {
     auto parsed = parse_collective(c);
@@ -489,7 +595,8 @@ int main(int argc, char** argv) {
 
   std::vector<row> rows;
   auto measure = [&](const engine& e, const std::string& name, const models::model_shape& shape, int n,
-                     const std::string& mode, const std::string& sample, const std::string& reduce) -> status {
+                     const std::string& mode, const std::string& sample, const std::string& reduce,
+                     const std::string& sched = "sync") -> status {
     auto m = make_modeller(o.system, shape, e.supersteps);
     if (!m) return m.error();
     for (int P : o.prompts)
@@ -507,9 +614,10 @@ int main(int argc, char** argv) {
         r->plan = e.plan_text;
         r->sample = sample;
         r->collective = reduce;
+        r->sched = sched;
         r->load = bench::load_1min();
-        std::fprintf(stderr, "%s N=%d %s %s P=%d B=%d: prefill %.0f tok/s, decode %.1f tok/s (%.1f a CPU-second), load %.1f\n",
-                     name.c_str(), n, e.plan_text.c_str(), sample.c_str(), P, B, r->prefill_tps(), r->decode_tps(),
+        std::fprintf(stderr, "%s N=%d %s %s %s P=%d B=%d: prefill %.0f tok/s, decode %.1f tok/s (%.1f a CPU-second), load %.1f\n",
+                     name.c_str(), n, e.plan_text.c_str(), sample.c_str(), sched.c_str(), P, B, r->prefill_tps(), r->decode_tps(),
                      r->decode_cpu_tps(), r->load);
         rows.push_back(std::move(*r));
       }
@@ -581,37 +689,43 @@ int main(int argc, char** argv) {
         req.reduce = chosen.width > 1 ? chosen.reduce : collective::rs_ag;  // as chosen, not ranked again
         req.max_sequences = per_replica;
         req.kv_blocks = per_replica * per_seq_blocks;
-        c = compile_decoder(shape, req);
-        if (!c) return fail(c.error().with_context(name + " on " + std::to_string(n) + " tiles, plan " + chosen.to_string()));
-        tile_group_config g;
-        g.tiles = static_cast<uint32_t>(n);
-        g.tile_memory = *memory;
-        g.run_timeout = std::chrono::minutes(10);
-        auto group = tile_group::start(g);
-        if (!group) return fail(group.error());
-        auto dec = tile_decoder::deploy(**group, std::move(*c), model);
-        if (!dec) return fail(dec.error());
-        const auto& cm = (*dec)->compiled();
-        engine e;
-        e.plan_text = chosen.to_string();
-        e.replicas = chosen.replicas;
-        e.barriers = cm.barriers();
-        e.supersteps = cm.supersteps();
-        e.max_seqs = cm.max_sequences;
-        e.token_budget = cm.token_budget;
-        e.block_tokens = cm.kv.block_tokens;
-        e.step = tile_steps(**dec);
-        for (const auto& t : (*group)->tiles()) e.tiles.push_back(t.pid);
-        std::fprintf(stderr, "%s on %d tiles, --plan %s: %s, %d supersteps (%d barriers) a step, %d KV blocks a replica\n",
-                     name.c_str(), n, mode.c_str(), e.plan_text.c_str(), e.supersteps, e.barriers, cm.kv.num_blocks);
-        status st = ok_status();
-        for (const auto& smp : o.samples) {
-          e.sample_on_tile = smp == "tile";
-          st = measure(e, name, shape, n, mode, smp, reduce_name);
-          if (!st.ok()) break;
+        for (const auto& async : o.async) {
+          req.feed_tokens = async == "on";  // the program that forwards the samples to the first stage
+          c = compile_decoder(shape, req);
+          if (!c) return fail(c.error().with_context(name + " on " + std::to_string(n) + " tiles, plan " + chosen.to_string()));
+          tile_group_config g;
+          g.tiles = static_cast<uint32_t>(n);
+          g.tile_memory = *memory;
+          g.run_timeout = std::chrono::minutes(10);
+          auto group = tile_group::start(g);
+          if (!group) return fail(group.error());
+          auto dec = tile_decoder::deploy(**group, std::move(*c), model);
+          if (!dec) return fail(dec.error());
+          const auto& cm = (*dec)->compiled();
+          engine e;
+          e.plan_text = chosen.to_string();
+          e.replicas = chosen.replicas;
+          e.barriers = cm.barriers();
+          e.supersteps = cm.supersteps();
+          e.max_seqs = cm.max_sequences;
+          e.token_budget = cm.token_budget;
+          e.block_tokens = cm.kv.block_tokens;
+          e.step = tile_steps(**dec);
+          if (req.feed_tokens) e.submit = tile_submits(**dec);
+          for (const auto& t : (*group)->tiles()) e.tiles.push_back(t.pid);
+          std::fprintf(stderr, "%s on %d tiles, --plan %s: %s, %d supersteps (%d barriers) a step, %d KV blocks a replica, %s\n",
+                       name.c_str(), n, mode.c_str(), e.plan_text.c_str(), e.supersteps, e.barriers, cm.kv.num_blocks,
+                       req.feed_tokens ? "async scheduling" : "sync");
+          status st = ok_status();
+          for (const auto& smp : o.samples) {
+            if (req.feed_tokens && smp != "tile") continue;
+            e.sample_on_tile = smp == "tile";
+            st = measure(e, name, shape, n, mode, smp, reduce_name, req.feed_tokens ? "async" : "sync");
+            if (!st.ok()) break;
+          }
+          (*group)->shutdown();
+          if (!st.ok()) return fail(st);
         }
-        (*group)->shutdown();
-        if (!st.ok()) return fail(st);
       }
     }
   }

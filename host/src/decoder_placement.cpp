@@ -33,6 +33,7 @@ struct dlayout {
   int64_t meta = 0;
   int64_t sample = 0;  // the sample tensor's int32 capacity
   models::dtype dt = models::dtype::fp32;
+  bool feeds = false;  // placement_request::feed_tokens
   int hd() const { return c.head_dim(); }
   bool bf16() const { return dt == models::dtype::bf16; }
   // A Linear matrix (and the KV cache): bf16 in a bf16 decoder. Embeddings, norms, biases and the
@@ -166,6 +167,7 @@ void plan_tile(const dlayout& L, dtile& d, std::vector<weight_shard>& shards, st
     add.act({ids::sample_params, "sample_params", dtype::i32, {L.sample}});
   }
   if (out_tile) add.act({ids::samples, "samples", dtype::i32, {L.max_seqs, models::kSampleRecord}});
+  if (L.feeds && (out_tile || first)) add.act({ids::next_ids, "next_ids", dtype::i32, {L.max_seqs}});
   if (V > 1 && slice >= 0)  // the out tile gathers every slice's records
     add.act({ids::sample_parts, "sample_parts", dtype::i32, {out_tile ? V : 1, L.max_seqs, models::kSliceRecord}});
   const int64_t W = L.p.width;
@@ -360,6 +362,22 @@ std::map<uint32_t, program> build_replica(const dlayout& L, int r, const std::ve
     }
   }
   b.set_sync_flags(members);
+  if (L.feeds) {
+    // The out tile's sampled ids go to the first stage in the step's last superstep (no barrier:
+    // the run ends there, and the receive waits for them); the next step's first superstep puts
+    // them in place of the ids that name a row (dec_feed, before dec_embed).
+    const uint32_t out = L.tile_of(r, S - 1, 0);
+    const size_t last = static_cast<size_t>(clocks * K - 1);
+    const models::rows_params whole{models::micro_batch{0, 1}};
+    b.step(out, last).compute.push_back(
+        make_call<kid::dec_next_ids>({ids::samples, ids::step_meta, ids::sample_params}, {ids::next_ids}, whole));
+    const slice_ref next{ids::next_ids, slice_kind::fixed, 0, static_cast<uint64_t>(L.max_seqs)};
+    for (uint32_t t : lanes_of(L, r, 0, W)) {
+      if (t != out) b.connect(out, t, last, next, next, false);
+      auto& first = b.step(t, 0).compute;
+      first.insert(first.begin(), make_call<kid::dec_feed>({ids::token_ids, ids::next_ids}, {ids::token_ids}, whole));
+    }
+  }
   return b.progs;
 }
 
@@ -525,6 +543,9 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
     return status::invalid("--plan " + req.forced->to_string() + ": V=" + std::to_string(req.forced->vocab_slices) +
                            " LM-head vocabulary slices need as many tiles in a replica, which has S x W = " +
                            std::to_string(req.forced->stages * req.forced->width));
+  if (req.feed_tokens && req.forced && req.forced->vocab_slices > 1)
+    return status::invalid("--plan " + req.forced->to_string() + ": async scheduling (--async-scheduling on) needs the LM "
+                           "head whole (V = 1); use --async-scheduling off with a vocab-parallel head");
   if (req.forced && req.forced->vocab_slices > c.vocab_size)
     return status::invalid("--plan " + req.forced->to_string() + ": more LM-head slices than vocabulary rows (" +
                            std::to_string(c.vocab_size) + ")");
@@ -536,7 +557,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
                            std::to_string(req.forced->width - 1) + " receive slots, at most " +
                            std::to_string(ids::max_reduce_slots) + " (use rs-ag)");
   auto make_layout = [&](const plan& p) {
-    return dlayout{c, p, req.token_budget, max_seqs, bt, max_blocks, meta, sample, req.dtype};
+    return dlayout{c, p, req.token_budget, max_seqs, bt, max_blocks, meta, sample, req.dtype, req.feed_tokens};
   };
   compiled_model best;
   const detail::plan_refusal words{
@@ -572,7 +593,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
       // replica: the first that fits.
       [&](const plan& p) {
         std::vector<plan> v{p};
-        if (req.forced) return v;
+        if (req.forced || req.feed_tokens) return v;  // async scheduling keeps the head whole
         for (int n = 2; n <= p.stages * p.width && n <= c.vocab_size; ++n) {
           v.push_back(p);
           v.back().vocab_slices = n;
@@ -602,6 +623,7 @@ result<compiled_model> compile_decoder(const models::model_shape& c, const place
   best.max_blocks_per_seq = max_blocks;
   best.meta_elements = meta;
   best.sample_elements = sample;
+  best.feeds = req.feed_tokens;
   return best;
 }
 

@@ -312,6 +312,9 @@ result<std::vector<kernel_query>> kernel_queries(const kernel_call& c, const ten
     if (e > 0) add(kernel_id::add, timing::elements_shape{.elements = e});
     break;
   }
+  case kernel_id::dec_next_ids:  // one id a row, and dec_feed one a token: too small to time
+  case kernel_id::dec_feed:
+    break;
   case kernel_id::dec_attention:
     // Its cost depends on each sequence's cached context, which travels in the step's metadata,
     // not in the program: decoder steps are timed by timing's LLM step model instead.

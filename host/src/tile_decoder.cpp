@@ -235,7 +235,23 @@ status tile_decoder::validate(int replica, const models::step_batch& batch) cons
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     const auto& s = batch.seqs[i];
     const std::string where = "sequence " + std::to_string(s.seq_id) + " (step entry " + std::to_string(i) + ")";
-    TESSERA_RETURN_IF_ERROR(models::check_step_entry(s, shape, where));
+    const bool fed = std::any_of(s.tokens.begin(), s.tokens.end(), [](int32_t t) { return t < 0; });
+    if (fed) {
+      // -(j + 1): the token the previous step sampled in its row j (dec_feed on the first stage).
+      if (!c.feeds)
+        return status::invalid(where + ": token id " + std::to_string(*std::min_element(s.tokens.begin(), s.tokens.end())) +
+                               " is negative (a row of the previous step's samples needs a decoder compiled for "
+                               "async scheduling)");
+      for (int32_t t : s.tokens)
+        if (t < 0 && -int64_t{t} > c.max_sequences)
+          return status::invalid(where + ": token id " + std::to_string(t) + " names sample row " + std::to_string(-int64_t{t} - 1) +
+                                 "; a step has at most " + std::to_string(c.max_sequences) + " rows");
+      models::seq_step plain = s;
+      for (auto& t : plain.tokens) t = std::max(t, 0);
+      TESSERA_RETURN_IF_ERROR(models::check_step_entry(plain, shape, where));
+    } else {
+      TESSERA_RETURN_IF_ERROR(models::check_step_entry(s, shape, where));
+    }
     if (s.sample) {
       if (!s.want_logits) return status::invalid(where + ": sample parameters on a sequence that wants no logits");
       if (auto st = models::check_sample_params(*s.sample, shape.vocab_size); !st.ok()) return st.with_context(where);
@@ -262,14 +278,27 @@ status tile_decoder::validate(int replica, const models::step_batch& batch) cons
   return ok_status();
 }
 
-result<tile_step_result> tile_decoder::step(int replica, const models::step_batch& batch) {
+// A step ready to run: the batch_spec (its inputs point into the vectors here) and what reading
+// its answer needs.
+struct tile_decoder::prepared {
+  batch_spec spec;
+  std::vector<int32_t> tokens, meta, sample_in;
+  int want = 0, sampled = 0;
+  bool logits_out = false;
+  std::vector<uint32_t> heads;
+  uint32_t head = 0;
+  size_t tbytes = 0, mbytes = 0, sbytes = 0;
+};
+
+result<std::shared_ptr<tile_decoder::prepared>> tile_decoder::prepare(int replica, const models::step_batch& batch) const {
   TESSERA_RETURN_IF_ERROR(validate(replica, batch));
   const auto& c = compiled_;
+  auto p = std::make_shared<prepared>();
   // Token ids of the packed rows, and the step metadata (placement.hpp: tensor_ids::step_meta).
-  std::vector<int32_t> tokens;
+  std::vector<int32_t>& tokens = p->tokens;
   models::step_meta_writer meta_w(c.max_blocks_per_seq);
-  int want = 0;
-  batch_spec spec;
+  int& want = p->want;
+  batch_spec& spec = p->spec;
   spec.program_id = 1;
   spec.tiles = replica_tiles(replica);
   for (const auto& s : batch.seqs) {
@@ -280,13 +309,14 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
     meta_w.add(s.start_pos, s.want_logits, std::span<const int32_t>(s.block_table.data(), static_cast<size_t>(used)));
     want += s.want_logits ? 1 : 0;
   }
-  const std::vector<int32_t>& meta = meta_w.data();
+  p->meta = meta_w.data();
+  const std::vector<int32_t>& meta = p->meta;
   // Rows sampled on the LM-head tile answer a record; the others (no sample parameters, or
   // parameters past the tensor's room) their logits row.
   // A split LM head samples on the tiles only the rows whose draw merges exactly from the slices
   // (models::split_samplable); the others' logits are gathered here from the slices.
   models::sample_writer sample_w(c.sample_elements);
-  int sampled = 0;
+  int& sampled = p->sampled;
   const bool split = c.chosen.vocab_slices > 1;
   const bool asked = std::any_of(batch.seqs.begin(), batch.seqs.end(), [](const auto& s) { return s.sample.has_value(); });
   for (const auto& s : batch.seqs) {
@@ -295,27 +325,39 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
     else if (sample_w.add(*s.sample)) ++sampled;
   }
   if (sample_w.rows() > 0 && sampled == 0) sample_w = models::sample_writer(c.sample_elements);  // all logits: as without
-  const std::vector<int32_t>& sample_in = sample_w.data();
+  p->sample_in = sample_w.data();
+  const std::vector<int32_t>& sample_in = p->sample_in;
   spec.active_tokens = static_cast<int64_t>(tokens.size());
-  const size_t tbytes = tokens.size() * 4, mbytes = meta.size() * 4, sbytes = sample_in.size() * 4;
+  p->tbytes = tokens.size() * 4, p->mbytes = meta.size() * 4, p->sbytes = sample_in.size() * 4;
+  const size_t tbytes = p->tbytes, mbytes = p->mbytes, sbytes = p->sbytes;
   for (uint32_t t : c.stage_tiles(replica, 0))
     spec.inputs.push_back({t, {ids::token_ids, slice_kind::token_rows, 0, 1}, tokens.data(), tbytes});
   for (uint32_t t : spec.tiles) spec.inputs.push_back({t, {ids::step_meta, slice_kind::fixed, 0, meta.size()}, meta.data(), mbytes});
-  const uint32_t head = c.output_tile(replica);
-  const std::vector<uint32_t> heads = c.head_tiles(replica);  // slice j's tile (head first)
+  p->head = c.output_tile(replica);
+  p->heads = c.head_tiles(replica);  // slice j's tile (head first)
+  const uint32_t head = p->head;
+  const std::vector<uint32_t>& heads = p->heads;
   if (c.sample_elements > 0)
     for (uint32_t t : heads)
       spec.inputs.push_back({t, {ids::sample_params, slice_kind::fixed, 0, sample_in.size()}, sample_in.data(), sbytes});
-  const uint64_t vocab = static_cast<uint64_t>(c.config.vocab_size);
-  const bool logits_out = want > sampled;
+  p->logits_out = want > sampled;
+  const bool logits_out = p->logits_out;
   if (logits_out)
     for (size_t j = 0; j < heads.size(); ++j) {
       const auto v = c.vocab_slice(static_cast<int>(j));
       spec.outputs.push_back({heads[j], {ids::logits, slice_kind::fixed, 0, want * static_cast<uint64_t>(v.end - v.begin)}});
     }
   if (sampled > 0) spec.outputs.push_back({head, {ids::samples, slice_kind::fixed, 0, want * static_cast<uint64_t>(models::kSampleRecord)}});
-  auto r = group_.run(spec);
+  return p;
+}
+
+result<tile_step_result> tile_decoder::finish(const prepared& p, result<run_result> r) const {
   if (!r) return r.error();
+  const auto& c = compiled_;
+  const uint64_t vocab = static_cast<uint64_t>(c.config.vocab_size);
+  const int want = p.want, sampled = p.sampled;
+  const bool logits_out = p.logits_out;
+  const std::vector<uint32_t>& heads = p.heads;
   tile_step_result out;
   if (sampled > 0) {
     const auto& flat = r->outputs[logits_out ? heads.size() : 0];
@@ -374,8 +416,25 @@ result<tile_step_result> tile_decoder::step(int replica, const models::step_batc
   out.memory_high_water = r->memory_high_water;
   out.batch_id = r->batch_id;
   out.counters = r->counters;
-  out.input_bytes = tbytes * c.chosen.width + mbytes * spec.tiles.size() + (c.sample_elements > 0 ? sbytes * heads.size() : 0);
+  out.input_bytes = p.tbytes * c.chosen.width + p.mbytes * p.spec.tiles.size() + (c.sample_elements > 0 ? p.sbytes * heads.size() : 0);
   return out;
+}
+
+result<tile_step_result> tile_decoder::step(int replica, const models::step_batch& batch) {
+  auto p = prepare(replica, batch);
+  if (!p) return p.error();
+  return finish(**p, group_.run((*p)->spec));
+}
+
+void tile_decoder::submit_step(int replica, const models::step_batch& batch,
+                               std::function<void(result<tile_step_result>)> done) {
+  auto p = prepare(replica, batch);
+  if (!p) return done(p.error());
+  // The group copies the inputs as it sends them; `pending` keeps what reading the answer needs.
+  std::shared_ptr<prepared> pending = std::move(*p);
+  group_.submit(pending->spec, [this, pending, done = std::move(done)](result<run_result> r) {
+    done(finish(*pending, std::move(r)));
+  });
 }
 
 }  // namespace tessera::host

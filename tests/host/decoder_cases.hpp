@@ -29,6 +29,7 @@ struct decoder_tiles {
   int token_budget = 96;
   int max_sequences = 8;
   host::collective reduce = host::collective::automatic;  ///< how W > 1 lanes reduce
+  bool feed_tokens = false;  ///< compiled for async scheduling (placement_request::feed_tokens)
 };
 
 /// `m` compiled on `tiles` tile processes with plan `p` and deployed; empty (and a failed
@@ -44,6 +45,7 @@ inline decoder_deployment deploy_decoder(std::shared_ptr<const models::decoder_m
   req.kv_blocks = o.kv_blocks;
   req.dtype = o.dtype;
   req.reduce = o.reduce;
+  req.feed_tokens = o.feed_tokens;
   auto c = host::compile_decoder(m->shape(), req);
   EXPECT_TRUE(c) << c.error().message();
   if (!c) return {};

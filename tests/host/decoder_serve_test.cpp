@@ -145,8 +145,12 @@ json request(int i, int max_tokens) {
 
 }  // namespace
 
-TEST(DecoderServeOnTiles, CompletionsEqualTheReferenceAndSurviveATileKill) {
-  server tiles(host_args());
+// `extra`: more tessera-host options (--async-scheduling on: a step formed ahead is in flight
+// when the tile dies).
+static void completions_survive_a_tile_kill(const std::vector<std::string>& extra) {
+  auto args = host_args();
+  args.insert(args.end(), extra.begin(), extra.end());
+  server tiles(args);
   ASSERT_NE(tiles.port(), 0) << tiles.p.line();
   server ref(reference_args());
   ASSERT_NE(ref.port(), 0) << ref.p.line();
@@ -179,6 +183,12 @@ TEST(DecoderServeOnTiles, CompletionsEqualTheReferenceAndSurviveATileKill) {
   ASSERT_EQ(st, 200u) << r.dump();
   EXPECT_EQ(r["choices"][0]["text"], want[3]);
   EXPECT_EQ(tiles.p.stop(), 0);
+}
+
+TEST(DecoderServeOnTiles, CompletionsEqualTheReferenceAndSurviveATileKill) { completions_survive_a_tile_kill({}); }
+
+TEST(DecoderServeOnTiles, AsyncSchedulingCompletionsEqualTheReferenceAndSurviveATileKill) {
+  completions_survive_a_tile_kill({"--async-scheduling", "on"});
 }
 
 // --- Two replicas (--plan 2,1,1: each tile holds a whole llama-tiny), one engine each, the LLM
@@ -301,8 +311,10 @@ TEST(DecoderServeOnTiles, TwoReplicasShareMixedLengthsAndAFullReplicaGetsNoNewRe
   EXPECT_EQ(tiles.p.stop(), 0);
 }
 
-TEST(DecoderServeOnTiles, TwoReplicasSurviveATileKill) {
-  server tiles(two_replica_args());
+static void two_replicas_survive_a_tile_kill(const std::vector<std::string>& extra) {
+  auto args = two_replica_args();
+  args.insert(args.end(), extra.begin(), extra.end());
+  server tiles(args);
   ASSERT_NE(tiles.port(), 0) << tiles.p.line();
   server ref(reference_args());
   ASSERT_NE(ref.port(), 0) << ref.p.line();
@@ -345,6 +357,12 @@ TEST(DecoderServeOnTiles, TwoReplicasSurviveATileKill) {
   EXPECT_EQ(after.size(), 2u);
   EXPECT_EQ(std::count(after.begin(), after.end(), victim), 0);
   EXPECT_EQ(tiles.p.stop(), 0);
+}
+
+TEST(DecoderServeOnTiles, TwoReplicasSurviveATileKill) { two_replicas_survive_a_tile_kill({}); }
+
+TEST(DecoderServeOnTiles, AsyncSchedulingTwoReplicasSurviveATileKill) {
+  two_replicas_survive_a_tile_kill({"--async-scheduling", "on"});
 }
 
 TEST(DecoderServeOnTiles, HybridRoutingSendsShortPromptsToTheGpuReplica) {

@@ -3,7 +3,8 @@
 // batch with nonzero prefill and decode rates, every token of the workload counted, supersteps on
 // tiles, bytes exchanged and barriers under tensor parallelism (none between replicas), a modelled
 // time; the table, CSV and JSON agree. Greedy tokens chosen on the LM-head tile (--sample tile)
-// equal those taken from the logits rows sent back (--sample host). Bad options and a plan that does not fit are refused with
+// equal those taken from the logits rows sent back (--sample host), and async scheduling's (the ids
+// of step t+1 taken on the tiles from step t's samples) those of the synchronous path. Bad options and a plan that does not fit are refused with
 // exit code 2 and a message naming them.
 #include <gtest/gtest.h>
 
@@ -140,6 +141,37 @@ TEST(DecoderTilesBench, AllReduceAndReduceScatterChooseTheSameTokensInFewerSuper
   fs::remove_all(dir);
 }
 
+// --async-scheduling on: decode step t+1 sent before step t's ids are back, its ids taken on the
+// tiles from step t's samples. The same greedy tokens as the synchronous path, at B = 1 and 3, on
+// tensor-parallel W = 2 (the first stage's other lane receives the ids) and a pipeline S = 2.
+TEST(DecoderTilesBench, AsyncSchedulingChoosesTheSameTokens) {
+  const fs::path dir = fs::temp_directory_path() / ("tessera-dtbench-a-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string json = (dir / "rows.json").string();
+  auto r = run_to_end({bin("tessera-bench-decoder-tiles"), "--model", "llama-tiny", "--tiles", "2", "--plan", "tp", "1,2,1",
+                       "--prompt", "20", "--batch", "1", "3", "--decode", "9", "--token-budget", "32", "--tile-memory",
+                       "64MiB", "--async-scheduling", "off", "on", "--json", json},
+                      300);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("| sched |"), std::string::npos) << r.out;
+  std::ifstream jf(json);
+  auto rows = nlohmann::json::parse(jf);
+  ASSERT_EQ(rows.size(), 8u) << rows.dump(1);  // 2 plans x (off, on) x 2 batches
+  for (size_t i = 0; i < rows.size(); i += 4) {
+    SCOPED_TRACE("plan " + rows[i]["plan"].get<std::string>());
+    for (size_t b = 0; b < 2; ++b) {
+      const auto &sync = rows[i + b], &async = rows[i + 2 + b];
+      EXPECT_EQ(sync["sched"], "sync");
+      EXPECT_EQ(async["sched"], "async");
+      EXPECT_EQ(async["batch"], sync["batch"]);
+      EXPECT_EQ(async["decode_tokens"], sync["decode_tokens"]);
+      EXPECT_EQ(async["token_hash"], sync["token_hash"]) << "batch " << sync["batch"];
+      EXPECT_GT(async["decode_tokens_per_s"].get<double>(), 0);
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST(DecoderTilesBench, RefusesBadOptionsNamingThem) {
   expect_refusals(bin("tessera-bench-decoder-tiles"), {
       {{"--plan", "wide"}, "--plan wide"},
@@ -148,6 +180,8 @@ TEST(DecoderTilesBench, RefusesBadOptionsNamingThem) {
       {{"--decode", "0"}, "--decode"},
       {{"--sample", "gpu"}, "--sample gpu"},
       {{"--collective", "ring"}, "--collective 'ring'"},
+      {{"--async-scheduling", "maybe"}, "--async-scheduling maybe"},
+      {{"--async-scheduling", "on", "--sample", "host"}, "--sample tile"},
       {{"--tile-memory", "lots"}, "--tile-memory"},
       {{"--model", "no-such-model", "--tiles", "0"}, "no-such-model"},
       // 768 prompt tokens + 1024 generated are beyond GPT-2's 1024 positions.

@@ -5,6 +5,7 @@
 // cancellations, tiny pools, budgets and both batching modes.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <future>
 #include <map>
 #include <random>
@@ -238,6 +239,100 @@ TEST(LlmScheduler, StaticBatchingAdmitsABatchAndRunsItToItsLongest) {
   // 3 starts only after 2, the batch's longest, has finished.
   EXPECT_GT(h.first_token_step.at(3), h.first_token_step.at(2) + 9 - 1);
   h.expect_reference();
+}
+
+// Async scheduling's order (llm_engine's async_scheduling): step t+1 is formed (step_done of step
+// t, speculate() of each sequence it sampled, schedule()) before step t's tokens are appended; a
+// placeholder of step t+1 is filled with the token appended for it before step t+1 runs (the tiles
+// take it from step t's samples), and a sequence that ended meanwhile has its row ignored.
+// `at_step[n]` runs while step n is in flight (arrivals, cancellations, a lost KV cache).
+void run_speculated(harness& h, std::map<int64_t, std::function<void()>> at_step = {}) {
+  step_plan cur = h.sched.schedule();
+  for (int64_t n = 0; !cur.empty() && n < 10000; ++n) {
+    EXPECT_EQ(h.sched.check(), "");
+    for (const auto& s : cur.batch.seqs)
+      for (int32_t t : s.tokens) EXPECT_NE(t, llm_scheduler::kPendingToken) << "an unfilled placeholder runs";
+    std::promise<backends::step_result> p;
+    h.backend->submit(cur.batch, [&](backends::step_result r) { p.set_value(std::move(r)); });
+    auto r = p.get_future().get();
+    EXPECT_TRUE(r.st.ok()) << r.st.to_string();
+    if (!r.st.ok()) return;
+    ++h.steps;
+    h.sched.step_done(cur);
+    std::vector<std::pair<uint64_t, size_t>> rows;
+    for (const auto& s : cur.batch.seqs) {
+      if (!s.want_logits) continue;
+      rows.emplace_back(s.seq_id, rows.size());
+      if (!h.sched.tokens(s.seq_id).empty()) h.sched.speculate(s.seq_id);  // false: its last token
+    }
+    bool lost = false;
+    if (auto it = at_step.find(n); it != at_step.end()) {
+      if (!it->second) {  // the KV cache is lost while step n runs: placeholders dropped, all recomputed
+        h.sched.unspeculate();
+        h.sched.lose_kv();
+        h.backend = make_toy_llm_backend({.num_blocks = h.sched.blocks().total_blocks(),
+                                          .block_tokens = h.sched.blocks().block_tokens()});
+        lost = true;
+      } else {
+        it->second();
+      }
+    }
+    step_plan next = lost ? step_plan{} : h.sched.schedule();
+    for (uint64_t id : next.cancelled) EXPECT_TRUE(h.cancelled.insert(id).second);
+    // Step n's answer: its tokens take their placeholders' places; finished sequences end.
+    for (const auto& [id, i] : rows) {
+      if (lost || h.sched.tokens(id).empty()) continue;  // lost, or cancelled meanwhile: nothing counts
+      h.sched.append(id, sampler::argmax(r.logits.at(i)));
+      h.first_token_step.emplace(id, h.steps);
+      const auto& all = h.sched.tokens(id);
+      if (static_cast<int32_t>(all.size()) - h.sched.prompt_length(id) == h.max_new.at(id)) {
+        EXPECT_FALSE(h.done.count(id)) << "finished twice";
+        h.done[id].assign(all.begin() + h.sched.prompt_length(id), all.end());
+        h.sched.finish(id);
+      }
+    }
+    for (auto& s : next.batch.seqs)
+      for (size_t k = 0; k < s.tokens.size(); ++k)
+        if (s.tokens[k] == llm_scheduler::kPendingToken) {
+          const auto& all = h.sched.tokens(s.seq_id);  // empty: it ended; its row is ignored
+          s.tokens[k] = all.empty() ? 0 : all.at(static_cast<size_t>(s.start_pos) + k);
+        }
+    // Nothing could be formed ahead (every running sequence awaited its last token): form it now.
+    if (next.empty() && h.sched.has_work()) next = h.sched.schedule();
+    cur = std::move(next);
+  }
+  EXPECT_FALSE(h.sched.has_work()) << "did not finish";
+}
+
+TEST(LlmScheduler, SpeculatedStepsGiveTheReferenceTokens) {
+  for (bool caching : {true, false}) {
+    SCOPED_TRACE(caching ? "prefix caching" : "no prefix caching");
+    // 14 blocks of 4 positions: preemptions while steps are formed ahead.
+    harness h({.token_budget = 24, .prefix_caching = caching}, 14, 4);
+    auto system = ramp(9, 3);
+    for (uint64_t i = 1; i <= 4; ++i) {
+      auto prompt = system;
+      prompt.push_back(static_cast<int32_t>(i));
+      ASSERT_TRUE(h.add(i, prompt, static_cast<int32_t>(1 + 4 * i)).ok());  // 5, 9, 13, 17 tokens
+    }
+    run_speculated(h, {{3, [&] { ASSERT_TRUE(h.add(5, ramp(13, 1), 6).ok()); }},
+                       {7, [&] { ASSERT_TRUE(h.add(6, system, 3).ok()); }},
+                       {8, [&] { ASSERT_TRUE(h.add(7, ramp(2, 5), 1).ok()); }}});
+    ASSERT_EQ(h.done.size(), 7u);
+    h.expect_reference();
+    EXPECT_EQ(h.sched.blocks().used_blocks(), 0);
+    if (!caching) EXPECT_GT(h.sched.stats().preemptions, 0);
+  }
+}
+
+TEST(LlmScheduler, SpeculatedStepsSurviveACancelAndALostKvCache) {
+  harness h({.token_budget = 32}, 48, 8);
+  for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(h.add(i, ramp(7 + 5 * static_cast<int32_t>(i), 2), 12).ok());
+  run_speculated(h, {{4, [&] { h.sched.cancel(2); }}, {6, nullptr}, {9, [&] { ASSERT_TRUE(h.add(4, ramp(3), 4).ok()); }}});
+  EXPECT_EQ(h.cancelled, std::set<uint64_t>{2});
+  ASSERT_EQ(h.done.size(), 3u);  // 1, 3 and 4
+  h.expect_reference();
+  EXPECT_EQ(h.sched.blocks().used_blocks(), 0);
 }
 
 TEST(LlmScheduler, RefusesWhatCannotFitAndBadRequests) {

@@ -73,3 +73,25 @@ TEST(ServeOptions, MistakesSayWhatToChange) {
   serve_options d;
   EXPECT_FALSE(parse({"--routing", "random"}, d).ok());
 }
+
+TEST(ServeOptions, AsyncSchedulingIsOnOrOffNamedWhenNeither) {
+  auto parse_llm = [](std::vector<const char*> args, llm_serve_options& lo) {
+    po::options_description opts;
+    add_llm_options(opts, lo);
+    args.insert(args.begin(), "test");
+    po::variables_map vm;
+    po::store(po::parse_command_line(static_cast<int>(args.size()), args.data(), opts), vm);
+    po::notify(vm);
+    return finish_llm_options(lo);
+  };
+  llm_serve_options off;
+  ASSERT_TRUE(parse_llm({}, off).ok());
+  EXPECT_FALSE(off.engine.async_scheduling);  // the default
+  llm_serve_options on;
+  ASSERT_TRUE(parse_llm({"--async-scheduling", "on"}, on).ok());
+  EXPECT_TRUE(on.engine.async_scheduling);
+  llm_serve_options bad;
+  auto st = parse_llm({"--async-scheduling", "yes"}, bad);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("--async-scheduling must be on or off, not 'yes'"), std::string::npos) << st.message();
+}

@@ -24,6 +24,12 @@
 //                                                               dec_slice_params (slice, begin, vocab)
 //   dec_sample_merge sample_parts [slices, max_seqs, kSliceRecord], meta, sample_params -> samples
 //                  (models::merge_slice_records: the unsplit row's token and log-probabilities)
+// Async scheduling (compile_decoder's feed_tokens): a step's input ids may come from the previous
+// step's samples, so the host sends step t+1 before step t's ids are back.
+//   dec_next_ids   samples, meta, sample_params -> next_ids [max_seqs] (the out tile, after
+//                  sampling: row r's token, -1 for a row not sampled; sent on to the stage-0 tiles)
+//   dec_feed       token_ids, next_ids -> token_ids (stage 0, before dec_embed): an id -(j + 1)
+//                  is replaced by next_ids[j], the token the previous step sampled in its row j
 // A bf16 decoder's tiles hold the KV cache (kv_keys, kv_values) and the LM head in bf16: K/V rows
 // are rounded as they are stored and read back into fp32; the linear kernel takes its bf16
 // matrices. Activations, norms, softmax and logits stay fp32.
@@ -493,6 +499,46 @@ status dec_sample_merge(const kernel_args& a) {
   return ok_status();
 }
 
+status dec_next_ids(const kernel_args& a) {
+  auto meta = meta_of(a, *a.inputs[1]);
+  if (!meta) return meta.error();
+  const auto& samples = *a.inputs[0];
+  const auto& in = *a.inputs[2];
+  auto& out = *a.outputs[0];
+  if (samples.desc.type != exchange::dtype::i32 || in.desc.type != exchange::dtype::i32 || out.desc.type != exchange::dtype::i32)
+    return status::invalid("dec_next_ids: the sample tensors and next_ids must be int32");
+  int32_t* ids = out.i32();
+  const int64_t n = static_cast<int64_t>(out.elements());
+  std::fill_n(ids, n, -1);
+  // Nothing asked this step (the host took logits): the samples tensor holds an older step's.
+  if (in.elements() == 0 || in.i32()[0] == 0) return ok_status();
+  const int64_t rows = std::min(logits_rows(a, *meta), n);
+  TESSERA_RETURN_IF_ERROR(need_rows(samples, rows, models::kSampleRecord));
+  for (int64_t r = 0; r < rows; ++r) ids[r] = samples.i32()[r * models::kSampleRecord];
+  return ok_status();
+}
+
+status dec_feed(const kernel_args& a) {
+  auto& ids = *a.outputs[0];
+  const auto& next = *a.inputs[1];
+  if (a.inputs[0]->desc.id != ids.desc.id) return status::invalid("dec_feed writes the token ids it reads");
+  if (ids.desc.type != exchange::dtype::i32 || next.desc.type != exchange::dtype::i32)
+    return status::invalid("dec_feed: token_ids and next_ids must be int32");
+  const int64_t rows = a.ctx.active_tokens, n = static_cast<int64_t>(next.elements());
+  if (static_cast<int64_t>(ids.elements()) < rows) return status::invalid("token ids shorter than the batch");
+  int32_t* t = ids.i32();
+  for (int64_t r = 0; r < rows; ++r) {
+    if (t[r] >= 0) continue;
+    const int64_t j = -int64_t{t[r]} - 1;
+    if (j >= n || next.i32()[j] < 0)
+      return status::invalid("token row " + std::to_string(r) + " takes the token sampled in row " + std::to_string(j) +
+                             " of the previous step on tile " + std::to_string(a.ctx.tile_id) + ", which sampled " +
+                             (j >= n ? "fewer rows" : "no token there"));
+    t[r] = next.i32()[j];
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 void register_decoder_kernels(kernel_registry& reg) {
@@ -507,6 +553,8 @@ void register_decoder_kernels(kernel_registry& reg) {
   reg.add(models::kernel_id::dec_head, {3, 3, 1, 1, true}, dec_head);  // a bf16 LM head slice
   reg.add(models::kernel_id::dec_sample_part, {3, 3, 1, 1}, dec_sample_part);
   reg.add(models::kernel_id::dec_sample_merge, {3, 3, 1, 1}, dec_sample_merge);
+  reg.add(models::kernel_id::dec_next_ids, {3, 3, 1, 1}, dec_next_ids);
+  reg.add(models::kernel_id::dec_feed, {2, 2, 1, 1}, dec_feed);
 }
 
 }  // namespace tessera::tile

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <deque>
+#include <set>
 #include <thread>
 #include <zmq.hpp>
 
@@ -44,6 +45,9 @@ struct tile_daemon::impl {
   std::unique_ptr<zmq_transport> fabric;
   std::map<uint32_t, program> programs;
   std::deque<envelope> deferred;  // control messages that arrived during a run
+  // Aborts of batches sent after the one running (async scheduling keeps two in flight): their
+  // run messages wait in `deferred` and are answered cancelled instead of run.
+  std::set<uint64_t> aborted_ahead;
   bool have_directory = false;
   bool fenced = false;  // the host's shutdown said this incarnation is fenced
   uint32_t group_size = 0;
@@ -193,7 +197,8 @@ struct tile_daemon::impl {
       if (t && *t == msg_type::abort_run) {
         abort_run a;
         if (decode(e, a).ok() && a.batch_id == batch) return true;
-        continue;  // an abort for another batch is stale
+        if (a.batch_id > batch) aborted_ahead.insert(a.batch_id);  // its run is queued behind this one
+        continue;  // an abort for an earlier batch is stale
       }
       if (t && *t == msg_type::shutdown) {
         on_shutdown(e);  // a fenced incarnation mid-run still exits 1
@@ -221,6 +226,8 @@ struct tile_daemon::impl {
     }
     auto it = programs.find(m.program_id);
     if (it == programs.end()) st = status::not_found("program " + std::to_string(m.program_id) + " is not loaded");
+    if (aborted_ahead.erase(m.batch_id)) st = status{errc::cancelled, "run aborted by the host"};
+    std::erase_if(aborted_ahead, [&](uint64_t b) { return b < m.batch_id; });  // never to come
     for (size_t i = 0; st.ok() && i < m.inputs.size(); ++i) {
       auto s = resolve_slice(m.inputs[i], memory, rows);
       if (!s) st = s.error().with_context("input " + std::to_string(i));

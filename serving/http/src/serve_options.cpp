@@ -134,6 +134,9 @@ void add_llm_options(po::options_description& opts, llm_serve_options& lo) {
       ("llm-request-log", po::value(&lo.request_log),
        "decoder: write one CSV line per finished request to FILE (tokens, finish reason, TTFT and "
        "end-to-end seconds on the wall clock and on a modelled device's clock)")
+      ("async-scheduling", po::value(&lo.async_scheduling)->default_value(lo.async_scheduling),
+       "decoder on tiles: on (step t+1 is formed and sent while step t runs, its tokens taken on the tiles "
+       "from step t's samples; the same outputs) or off (each step waits for the last one's tokens)")
       ("llm-step-log", po::value(&lo.step_log),
        "decoder: write one CSV line per engine step to FILE (tokens of prefill and decode, sequences, "
        "time scheduling, in the backend and after it, running/waiting, KV blocks)");
@@ -157,6 +160,9 @@ status finish_llm_options(llm_serve_options& lo) {
   if (!lo.chat_template.empty() && !chat_format_named(lo.chat_template))
     return status::invalid("--chat-template must be plain, chatml, llama3, llama2 or zephyr, not '" +
                            lo.chat_template + "'");
+  if (lo.async_scheduling != "on" && lo.async_scheduling != "off")
+    return status::invalid("--async-scheduling must be on or off, not '" + lo.async_scheduling + "'");
+  lo.engine.async_scheduling = lo.async_scheduling == "on";
   sc.token_budget = lo.step_token_budget;
   sc.max_running = lo.max_running;
   sc.static_batch_size = lo.static_batch_size;

@@ -139,6 +139,10 @@ step_plan llm_scheduler::schedule() {
   size_t scheduled = 0;  // running_[0, scheduled) are in the plan
   while (scheduled < running_.size() && budget > 0) {
     sequence& s = seqs_.at(running_[scheduled]);
+    if (s.finishing) {  // its last token is on its way: it ends when it comes
+      ++scheduled;
+      continue;
+    }
     TESSERA_CHECK(!s.awaiting_token) << "schedule() before append() of sequence " << s.id;
     const int32_t need = s.computed < s.score_until ? 1 : static_cast<int32_t>(s.tokens.size()) - s.computed;
     const int32_t n = std::min(need, budget);
@@ -211,6 +215,11 @@ void llm_scheduler::append(uint64_t id, int32_t token) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
   sequence& s = it->second;
+  if (s.pending_at >= 0) {  // speculate()d: the token takes its placeholder's place
+    s.tokens[static_cast<size_t>(s.pending_at)] = token;
+    s.pending_at = -1;
+    return;
+  }
   TESSERA_CHECK(s.awaiting_token) << "append() to sequence " << id << " that got no logits";
   TESSERA_CHECK(static_cast<int32_t>(s.tokens.size()) - s.prompt_length < s.max_new)
       << "sequence " << id << " appended past max_new_tokens";
@@ -219,6 +228,35 @@ void llm_scheduler::append(uint64_t id, int32_t token) {
 }
 
 void llm_scheduler::finish(uint64_t id) { drop(id); }
+
+bool llm_scheduler::speculate(uint64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return false;
+  sequence& s = it->second;
+  TESSERA_CHECK(s.awaiting_token && s.pending_at < 0) << "speculate() on sequence " << id << " that awaits no token";
+  if (static_cast<int32_t>(s.tokens.size()) - s.prompt_length + 1 >= s.max_new) {
+    s.finishing = true;  // this token is its last
+    return false;
+  }
+  s.awaiting_token = false;
+  s.pending_at = static_cast<int32_t>(s.tokens.size());
+  s.tokens.push_back(kPendingToken);
+  return true;
+}
+
+bool llm_scheduler::pending(uint64_t id) const {
+  auto it = seqs_.find(id);
+  return it != seqs_.end() && it->second.pending_at >= 0;
+}
+
+void llm_scheduler::unspeculate() {
+  for (auto& [id, s] : seqs_) {
+    if (s.pending_at >= 0) s.tokens.resize(static_cast<size_t>(s.pending_at));
+    s.pending_at = -1;
+    s.finishing = false;
+    s.awaiting_token = false;
+  }
+}
 
 void llm_scheduler::lose_kv() {
   const std::vector<uint64_t> running = running_;

@@ -1,6 +1,7 @@
 // Serving a decoder on the OpenAI API. See serve_llm.hpp.
 #include "tessera/serving/serve_llm.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -47,6 +48,10 @@ int serve_llm(const llm_serve_target& t, const llm_serve_options& lo, const serv
   while (!id.empty() && id.back() == '/') id.pop_back();
   if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
   llm.model_id = id;
+  if (lo.engine.async_scheduling &&
+      std::none_of(t.backends.begin(), t.backends.end(), [](const auto& b) { return b->info().feeds; }))
+    return fail(status::invalid("--async-scheduling on: no backend here takes a step's tokens from the last step's "
+                                "samples (tessera-host's tiles do); use --async-scheduling off"));
   std::vector<std::unique_ptr<llm_engine>> engines;
   for (size_t i = 0; i < t.backends.size(); ++i) {
     llm_engine_config ec = lo.engine;

@@ -64,6 +64,11 @@ struct llm_backend_info {
   int32_t max_positions = 0;     ///< positions a sequence may reach (max_position_embeddings)
   /// Samples rows where the LM head is: seq_step::sample is answered in step_result::samples.
   bool samples = false;
+  /// Async scheduling: a step may be submitted before the previous one is answered, and a token
+  /// id -(j + 1) in it is the token the previous step sampled where the LM head is (its logits row
+  /// j, which carried sample parameters). Steps are answered in the order submitted; when one
+  /// fails, the step submitted after it is answered with a failure as well (kv_lost when it was).
+  bool feeds = false;
 };
 
 class llm_backend {

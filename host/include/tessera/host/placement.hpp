@@ -99,6 +99,11 @@ struct placement_request {
   /// rs_ag or all_reduce forces it (all_reduce with a forced W = 1 plan is refused). BERT: rs_ag
   /// (all_reduce is refused).
   collective reduce = collective::automatic;
+  /// Decoders, async scheduling (--async-scheduling on): a step's token ids may name a row of the
+  /// previous step's samples (-(row + 1)), taken on the tiles: the out tile sends its sampled ids to
+  /// the first stage at the end of every step (dec_next_ids), and the first stage puts them in
+  /// place before the embedding (dec_feed). Needs the LM head whole (V = 1).
+  bool feed_tokens = false;
 };
 
 /// One row of a tile's memory plan.
@@ -167,6 +172,7 @@ struct compiled_model {
   int max_blocks_per_seq = 0;     ///< block table entries the step metadata holds per sequence
   int64_t meta_elements = 0;      ///< int32 capacity of the step metadata tensor
   int64_t sample_elements = 0;    ///< int32 capacity of the sample tensor (models/token_sampling.hpp)
+  bool feeds = false;             ///< placement_request::feed_tokens: steps may take the last step's samples
   std::string kv_heads_note;      ///< how kv heads are cut across lanes (split or replicated)
 
   /// Tiles of replica r, stage s (lanes in order).
@@ -216,6 +222,9 @@ inline constexpr uint32_t sample_params = 34, samples = 35;
 /// A vocab-parallel LM head: each slice tile's records of its part of every row (int32
 /// [rows, kSliceRecord]; [V, rows, kSliceRecord] on the out tile, which merges them).
 inline constexpr uint32_t sample_parts = 36;
+/// Async scheduling (placement_request::feed_tokens): the ids the out tile sampled last step
+/// (int32 [max_seqs], -1 where it sampled none), on the out tile and the first stage's tiles.
+inline constexpr uint32_t next_ids = 37;
 inline constexpr uint32_t dec_layer_base = 100000;
 inline constexpr uint32_t norm1_w = 0, norm1_b = 1, q_w = 2, q_b = 3, k_w = 4, k_b = 5, v_w = 6, v_b = 7, o_w = 8,
                           o_b = 9, norm2_w = 10, norm2_b = 11, gate_w = 12, up_w = 13, up_b = 14, down_w = 15,

@@ -58,6 +58,11 @@ class tile_decoder {
   /// max_position_embeddings or a block table too short; out_of_memory naming the replica's tiles
   /// and the KV capacity for a block outside the cache; the tile group's status when a tile fails.
   result<tile_step_result> step(int replica, const models::step_batch& batch);
+  /// The same, returning at once: `done` runs exactly once, on the tile group's I/O thread (it must
+  /// not block), with what step() would return. Steps submitted to a replica run on its tiles in
+  /// the order submitted, so step t+1 may be sent while step t runs (async scheduling): with
+  /// compiled().feeds, a token id -(j + 1) takes the token step t sampled in its logits row j.
+  void submit_step(int replica, const models::step_batch& batch, std::function<void(result<tile_step_result>)> done);
   /// A tile that came back empty: shards and programs again (its KV cache starts empty: the
   /// caller recomputes the sequences that lived there).
   status restore_tile(uint32_t tile);
@@ -79,6 +84,9 @@ class tile_decoder {
                std::shared_ptr<const models::decoder_model> m)
       : group_(g), compiled_(std::move(c)), shape_(std::move(shape)), cut_(std::move(cut)), model_(std::move(m)) {}
   status validate(int replica, const models::step_batch& batch) const;
+  struct prepared;
+  result<std::shared_ptr<prepared>> prepare(int replica, const models::step_batch& batch) const;
+  result<tile_step_result> finish(const prepared& p, result<run_result> r) const;
   tile_group& group_;
   compiled_model compiled_;
   models::model_shape shape_;

@@ -12,6 +12,12 @@
 // prefix cache), and every stream completes with the tokens it would have had. A tile that fails
 // while its replica has no step is brought back at once, and the next step answers kv_lost. The
 // other replicas go on.
+// A decoder compiled for async scheduling (placement_request::feed_tokens; info().feeds) keeps up
+// to two steps in flight on its tiles: step t+1 is sent as soon as the engine submits it, its ids
+// that name a row of step t (-(j + 1)) checked against step t's rows sampled on the tiles. When a
+// step fails, the one sent after it (which took its samples) is let finish and discarded; the
+// failed step runs again alone as above and the next after it, or, when it cannot, the next is
+// answered as it was (kv_lost, or a failure naming the step before).
 //
 //   auto replicas = tile_llm_backend::make(std::move(decoder), "tiles");   // tiles0, tiles1, ...
 //   serving::llm_engine engine(cfg, (*replicas)[0], tokenizer, &metrics);
@@ -21,6 +27,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "tessera/backends/llm_backend.hpp"
@@ -56,6 +63,8 @@ class tile_llm_backend final : public backends::llm_backend {
   int replica() const { return replica_; }
   int64_t recoveries() const { return recoveries_.load(); }
   int64_t steps() const { return steps_.load(); }
+  /// Async scheduling: steps sent to the tiles while the one before them ran.
+  int64_t overlapped_steps() const { return overlapped_.load(); }
   /// Steps recorded in the trace (tile_llm_backend_config::trace), over all replicas sharing it.
   int64_t traced_steps() const;
   /// Supersteps and bytes exchanged between tiles, summed over the steps run.
@@ -68,6 +77,15 @@ class tile_llm_backend final : public backends::llm_backend {
   void on_tile_failed(const tile_event& ev);
   void trace(const backends::step_batch& batch, const tile_step_result& r, double start);
   void work();
+  /// Async scheduling (info().feeds): up to two steps in flight on the replica's tiles.
+  void work_pipelined();
+  /// One step run to its end as the synchronous path does: again on a transient failure, the
+  /// replica brought back and kv_lost when a tile failed (`lost`: one is known failed already).
+  backends::step_result run_job(const backends::step_batch& batch, bool lost);
+  void took_step(const backends::step_batch& batch, tile_step_result& r, double trace_start, backends::step_result& res);
+  void recover_idle();
+  backends::step_result stale_answer() const;
+  std::vector<uint32_t> failed_tiles();
   /// Restarts and restores every failed tile of the replica; ok when all are back.
   status recover();
   struct job {
@@ -86,7 +104,7 @@ class tile_llm_backend final : public backends::llm_backend {
   std::vector<uint32_t> lost_;  // tiles that failed since their shards were last restored
   bool kv_stale_ = false;       // brought back while idle: the next step answers kv_lost
   bool stopping_ = false;
-  std::atomic<int64_t> recoveries_{0}, steps_{0}, supersteps_{0};
+  std::atomic<int64_t> recoveries_{0}, steps_{0}, supersteps_{0}, overlapped_{0};
   std::atomic<uint64_t> bytes_{0};
   std::thread worker_;
 };

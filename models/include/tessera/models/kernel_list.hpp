@@ -44,6 +44,8 @@
   X(dec_sample_part, true, false)         \
   X(dec_sample_merge, true, false)        \
   X(dec_reduce, true, false)              \
+  X(dec_next_ids, true, false)            \
+  X(dec_feed, true, false)                \
   X(layer_norm, false, true)              \
   X(gelu, false, true)                    \
   X(softmax, false, true)

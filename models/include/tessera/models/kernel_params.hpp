@@ -226,6 +226,8 @@ template <> struct params_for<kernel_id::dec_sample> { using type = rows_params;
 template <> struct params_for<kernel_id::dec_head> { using type = rows_params; };
 template <> struct params_for<kernel_id::dec_sample_part> { using type = dec_slice_params; };
 template <> struct params_for<kernel_id::dec_sample_merge> { using type = dec_slice_params; };
+template <> struct params_for<kernel_id::dec_next_ids> { using type = rows_params; };
+template <> struct params_for<kernel_id::dec_feed> { using type = rows_params; };
 template <kernel_id K> using params_t = typename params_for<K>::type;
 
 /// A kernel's parameters as they travel: integers (and booleans, enums) and reals, in field order.

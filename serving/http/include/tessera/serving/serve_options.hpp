@@ -80,6 +80,7 @@ struct llm_serve_options {
   size_t max_queued = 4096;          ///< --max-llm-queue
   std::string step_log;              ///< --llm-step-log
   std::string request_log;           ///< --llm-request-log
+  std::string async_scheduling = "off";  ///< --async-scheduling on|off (llm_engine_config::async_scheduling)
   llm_engine_config engine;          ///< filled by finish_llm_options()
 };
 

@@ -88,6 +88,16 @@ struct llm_engine_config {
   /// generating row's sampling and sends back its token and log-probabilities, not its logits
   /// row; the tokens are the same either way (same code, same draw). false: always the logits.
   bool sample_on_backend = true;
+  /// Async scheduling (--async-scheduling on; a backend with llm_backend_info::feeds, the tiles
+  /// compiled for it): while step t runs, step t+1 is formed and sent, its decode tokens named by
+  /// their rows in step t's samples (the backend takes them there), so the backend never waits
+  /// for this thread's bookkeeping of step t (sampling results, stop checks, streaming). A
+  /// sequence that ends at step t (EOS, stop string, max_tokens, cancelled) has its step t+1 row
+  /// ignored: nothing of it is streamed or counted, its blocks are freed. New requests join the
+  /// next step formed. Steps whose tokens are sampled here (logits rows: n > 1 before the fork,
+  /// prompt scoring) or that need the history (penalties) are formed after step t's answer, as
+  /// without. Outputs are the same either way (greedy and seeded sampling alike).
+  bool async_scheduling = false;
   /// When set, one CSV line per step goes to this file (llm_step_record's fields; --llm-step-log).
   std::string step_log;
   /// When set, one CSV line per finished request (tokens, finish reason, TTFT and end-to-end on
@@ -168,6 +178,8 @@ class llm_engine final : public llm_endpoint {
   int64_t max_context() const override;
   /// The KV blocks and queued prompt tokens now (any thread; set after every schedule and step).
   llm_load load() const;
+  /// Async scheduling: steps formed and sent while the step before them ran (any thread).
+  int64_t steps_formed_ahead() const { return formed_ahead_.load(); }
 
  private:
   struct live;
@@ -186,6 +198,16 @@ class llm_engine final : public llm_endpoint {
   /// A token sampled for `l`: metrics, stop checks, delivered now or deferred.
   void took(live& l, int32_t token, token_logprob lp, clock_type_point after, double modelled_step);
   void flush_deferred();
+  // The engine thread's loop (run) in parts: a step sent and not yet answered (flight), the
+  // requests and cancellations taken in (false: stopping), async scheduling's step t+1 formed
+  // while step t runs (speculate), a step formed and sent (form; false: nothing to send), and an
+  // answer taken in (answered).
+  struct flight;
+  bool intake(bool wait);
+  void speculate(flight& f);
+  bool form(std::deque<flight>& flights);
+  void answered(flight& f, backends::step_result r, std::deque<flight>& flights, clock_type_point t0,
+                scheduler_stats& last, int64_t& last_queries);
 
   llm_engine_config cfg_;
   std::shared_ptr<backends::llm_backend> backend_;
@@ -193,6 +215,8 @@ class llm_engine final : public llm_endpoint {
   serving_metrics* metrics_;
   serving_metrics own_metrics_;  // when none is given
   backends::llm_backend_info info_;
+  bool async_ = false;  // async_scheduling on a backend that feeds (info_.feeds)
+  std::atomic<int64_t> formed_ahead_{0};
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -21,6 +21,10 @@
 //   ... run p.batch ...
 //   s.step_done(p);                        // K/V of the scheduled tokens are now in the cache
 //   for each sequence of p with logits: s.append(id, sampled) and, when it stops, s.finish(id)
+// Async scheduling forms step t+1 while step t runs: step_done(p_t), speculate(id) for each
+// sequence sampled in p_t, schedule() (their decode entries carry kPendingToken), and append()
+// when p_t's tokens come back (a sequence that stopped meanwhile is finish()ed; its entry in step
+// t+1 is ignored by step_done and the caller).
 #pragma once
 
 #include <cstdint>
@@ -87,6 +91,20 @@ class llm_scheduler {
   void append(uint64_t id, int32_t token);
   /// The sequence has stopped: its blocks are freed and it is forgotten.
   void finish(uint64_t id);
+
+  /// Async scheduling (llm_engine_config::async_scheduling): after step_done() of a step still
+  /// running, for a sequence that got logits there, before its token is known: its tokens take a
+  /// placeholder (kPendingToken) so that the next schedule() gives it its next decode position
+  /// (the caller names the token there, e.g. the row it is sampled in), and append() puts the token
+  /// in the placeholder's place. false when the token is its last (max_new_tokens): it is not
+  /// scheduled again and stays awaiting its append().
+  bool speculate(uint64_t id);
+  /// The sequence's last token is a placeholder append() has not filled yet.
+  bool pending(uint64_t id) const;
+  /// The step that was to give the placeholders' tokens failed: every placeholder is dropped and no
+  /// sequence awaits a token (call lose_kv() next: what ran is computed again).
+  void unspeculate();
+  static constexpr int32_t kPendingToken = -1;
   /// The backend lost its KV cache (step_result::kv_lost): every running sequence is preempted by
   /// recompute (prompt and the tokens generated so far are prefilled again) and the prefix cache
   /// is forgotten. Nothing is lost.
@@ -115,6 +133,8 @@ class llm_scheduler {
     bool running = false;
     bool cancelled = false;
     bool awaiting_token = false;  // got logits in the last step, append() not called yet
+    bool finishing = false;       // speculate(): its awaited token is its last; not scheduled again
+    int32_t pending_at = -1;      // speculate(): the placeholder's index in tokens
     int32_t score_until = 0;      // positions below it are computed one per step, with logits
   };
   void preempt(sequence& s);
