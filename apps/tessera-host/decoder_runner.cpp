@@ -112,7 +112,8 @@ placement_request decoder_request(const tile_group_config& group_cfg, const mode
   req.kv_blocks = o.lo.kv_blocks;
   req.kv_block_tokens = o.lo.block_tokens;
   req.dtype = o.dtype;
-  req.feed_tokens = o.lo.engine.async_scheduling;  // the step program that takes the last step's samples
+  // Serving with --async-scheduling on: the step program that takes the last step's samples.
+  req.feed_tokens = o.serve && o.lo.engine.async_scheduling;
   return req;
 }
 
