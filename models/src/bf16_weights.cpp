@@ -24,23 +24,8 @@ bf16_bert_weights bf16_bert_weights::convert(const bert_config& c, const bert_we
   out.word = convert_table(e.word, int64_t{c.vocab_size} * h);
   out.position = convert_table(e.position, int64_t{c.max_position_embeddings} * h);
   out.token_type = convert_table(e.token_type, int64_t{c.type_vocab_size} * h);
-  std::vector<float> qkv(static_cast<size_t>(3 * h * h));
-  for (int l = 0; l < c.num_layers; ++l) {
-    const layer_weights& lw = w.layer(l);
-    bf16_layer_weights b;
-    std::copy_n(lw.query_w, h * h, qkv.begin());
-    std::copy_n(lw.key_w, h * h, qkv.begin() + h * h);
-    std::copy_n(lw.value_w, h * h, qkv.begin() + 2 * h * h);
-    b.qkv = bf16_weight::pack(qkv.data(), 3 * h, h);
-    b.qkv_bias.resize(static_cast<size_t>(3 * h));
-    std::copy_n(lw.query_b, h, b.qkv_bias.begin());
-    std::copy_n(lw.key_b, h, b.qkv_bias.begin() + h);
-    std::copy_n(lw.value_b, h, b.qkv_bias.begin() + 2 * h);
-    b.attn_out = bf16_weight::pack(lw.attn_out_w, h, h);
-    b.ffn_in = bf16_weight::pack(lw.ffn_in_w, f, h);
-    b.ffn_out = bf16_weight::pack(lw.ffn_out_w, h, f);
-    out.layers.push_back(std::move(b));
-  }
+  auto pack = [](const float* W, int64_t rows, int64_t cols) { return bf16_weight::pack(W, rows, cols); };
+  for (int l = 0; l < c.num_layers; ++l) out.layers.push_back(bf16_layer_weights::convert(w.layer(l), h, f, pack));
   if (c.num_labels > 0) {  // an embedding model has no head
     out.pooler = bf16_weight::pack(w.head().pooler_w, h, h);
     out.classifier = bf16_weight::pack(w.head().classifier_w, c.num_labels, h);
@@ -50,9 +35,7 @@ bf16_bert_weights bf16_bert_weights::convert(const bert_config& c, const bert_we
 
 int64_t bf16_bert_weights::bytes() const {
   int64_t n = 2 * static_cast<int64_t>(word.size() + position.size() + token_type.size());
-  for (const auto& l : layers)
-    n += l.qkv.bytes() + 4 * static_cast<int64_t>(l.qkv_bias.size()) + l.attn_out.bytes() + l.ffn_in.bytes() +
-         l.ffn_out.bytes();
+  for (const auto& l : layers) n += l.bytes();
   return n + pooler.bytes() + classifier.bytes();
 }
 

@@ -18,21 +18,10 @@ int8_bert_weights int8_bert_weights::convert(const bert_config& c, const bert_we
   TESSERA_CHECK(static_cast<int>(r.abs_max.size()) == c.num_layers)
       << "int8 ranges for " << r.abs_max.size() << " layers, the model has " << c.num_layers;
   int8_bert_weights out;
-  std::vector<float> qkv(static_cast<size_t>(3 * h * h));
+  auto pack = [](const float* W, int64_t rows, int64_t cols) { return int8_weight::pack(W, rows, cols); };
   for (int l = 0; l < c.num_layers; ++l) {
-    const layer_weights& lw = w.layer(l);
     int8_layer_weights q;
-    std::copy_n(lw.query_w, h * h, qkv.begin());
-    std::copy_n(lw.key_w, h * h, qkv.begin() + h * h);
-    std::copy_n(lw.value_w, h * h, qkv.begin() + 2 * h * h);
-    q.qkv = int8_weight::pack(qkv.data(), 3 * h, h);
-    q.qkv_bias.resize(static_cast<size_t>(3 * h));
-    std::copy_n(lw.query_b, h, q.qkv_bias.begin());
-    std::copy_n(lw.key_b, h, q.qkv_bias.begin() + h);
-    std::copy_n(lw.value_b, h, q.qkv_bias.begin() + 2 * h);
-    q.attn_out = int8_weight::pack(lw.attn_out_w, h, h);
-    q.ffn_in = int8_weight::pack(lw.ffn_in_w, f, h);
-    q.ffn_out = int8_weight::pack(lw.ffn_out_w, h, f);
+    static_cast<fused_layer<int8_weight>&>(q) = fused_layer<int8_weight>::convert(w.layer(l), h, f, pack);
     for (int s = 0; s < kInt8Sites; ++s) {
       const float m = r.abs_max[static_cast<size_t>(l)][static_cast<size_t>(s)];
       q.x_scale[static_cast<size_t>(s)] = m > 0.0f && std::isfinite(m) ? m / 127.0f : 1.0f;
@@ -44,9 +33,7 @@ int8_bert_weights int8_bert_weights::convert(const bert_config& c, const bert_we
 
 int64_t int8_bert_weights::bytes() const {
   int64_t n = 0;
-  for (const auto& l : layers)
-    n += l.qkv.bytes() + 4 * static_cast<int64_t>(l.qkv_bias.size()) + l.attn_out.bytes() + l.ffn_in.bytes() +
-         l.ffn_out.bytes();
+  for (const auto& l : layers) n += l.bytes();
   return n;
 }
 

@@ -1,11 +1,5 @@
-// bf16 linear layers (oneDNN matmul on packed weights), LayerNorm, embeddings and the pooler.
-//
-// oneDNN 2.6 runs a bf16 matmul on its brgemm kernels (avx512_core_bf16 or AMX) only when the row
-// count is fixed at creation: with a runtime row count it takes gemm:jit, measured at 50 GFLOP/s
-// against 230-300 for brgemm on 2 threads here. A fixed-M primitive costs 1-5 ms to create, so a
-// linear over T rows runs as chunks of kChunk rows, then one chunk of the remainder rounded down
-// to a multiple of 32, then the last < 32 rows: at most 1 + 15 + 31 primitives per weight shape,
-// whatever T is, all of them reading the weight in the same packed layout.
+// bf16 linear layers (oneDNN matmul on packed weights or views: onednn_matmul.hpp), LayerNorm,
+// embeddings and the pooler.
 // Up to 4 rows through a plain view (tiles' weights) run a hand-written AVX512-BF16 kernel instead.
 // GCC 12 reports the AVX-512 intrinsics' own undefined merge operands as uninitialized once
 // inlined into it (as in kernels.cpp).
@@ -19,14 +13,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "kernels_internal.hpp"
+#include "onednn_matmul.hpp"
 #include "tessera/common/check.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/kernels_bf16.hpp"
@@ -36,113 +28,49 @@ namespace {
 
 using dims = dnnl::memory::dims;
 using dt = dnnl::memory::data_type;
-
-constexpr int64_t kChunk = 512;
-
-// The packed weight layout oneDNN's brgemm picks for [in, out] (the same for every row count:
-// checked for M = 3 .. 4096 on BERT-base shapes).
-dnnl::memory::desc packed_weight_desc(int64_t in, int64_t out) {
-  static std::mutex mu;
-  static std::map<std::pair<int64_t, int64_t>, dnnl::memory::desc> descs;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = descs.find({in, out});
-  if (it != descs.end()) return it->second;
-  const auto src = dnnl::memory::desc(dims{kChunk, in}, dt::bf16, dims{in, 1});
-  const auto wei = dnnl::memory::desc(dims{in, out}, dt::bf16, dnnl::memory::format_tag::any);
-  const auto dst = dnnl::memory::desc(dims{kChunk, out}, dt::bf16, dims{out, 1});
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), detail::cpu_engine());
-  return descs.emplace(std::make_pair(in, out), pd.weights_desc()).first->second;
-}
-
-struct matmul_key {
-  int64_t in, out, ldx, ldy, rows;
-  bool bias, f32_out;
-  activation act;
-  bool packed, in_major = false;
-  int64_t ldw = 0;  // a view's row stride (0: packed)
-  // brgemm fixes its thread count when the primitive is made: one made under 1 OpenMP thread ran
-  // on 1 thread after the caller went to 2 (measured: a bf16 forward at 1.07 cores of 2).
-  int threads = omp_get_max_threads();
-  bool operator==(const matmul_key& o) const {
-    return std::tie(in, out, ldx, ldy, rows, bias, f32_out, act, packed, in_major, ldw, threads) ==
-           std::tie(o.in, o.out, o.ldx, o.ldy, o.rows, o.bias, o.f32_out, o.act, o.packed, o.in_major, o.ldw, o.threads);
-  }
-};
-struct matmul_key_hash {
-  size_t operator()(const matmul_key& k) const {
-    size_t h = 1469598103934665603ull;
-    for (int64_t v : {k.in, k.out, k.ldx, k.ldy, k.rows, int64_t{k.bias}, int64_t{k.f32_out}, int64_t(k.act),
-                      int64_t{k.packed}, int64_t{k.in_major}, k.ldw, int64_t{k.threads}})
-      h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
-    return h;
-  }
-};
+using detail::matmul_key;
 
 struct matmul_entry {
   dnnl::matmul prim;
   dnnl::memory::desc src, wei, bias, dst, scratchpad;
 };
 
-std::mutex cache_mutex;
-std::unordered_map<matmul_key, std::shared_ptr<const matmul_entry>, matmul_key_hash> cache;
+detail::matmul_cache<matmul_entry> cache;
 
-dnnl::algorithm eltwise_of(activation act) {
-  switch (act) {
-    case activation::gelu_erf: return dnnl::algorithm::eltwise_gelu_erf;
-    case activation::gelu_tanh: return dnnl::algorithm::eltwise_gelu_tanh;
-    case activation::silu: return dnnl::algorithm::eltwise_swish;
-    default: return dnnl::algorithm::eltwise_relu;
-  }
-}
-
-std::shared_ptr<const matmul_entry> get_matmul(const matmul_key& k) {
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex);
-    auto it = cache.find(k);
-    if (it != cache.end()) return it->second;
-  }
+std::shared_ptr<matmul_entry> make_matmul(const matmul_key& k) {
   auto e = std::make_shared<matmul_entry>();
   e->src = dnnl::memory::desc(dims{k.rows, k.in}, dt::bf16, dims{k.ldx, 1});
-  // W [out, in] row-major (row stride ldw) is W^T [in, out] with strides (1, ldw).
-  e->wei = k.packed     ? packed_weight_desc(k.in, k.out)
-           : k.in_major ? dnnl::memory::desc(dims{k.in, k.out}, dt::bf16, dims{k.ldw, 1})
-                        : dnnl::memory::desc(dims{k.in, k.out}, dt::bf16, dims{1, k.ldw});
-  e->dst = dnnl::memory::desc(dims{k.rows, k.out}, k.f32_out ? dt::f32 : dt::bf16, dims{k.ldy, 1});
+  e->wei = detail::weight_desc(k, dt::bf16, dt::bf16);
+  e->dst = dnnl::memory::desc(dims{k.rows, k.out}, k.dst, dims{k.ldy, 1});
   if (k.bias) e->bias = dnnl::memory::desc(dims{1, k.out}, dt::f32, dims{k.out, 1});
   dnnl::primitive_attr attr;
-  // The caller's scratchpad (run_matmul: one per thread): with the library's, two threads running
-  // bf16 matmuls at once (attention's parallel loop, a server's concurrent forwards) corrupted
-  // each other's results (measured: logits that varied from run to run).
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // the caller's, per thread (execute_matmul)
   if (k.act != activation::none) {
     dnnl::post_ops ops;
-    ops.append_eltwise(1.0f, eltwise_of(k.act), k.act == activation::silu ? 1.0f : 0.0f, 0.0f);
+    detail::append_activation(ops, k.act);
     attr.set_post_ops(ops);
   }
   auto desc = k.bias ? dnnl::matmul::desc(e->src, e->wei, e->bias, e->dst) : dnnl::matmul::desc(e->src, e->wei, e->dst);
   const dnnl::matmul::primitive_desc pd(desc, attr, detail::cpu_engine());
   e->scratchpad = pd.scratchpad_desc();
   e->prim = dnnl::matmul(pd);
-  std::lock_guard<std::mutex> lock(cache_mutex);
-  return cache.emplace(k, std::move(e)).first->second;
+  return e;
 }
 
 void run_matmul(const matmul_key& k, const bfloat16* x, const bf16_weight& W, const float* bias, void* y) {
-  auto e = get_matmul(k);
+  auto e = cache.get(k, [&] { return make_matmul(k); });
   auto& eng = detail::cpu_engine();
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, dnnl::memory(e->src, eng, const_cast<bfloat16*>(x))},
       {DNNL_ARG_WEIGHTS, dnnl::memory(e->wei, eng, const_cast<void*>(W.data()))},
       {DNNL_ARG_DST, dnnl::memory(e->dst, eng, y)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(e->bias, eng, const_cast<float*>(bias)));
-  thread_local std::vector<char> scratch;
-  if (const size_t need = e->scratchpad.get_size(); need > 0) {
-    if (scratch.size() < need) scratch.resize(need);
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e->scratchpad, eng, scratch.data()));
-  }
-  auto& s = detail::thread_stream();
-  e->prim.execute(s, args);
-  s.wait();
+  detail::execute_matmul(e->prim, e->scratchpad, args);
+}
+
+matmul_key key_of(const bf16_weight& W, int64_t ldx, int64_t ldy, int64_t rows, bool bias, bool f32_out,
+                  activation act) {
+  return {W.in(), W.out(), ldx, ldy, rows, bias, f32_out ? dt::f32 : dt::bf16, act, W.packed(), W.in_major(), W.ld()};
 }
 
 // A few rows through a plain [out, in] weight (a view: what tiles hold; a decode step at batch 1):
@@ -226,33 +154,25 @@ void linear_any(const bfloat16* x, int64_t T, const bf16_weight& W, const float*
     return linear_few_rows(x, T, W, bias, y, f32_out, act, ldx, ldy);
   const int64_t y_bytes = f32_out ? 4 : 2;
   auto* out = static_cast<char*>(y);
-  int64_t row = 0;
-  auto run = [&](int64_t rows) {
-    run_matmul({W.in(), W.out(), ldx, ldy, rows, bias != nullptr, f32_out, act, W.packed(), W.in_major(), W.ld()},
-               x + row * ldx, W, bias,
+  detail::for_each_row_chunk(T, [&](int64_t row, int64_t rows) {
+    run_matmul(key_of(W, ldx, ldy, rows, bias != nullptr, f32_out, act), x + row * ldx, W, bias,
                out + row * ldy * y_bytes);
-    row += rows;
-  };
-  while (T - row >= kChunk) run(kChunk);
-  if (const int64_t rest32 = (T - row) / 32 * 32; rest32 > 0) run(rest32);
-  if (T - row > 0) run(T - row);
+  });
 }
-
-void free_aligned(const void* p) { std::free(const_cast<void*>(p)); }
 
 }  // namespace
 
 bf16_weight bf16_weight::pack(const float* W, int64_t out, int64_t in, int64_t ldw) {
   if (ldw == 0) ldw = in;
   TESSERA_CHECK(W != nullptr && out > 0 && in > 0 && ldw >= in) << "bf16_weight::pack " << out << " x " << in;
-  const dnnl::memory::desc packed = packed_weight_desc(in, out);
+  const dnnl::memory::desc packed = detail::packed_weight_desc(in, out, dt::bf16, dt::bf16, dt::bf16);
   bf16_weight w;
   w.in_ = in;
   w.out_ = out;
   w.bytes_ = static_cast<int64_t>(packed.get_size());
-  void* buf = std::aligned_alloc(64, (static_cast<size_t>(w.bytes_) + 63) / 64 * 64);
-  TESSERA_CHECK(buf != nullptr) << "out of memory packing a " << out << " x " << in << " bf16 weight";
-  w.data_ = std::shared_ptr<const void>(buf, free_aligned);
+  auto owned = detail::aligned_buffer(static_cast<size_t>(w.bytes_));
+  void* buf = owned.get();
+  w.data_ = std::move(owned);
   auto& eng = detail::cpu_engine();
   // W [out, in] row-major is W^T [in, out] with strides (1, ldw): oneDNN's reorder converts and
   // lays it out in one pass.
@@ -299,8 +219,7 @@ void linear(const bfloat16* x, int64_t T, const bf16_weight& W, const float* bia
 }
 
 void gemm_bf16_abt(const bfloat16* A, const bf16_weight& B, bfloat16* C, int64_t M) {
-  run_matmul({B.in(), B.out(), B.in(), B.out(), M, false, false, activation::none, B.packed(), B.in_major(), B.ld()},
-             A, B, nullptr, C);
+  run_matmul(key_of(B, B.in(), B.out(), M, false, false, activation::none), A, B, nullptr, C);
 }
 
 namespace {

@@ -1,25 +1,22 @@
-// int8 linear layers (oneDNN s8s8 matmul on packed, per-channel quantized weights).
+// int8 linear layers (oneDNN s8s8 matmul on packed, per-channel quantized weights, or views of
+// plain int8 rows: onednn_matmul.hpp).
 //
 // oneDNN 2.6 runs an int8 matmul on its brgemm kernels (brg:avx512_core_vnni) only with a row
 // count and output scales fixed at creation: runtime output scales or a runtime row count take
 // gemm:jit. The scales therefore never enter the primitive: they are runtime operands of binary
 // post-ops (multiply by x_scale * w_scale[n], add the bias, the activation, multiply by
-// 1 / y_scale), so one primitive serves every layer of a shape. Rows run in the bf16 path's chunks
-// (512, then the remainder rounded down to 32, then the last < 32 rows).
+// 1 / y_scale), so one primitive serves every layer of a shape. Rows run in the bf16 path's chunks.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <tuple>
 #include <unordered_map>
 
 #include "kernels_internal.hpp"
+#include "onednn_matmul.hpp"
 #include "tessera/common/check.hpp"
 #include "tessera/models/kernels_int8.hpp"
 
@@ -28,41 +25,7 @@ namespace {
 
 using dims = dnnl::memory::dims;
 using dt = dnnl::memory::data_type;
-
-constexpr int64_t kChunk = 512;
-
-// The packed s8 weight layout brgemm picks for [in, out] with s8 inputs (with its compensation).
-dnnl::memory::desc packed_weight_desc(int64_t in, int64_t out) {
-  static std::mutex mu;
-  static std::map<std::pair<int64_t, int64_t>, dnnl::memory::desc> descs;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = descs.find({in, out});
-  if (it != descs.end()) return it->second;
-  const auto src = dnnl::memory::desc(dims{kChunk, in}, dt::s8, dims{in, 1});
-  const auto wei = dnnl::memory::desc(dims{in, out}, dt::s8, dnnl::memory::format_tag::any);
-  const auto dst = dnnl::memory::desc(dims{kChunk, out}, dt::f32, dims{out, 1});
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), detail::cpu_engine());
-  return descs.emplace(std::make_pair(in, out), pd.weights_desc()).first->second;
-}
-
-struct key {
-  int64_t in, out, ldx, ldy, rows;
-  bool bias, s8_out;
-  activation act;
-  int threads = omp_get_max_threads();  // brgemm fixes its thread count when made (kernels_bf16.cpp)
-  bool operator==(const key& o) const {
-    return std::tie(in, out, ldx, ldy, rows, bias, s8_out, act, threads) ==
-           std::tie(o.in, o.out, o.ldx, o.ldy, o.rows, o.bias, o.s8_out, o.act, o.threads);
-  }
-};
-struct key_hash {
-  size_t operator()(const key& k) const {
-    size_t h = 1469598103934665603ull;
-    for (int64_t v : {k.in, k.out, k.ldx, k.ldy, k.rows, int64_t{k.bias}, int64_t{k.s8_out}, int64_t(k.act), int64_t{k.threads}})
-      h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
-    return h;
-  }
-};
+using detail::matmul_key;
 
 struct entry {
   dnnl::matmul prim;
@@ -70,28 +33,13 @@ struct entry {
   int bias_idx = -1, y_scale_idx = -1;  // post-op positions of the runtime operands (scales: 0)
 };
 
-std::mutex cache_mutex;
-std::unordered_map<key, std::shared_ptr<const entry>, key_hash> cache;
+detail::matmul_cache<entry> cache;
 
-dnnl::algorithm eltwise_of(activation act) {
-  switch (act) {
-    case activation::gelu_erf: return dnnl::algorithm::eltwise_gelu_erf;
-    case activation::gelu_tanh: return dnnl::algorithm::eltwise_gelu_tanh;
-    case activation::silu: return dnnl::algorithm::eltwise_swish;
-    default: return dnnl::algorithm::eltwise_relu;
-  }
-}
-
-std::shared_ptr<const entry> get_matmul(const key& k) {
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex);
-    auto it = cache.find(k);
-    if (it != cache.end()) return it->second;
-  }
+std::shared_ptr<entry> make_matmul(const matmul_key& k) {
   auto e = std::make_shared<entry>();
   e->src = dnnl::memory::desc(dims{k.rows, k.in}, dt::s8, dims{k.ldx, 1});
-  e->wei = packed_weight_desc(k.in, k.out);
-  e->dst = dnnl::memory::desc(dims{k.rows, k.out}, k.s8_out ? dt::s8 : dt::f32, dims{k.ldy, 1});
+  e->wei = detail::weight_desc(k, dt::s8, dt::s8);
+  e->dst = dnnl::memory::desc(dims{k.rows, k.out}, k.dst, dims{k.ldy, 1});
   e->per_oc = dnnl::memory::desc(dims{1, k.out}, dt::f32, dims{k.out, 1});
   e->scalar = dnnl::memory::desc(dims{1, 1}, dt::f32, dims{1, 1});
   dnnl::primitive_attr attr;
@@ -105,10 +53,10 @@ std::shared_ptr<const entry> get_matmul(const key& k) {
     e->bias_idx = idx++;
   }
   if (k.act != activation::none) {
-    ops.append_eltwise(1.0f, eltwise_of(k.act), k.act == activation::silu ? 1.0f : 0.0f, 0.0f);
+    detail::append_activation(ops, k.act);
     ++idx;
   }
-  if (k.s8_out) {
+  if (k.dst == dt::s8) {
     ops.append_binary(dnnl::algorithm::binary_mul, e->scalar);  // 1 / y_scale
     e->y_scale_idx = idx++;
   }
@@ -116,13 +64,12 @@ std::shared_ptr<const entry> get_matmul(const key& k) {
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->src, e->wei, e->dst), attr, detail::cpu_engine());
   e->scratchpad = pd.scratchpad_desc();
   e->prim = dnnl::matmul(pd);
-  std::lock_guard<std::mutex> lock(cache_mutex);
-  return cache.emplace(k, std::move(e)).first->second;
+  return e;
 }
 
-void run_matmul(const key& k, const int8_t* x, const int8_weight& W, const float* scales, const float* bias,
+void run_matmul(const matmul_key& k, const int8_t* x, const int8_weight& W, const float* scales, const float* bias,
                 const float* inv_y_scale, void* y) {
-  auto e = get_matmul(k);
+  auto e = cache.get(k, [&] { return make_matmul(k); });
   auto& eng = detail::cpu_engine();
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, dnnl::memory(e->src, eng, const_cast<int8_t*>(x))},
@@ -135,14 +82,12 @@ void run_matmul(const key& k, const int8_t* x, const int8_weight& W, const float
   if (e->y_scale_idx >= 0)
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(e->y_scale_idx) | DNNL_ARG_SRC_1,
                  dnnl::memory(e->scalar, eng, const_cast<float*>(inv_y_scale)));
-  thread_local std::vector<char> scratch;
-  if (const size_t need = e->scratchpad.get_size(); need > 0) {
-    if (scratch.size() < need) scratch.resize(need);
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e->scratchpad, eng, scratch.data()));
-  }
-  auto& s = detail::thread_stream();
-  e->prim.execute(s, args);
-  s.wait();
+  detail::execute_matmul(e->prim, e->scratchpad, args);
+}
+
+matmul_key key_of(const int8_weight& W, int64_t ldx, int64_t ldy, int64_t rows, bool bias, bool s8_out,
+                  activation act) {
+  return {W.in(), W.out(), ldx, ldy, rows, bias, s8_out ? dt::s8 : dt::f32, act, W.packed(), false, W.ld()};
 }
 
 void linear_any(const int8_t* x, int64_t T, float x_scale, const int8_weight& W, const float* bias,
@@ -157,23 +102,17 @@ void linear_any(const int8_t* x, int64_t T, float x_scale, const int8_weight& W,
   // x_scale * w_scale[n], per call (out floats; the weights' scales are shared by every x_scale).
   thread_local std::vector<float> scales;
   scales.resize(static_cast<size_t>(W.out()));
-  const std::vector<float>& ws = W.scales();
+  const float* ws = W.scales().data();
   for (size_t n = 0; n < scales.size(); ++n) scales[n] = x_scale * ws[n];
   const bool s8_out = inv_y_scale != nullptr;
   const int64_t y_bytes = s8_out ? 1 : 4;
   auto* out = static_cast<char*>(y);
-  int64_t row = 0;
-  auto run = [&](int64_t rows) {
-    run_matmul({W.in(), W.out(), ldx, ldy, rows, bias != nullptr, s8_out, act}, x + row * ldx, W, scales.data(),
-               bias, inv_y_scale, out + row * ldy * y_bytes);
-    row += rows;
-  };
-  while (T - row >= kChunk) run(kChunk);
-  if (const int64_t rest32 = (T - row) / 32 * 32; rest32 > 0) run(rest32);
-  if (T - row > 0) run(T - row);
+  detail::for_each_row_chunk(T, [&](int64_t row, int64_t rows) {
+    run_matmul(key_of(W, ldx, ldy, rows, bias != nullptr, s8_out, act), x + row * ldx, W, scales.data(), bias,
+               inv_y_scale, out + row * ldy * y_bytes);
+  });
 }
 
-void free_aligned(const void* p) { std::free(const_cast<void*>(p)); }
 
 __attribute__((target("avx512f"))) void quantize_row_avx512(const float* x, int64_t n, float inv, int8_t* q) {
   const __m512 vi = _mm512_set1_ps(inv);
@@ -201,6 +140,16 @@ void quantize_row(const float* x, int64_t n, float inv, int8_t* q) {
 
 }  // namespace
 
+float int8_row_scale(const float* row, int64_t in) {
+  float m = 0.0f;
+  for (int64_t k = 0; k < in; ++k) m = std::max(m, std::fabs(row[k]));
+  return m > 0.0f ? m / 127.0f : 1.0f;
+}
+
+void quantize_weight_row(const float* row, int64_t n, float scale, int8_t* q) {
+  for (int64_t k = 0; k < n; ++k) q[k] = static_cast<int8_t>(std::clamp(std::nearbyint(row[k] / scale), -127.0f, 127.0f));
+}
+
 int8_weight int8_weight::pack(const float* W, int64_t out, int64_t in, int64_t ldw) {
   if (ldw == 0) ldw = in;
   TESSERA_CHECK(W != nullptr && out > 0 && in > 0 && ldw >= in) << "int8_weight::pack " << out << " x " << in;
@@ -208,22 +157,20 @@ int8_weight int8_weight::pack(const float* W, int64_t out, int64_t in, int64_t l
   std::vector<int8_t> q(static_cast<size_t>(out * in));
   for (int64_t n = 0; n < out; ++n) {
     const float* row = W + n * ldw;
-    float m = 0.0f;
-    for (int64_t k = 0; k < in; ++k) m = std::max(m, std::fabs(row[k]));
-    const float s = m > 0.0f ? m / 127.0f : 1.0f;
+    const float s = int8_row_scale(row, in);
     (*scales)[static_cast<size_t>(n)] = s;
-    for (int64_t k = 0; k < in; ++k)
-      q[static_cast<size_t>(n * in + k)] = static_cast<int8_t>(std::clamp(std::nearbyint(row[k] / s), -127.0f, 127.0f));
+    quantize_weight_row(row, in, s, q.data() + n * in);
   }
-  const dnnl::memory::desc packed = packed_weight_desc(in, out);
+  const dnnl::memory::desc packed = detail::packed_weight_desc(in, out, dt::s8, dt::s8, dt::f32);
   int8_weight w;
   w.in_ = in;
   w.out_ = out;
   w.bytes_ = static_cast<int64_t>(packed.get_size()) + 4 * out;
-  void* buf = std::aligned_alloc(64, (packed.get_size() + 63) / 64 * 64);
-  TESSERA_CHECK(buf != nullptr) << "out of memory packing a " << out << " x " << in << " int8 weight";
-  w.data_ = std::shared_ptr<const void>(buf, free_aligned);
-  w.scales_ = std::move(scales);
+  auto owned = detail::aligned_buffer(packed.get_size());
+  void* buf = owned.get();
+  w.data_ = std::move(owned);
+  w.scales_ = scales->data();
+  w.scales_owner_ = std::move(scales);
   auto& eng = detail::cpu_engine();
   // Wq [out, in] row-major is Wq^T [in, out] with strides (1, in): the reorder lays it out and
   // computes the s8s8 compensation the packed format carries.
@@ -232,6 +179,21 @@ int8_weight int8_weight::pack(const float* W, int64_t out, int64_t in, int64_t l
   auto& s = detail::thread_stream();
   dnnl::reorder(from, to).execute(s, from, to);
   s.wait();
+  return w;
+}
+
+int8_weight int8_weight::view(const int8_t* W, const float* scales, int64_t out, int64_t in, int64_t ldw) {
+  if (ldw == 0) ldw = in;
+  TESSERA_CHECK(W != nullptr && scales != nullptr && out > 0 && in > 0 && ldw >= in)
+      << "int8_weight::view " << out << " x " << in << " ldw " << ldw;
+  int8_weight w;
+  w.in_ = in;
+  w.out_ = out;
+  w.ld_ = ldw;
+  w.bytes_ = out * in + 4 * out;
+  w.packed_ = false;
+  w.data_ = std::shared_ptr<const void>(std::shared_ptr<const void>(), W);  // not owned
+  w.scales_ = scales;
   return w;
 }
 
@@ -267,8 +229,7 @@ void linear(const int8_t* xq, int64_t T, float x_scale, const int8_weight& W, co
 void gemm_int8_abt(const int8_t* A, const int8_weight& B, float* C, int64_t M) {
   thread_local std::vector<float> scales;
   scales.assign(B.scales().begin(), B.scales().end());
-  run_matmul({B.in(), B.out(), B.in(), B.out(), M, false, false, activation::none}, A, B, scales.data(), nullptr,
-             nullptr, C);
+  run_matmul(key_of(B, B.in(), B.out(), M, false, false, activation::none), A, B, scales.data(), nullptr, nullptr, C);
 }
 
 }  // namespace tessera::models

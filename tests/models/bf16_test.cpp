@@ -21,6 +21,7 @@
 #include "tessera/test/bf16_bounds.hpp"
 #include "tessera/test/run_tool.hpp"
 #include "tessera/test/tool_tables.hpp"
+#include "dtype_cases.hpp"
 
 namespace tessera::models {
 namespace {
@@ -372,32 +373,15 @@ TEST(bf16, concurrent_forwards_equal_a_forward_alone) {
   ASSERT_TRUE(m) << m.error().to_string();
   ASSERT_TRUE(set_dtype(*m, dtype::bf16).code() == tessera::errc::ok);
   const packed_batch b = synthetic_batch(seed_workload(24, 0.3, 11), m->config.vocab_size, 4);
-  const std::vector<float> alone = reference_forward(*m, b);
-  for (int round = 0; round < 3; ++round) {
-    std::vector<std::vector<float>> got(4);
-    std::vector<std::thread> threads;
-    for (size_t t = 0; t < got.size(); ++t) threads.emplace_back([&, t] { got[t] = reference_forward(*m, b); });
-    for (auto& t : threads) t.join();
-    for (size_t t = 0; t < got.size(); ++t) ASSERT_EQ(got[t], alone) << "round " << round << ", thread " << t;
-  }
+  testing::expect_concurrent_forwards_equal(*m, b, 3);
 }
 
 // ---- tessera-models --dtype, a real process ----
 
 std::string tool() { return test_support::tool_path("tessera-models"); }
 
-// `env`: VAR=value settings for the tool's environment ("" for none).
-int run(const std::string& env, const std::string& args, std::string& out) {
-  return test_support::run_tool(env + " " + tool(), args, out, "2>&1");
-}
-
-std::vector<float> printed_logits(const std::string& out) {
-  std::vector<float> v;
-  const std::regex num("=(-?[0-9.]+)");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), num); it != std::sregex_iterator(); ++it)
-    v.push_back(std::stof((*it)[1]));
-  return v;
-}
+using testing::printed_logits;
+constexpr auto run = testing::run_models_tool;
 
 TEST(bf16_cli, dtype_flag_runs_bf16_and_refuses_what_it_cannot_run) {
   if (tool().empty() || !std::filesystem::exists(tool())) GTEST_FAIL() << "tessera-models not built (TESSERA_BIN_DIR)";

@@ -22,6 +22,7 @@
 #include "tessera/models/model.hpp"
 #include "tessera/test/bf16_bounds.hpp"
 #include "tessera/test/run_tool.hpp"
+#include "dtype_cases.hpp"
 #include "util.hpp"
 
 namespace tessera::models {
@@ -334,29 +335,13 @@ TEST(int8, concurrent_forwards_equal_a_forward_alone) {
   ASSERT_TRUE(m) << m.error().to_string();
   ASSERT_TRUE(set_dtype(*m, dtype::int8).ok());
   const packed_batch b = synthetic_batch(seed_workload(24, 0.3, 11), m->config.vocab_size, 4);
-  const std::vector<float> alone = reference_forward(*m, b);
-  for (int round = 0; round < 2; ++round) {
-    std::vector<std::vector<float>> got(4);
-    std::vector<std::thread> threads;
-    for (size_t t = 0; t < got.size(); ++t) threads.emplace_back([&m, &b, &got, t] { got[t] = reference_forward(*m, b); });
-    for (auto& t : threads) t.join();
-    for (size_t t = 0; t < got.size(); ++t) ASSERT_EQ(got[t], alone) << "round " << round << ", thread " << t;
-  }
+  testing::expect_concurrent_forwards_equal(*m, b, 2);
 }
 
 // ---- tessera-models --dtype int8, a real process ----
 
-int run(const std::string& env, const std::string& args, std::string& out) {
-  return test_support::run_tool(env + " " + test_support::tool_path("tessera-models"), args, out, "2>&1");
-}
-
-std::vector<float> printed_logits(const std::string& out) {
-  std::vector<float> v;
-  const std::regex num("=(-?[0-9.]+)");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), num); it != std::sregex_iterator(); ++it)
-    v.push_back(std::stof((*it)[1]));
-  return v;
-}
+using testing::printed_logits;
+constexpr auto run = testing::run_models_tool;
 
 TEST(int8_cli, dtype_flag_runs_int8_and_refuses_what_it_cannot_run) {
   const std::string tool = test_support::tool_path("tessera-models");

@@ -14,16 +14,13 @@
 #include <vector>
 
 #include "tessera/models/config.hpp"
+#include "tessera/models/fused_layer.hpp"
 #include "tessera/models/kernels_bf16.hpp"
 #include "tessera/models/weights.hpp"
 
 namespace tessera::models {
 
-struct bf16_layer_weights {
-  bf16_weight qkv;               ///< [3 * hidden, hidden]: query, key, value rows
-  std::vector<float> qkv_bias;   ///< [3 * hidden]
-  bf16_weight attn_out, ffn_in, ffn_out;
-};
+using bf16_layer_weights = fused_layer<bf16_weight>;
 
 struct bf16_bert_weights {
   std::vector<bfloat16> word, position, token_type;  ///< embedding tables, row-major

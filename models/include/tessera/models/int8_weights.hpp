@@ -30,6 +30,7 @@
 #include "tessera/common/status.hpp"
 #include "tessera/models/batch.hpp"
 #include "tessera/models/config.hpp"
+#include "tessera/models/fused_layer.hpp"
 #include "tessera/models/kernels_int8.hpp"
 #include "tessera/models/weights.hpp"
 
@@ -49,10 +50,7 @@ struct int8_ranges {
   std::vector<std::array<float, kInt8Sites>> abs_max;  ///< [layer][site]
 };
 
-struct int8_layer_weights {
-  int8_weight qkv;              ///< [3 * hidden, hidden]: query, key, value rows
-  std::vector<float> qkv_bias;  ///< [3 * hidden]
-  int8_weight attn_out, ffn_in, ffn_out;
+struct int8_layer_weights : fused_layer<int8_weight> {
   /// Static per-tensor input scales (max |x| / 127), indexed by int8_site.
   std::array<float, kInt8Sites> x_scale{};
 };

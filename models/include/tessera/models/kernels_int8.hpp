@@ -18,34 +18,50 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "tessera/models/kernel_params.hpp"  // activation
 
 namespace tessera::models {
 
-/// A Linear weight W [out, in] quantized to int8 per output channel and packed for oneDNN's
-/// s8s8 matmul. Immutable and cheap to copy.
+/// A Linear weight W [out, in] quantized to int8 per output channel: packed (owned, for oneDNN's
+/// s8s8 matmul) or a view of plain int8 rows and their scales someone else keeps alive (a tile's
+/// memory, where a tensor is exactly 1 byte an element). Immutable and cheap to copy.
 class int8_weight {
  public:
   int8_weight() = default;
   /// Quantizes W (fp32 rows of `in` values, row stride ldw, 0 = in) once. A row of zeros gets
   /// scale 1 (and zeros).
   static int8_weight pack(const float* W, int64_t out, int64_t in, int64_t ldw = 0);
+  /// Plain row-major [out, in] int8 (row stride ldw, 0 = in) with its w_scale [out], not copied
+  /// (oneDNN copies blocks of W, with the s8s8 compensation, as it goes).
+  static int8_weight view(const int8_t* W, const float* scales, int64_t out, int64_t in, int64_t ldw = 0);
+  bool packed() const { return packed_; }
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
+  /// Row stride of a view in elements; 0 if packed.
+  int64_t ld() const { return ld_; }
   /// w_scale [out]: W[n, k] ~ scales()[n] * Wq[n, k].
-  const std::vector<float>& scales() const { return *scales_; }
-  /// Bytes of the packed weight (1 per element, plus the layout's compensation) and the scales.
+  std::span<const float> scales() const { return {scales_, static_cast<size_t>(out_)}; }
+  /// Bytes of the weight (1 per element, plus a packed layout's compensation) and the scales.
   int64_t bytes() const { return bytes_; }
   const void* data() const { return data_.get(); }
   bool empty() const { return !data_; }
 
  private:
   std::shared_ptr<const void> data_;
-  std::shared_ptr<const std::vector<float>> scales_;
-  int64_t in_ = 0, out_ = 0, bytes_ = 0;
+  const float* scales_ = nullptr;
+  std::shared_ptr<const void> scales_owner_;  ///< packed: the scales' vector
+  int64_t in_ = 0, out_ = 0, bytes_ = 0, ld_ = 0;
+  bool packed_ = true;
 };
+
+/// w_scale of one weight row of `in` values: max |row| / 127, or 1 for a row of zeros (pack's).
+float int8_row_scale(const float* row, int64_t in);
+/// q[k] = clamp(round_half_even(row[k] / scale), -127, 127) over n values (pack's; a shard of a
+/// row quantized with the whole row's scale gets the values pack gives it).
+void quantize_weight_row(const float* row, int64_t n, float scale, int8_t* q);
 
 /// q[t, i] = saturate_s8(round_half_even(x[t, i] / scale)) over T rows of n (ldx/ldq row strides,
 /// 0 = n). scale > 0.
