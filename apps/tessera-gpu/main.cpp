@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  tessera-gpu --model bert-tiny --bind tcp://127.0.0.1:0 --threads 2\n"
       "  tessera-gpu --model bert-base --dtype bf16 --bind tcp://127.0.0.1:7000   # a host in bf16 only\n"
+      "  tessera-gpu --model bert-base --dtype int8 --bind tcp://127.0.0.1:7000   # a host in int8 only\n"
       "  tessera-gpu --model path/to/hf-folder --bind tcp://0.0.0.0:7000 --keys /etc/tessera/keys --omp-threads 4\n"
       "  tessera-host --model bert-tiny --tiles 2 --serve --keys /etc/tessera/keys \\\n"
       "      --gpu-endpoint tcp://gpuhost:7000 --routing hybrid\n"
@@ -90,9 +91,10 @@ int main(int argc, char** argv) {
     ("threads", po::value(&cfg.threads)->default_value(cfg.threads), "worker threads (batches in parallel)")
     ("omp-threads", po::value(&cfg.omp_threads)->default_value(cfg.omp_threads), "oneDNN/OpenMP threads inside one forward")
     ("preset", po::value(&cfg.preset)->default_value(cfg.preset), "GPU preset of the timing model (modelled_seconds)")
-    ("dtype", po::value(&dtype_name)->default_value(dtype_name), "fp32 or bf16: what a BERT forward computes in "
-     "(bf16: weights converted once, packed and padded batches; a host in the other dtype is refused); with --serve, "
-     "a decoder's matrices and KV cache (bf16: twice the KV blocks in --kv-memory-mb)")
+    ("dtype", po::value(&dtype_name)->default_value(dtype_name), "fp32, bf16 or int8: what a BERT forward computes in "
+     "(bf16: weights converted once; int8: the encoder's Linear layers quantized and calibrated once, docs/models.md "
+     "\"int8\"; packed and padded batches; a host in another dtype is refused); with --serve, a decoder's matrices "
+     "and KV cache in fp32 or bf16 (bf16: twice the KV blocks in --kv-memory-mb; int8 is refused)")
     ("timing-dtype", po::value(&timing_dtype_name)->default_value(timing_dtype_name),
      "dtype of the modelled clock: fp16 (the 16-bit tensor-core rate, also bf16's) or fp32; independent of --dtype")
     ("parallel-forwards", "let worker threads run forwards at the same time (default: they take turns, see reference_backend.hpp)")
@@ -131,7 +133,7 @@ int main(int argc, char** argv) {
   auto timing_dtype = timing::parse_dtype(timing_dtype_name);
   if (!timing_dtype) return std::cerr << "tessera-gpu: --timing-dtype: " << timing_dtype.error().message() << "\n", 2;
   cfg.timing_dtype = *timing_dtype;
-  auto dtype = models::parse_dtype(dtype_name);
+  auto dtype = models::parse_dtype(dtype_name, /*allow_int8=*/true);
   if (!dtype) {
     std::cerr << "tessera-gpu: --dtype: " << dtype.error().message();
     if (dtype_name == "fp16") std::cerr << " (the modelled clock's dtype is --timing-dtype fp16)";
@@ -159,8 +161,8 @@ int main(int argc, char** argv) {
   // Classifiers, rerankers and embedding models (sentence-transformers folders: pooled in this process).
   auto loaded = models::load_encoder(model_name, seed);
   if (!loaded) return std::cerr << "tessera-gpu: " << loaded.error().to_string() << "\n", 2;
-  // bf16: checks the CPU (refused with a message where bf16 would not run natively) and converts
-  // the weights once, before the socket is bound.
+  // bf16 and int8: checks the CPU (refused with a message where the dtype would not run natively)
+  // and converts the weights once (int8: calibrated on the seeded set first), before the socket is bound.
   if (auto st = models::set_dtype(*loaded, *dtype); !st.ok())
     return std::cerr << "tessera-gpu: " << st.message() << "\n", 2;
   auto model = std::make_shared<const models::bert_model>(std::move(*loaded));

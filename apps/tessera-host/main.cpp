@@ -64,10 +64,12 @@ int main(int argc, char** argv) {
      "sentence-transformers embedding model: pooled on the head tile, /embed and /v1/embeddings; or a decoder) or GGUF "
      "file (a decoder with its tokenizer and chat template)")
     ("seed", po::value(&mo.seed)->default_value(0), "seed of a preset's random weights")
-    ("dtype", po::value(&dtype_text)->default_value("fp32"), "fp32 or bf16: BERT's matrices and activations in tile "
-     "memory and on the exchange (bf16: 2 bytes an element; partial sums, biases and gains stay fp32), and the "
-     "forward of GPU backends (--gpu-replicas; --spawn-gpu processes are started with it; a --gpu-endpoint process "
-     "in the other dtype is refused). Decoders: bf16 puts the Linear matrices, the LM head and the paged KV cache "
+    ("dtype", po::value(&dtype_text)->default_value("fp32"), "fp32, bf16 or int8: BERT's matrices and activations in "
+     "tile memory and on the exchange (bf16: 2 bytes an element; partial sums, biases and gains stay fp32; int8: the "
+     "encoder's Linear matrices and the FFN activation at 1 byte an element with per-row scales, calibrated on the "
+     "host as tessera-models does, the rest fp32; docs/models.md \"int8\"), and the forward of GPU backends "
+     "(--gpu-replicas; --spawn-gpu processes are started with it; a --gpu-endpoint process in another dtype is "
+     "refused). Decoders (fp32 or bf16; int8 is refused): bf16 puts the Linear matrices, the LM head and the paged KV cache "
      "in bf16 (twice the KV positions in the same tile memory; activations, norms, softmax and logits fp32), "
      "--check compares with the single-process bf16 decoder")
     ("plan", po::value(&plan_text), "R,S,W[,M[,V]]: replicas, pipeline stages, tensor-parallel width, micro-batches, and for a decoder V LM-head vocabulary slices (default: automatic)")
@@ -166,7 +168,7 @@ int main(int argc, char** argv) {
                             "process needs its gpu.pub, gpu.key and host.pub) or --insecure\n", 2;
   }
   if (!mo.model.empty()) {
-    auto dt = models::parse_dtype(dtype_text);
+    auto dt = models::parse_dtype(dtype_text, /*allow_int8=*/!host::app::is_decoder_model(mo.model));
     if (!dt) return std::cerr << "tessera-host: --dtype: " << dt.error().message() << "\n", 2;
     mo.dtype = *dt;
     if (!plan_text.empty()) {

@@ -92,13 +92,14 @@ int run_model(tile_group_config group_cfg, model_options o) {
   // pools the last layer's rows, so only pooled vectors come back).
   auto loaded = models::load_encoder(o.model, o.seed);
   if (!loaded) return fail(loaded.error());
-  // bf16 tiles are checked against the fp32 reference (the oracle) with bf16's bound, and
-  // against the single-process bf16 forward for information.
-  std::shared_ptr<const models::bert_model> bf16_model;
-  if (o.dtype == models::dtype::bf16) {
+  // bf16 and int8 tiles are checked against the fp32 reference (the oracle) with their dtype's
+  // bound, and against the single-process forward in their dtype for information. int8: the
+  // tiles' matrices and scales are cut from that model (calibrated here, as tessera-models does).
+  std::shared_ptr<const models::bert_model> dtype_model;
+  if (o.dtype != models::dtype::fp32) {
     auto m = *loaded;
-    if (auto st = models::set_dtype(m, models::dtype::bf16); st.code() != tessera::errc::ok) return fail(st);
-    bf16_model = std::make_shared<const models::bert_model>(std::move(m));
+    if (auto st = models::set_dtype(m, o.dtype); st.code() != tessera::errc::ok) return fail(st);
+    dtype_model = std::make_shared<const models::bert_model>(std::move(m));
   }
   auto model = std::make_shared<const models::bert_model>(std::move(*loaded));
 
@@ -132,18 +133,18 @@ int run_model(tile_group_config group_cfg, model_options o) {
       last_pct = pct;
     }
   };
-  auto deployment = deploy_bert(*model, req, group_cfg, hooks);
+  auto deployment = deploy_bert(dtype_model ? *dtype_model : *model, req, group_cfg, hooks);
   if (!deployment.ok()) return fail(deployment.error());
   auto group = std::move(deployment->group);
   auto deployed = std::move(deployment->model);
 
   if (o.check_batches > 0) {
     const auto& c = deployed->compiled();
-    double worst = 0, worst_vs_bf16 = 0;
+    double worst = 0;
     // fp32: the tiles compute what the reference does, in another order (1e-4). bf16: the bound of
     // tests/models/bf16_test.cpp, 0.05 for logits within +-1, scaled by the largest |logit| beyond
     // (bf16 rounds activations at every kernel; measured ~0.006 on BERT-base: 8x headroom that
-    // still catches a wrong slice or layout).
+    // still catches a wrong slice or layout). int8: models::int8_logit_bound (0.15), scaled alike.
     double tolerance = 1e-4;
     std::unique_ptr<profiler> prof;
     if (!o.trace_path.empty()) {
@@ -169,15 +170,16 @@ int run_model(tile_group_config group_cfg, model_options o) {
         scale = std::max(scale, double(std::abs(want[k])));
       }
       if (o.dtype == models::dtype::bf16) tolerance = std::max(tolerance, 0.05 * scale);
+      if (o.dtype == models::dtype::int8) tolerance = std::max(tolerance, models::int8_logit_bound * scale);
       worst = std::max(worst, diff);
       std::string vs16;
-      if (bf16_model) {
-        const auto want16 = reference_output(*bf16_model, batch);
+      if (dtype_model) {
+        const auto want16 = reference_output(*dtype_model, batch);
         for (size_t k = 0; k < want16.size(); ++k)
           diff16 = std::max(diff16, double(std::abs(want16[k] - got->logits[k])));
-        worst_vs_bf16 = std::max(worst_vs_bf16, diff16);
         char buf[96];
-        std::snprintf(buf, sizeof buf, ", max |logit - bf16 single-process| %.2e", diff16);
+        std::snprintf(buf, sizeof buf, ", max |logit - %s single-process| %.2e",
+                      std::string(models::dtype_name(o.dtype)).c_str(), diff16);
         vs16 = buf;
       }
       std::printf("check batch %d: %d sequences, %lld tokens, %.1f ms wall, %lld supersteps, %.2f MiB exchanged, "
@@ -210,7 +212,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   o.so.batching.max_sequence_length = model->config.max_sequence_length();
   if (auto st = r.add_backend(tiles, o.so.batching); !st.ok()) return fail(st);
   for (int i = 0; i < o.gpu_replicas; ++i) {
-    auto gpu = backends::make_reference_backend(bf16_model ? bf16_model : model, {.name = "gpu" + std::to_string(i), .kind = "gpu", .threads = 1,
+    auto gpu = backends::make_reference_backend(dtype_model ? dtype_model : model, {.name = "gpu" + std::to_string(i), .kind = "gpu", .threads = 1,
                                                        .omp_threads = 1});
     if (auto st = r.add_backend(gpu, o.so.batching); !st.ok()) return fail(st);
   }
@@ -230,7 +232,7 @@ int run_model(tile_group_config group_cfg, model_options o) {
   std::string id = o.model;
   while (!id.empty() && id.back() == '/') id.pop_back();
   if (auto slash = id.find_last_of('/'); slash != std::string::npos) id = id.substr(slash + 1);
-  auto info = serving::model_info_of(bf16_model ? *bf16_model : *model, id);
+  auto info = serving::model_info_of(dtype_model ? *dtype_model : *model, id);
   serving::http_server server(o.so.server, r, *tok, info, metrics);
   if (auto st = server.start(); !st.ok()) return fail(st);
   serving::accept_graceful_stop();  // a stop signal from now on is graceful (the listening line invites one)

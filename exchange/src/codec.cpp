@@ -37,7 +37,7 @@ template <class F, of<tensor_desc> T>
 void fields(F& f, T& d) {
   f(d.id, "tensor.id");
   f(d.name, "tensor.name", 256);
-  f(d.type, "tensor.dtype", dtype::bf16);
+  f(d.type, "tensor.dtype", dtype::i8);
   f(d.shape, "tensor.shape", max_tensor_rank);
 }
 
@@ -224,7 +224,7 @@ void fields(F& f, T& m) {
   f(m.seq_lengths, "seq_lengths", max_batch_sequences);
   f(m.layout, "layout", uint8_t{1});
   f(m.padded_length, "padded_length");
-  f(m.compute, "compute", dtype::bf16);
+  f(m.compute, "compute", dtype::i8);
   f(m.every_token, "every_token", max_batch_sequences);
 }
 

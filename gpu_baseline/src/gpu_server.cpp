@@ -62,6 +62,7 @@ const char* wire_dtype_name(ex::dtype d) {
     case ex::dtype::f32: return "fp32";
     case ex::dtype::bf16: return "bf16";
     case ex::dtype::i32: return "i32";
+    case ex::dtype::i8: return "int8";
   }
   return "?";
 }
@@ -206,7 +207,9 @@ result<std::unique_ptr<gpu_server>> gpu_server::create(std::shared_ptr<const mod
   if (!preset) return preset.error();
   auto p = std::make_unique<impl>();
   p->model = std::move(model);
-  p->compute = p->model->compute == models::dtype::bf16 ? ex::dtype::bf16 : ex::dtype::f32;
+  p->compute = p->model->compute == models::dtype::bf16   ? ex::dtype::bf16
+               : p->model->compute == models::dtype::int8 ? ex::dtype::i8
+                                                          : ex::dtype::f32;
   p->cfg = cfg;
   p->preset = std::move(*preset);
   p->pool = backends::make_reference_backend(

@@ -527,6 +527,8 @@ result<std::vector<float>> materialize(const models::decoder_model& m, const wei
 result<compiled_model> compile_decoder(const models::model_shape& c, const placement_request& req) {
   if (!c.is_decoder()) return status::invalid("compile_decoder takes a decoder shape, not " + c.name);
   if (req.tiles <= 0) return status::invalid("--tiles must be positive");
+  if (req.dtype == models::dtype::int8)
+    return status::unsupported("--dtype int8 runs the BERT encoder only; a decoder on tiles runs in fp32 or bf16");
   if (req.token_budget < 1) return status::invalid("--token-budget must be positive");
   if (req.kv_block_tokens < 1) return status::invalid("--kv-block-tokens must be positive");
   if (req.kv_blocks < 0) return status::invalid("--kv-blocks must be zero (as many as fit) or positive");

@@ -8,6 +8,9 @@
 
 #include "placement_internal.hpp"
 #include "tessera/common/units.hpp"
+#include "tessera/models/int8_weights.hpp"
+#include "tessera/models/kernels_int8.hpp"
+#include "tessera/models/model.hpp"
 
 namespace tessera::host {
 
@@ -126,6 +129,12 @@ struct layout {
   tensor_desc mat(uint32_t id, std::string name, std::vector<int64_t> shape) const {
     return {id, std::move(name), dt == models::dtype::bf16 ? dtype::bf16 : dtype::f32, std::move(shape)};
   }
+  bool int8() const { return dt == models::dtype::int8; }
+  // An encoder Linear matrix (and the FFN activation): i8 in an int8 model, else as mat.
+  tensor_desc lin(uint32_t id, std::string name, std::vector<int64_t> shape) const {
+    if (int8()) return {id, std::move(name), dtype::i8, std::move(shape)};
+    return mat(id, std::move(name), std::move(shape));
+  }
   int hd() const { return cfg.head_dim(); }
   row_range layers_of(int stage) const { return token_partition(cfg.num_layers, stage, p.stages); }
   row_range heads_of(int lane) const { return token_partition(cfg.num_heads, lane, p.width); }
@@ -154,22 +163,38 @@ void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards,
     add.weight(f32(ids::emb_gamma, "embeddings.ln.gamma", {H}), shard_kind::whole, "embeddings.LayerNorm.weight");
     add.weight(f32(ids::emb_beta, "embeddings.ln.beta", {H}), shard_kind::whole, "embeddings.LayerNorm.bias");
   }
+  // int8: each Linear matrix's scales beside it (f32 [2 + rows]: its input's and output's static
+  // scales, then each row's w_scale, from the whole rows).
+  using site = models::int8_site;
+  auto scales = [&](int l, uint32_t what, const std::string& name, int64_t rows, shard_kind cut, const std::string& source,
+                    int b, int e, site x, std::optional<site> y = std::nullopt) {
+    if (!L.int8()) return;
+    weight_shard::int8_scales_ref ref{cut, l, static_cast<int>(x), y ? static_cast<int>(*y) : -1};
+    add.weight(f32(ids::layer(l, what), name, {2 + rows}), shard_kind::int8_scales, source, b, e, ref);
+  };
   for (int l = t.layer_begin; l < t.layer_end; ++l) {
     const std::string pre = "encoder.layer." + std::to_string(l) + ".";
     const std::string tag = "L" + std::to_string(l) + ".";
-    add.weight(L.mat(ids::layer(l, ids::qkv_w), tag + "qkv.w", {3 * hw, H}), shard_kind::qkv_w, pre, t.head_begin, t.head_end);
+    add.weight(L.lin(ids::layer(l, ids::qkv_w), tag + "qkv.w", {3 * hw, H}), shard_kind::qkv_w, pre, t.head_begin, t.head_end);
+    scales(l, ids::qkv_s, tag + "qkv.scales", 3 * hw, shard_kind::qkv_w, pre, t.head_begin, t.head_end, site::qkv_in);
     add.weight(f32(ids::layer(l, ids::qkv_b), tag + "qkv.b", {3 * hw}), shard_kind::qkv_b, pre, t.head_begin, t.head_end);
-    add.weight(L.mat(ids::layer(l, ids::attn_out_w), tag + "attn_out.w", {H, hw}), shard_kind::columns,
+    add.weight(L.lin(ids::layer(l, ids::attn_out_w), tag + "attn_out.w", {H, hw}), shard_kind::columns,
            pre + "attention.output.dense.weight", t.head_begin * L.hd(), t.head_end * L.hd());
+    scales(l, ids::attn_out_s, tag + "attn_out.scales", H, shard_kind::columns, pre + "attention.output.dense.weight",
+           t.head_begin * L.hd(), t.head_end * L.hd(), site::context);
     add.weight(f32(ids::layer(l, ids::attn_out_b), tag + "attn_out.b", {H}), shard_kind::whole, pre + "attention.output.dense.bias");
     add.weight(f32(ids::layer(l, ids::attn_gamma), tag + "attn_ln.gamma", {H}), shard_kind::whole, pre + "attention.output.LayerNorm.weight");
     add.weight(f32(ids::layer(l, ids::attn_beta), tag + "attn_ln.beta", {H}), shard_kind::whole, pre + "attention.output.LayerNorm.bias");
-    add.weight(L.mat(ids::layer(l, ids::ffn_in_w), tag + "ffn_in.w", {fw, H}), shard_kind::rows, pre + "intermediate.dense.weight",
+    add.weight(L.lin(ids::layer(l, ids::ffn_in_w), tag + "ffn_in.w", {fw, H}), shard_kind::rows, pre + "intermediate.dense.weight",
            t.ffn_begin, t.ffn_end);
+    scales(l, ids::ffn_in_s, tag + "ffn_in.scales", fw, shard_kind::rows, pre + "intermediate.dense.weight", t.ffn_begin,
+           t.ffn_end, site::ffn_in, site::ffn_act);
     add.weight(f32(ids::layer(l, ids::ffn_in_b), tag + "ffn_in.b", {fw}), shard_kind::rows, pre + "intermediate.dense.bias",
            t.ffn_begin, t.ffn_end);
-    add.weight(L.mat(ids::layer(l, ids::ffn_out_w), tag + "ffn_out.w", {H, fw}), shard_kind::columns, pre + "output.dense.weight",
+    add.weight(L.lin(ids::layer(l, ids::ffn_out_w), tag + "ffn_out.w", {H, fw}), shard_kind::columns, pre + "output.dense.weight",
            t.ffn_begin, t.ffn_end);
+    scales(l, ids::ffn_out_s, tag + "ffn_out.scales", H, shard_kind::columns, pre + "output.dense.weight", t.ffn_begin,
+           t.ffn_end, site::ffn_act);
     add.weight(f32(ids::layer(l, ids::ffn_out_b), tag + "ffn_out.b", {H}), shard_kind::whole, pre + "output.dense.bias");
     add.weight(f32(ids::layer(l, ids::out_gamma), tag + "out_ln.gamma", {H}), shard_kind::whole, pre + "output.LayerNorm.weight");
     add.weight(f32(ids::layer(l, ids::out_beta), tag + "out_ln.beta", {H}), shard_kind::whole, pre + "output.LayerNorm.bias");
@@ -192,7 +217,7 @@ void plan_tile(const layout& L, tile_plan& t, std::vector<weight_shard>& shards,
     add.act(L.mat(ids::qkv, "qkv", {T, 3 * hw}));
     add.act(L.mat(ids::context, "context", {T, hw}));
     add.act(f32(ids::partial, "partial_sum", {T, H}));
-    add.act(L.mat(ids::ffn, "ffn", {T, fw}));
+    add.act(L.lin(ids::ffn, "ffn", {T, fw}));
   }
   if (head_tile && !embedding) add.act(f32(ids::logits, "logits", {L.max_seqs, L.cfg.num_labels}));
   if (head_tile && embedding) add.act(f32(ids::logits, "pooled", {L.max_seqs, H}));
@@ -239,21 +264,32 @@ std::map<uint32_t, program> build_replica(const layout& L, int r, const std::vec
             a.push_back(make_call<kid::embed>({ids::token_ids, ids::token_types, ids::word, ids::position, ids::token_type,
                                                ids::emb_gamma, ids::emb_beta}, {ids::hidden},
                                               {mp(m), eps, L.cfg.position_pad_id()}));
-          a.push_back(make_call<kid::linear>({ids::hidden, ids::layer(l, ids::qkv_w), ids::layer(l, ids::qkv_b)}, {ids::qkv},
+          // int8: x, W, W's scales, then the bias if any.
+          auto lin = [&](uint32_t w, uint32_t scales, std::optional<uint32_t> bias) {
+            std::vector<uint32_t> in{ids::layer(l, w)};
+            if (L.int8()) in.push_back(ids::layer(l, scales));
+            if (bias) in.push_back(ids::layer(l, *bias));
+            return in;
+          };
+          auto with_x = [](uint32_t x, std::vector<uint32_t> rest) {
+            rest.insert(rest.begin(), x);
+            return rest;
+          };
+          a.push_back(make_call<kid::linear>(with_x(ids::hidden, lin(ids::qkv_w, ids::qkv_s, ids::qkv_b)), {ids::qkv},
                                              {mp(m), models::activation::none}));
           a.push_back(make_call<kid::attention>({ids::qkv}, {ids::context},
                                                 {mp(m), static_cast<uint32_t>(heads), static_cast<uint32_t>(L.hd())}));
-          a.push_back(make_call<kid::linear>({ids::context, ids::layer(l, ids::attn_out_w)}, {ids::partial},
-                                             {mp(m), models::activation::none}));
+          a.push_back(make_call<kid::linear>(with_x(ids::context, lin(ids::attn_out_w, ids::attn_out_s, std::nullopt)),
+                                             {ids::partial}, {mp(m), models::activation::none}));
           const models::bias_residual_ln_params lane{mp(m), static_cast<uint32_t>(w), static_cast<uint32_t>(W), eps};
           b.step(t, base + 1).compute.push_back(make_call<kid::bias_residual_ln>(
               {ids::partial, ids::layer(l, ids::attn_out_b), ids::hidden, ids::layer(l, ids::attn_gamma), ids::layer(l, ids::attn_beta)},
               {ids::hidden}, lane));
           auto& f = b.step(t, base + 2).compute;
-          f.push_back(make_call<kid::linear>({ids::hidden, ids::layer(l, ids::ffn_in_w), ids::layer(l, ids::ffn_in_b)}, {ids::ffn},
+          f.push_back(make_call<kid::linear>(with_x(ids::hidden, lin(ids::ffn_in_w, ids::ffn_in_s, ids::ffn_in_b)), {ids::ffn},
                                              {mp(m), models::activation::gelu_erf}));
-          f.push_back(make_call<kid::linear>({ids::ffn, ids::layer(l, ids::ffn_out_w)}, {ids::partial},
-                                             {mp(m), models::activation::none}));
+          f.push_back(make_call<kid::linear>(with_x(ids::ffn, lin(ids::ffn_out_w, ids::ffn_out_s, std::nullopt)),
+                                             {ids::partial}, {mp(m), models::activation::none}));
           b.step(t, base + 3).compute.push_back(make_call<kid::bias_residual_ln>(
               {ids::partial, ids::layer(l, ids::ffn_out_b), ids::hidden, ids::layer(l, ids::out_gamma), ids::layer(l, ids::out_beta)},
               {ids::hidden}, lane));
@@ -422,8 +458,83 @@ result<std::vector<float>> materialize(const models::bert_weights& w, const mode
         std::copy(t->data + r * cols + sh.begin, t->data + r * cols + sh.end, out.begin() + r * w);
       break;
     }
+    case shard_kind::int8_scales:
+      return status::invalid("shard " + sh.desc.name + " holds int8 scales: cut it from the int8 model");
   }
   return out;
+}
+
+namespace {
+
+// w_scale of each row of a matrix shard cut as `cut` (qkv_w: its heads' query, key and value
+// rows; rows: rows [begin, end); columns: every row), over the whole row of the model's tensor.
+result<std::vector<float>> row_scales(const models::bert_weights& w, const models::bert_config& cfg, shard_kind cut,
+                                      const std::string& source, int begin, int end) {
+  std::vector<float> out;
+  auto add_rows = [&](const std::string& name, int64_t r0, int64_t r1) -> status {
+    auto t = w.tensor(name);
+    if (!t) return t.error();
+    if (t->shape.size() != 2 || r1 > t->shape[0]) return status::invalid("tensor " + name + " is not a matrix of " + std::to_string(r1) + " rows");
+    for (int64_t r = r0; r < r1; ++r) out.push_back(models::int8_row_scale(t->data + r * t->shape[1], t->shape[1]));
+    return ok_status();
+  };
+  switch (cut) {
+    case shard_kind::qkv_w:
+      for (const char* which : {"query", "key", "value"})
+        TESSERA_RETURN_IF_ERROR(add_rows(source + "attention.self." + which + ".weight", int64_t{begin} * cfg.head_dim(),
+                                         int64_t{end} * cfg.head_dim()));
+      return out;
+    case shard_kind::rows:
+      TESSERA_RETURN_IF_ERROR(add_rows(source, begin, end));
+      return out;
+    case shard_kind::columns: {
+      auto t = w.tensor(source);
+      if (!t) return t.error();
+      TESSERA_RETURN_IF_ERROR(add_rows(source, 0, t->shape.empty() ? 0 : t->shape[0]));
+      return out;
+    }
+    default:
+      return status::invalid("an int8 matrix is cut by heads, rows or columns");
+  }
+}
+
+}  // namespace
+
+result<std::vector<float>> materialize(const models::bert_model& m, const weight_shard& sh) {
+  const bool int8 = sh.kind == shard_kind::int8_scales || sh.desc.type == exchange::dtype::i8;
+  if (!int8) return materialize(m.weights, m.config, sh);
+  if (!m.int8)
+    return status::invalid("shard " + sh.desc.name + " is int8 but the model has no int8 calibration (set_dtype(model, "
+                           "dtype::int8) before deploying an int8 plan)");
+  if (sh.kind == shard_kind::int8_scales) {
+    const auto& r = sh.scales;
+    if (r.layer < 0 || r.layer >= static_cast<int>(m.int8->layers.size()) || r.x_site < 0 || r.x_site >= models::kInt8Sites ||
+        r.y_site >= models::kInt8Sites)
+      return status::invalid("shard " + sh.desc.name + " names layer " + std::to_string(r.layer) + " sites " +
+                             std::to_string(r.x_site) + ", " + std::to_string(r.y_site));
+    const auto& x = m.int8->layers[static_cast<size_t>(r.layer)].x_scale;
+    auto w = row_scales(m.weights, m.config, r.cut, sh.source, sh.begin, sh.end);
+    if (!w) return w.error();
+    std::vector<float> out{x[static_cast<size_t>(r.x_site)], r.y_site >= 0 ? x[static_cast<size_t>(r.y_site)] : 0.0f};
+    out.insert(out.end(), w->begin(), w->end());
+    return out;
+  }
+  auto values = materialize(m.weights, m.config, sh);
+  if (!values) return values.error();
+  auto scales = row_scales(m.weights, m.config, sh.kind, sh.source, sh.begin, sh.end);
+  if (!scales) return scales.error();
+  const int64_t rows = sh.desc.shape.empty() ? 0 : sh.desc.shape[0];
+  if (sh.desc.shape.size() != 2 || static_cast<int64_t>(scales->size()) != rows)
+    return status::internal("int8 shard " + sh.desc.name + " has " + std::to_string(rows) + " rows and " +
+                            std::to_string(scales->size()) + " row scales");
+  const int64_t width = sh.desc.shape[1];
+  std::vector<int8_t> q(static_cast<size_t>(width));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = values->data() + r * width;
+    models::quantize_weight_row(row, width, (*scales)[static_cast<size_t>(r)], q.data());
+    std::copy(q.begin(), q.end(), row);
+  }
+  return values;
 }
 
 result<compiled_model> compile_bert(const models::bert_config& cfg, const placement_request& req) {

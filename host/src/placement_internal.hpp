@@ -36,9 +36,10 @@ struct tile_contents {
   std::vector<weight_shard>& shards;
   std::vector<exchange::tensor_desc>& temps;
 
-  void weight(exchange::tensor_desc d, shard_kind kind, std::string source, int b = 0, int e = 0) {
+  void weight(exchange::tensor_desc d, shard_kind kind, std::string source, int b = 0, int e = 0,
+              weight_shard::int8_scales_ref scales = {}) {
     t.memory.push_back({d.name, "weights", arena_bytes(d.bytes())});
-    shards.push_back({t.tile, std::move(d), kind, std::move(source), b, e});
+    shards.push_back({t.tile, std::move(d), kind, std::move(source), b, e, scales});
   }
   /// An activation (or, by `kind`, a buffer such as "exchange" or "kv").
   void act(exchange::tensor_desc d, const char* kind = "activations") {

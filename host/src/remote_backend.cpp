@@ -32,6 +32,11 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
+// infer_batch.compute for a forward in `d`.
+ex::dtype wire_compute(models::dtype d) {
+  return d == models::dtype::bf16 ? ex::dtype::bf16 : d == models::dtype::int8 ? ex::dtype::i8 : ex::dtype::f32;
+}
+
 int64_t tokens_of(const backends::batch_request& r) {
   int64_t n = 0;
   for (const auto& s : r.sequences) n += static_cast<int64_t>(s.token_ids.size());
@@ -365,7 +370,7 @@ void remote_backend::submit(backends::batch_request request, std::function<void(
   m.batch_id = s.next_wire_id.fetch_add(1);
   m.layout = static_cast<uint8_t>(request.layout);
   m.padded_length = request.padded_length;
-  m.compute = s.cfg.compute == models::dtype::bf16 ? ex::dtype::bf16 : ex::dtype::f32;
+  m.compute = wire_compute(s.cfg.compute);
   size_t tokens = 0;
   for (const auto& q : request.sequences) {
     if (q.every_token) m.every_token.push_back(static_cast<uint32_t>(m.seq_lengths.size()));

@@ -17,7 +17,7 @@ result<std::unique_ptr<tile_model>> tile_model::deploy(tile_group& group, compil
                            std::to_string(group.size()));
   uint64_t total = 0, done = 0;
   for (const auto& s : compiled.shards) total += s.desc.bytes();
-  auto cut = [&](const weight_shard& s) { return materialize(model.weights, model.config, s); };
+  auto cut = [&](const weight_shard& s) { return materialize(model, s); };
   for (uint32_t t = 0; t < group.size(); ++t)
     TESSERA_RETURN_IF_ERROR(stream_shards(group, compiled, t, cut, done, progress, total));
   for (const auto& programs : compiled.programs) TESSERA_RETURN_IF_ERROR(group.load(programs));
@@ -48,10 +48,11 @@ status stream_shards(tile_group& group, const compiled_model& compiled, uint32_t
   // Materialise a tile's shards a group at a time, send them, drop them: the host never holds a
   // second model, nor a whole tile's part of it (a 7B model's tile holds 2 GiB: streamed in
   // groups of at most kGroupBytes, the host's peak is a group and its frames in flight). A bf16
-  // shard is converted here, once, and sent at 2 bytes an element.
+  // shard is converted here, once, and sent at 2 bytes an element; an i8 one at 1.
   constexpr uint64_t kGroupBytes = 256ull << 20;
   std::vector<std::vector<float>> data;
   std::vector<std::vector<models::bfloat16>> halves;
+  std::vector<std::vector<int8_t>> bytes;
   std::vector<tile_group::alloc_request> reqs;
   uint64_t held = 0;
   auto flush = [&]() -> status {
@@ -63,6 +64,7 @@ status stream_shards(tile_group& group, const compiled_model& compiled, uint32_t
     reqs.clear();
     data.clear();
     halves.clear();
+    bytes.clear();
     held = 0;
     return st;
   };
@@ -77,6 +79,10 @@ status stream_shards(tile_group& group, const compiled_model& compiled, uint32_t
       halves.emplace_back(d->size());
       models::to_bf16(d->data(), static_cast<int64_t>(d->size()), halves.back().data());
       reqs.push_back({t, s.desc, halves.back().data()});
+    } else if (s.desc.type == exchange::dtype::i8) {  // the cut holds the integers (materialize)
+      auto& q = bytes.emplace_back(d->size());
+      for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<int8_t>((*d)[i]);
+      reqs.push_back({t, s.desc, q.data()});
     } else {
       data.push_back(std::move(*d));
       reqs.push_back({t, s.desc, data.back().data()});
@@ -107,7 +113,7 @@ status restore_shards_and_programs(tile_group& group, const compiled_model& comp
 
 status tile_model::restore_tile(uint32_t tile) {
   return restore_shards_and_programs(group_, compiled_, tile,
-                                     [this](const weight_shard& s) { return materialize(model_.weights, model_.config, s); });
+                                     [this](const weight_shard& s) { return materialize(model_, s); });
 }
 
 std::vector<uint32_t> tile_model::replica_tiles(int replica) const {

@@ -23,8 +23,8 @@ result<dtype> parse_dtype(std::string_view text, bool allow_int8, bool allow_q8_
   if (text == "int8") {
     if (allow_int8) return dtype::int8;
     return status::unsupported(
-        "--dtype int8 runs the BERT encoder in one process only (tessera-models, tessera-bench-models, "
-        "tessera-serve); use fp32 or bf16 here");
+        "--dtype int8 runs the BERT encoder only (tessera-models, tessera-bench-models, tessera-serve, "
+        "tessera-gpu, tessera-host on tiles); use fp32 or bf16 here");
   }
   if (text == "q8_0") {
     if (allow_q8_0) return dtype::q8_0;

@@ -5,6 +5,8 @@
 // refused with a message naming both; tessera-host --serve routing HTTP requests to a spawned
 // bf16 tessera-gpu or an in-process bf16 GPU replica (hybrid routing) with raw scores near an
 // fp32 host's; tessera-gpu --serve --dtype bf16 on a decoder (twice the KV blocks, completions).
+// tessera-gpu --dtype int8: within the int8 bound of fp32 and as the single-process int8 forward;
+// a client in fp32 refused; no VNNI and decoders refused by name.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -147,6 +149,73 @@ TEST(GpuBf16, CommandLineNamesTheDtypes) {
   EXPECT_EQ(test_support::run_tool("ONEDNN_MAX_CPU_ISA=AVX512_CORE " + gpu, "--model bert-tiny --dtype bf16", out,
                                    "2>&1 < /dev/null"), 2) << out;
   EXPECT_NE(out.find("--dtype bf16 needs a CPU with avx512_bf16 or AMX"), std::string::npos) << out;
+}
+
+// ---- tessera-gpu --dtype int8 (docs/models.md "int8") ----
+
+// int8 logits (packed, padded to the longest, padded to 512) against the single-process fp32
+// reference within models::int8_logit_bound x max(1, max |fp32 logit|) with raw argmax agreement
+// 100% (bert-tiny's single-process int8 keeps every argmax on these inputs: int8_test), and the
+// packed answer against the single-process int8 forward: the process calibrates on the same
+// seeded set and runs the same kernels, so it agrees to fp32 rounding (1e-5; measured 0).
+TEST(GpuInt8, LogitsWithinTheInt8BoundOfFp32AndAsTheSingleProcessInt8) {
+  ASSERT_TRUE(models::check_dtype_supported(models::dtype::int8).ok()) << "the int8 tests need avx512_vnni";
+  if (!std::filesystem::exists(bin("tessera-gpu"))) GTEST_FAIL() << bin("tessera-gpu") << " not built";
+  gpu_process p8("int8");
+  ASSERT_FALSE(p8.endpoint.empty());
+  auto b8 = connect(p8.endpoint, models::dtype::int8);
+  ASSERT_TRUE(b8);
+  const auto batch = models::synthetic_batch(models::seed_workload(48, 0.4, 5), tiny().config.vocab_size, 3);
+  const auto want = models::reference_forward(tiny(), batch);
+  models::bert_model q = tiny();
+  ASSERT_TRUE(models::set_dtype(q, models::dtype::int8).ok());
+  const auto want8 = models::reference_forward(q, batch);
+  double scale = 1;
+  for (float v : want) scale = std::max(scale, double(std::fabs(v)));
+  const int32_t longest = batch.max_seq_len();
+  uint64_t id = 1;
+  for (auto [layout, padded] : {std::pair{backends::batch_layout::packed, 0},
+                                std::pair{backends::batch_layout::padded, longest},
+                                std::pair{backends::batch_layout::padded, tiny().config.max_position_embeddings}}) {
+    const auto r8 = run(*b8, request_of(batch, id++, layout, padded), 120s);
+    ASSERT_TRUE(r8.st.ok()) << r8.st.to_string();
+    const auto a = compare_logits(r8.logits, want, tiny().config.num_labels);
+    std::printf("[ gpu int8 ] %s padded_length %d, %d sequences: max abs %.5f (bound %.3f), mean abs %.6f, argmax "
+                "agreement %.2f%%\n",
+                layout == backends::batch_layout::packed ? "packed" : "padded", padded, batch.num_seqs(), a.max_abs,
+                models::int8_logit_bound * scale, a.mean_abs, 100 * a.agreement);
+    EXPECT_LE(a.max_abs, models::int8_logit_bound * scale);
+    EXPECT_GE(a.agreement, 1.0 - 1e-9);  // a sum of 1 / n per agreeing sequence
+    EXPECT_GT(a.mean_abs, 0.0) << "tessera-gpu --dtype int8 answered fp32's logits exactly";
+    if (layout == backends::batch_layout::packed) {
+      const auto s = compare_logits(r8.logits, want8, tiny().config.num_labels);
+      std::printf("[ gpu int8 ] packed against the single-process int8 forward: max abs %.3g\n", s.max_abs);
+      EXPECT_LE(s.max_abs, 1e-5);
+    }
+  }
+  // A client in fp32 is refused naming both dtypes, never answered with int8 logits.
+  auto wrong = connect(p8.endpoint, models::dtype::fp32);
+  ASSERT_TRUE(wrong);
+  const status st = wrong->check_compute(30s);
+  EXPECT_EQ(st.code(), errc::invalid_argument) << st.to_string();
+  EXPECT_NE(st.message().find("this tessera-gpu computes in int8 and the batch asks for fp32"), std::string::npos)
+      << st.to_string();
+}
+
+// A CPU without VNNI is refused at start (never fp32 in int8's place); decoders (--serve) have no
+// int8 path and refuse it by name.
+TEST(GpuInt8, CommandLineRefusesWhatCannotRunInt8) {
+  if (!std::filesystem::exists(bin("tessera-gpu"))) GTEST_FAIL() << bin("tessera-gpu") << " not built";
+  const std::string gpu = test_support::tool_path("tessera-gpu");
+  std::string out;
+  EXPECT_EQ(test_support::run_tool("ONEDNN_MAX_CPU_ISA=AVX512_CORE " + gpu, "--model bert-tiny --dtype int8", out,
+                                   "2>&1 < /dev/null"), 2) << out;
+  EXPECT_NE(out.find("--dtype int8 needs a CPU with avx512_vnni"), std::string::npos) << out;
+  EXPECT_EQ(out.find("listening on"), std::string::npos) << out;
+  EXPECT_EQ(test_support::run_tool(gpu, "--model llama-tiny --serve --dtype int8", out, "2>&1 < /dev/null"), 2) << out;
+  EXPECT_NE(out.find("--dtype int8 runs the BERT encoder only ("), std::string::npos) << out;
+  EXPECT_EQ(test_support::run_tool(gpu, "--model bert-tiny --dtype int4", out, "2>&1 < /dev/null"), 2) << out;
+  EXPECT_NE(out.find("unknown dtype \"int4\": use fp32 or bf16 or int8"), std::string::npos) << out;
 }
 
 namespace {

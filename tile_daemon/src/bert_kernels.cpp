@@ -5,10 +5,18 @@
 // Parameters: the kernel's struct in models/kernel_params.hpp.
 //   embed             ids, types, word, position, type, gamma, beta -> x            embed_params
 //   linear            x, W [out,in], (bias) -> y                      linear_params (activation)
+//                     int8: x, W [out,in] i8, scales [2+out], (bias) -> y
 //   attention         qkv [B, 3*h*d] -> ctx [B, h*d]                  attention_params
 //   bias_residual_ln  partial, bias, x, gamma, beta -> x              bias_residual_ln_params
 //   classifier        x, pooler_w, pooler_b, cls_w, cls_b -> logits [max_seqs, labels]   rows_params
 //   pool              x -> pooled [max_seqs, hidden] (an embedding model's head)      pool_params
+//
+// An int8 model's tiles hold its encoder Linear matrices as i8 rows quantized per output channel
+// (models/kernels_int8.hpp), each with an f32 scales tensor [2 + out]: the input's static scale,
+// the output's (0: fp32 out), then each row's w_scale; linear's inputs are then x, W, scales and
+// the bias if any. Its FFN activation is i8 (the FFN-in GEMM's GELU output, requantized there);
+// every other tensor is f32 as in an fp32 model. An f32 input is quantized with its scale as it
+// goes in.
 //
 // A bf16 model's tiles hold its matrices (embedding tables, Linear weights) and activations
 // (hidden, qkv, context, ffn) as bf16 and everything else as f32: biases, LayerNorm gains, the
@@ -16,11 +24,13 @@
 // Each kernel follows its tensors' dtypes and refuses a mix it does not compute. A bf16 decoder's
 // tiles hold only the matrices in bf16: linear takes fp32 rows and a bf16 W (rows rounded to bf16
 // as they go in, fp32 out), as decoder_model::step's bf16 path does.
+#include <cmath>
 #include <vector>
 
 #include "tessera/models/embedding.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/kernels_bf16.hpp"
+#include "tessera/models/kernels_int8.hpp"
 #include "kernel_util.hpp"
 #include "tessera/tile/kernel_registry.hpp"
 
@@ -85,6 +95,58 @@ status embed_kernel(const kernel_args& a) {
   return ok_status();
 }
 
+bool is_i8(const tile_tensor& t) { return t.desc.type == dtype::i8; }
+int8_t* i8_of(const tile_tensor& t) { return reinterpret_cast<int8_t*>(t.data); }
+
+// linear with an i8 W: x (f32 or i8), W, scales [2 + out], (bias) -> y (f32 or i8).
+status linear_int8(const kernel_args& a, const models::linear_params& p, const detail::micro_view& m) {
+  if (a.inputs.size() < 3) return status::invalid("int8 linear: an int8 W needs its scales tensor (x, W, scales[, bias])");
+  const auto& w = *a.inputs[1];
+  const auto& sc = *a.inputs[2];
+  const int64_t out = w.desc.shape[0], in = w.desc.shape[1];
+  const auto& x = *a.inputs[0];
+  auto& y = *a.outputs[0];
+  TESSERA_RETURN_IF_ERROR(need_rows(x, m.r1, in));
+  TESSERA_RETURN_IF_ERROR(need_rows(y, m.r1, out));
+  if (sc.desc.type != dtype::f32 || sc.elements() != static_cast<uint64_t>(2 + out))
+    return status::invalid("int8 linear: scales tensor '" + sc.desc.name + "' must be f32 [2 + " + std::to_string(out) +
+                           "] (input scale, output scale, one per row of W)");
+  const float* bias = a.inputs.size() > 3 ? a.inputs[3]->f32() : nullptr;
+  if (bias && (a.inputs[3]->desc.type != dtype::f32 || a.inputs[3]->elements() != static_cast<uint64_t>(out)))
+    return status::invalid("int8 linear: bias must be f32 of out values");
+  if (is_bf16(x) || is_bf16(y)) return status::invalid("int8 linear: x and y are f32 or int8, not bf16");
+  const float x_scale = sc.f32()[0], y_scale = sc.f32()[1];
+  auto positive = [](float v) { return v > 0 && std::isfinite(v); };
+  if (!positive(x_scale) || (is_i8(y) && !positive(y_scale)))
+    return status::invalid("int8 linear: scales tensor '" + sc.desc.name + "' holds input scale " +
+                           std::to_string(x_scale) + " and output scale " + std::to_string(y_scale) +
+                           " (an int8 output needs one > 0)");
+  if (m.r1 == m.r0 || out == 0) return ok_status();
+  const int64_t rows = m.r1 - m.r0;
+  if (in == 0) {
+    // A lane that holds no heads or columns contributes only the bias (or nothing) to the sum.
+    std::vector<float> fill(static_cast<size_t>(rows * out));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < out; ++j) fill[static_cast<size_t>(r * out + j)] = bias ? bias[j] : 0.f;
+    if (is_i8(y)) models::quantize(fill.data(), rows, out, y_scale, i8_of(y) + m.r0 * out);
+    else std::copy(fill.begin(), fill.end(), y.f32() + m.r0 * out);
+    return ok_status();
+  }
+  const int8_t* xq = nullptr;
+  thread_local std::vector<int8_t> quantized;
+  if (is_i8(x)) {
+    xq = i8_of(x) + m.r0 * in;
+  } else {
+    quantized.resize(static_cast<size_t>(rows * in));
+    models::quantize(x.f32() + m.r0 * in, rows, in, x_scale, quantized.data());
+    xq = quantized.data();
+  }
+  const auto W = models::int8_weight::view(i8_of(w), sc.f32() + 2, out, in);
+  if (is_i8(y)) models::linear(xq, rows, x_scale, W, bias, y_scale, i8_of(y) + m.r0 * out, p.act);
+  else models::linear(xq, rows, x_scale, W, bias, y.f32() + m.r0 * out, p.act);
+  return ok_status();
+}
+
 status linear_kernel(const kernel_args& a) {
   auto p = a.params_as<models::linear_params>();
   if (!p) return p.error();
@@ -92,6 +154,10 @@ status linear_kernel(const kernel_args& a) {
   if (!m) return m.error();
   const auto& w = *a.inputs[1];
   if (w.desc.shape.size() != 2) return status::invalid("weight must be [out, in]");
+  if (is_i8(w)) return linear_int8(a, *p, *m);
+  if (a.inputs.size() > 3)
+    return status::invalid("linear takes x, W and a bias (a scales tensor only beside an int8 W)");
+  if (is_i8(*a.inputs[0]) || is_i8(*a.outputs[0])) return status::invalid("int8 activations need an int8 W");
   const int64_t out = w.desc.shape[0], in = w.desc.shape[1];
   TESSERA_RETURN_IF_ERROR(need_rows(*a.inputs[0], m->r1, in));
   TESSERA_RETURN_IF_ERROR(need_rows(*a.outputs[0], m->r1, out));
@@ -260,7 +326,7 @@ status pool_kernel(const kernel_args& a) {
 
 void register_bert_kernels(kernel_registry& reg) {
   reg.add(models::kernel_id::embed, {7, 7, 1, 1, true}, embed_kernel);
-  reg.add(models::kernel_id::linear, {2, 3, 1, 1, true}, linear_kernel);
+  reg.add(models::kernel_id::linear, {2, 4, 1, 1, true, true}, linear_kernel);
   reg.add(models::kernel_id::attention, {1, 1, 1, 1, true}, attention_kernel);
   reg.add(models::kernel_id::bias_residual_ln, {5, 5, 1, 1, true}, bias_residual_ln_kernel);
   reg.add(models::kernel_id::classifier, {5, 5, 1, 1, true}, classifier_kernel);

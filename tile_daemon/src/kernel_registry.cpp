@@ -1,5 +1,8 @@
 #include "tessera/tile/kernel_registry.hpp"
 
+#include <span>
+#include <tuple>
+
 namespace tessera::tile {
 
 kernel_registry kernel_registry::with_builtins() {
@@ -61,14 +64,16 @@ status kernel_registry::run(const exchange::kernel_call& call, tile_memory& memo
       return status::not_found("kernel '" + name_of(call) + "': output tensor id " + std::to_string(call.outputs[i]) +
                                " is not in tile " + std::to_string(memory.tile_id()) + "'s memory");
   }
-  if (!it->second.sig.bf16)
-    for (auto* t : std::span<tile_tensor* const>(ins, call.inputs.size()))
-      if (t->desc.type == exchange::dtype::bf16)
-        return status::unsupported("kernel '" + name_of(call) + "' does not take bf16 tensors ('" + t->desc.name + "')");
-  if (!it->second.sig.bf16)
-    for (auto* t : std::span<tile_tensor* const>(outs, call.outputs.size()))
-      if (t->desc.type == exchange::dtype::bf16)
-        return status::unsupported("kernel '" + name_of(call) + "' does not take bf16 tensors ('" + t->desc.name + "')");
+  // A kernel that does not declare a narrow dtype never sees it (it would read the bytes as f32).
+  for (auto [type, takes, what] : {std::tuple{exchange::dtype::bf16, it->second.sig.bf16, "bf16"},
+                                   std::tuple{exchange::dtype::i8, it->second.sig.int8, "int8"}}) {
+    if (takes) continue;
+    for (auto ts : {std::span<tile_tensor* const>(ins, call.inputs.size()), std::span<tile_tensor* const>(outs, call.outputs.size())})
+      for (auto* t : ts)
+        if (t->desc.type == type)
+          return status::unsupported("kernel '" + name_of(call) + "' does not take " + what + " tensors ('" +
+                                     t->desc.name + "')");
+  }
   kernel_args args{ctx, {ins, call.inputs.size()}, {outs, call.outputs.size()}, call.params, call.fparams};
   status st = it->second.fn(args);
   if (!st.ok()) return st.with_context("kernel '" + name_of(call) + "'");

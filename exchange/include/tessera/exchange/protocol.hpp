@@ -22,7 +22,7 @@
 namespace tessera::exchange {
 
 inline constexpr uint32_t protocol_magic = 0x54535241;  // "TSRA"
-inline constexpr uint16_t protocol_version = 6;  // 2: slice checksums are XXH3; 3: injected fault counts; 4: bf16 tensors and slices; 5: infer_batch.compute; 6: infer_batch.every_token
+inline constexpr uint16_t protocol_version = 7;  // 2: slice checksums are XXH3; 3: injected fault counts; 4: bf16 tensors and slices; 5: infer_batch.compute; 6: infer_batch.every_token; 7: i8 tensors and compute
 
 /// Hard limits: no message can make a process allocate beyond these while decoding.
 inline constexpr uint32_t max_tiles = 4096;
@@ -59,9 +59,11 @@ enum class msg_type : uint8_t {
 std::string_view msg_type_name(msg_type t);
 
 /// Element types in tile memory (append only: the value travels). bf16 is the upper half of an
-/// IEEE float (models/bf16.hpp): weights and activations of a bf16 model.
-enum class dtype : uint8_t { f32 = 0, i32 = 1, bf16 = 2 };
-inline constexpr uint64_t dtype_size(dtype d) { return d == dtype::bf16 ? 2 : 4; }
+/// IEEE float (models/bf16.hpp): weights and activations of a bf16 model. i8 is a signed byte: an
+/// int8 BERT's Linear matrices (with their scales in f32 tensors) and its FFN activations; as
+/// infer_batch.compute, the int8 encoder (models/int8_weights.hpp).
+enum class dtype : uint8_t { f32 = 0, i32 = 1, bf16 = 2, i8 = 3 };
+inline constexpr uint64_t dtype_size(dtype d) { return d == dtype::bf16 ? 2 : d == dtype::i8 ? 1 : 4; }
 
 /// A tensor as named in tile memory.
 struct tensor_desc {
@@ -286,7 +288,7 @@ struct infer_batch {
   std::vector<int32_t> seq_lengths;
   uint8_t layout = 0;          ///< backends::batch_layout
   int32_t padded_length = 0;
-  /// The dtype the sender expects the forward in (f32 or bf16): a backend computing in another
+  /// The dtype the sender expects the forward in (f32, bf16 or i8): a backend computing in another
   /// answers invalid_argument, pings (no sequences) included, so a mismatch is found at start.
   dtype compute = dtype::f32;
   /// Embedding models: the sequences (indices, increasing) answered with every token's final

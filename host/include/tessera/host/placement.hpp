@@ -32,6 +32,7 @@
 #include "tessera/models/embedding.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/kv_cache.hpp"
+#include "tessera/models/model.hpp"
 #include "tessera/models/weights.hpp"
 
 namespace tessera::host {
@@ -90,7 +91,10 @@ struct placement_request {
   machine_model machine = machine_model::this_machine();
   /// BERT: bf16 holds the matrices (embedding tables, Linear weights) and the activations
   /// (hidden, qkv, context, ffn) as bf16, 2 bytes an element in the memory plan, and sends hidden
-  /// rows over the exchange as bf16; partial sums, biases and gains stay f32. Decoders: fp32 only.
+  /// rows over the exchange as bf16; partial sums, biases and gains stay f32. int8 holds the
+  /// encoder's Linear matrices and the FFN activation as i8 (1 byte an element) with each
+  /// matrix's f32 scales [2 + rows] beside it; everything else, the exchange included, stays f32
+  /// (models/int8_weights.hpp). Decoders: fp32 or bf16.
   models::dtype dtype = models::dtype::fp32;
   /// BERT embedding models (config num_labels 0): how the head tile pools the last layer's rows
   /// (a "pool" kernel there), so only [sequences, hidden] floats go to the host.
@@ -131,6 +135,10 @@ enum class shard_kind {
   qkv_b,       ///< the same of their biases
   columns,     ///< columns [begin, end) of `source` ([out, in] -> [out, end - begin])
   rows,        ///< rows [begin, end) of `source`
+  /// An int8 matrix's scales, f32 [2 + rows]: its input's and its output's static scales (0: an
+  /// fp32 output), then w_scale of each of its rows over the whole row of `source` (cut as
+  /// int8_scales_ref::cut, so a column shard's rows keep the unsplit weight's scales).
+  int8_scales,
 };
 
 /// A weight shard to stream to one tile: which tensor id, and how to cut it from the model.
@@ -140,12 +148,25 @@ struct weight_shard {
   shard_kind kind = shard_kind::whole;
   std::string source;          ///< HF tensor name (for qkv: the layer prefix "encoder.layer.N.")
   int begin = 0, end = 0;      ///< head range (qkv) or row / column range
+  /// int8_scales: how its matrix is cut, and the calibrated scales (models::int8_site) of its
+  /// layer's input and output (-1: none).
+  struct int8_scales_ref {
+    shard_kind cut = shard_kind::whole;
+    int layer = 0, x_site = -1, y_site = -1;
+  } scales;
 };
 
 /// The shard's data, desc.elements() floats, cut from the model's weights (a bf16 shard is
 /// converted as it is streamed: stream_shards, tile_model.hpp).
 result<std::vector<float>> materialize(const models::bert_weights& w, const models::bert_config& cfg,
                                        const weight_shard& shard);
+
+/// The same from a model that may be int8: an i8 shard (an encoder Linear matrix of an int8
+/// plan) is quantized as models::int8_weight::pack quantizes the whole matrix (each row with its
+/// whole row's w_scale; values returned as floats holding the integers), an int8_scales shard
+/// reads the model's calibration (model.int8: set_dtype(model, dtype::int8) first, else
+/// invalid_argument); any other shard is the fp32 cut above.
+result<std::vector<float>> materialize(const models::bert_model& model, const weight_shard& shard);
 
 /// A decoder shard's data, cut from the model's weights in the kernels' layout (source names the
 /// tensor as "token_embedding", "position_embedding", "final_norm_w", "final_norm_b", "lm_head"
@@ -208,6 +229,8 @@ inline constexpr uint32_t pooler_w = 30, pooler_b = 31, cls_w = 32, cls_b = 33;
 inline constexpr uint32_t layer_base = 100;
 inline constexpr uint32_t qkv_w = 0, qkv_b = 1, attn_out_w = 2, attn_out_b = 3, attn_gamma = 4, attn_beta = 5,
                           ffn_in_w = 6, ffn_in_b = 7, ffn_out_w = 8, ffn_out_b = 9, out_gamma = 10, out_beta = 11;
+/// An int8 plan's scales of each Linear matrix (shard_kind::int8_scales).
+inline constexpr uint32_t qkv_s = 12, attn_out_s = 13, ffn_in_s = 14, ffn_out_s = 15;
 inline uint32_t layer(int l, uint32_t what) { return layer_base + 16 * static_cast<uint32_t>(l) + what; }
 
 /// Decoders (token_ids, context, partial, hidden, logits and exchange_buffer as above).

@@ -20,7 +20,7 @@ namespace tessera::models {
 
 /// Element type of weights and activations in a forward. fp32 is the reference. int8 is the BERT
 /// encoder's Linear layers only (int8_weights.hpp): parse_dtype refuses it unless the caller
-/// allows it, so a path without int8 (decoders, tiles, the GPU baseline) never sees it. q8_0 is
+/// allows it, so a path without int8 (the decoders, the other benches) never sees it. q8_0 is
 /// the single-process decoder's Linear matrices kept as GGUF Q8_0 blocks (kernels_q8.hpp) with
 /// fp32 activations, refused likewise unless allowed.
 enum class dtype : uint8_t { fp32, bf16, int8, q8_0 };

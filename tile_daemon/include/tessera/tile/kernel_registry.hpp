@@ -61,6 +61,8 @@ struct kernel_signature {
   /// The kernel reads and writes bf16 tensors too (it checks each tensor's dtype); a call of any
   /// other kernel on a bf16 tensor is refused with a status before it runs.
   bool bf16 = false;
+  /// The same for i8 tensors (an int8 BERT's Linear matrices and FFN activations).
+  bool int8 = false;
 };
 
 class kernel_registry {
