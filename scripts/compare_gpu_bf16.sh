@@ -1,16 +1,17 @@
 #!/bin/bash
-# compare_gpu_bf16.sh: the GPU baseline process (tessera-gpu) in fp32 and in bf16 on the same HTTP
-# workload, back to back in one run. For each dtype, tessera-host --serve --dtype D --spawn-gpu 1
+# compare_gpu_bf16.sh: the GPU baseline process (tessera-gpu) in fp32 and in bf16 (DTYPE=int8: in
+# int8) on the same HTTP workload, back to back in one run. For each dtype, tessera-host --serve --dtype D --spawn-gpu 1
 # routes every request to its spawned tessera-gpu (started with --dtype D; hybrid routing with
 # --long-threshold at the model's longest input, so the tile stays idle) and tessera-loadgen sends
 # the same closed-loop requests (mix, seed, count) to it; then 32 fixed inputs (1 to ~480 tokens)
-# with "raw_scores": true. Prints req/s per dtype, bf16 / fp32, the bf16 logits against the fp32
-# ones (max and mean |difference|, argmax agreement) and the load average before each step.
+# with "raw_scores": true. Prints req/s per dtype, D / fp32, D's logits against the fp32 ones (max
+# and mean |difference|, argmax agreement) and the load average before each step.
 #
 #   scripts/compare_gpu_bf16.sh                             # bert-base, seed-40, 64 requests, 8 connections
 #   MODEL=bert-mini REQUESTS=1024 scripts/compare_gpu_bf16.sh
+#   DTYPE=int8 scripts/compare_gpu_bf16.sh                  # fp32 against int8
 #
-# Results: $OUT (default /tmp/tessera-gpu-bf16)/{fp32,bf16}.json (tessera-loadgen --json),
+# Results: $OUT (default /tmp/tessera-gpu-$DTYPE)/{fp32,$DTYPE}.json (tessera-loadgen --json),
 # {fp32,bf16}-logits.json and the hosts' logs.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +20,9 @@ model=${MODEL:-bert-base}
 requests=${REQUESTS:-64}
 connections=${CONNECTIONS:-8}
 mix=${MIX:-seed-40}
-out=${OUT:-/tmp/tessera-gpu-bf16}
+dtype2=${DTYPE:-bf16}
+case "$dtype2" in bf16|int8) ;; *) echo "DTYPE=$dtype2: use bf16 or int8" >&2; exit 2 ;; esac
+out=${OUT:-/tmp/tessera-gpu-$dtype2}
 for b in tessera-host tessera-gpu tessera-tile tessera-loadgen; do
   [ -x "$build/bin/$b" ] || { echo "missing $build/bin/$b; build it: cmake --build $build --target $b" >&2; exit 2; }
 done
@@ -34,7 +37,7 @@ trap cleanup EXIT
 /usr/bin/python3 -c "import json; words = 'the model reads a sentence of some length and scores it'.split(); \
 print(json.dumps({'raw_scores': True, 'truncate': True, 'inputs': [[' '.join(words[k % len(words)] for k in range(1 + 15 * i))] \
 for i in range(32)]}))" > "$out/inputs.json"
-for dtype in fp32 bf16; do
+for dtype in fp32 "$dtype2"; do
   echo "$dtype $(load)" >> "$out/load.txt"
   fifo="$out/host-$dtype.out"
   rm -f "$fifo" && mkfifo "$fifo"
@@ -59,19 +62,19 @@ for dtype in fp32 bf16; do
   rm -f "$fifo"
 done
 echo "end $(load)" >> "$out/load.txt"
-/usr/bin/python3 - "$out" "$model" "$mix" "$requests" "$connections" <<'PY'
+/usr/bin/python3 - "$out" "$model" "$mix" "$requests" "$connections" "$dtype2" <<'PY'
 import json, sys
-out, model, mix, n, conns = sys.argv[1:]
-r = {d: json.load(open(f"{out}/{d}.json")) for d in ("fp32", "bf16")}
+out, model, mix, n, conns, d2 = sys.argv[1:]
+r = {d: json.load(open(f"{out}/{d}.json")) for d in ("fp32", d2)}
 rps = {d: float(r[d]["throughput_rps"]) for d in r}
 print(f"\n{model}, mix {mix}, {n} requests, {conns} connections, one tessera-gpu (dynamic padded batches)")
-for d in ("fp32", "bf16"):
+for d in ("fp32", d2):
     print(f"  tessera-gpu --dtype {d}: {rps[d]:8.2f} req/s, errors {r[d].get('errors')}")
-print(f"  bf16 / fp32: {rps['bf16'] / rps['fp32']:.2f}x")
+print(f"  {d2} / fp32: {rps[d2] / rps['fp32']:.2f}x")
 logits = {d: [{s["label"]: s["score"] for s in row} for row in json.load(open(f"{out}/{d}-logits.json"))] for d in r}
-diffs = [abs(a[k] - b[k]) for a, b in zip(logits["bf16"], logits["fp32"]) for k in b]
-agree = sum(max(a, key=a.get) == max(b, key=b.get) for a, b in zip(logits["bf16"], logits["fp32"]))
-print(f"  bf16 vs fp32 logits over HTTP, {len(logits['fp32'])} inputs: max abs {max(diffs):.5f}, "
+diffs = [abs(a[k] - b[k]) for a, b in zip(logits[d2], logits["fp32"]) for k in b]
+agree = sum(max(a, key=a.get) == max(b, key=b.get) for a, b in zip(logits[d2], logits["fp32"]))
+print(f"  {d2} vs fp32 logits over HTTP, {len(logits['fp32'])} inputs: max abs {max(diffs):.5f}, "
       f"mean abs {sum(diffs) / len(diffs):.6f}, argmax agreement {100 * agree / len(logits['fp32']):.1f}%")
 print("  load average (1, 5, 15 min) before each step: " + "; ".join(l.strip() for l in open(f"{out}/load.txt")))
 PY
