@@ -15,15 +15,20 @@
 
 namespace tessera::models {
 
-// The bf16 copies of a decoder's Linear matrices (decoder_model::set_dtype).
-struct bf16_decoder_weights {
+// A decoder's Linear matrices held as Matrix (bf16_weight or q8_matrix): every layer's Q/K/V
+// stacked, attention out, gate (empty without one), up and down, and the LM head.
+template <class Matrix>
+struct decoder_matrices {
   struct layer {
-    bf16_weight qkv, o, gate, up, down;  // qkv: [q_width + 2 kv_width, hidden], Q, K, V rows
-    std::vector<float> qkv_bias;         // empty when the layer has no Q/K/V biases
+    Matrix qkv, o, gate, up, down;  // qkv: [q_width + 2 kv_width, hidden], Q, K, V rows
+    std::vector<float> qkv_bias;    // empty when the layer has no Q/K/V biases
   };
   std::vector<layer> layers;
-  bf16_weight lm_head;
+  Matrix lm_head;
 };
+
+// The bf16 copies of a decoder's Linear matrices (decoder_model::set_dtype).
+struct bf16_decoder_weights : decoder_matrices<bf16_weight> {};
 
 // One Linear matrix of a q8_0 decoder: Q8_0 blocks, or fp32 [out, in] (a matrix whose `in` is not
 // a multiple of 32, or one the file holds in another type) read in place or owned (stacked Q/K/V).
@@ -41,14 +46,7 @@ struct q8_matrix {
 };
 
 // The Linear matrices of decoder_model::set_dtype(q8_0) / adopt_q8_0.
-struct q8_decoder_weights {
-  struct layer {
-    q8_matrix qkv, o, gate, up, down;  // qkv: [q_width + 2 kv_width, hidden], Q, K, V rows
-    std::vector<float> qkv_bias;       // empty when the layer has no Q/K/V biases
-  };
-  std::vector<layer> layers;
-  q8_matrix lm_head;
-};
+struct q8_decoder_weights : decoder_matrices<q8_matrix> {};
 
 namespace {
 
