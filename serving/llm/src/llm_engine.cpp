@@ -572,6 +572,15 @@ void llm_engine::answered(flight& f, backends::step_result r, std::deque<flight>
   m.step_tokens.observe(static_cast<double>(plan.batch.num_tokens()));
   if (!r.st.ok()) {
     for (auto& [id, l] : live_) l->sent = 0;  // draws sent with unanswered steps go with the next ones
+    auto fail_step_sequences = [&] {
+      for (const auto& s : plan.batch.seqs) {
+        auto it = live_.find(s.seq_id);
+        if (it == live_.end()) continue;
+        scheduler_->finish(s.seq_id);
+        finish(*it->second, "error", r.st);
+        live_.erase(it);
+      }
+    };
     if (f.done_applied || !flights.empty()) {
       // Async: the step after it took its samples and is answered as failed too. What ran is
       // computed again (and the prefix cache, told of blocks this step was to fill, forgotten);
@@ -580,14 +589,7 @@ void llm_engine::answered(flight& f, backends::step_result r, std::deque<flight>
                        << scheduler_->running() << " running sequences");
       for (auto& g : flights) (void)g.answer.get();
       flights.clear();
-      if (!r.kv_lost)
-        for (const auto& s : plan.batch.seqs) {
-          auto it = live_.find(s.seq_id);
-          if (it == live_.end()) continue;
-          scheduler_->finish(s.seq_id);
-          finish(*it->second, "error", r.st);
-          live_.erase(it);
-        }
+      if (!r.kv_lost) fail_step_sequences();
       scheduler_->unspeculate();
       scheduler_->lose_kv();
       update_gauges();
@@ -603,13 +605,7 @@ void llm_engine::answered(flight& f, backends::step_result r, std::deque<flight>
     }
     // The step's sequences fail; the others go on.
     TESSERA_LOG_WARN("decoder step failed: " << r.st.to_string());
-    for (const auto& s : plan.batch.seqs) {
-      auto it = live_.find(s.seq_id);
-      if (it == live_.end()) continue;
-      scheduler_->finish(s.seq_id);
-      finish(*it->second, "error", r.st);
-      live_.erase(it);
-    }
+    fail_step_sequences();
     update_gauges();
     return;
   }
