@@ -168,9 +168,9 @@ void linear_row(const float* x, int64_t in, const float* W, const float* bias, i
   }
 }
 
-// A few rows (a decoder's batched decode step): y = act(x W^T + b) as blocks of 4 rows of x by 4
-// rows of W, 16 accumulators vectorised along `in` (both operands are contiguous there), summed
-// across lanes into one vector of the block's 16 results. Each block of W (12 KB at in = 768)
+// A few rows (a decoder's batched decode step): y = act(x W^T + b) as blocks of 4 rows of x by 6
+// rows of W, 24 accumulators vectorised along `in` (both operands are contiguous there), summed
+// across lanes into vectors of the block's 24 results. Each block of W (18 KB at in = 768)
 // stays in L1 while every row block of x passes it, so W streams from memory once. oneDNN's
 // matmul repacks the transposed weights on each call; on one core here, 32 rows through GPT-2's
 // LM head (50257 x 768, weights not in cache) took 30 ms this way against 33-55 ms in oneDNN, and a
@@ -200,57 +200,78 @@ __attribute__((target("avx512f"))) inline __m512 activate16(__m512 v, activation
   return v;
 }
 
-// Rows [n0, n0 + 4) of W (those below `out`) against every row of x.
+// Lane j of the low 8 = the sum of the 16 lanes of v[j], summed in sum_lanes16's order (so a
+// result is the same bits whichever of the two reduced it); the high 8 lanes are 0.
+__attribute__((target("avx512f"))) inline __m512 sum_lanes8(const __m512* v) {
+  __m512 t[4], u[2];
+  for (int k = 0; k < 4; ++k)
+    t[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+  for (int k = 0; k < 2; ++k)
+    u[k] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * k], t[2 * k + 1], 0x44), _mm512_shuffle_ps(t[2 * k], t[2 * k + 1], 0xEE));
+  const __m512 p = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+  const __m512 q = _mm512_add_ps(_mm512_shuffle_f32x4(p, p, 0x88), _mm512_shuffle_f32x4(p, p, 0xDD));
+  return _mm512_maskz_mov_ps(0x00FF, q);
+}
+
+// Rows [n0, n0 + NR) of W (those below `out`) against every row of x, 4 rows of x at a time: 4 x NR
+// dot products vectorised along `in`, reduced across lanes together. NR = 6 for linear() (24
+// accumulators: 10 loads a k-step for 24 FMAs against 8 for 16 at NR = 4; gpt2's shapes at 32
+// rows, one core, cold weights: 87-92 -> 91-105 GFLOP/s), 4 for few_rows_block's callers.
+template <int NR>
 __attribute__((target("avx512f"))) void linear_few_rows_block(const float* x, int64_t T, int64_t in, const float* W,
                                                               const float* bias, int64_t out, float* y,
                                                               activation act, int64_t ldx, int64_t ldy, int64_t n0) {
+  static_assert(NR == 4 || NR == 6);
+  constexpr int NA = 4 * NR;  // accumulators: row i of x, row j of W at i * NR + j
   const int64_t full = in / 16 * 16;
   const __mmask16 tail = static_cast<__mmask16>((1u << (in - full)) - 1);
-  const int64_t nn = std::min<int64_t>(4, out - n0);
-  const float* w[4];
-  for (int j = 0; j < 4; ++j) w[j] = W + std::min(n0 + j, out - 1) * in;  // past the edge: a row computed, not stored
-  alignas(16) float b4[4] = {0, 0, 0, 0};
-  for (int64_t j = 0; bias && j < nn; ++j) b4[j] = bias[n0 + j];
-  const __m512 b16 = _mm512_broadcast_f32x4(_mm_load_ps(b4));
+  const int64_t nn = std::min<int64_t>(NR, out - n0);
+  const float* w[NR];
+  for (int j = 0; j < NR; ++j) w[j] = W + std::min(n0 + j, out - 1) * in;  // past the edge: a row computed, not stored
+  alignas(64) float bl[32] = {};  // the bias of each result lane
+  for (int c = 0; bias && c < NA; ++c)
+    if (c % NR < nn) bl[c] = bias[n0 + c % NR];
   // The next block's rows of W (contiguous after this block's) are prefetched into L2, one cache
   // line a k-step of the first row blocks: W streams from memory (a decode step's weights do not
   // stay in cache) and the hardware prefetcher alone left the kernel waiting at each new block
   // (gpt2's shapes at 32 rows, one core: 70-73 -> 83-91 GFLOP/s with cold weights).
-  const char* pf = reinterpret_cast<const char*>(W + std::min(n0 + 4, out) * in);
-  const char* const pf_end = reinterpret_cast<const char*>(W + std::min(n0 + 8, out) * in);
+  const char* pf = reinterpret_cast<const char*>(W + std::min(n0 + NR, out) * in);
+  const char* const pf_end = reinterpret_cast<const char*>(W + std::min(n0 + 2 * NR, out) * in);
   for (int64_t m0 = 0; m0 < T; m0 += 4) {
     const float* xr[4];
     for (int i = 0; i < 4; ++i) xr[i] = x + std::min(m0 + i, T - 1) * ldx;
-    __m512 acc[16];
-#pragma GCC unroll 16
-    for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_ps();
+    __m512 acc[NA];
+#pragma GCC unroll 24
+    for (int k = 0; k < NA; ++k) acc[k] = _mm512_setzero_ps();
     for (int64_t k = 0; k < full; k += 16) {
       if (pf < pf_end) {
         _mm_prefetch(pf, _MM_HINT_T1);
         pf += 64;
       }
-      __m512 wv[4];
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) wv[j] = _mm512_loadu_ps(w[j] + k);
+      __m512 wv[NR];
+#pragma GCC unroll 6
+      for (int j = 0; j < NR; ++j) wv[j] = _mm512_loadu_ps(w[j] + k);
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
         const __m512 xv = _mm512_loadu_ps(xr[i] + k);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) acc[i * 4 + j] = _mm512_fmadd_ps(xv, wv[j], acc[i * 4 + j]);
+#pragma GCC unroll 6
+        for (int j = 0; j < NR; ++j) acc[i * NR + j] = _mm512_fmadd_ps(xv, wv[j], acc[i * NR + j]);
       }
     }
     if (tail) {
-      __m512 wv[4];
-      for (int j = 0; j < 4; ++j) wv[j] = _mm512_maskz_loadu_ps(tail, w[j] + full);
+      __m512 wv[NR];
+      for (int j = 0; j < NR; ++j) wv[j] = _mm512_maskz_loadu_ps(tail, w[j] + full);
       for (int i = 0; i < 4; ++i) {
         const __m512 xv = _mm512_maskz_loadu_ps(tail, xr[i] + full);
-        for (int j = 0; j < 4; ++j) acc[i * 4 + j] = _mm512_fmadd_ps(xv, wv[j], acc[i * 4 + j]);
+        for (int j = 0; j < NR; ++j) acc[i * NR + j] = _mm512_fmadd_ps(xv, wv[j], acc[i * NR + j]);
       }
     }
-    alignas(64) float r[16];
-    _mm512_store_ps(r, activate16(_mm512_add_ps(detail::sum_lanes16(acc), b16), act));
+    alignas(64) float r[32];
+    _mm512_store_ps(r, activate16(_mm512_add_ps(detail::sum_lanes16(acc), _mm512_load_ps(bl)), act));
+    if constexpr (NA > 16)
+      _mm512_store_ps(r + 16, activate16(_mm512_add_ps(sum_lanes8(acc + 16), _mm512_load_ps(bl + 16)), act));
     for (int64_t i = 0; i < std::min<int64_t>(4, T - m0); ++i)
-      for (int64_t j = 0; j < nn; ++j) y[(m0 + i) * ldy + n0 + j] = r[i * 4 + j];
+      for (int64_t j = 0; j < nn; ++j) y[(m0 + i) * ldy + n0 + j] = r[i * NR + j];
   }
 }
 
@@ -258,9 +279,9 @@ __attribute__((target("avx512f"))) void linear_few_rows_block(const float* x, in
 // without the enclosing function's target attribute.)
 void linear_few_rows(const float* x, int64_t T, int64_t in, const float* W, const float* bias, int64_t out, float* y,
                      activation act, int64_t ldx, int64_t ldy) {
-  const int64_t nblocks = (out + 3) / 4;
+  const int64_t nblocks = (out + 5) / 6;
 #pragma omp parallel for schedule(static) if (T * in * out > 1 << 20)
-  for (int64_t nb = 0; nb < nblocks; ++nb) linear_few_rows_block(x, T, in, W, bias, out, y, act, ldx, ldy, nb * 4);
+  for (int64_t nb = 0; nb < nblocks; ++nb) linear_few_rows_block<6>(x, T, in, W, bias, out, y, act, ldx, ldy, nb * 6);
 }
 
 // From 4 (below, half a block would be wasted) up to this many rows linear() runs linear_few_rows;
@@ -275,7 +296,7 @@ float activate_scalar(float v, activation act) { return activate(v, act); }
 
 void few_rows_block(const float* x, int64_t T, int64_t in, const float* W, const float* bias, int64_t out, float* y,
                     activation act, int64_t ldx, int64_t ldy, int64_t n0) {
-  linear_few_rows_block(x, T, in, W, bias, out, y, act, ldx, ldy, n0);
+  linear_few_rows_block<4>(x, T, in, W, bias, out, y, act, ldx, ldy, n0);
 }
 
 }  // namespace detail

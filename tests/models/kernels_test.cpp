@@ -23,35 +23,38 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-// Row counts of every path: a single row, the few-row kernel (4..48 rows, edges of its 4 x 4
-// blocks), oneDNN's matmul; `in` with and without a tail of 16 lanes, `out` not a multiple of 4.
+// Row counts of every path: a single row, the few-row kernel (4..48 rows, blocks of 4 rows of x by
+// 6 of W: whole and partial row blocks at 16, 17, 31, 32, 33, a decode batch's sizes), oneDNN's
+// matmul; `in` with and without a tail of 16 lanes, `out` a multiple of 6 and not (53: a last
+// block of 5 rows of W).
 TEST(kernels, linear_matches_loops_with_bias_activations_and_strides) {
   set_num_threads(2);
-  for (int64_t T : {1, 2, 4, 7, 33, 48, 49, 130})
-    for (int64_t in : {37, 64}) {
-      const int64_t out = 53, ldx = in + 4, ldy = 60;
-      auto x = random_vec(T * ldx, 1 + in, 3.0f), W = random_vec(out * in, 2 + in), b = random_vec(out, 3 + in);
-      for (const bool with_bias : {true, false})
-        for (activation act : {activation::none, activation::gelu_erf, activation::gelu_tanh, activation::relu,
-                               activation::silu}) {
-          std::vector<float> y(T * ldy, -9.0f), ref(T * ldy, -9.0f);
-          linear(x.data(), T, in, W.data(), with_bias ? b.data() : nullptr, out, y.data(), act, ldx, ldy);
-          for (int64_t t = 0; t < T; ++t)
-            for (int64_t o = 0; o < out; ++o) {
-              double s = with_bias ? b[o] : 0.0;
-              for (int64_t i = 0; i < in; ++i) s += double(x[t * ldx + i]) * W[o * in + i];
-              if (act == activation::gelu_erf) s = 0.5 * s * (1 + std::erf(s / std::sqrt(2.0)));
-              if (act == activation::gelu_tanh)
-                s = 0.5 * s * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (s + 0.044715 * s * s * s)));
-              if (act == activation::relu) s = std::max(s, 0.0);
-              if (act == activation::silu) s = s / (1 + std::exp(-s));
-              ref[t * ldy + o] = float(s);
-            }
-          // |y| reaches about 20 here: 1e-5 relative
-          EXPECT_LT(max_abs_diff(y, ref), 2e-4f) << "T=" << T << " in=" << in << " act=" << int(act) << " bias "
-                                                 << with_bias;
-        }
-    }
+  for (int64_t T : {1, 2, 4, 7, 16, 17, 31, 32, 33, 48, 49, 130})
+    for (int64_t in : {37, 64})
+      for (int64_t out : {53, 54}) {
+        const int64_t ldx = in + 4, ldy = 60;
+        auto x = random_vec(T * ldx, 1 + in, 3.0f), W = random_vec(out * in, 2 + in), b = random_vec(out, 3 + in);
+        for (const bool with_bias : {true, false})
+          for (activation act : {activation::none, activation::gelu_erf, activation::gelu_tanh, activation::relu,
+                                 activation::silu}) {
+            std::vector<float> y(T * ldy, -9.0f), ref(T * ldy, -9.0f);
+            linear(x.data(), T, in, W.data(), with_bias ? b.data() : nullptr, out, y.data(), act, ldx, ldy);
+            for (int64_t t = 0; t < T; ++t)
+              for (int64_t o = 0; o < out; ++o) {
+                double s = with_bias ? b[o] : 0.0;
+                for (int64_t i = 0; i < in; ++i) s += double(x[t * ldx + i]) * W[o * in + i];
+                if (act == activation::gelu_erf) s = 0.5 * s * (1 + std::erf(s / std::sqrt(2.0)));
+                if (act == activation::gelu_tanh)
+                  s = 0.5 * s * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (s + 0.044715 * s * s * s)));
+                if (act == activation::relu) s = std::max(s, 0.0);
+                if (act == activation::silu) s = s / (1 + std::exp(-s));
+                ref[t * ldy + o] = float(s);
+              }
+            // |y| reaches about 20 here: 1e-5 relative
+            EXPECT_LT(max_abs_diff(y, ref), 2e-4f) << "T=" << T << " in=" << in << " out=" << out
+                                                   << " act=" << int(act) << " bias " << with_bias;
+          }
+      }
   // No bias.
   auto x = random_vec(5 * 8, 4), W = random_vec(3 * 8, 5);
   std::vector<float> y(15);
