@@ -13,6 +13,10 @@
 // On tiles the greedy token is chosen on the LM-head tile and only ids come back (--sample tile,
 // the dec_sample kernel), or the whole logits rows come back and the argmax is taken here
 // (--sample host, the step protocol before); token_hash (JSON/CSV) tells the runs chose alike.
+// --plan auto ranks plans with the barrier measured on the tiles started for each model and N
+// (start_ranked: measure_barrier's empty supersteps, as tessera-host does), the first plan then run
+// on those tiles; the value is logged and in the table (ranking barrier us); --barrier-us X ranks
+// with X instead, for plans that do not vary with the machine's load.
 // With R replicas, sequence i lives on replica i % R and the replicas' steps run at once (one
 // thread each). Per row it prints prefill and decode tokens/s, of wall time and of CPU time (this
 // process and its tiles: on a shared machine, what dedicated cores would give), and per decode step or
@@ -33,12 +37,14 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <fstream>
 #include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <time.h>
@@ -92,6 +98,8 @@ struct engine {
   // is sent before step n's ids are back and takes them on the tiles (ids -(row + 1)).
   std::function<std::future<result<step_out>>(int replica, const models::step_batch& batch)> submit;
   std::vector<pid_t> tiles;  // their CPU time counts with this process's
+  std::string barrier = "-";  // the ranking's barrier: "measured" or "forced" (--barrier-us)
+  double barrier_s = 0;
 };
 
 // CPU seconds of this process and the engine's tile processes so far (on a shared machine,
@@ -128,6 +136,10 @@ struct row {
   double decode_compute_s = 0, decode_wait_s = 0, decode_sync_s = 0, decode_host_s = 0;
   double modelled_prefill_s = 0, modelled_decode_s = 0;
   double load = -1;  // the 1-minute load average when the row ended
+  // The barrier cost the plan ranking charged (machine_model::sync_seconds): measured on the tiles
+  // started for this model and N, or forced by --barrier-us; "-" in one process.
+  std::string barrier = "-";
+  double barrier_s = 0;
 
   double prefill_tps() const { return prefill_tokens / std::max(prefill_s, 1e-12); }
   double decode_tps() const { return decode_tokens / std::max(decode_s, 1e-12); }
@@ -438,23 +450,27 @@ struct options {
   std::vector<std::string> async{"off"};
   int decode = 128, token_budget = 2048, threads = 1;
   std::string tile_memory = "4GiB", system = "ipu-mk2:chips=1", csv, json, dtype = "fp32";
+  std::optional<double> barrier_us;  // --barrier-us: rank with this barrier instead of the measured one
 };
 
 void print_table(const std::vector<row>& rows, const std::string& system) {
   std::printf(
       "\n| model | dtype | N | plan | sample | sched | prompt | B | prefill tok/s | decode tok/s | prefill tok/CPU-s | decode tok/CPU-s | decode ms/step | supersteps/token | "
       "barriers/step | KiB exchanged/token | compute ms/step | barrier+exchange wait ms/step | barrier wait ms/step | "
-      "host round trip ms/step | KiB to host/step | modelled us/token (%s) | modelled prefill tok/s | load |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "host round trip ms/step | KiB to host/step | modelled us/token (%s) | modelled prefill tok/s | ranking barrier us | load |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       system.c_str());
-  for (const auto& r : rows)
-    std::printf("| %s | %s | %d | %s %s | %s | %s | %d | %d | %.0f | %.1f | %.0f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.0f | %.1f |\n",
+  for (const auto& r : rows) {
+    char barrier[48] = "-";
+    if (r.barrier != "-") std::snprintf(barrier, sizeof barrier, "%.1f %s", r.barrier_s * 1e6, r.barrier.c_str());
+    std::printf("| %s | %s | %d | %s %s | %s | %s | %d | %d | %.0f | %.1f | %.0f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.0f | %s | %.1f |\n",
                 r.model.c_str(), r.dtype.c_str(), r.tiles, r.mode.c_str(), r.plan.c_str(), r.sample.c_str(), r.sched.c_str(), r.prompt, r.batch, r.prefill_tps(),
                 r.decode_tps(), r.prefill_cpu_tps(), r.decode_cpu_tps(), r.per_step(r.decode_s) * 1e3, r.per_token(double(r.decode_supersteps)),
                 r.per_step(double(r.decode_barriers)), r.per_token(double(r.decode_bytes)) / 1024.0,
                 r.per_step(r.decode_compute_s) * 1e3, r.per_step(r.decode_wait_s) * 1e3,
                 r.per_step(r.decode_sync_s) * 1e3, r.per_step(r.decode_host_s) * 1e3, r.per_step(double(r.decode_host_bytes)) / 1024.0,
-                r.per_token(r.modelled_decode_s) * 1e6, r.prefill_tokens / std::max(r.modelled_prefill_s, 1e-12), r.load);
+                r.per_token(r.modelled_decode_s) * 1e6, r.prefill_tokens / std::max(r.modelled_prefill_s, 1e-12), barrier, r.load);
+  }
   std::fflush(stdout);
 }
 
@@ -495,6 +511,8 @@ nlohmann::ordered_json to_json(const row& r) {
           {"host_bytes_per_step", r.per_step(double(r.decode_host_bytes))},
           {"modelled_us_per_token", r.per_token(r.modelled_decode_s) * 1e6},
           {"modelled_prefill_tokens_per_s", r.prefill_tokens / std::max(r.modelled_prefill_s, 1e-12)},
+          {"ranking_barrier", r.barrier},
+          {"ranking_barrier_seconds", r.barrier_s},
           {"load_1min", r.load}};
 }
 
@@ -550,6 +568,8 @@ int main(int argc, char** argv) {
        "a run of every plan (default auto)")
       ("dtype", po::value(&o.dtype)->default_value(o.dtype), "fp32 or bf16: the decoder's matrices and KV cache, in "
        "the single process and on the tiles alike")
+      ("barrier-us", po::value<double>(), "rank the plans with this barrier cost a superstep, in microseconds (> 0), "
+       "for reproducible plans; default: measured on the tiles started for each model and tile count (measure_barrier)")
       ("csv", po::value(&o.csv), "also write the rows as CSV")
       ("json", po::value(&o.json), "also write the rows as JSON");
   po::variables_map vm;
@@ -581,6 +601,12 @@ int main(int argc, char** argv) {
     reduces.push_back(*parsed);
   }
   if (o.token_budget < 1) return bad("--token-budget must be positive");
+  if (vm.count("barrier-us")) {
+    const double us = vm["barrier-us"].as<double>();
+    if (!(us > 0) || !std::isfinite(us) || us > 1e7)
+      return bad("--barrier-us " + std::to_string(us) + ": use a barrier cost above 0 and at most 1e7 microseconds");
+    o.barrier_us = us;
+  }
   if (o.threads < 1) return bad("--threads must be positive");
   auto dtype = models::parse_dtype(o.dtype);
   if (!dtype) return bad("--dtype: " + dtype.error().message());
@@ -615,6 +641,8 @@ int main(int argc, char** argv) {
         r->sample = sample;
         r->collective = reduce;
         r->sched = sched;
+        r->barrier = e.barrier;
+        r->barrier_s = e.barrier_s;
         r->load = bench::load_1min();
         std::fprintf(stderr, "%s N=%d %s %s %s P=%d B=%d: prefill %.0f tok/s, decode %.1f tok/s (%.1f a CPU-second), load %.1f\n",
                      name.c_str(), n, e.plan_text.c_str(), sample.c_str(), sched.c_str(), P, B, r->prefill_tps(), r->decode_tps(),
@@ -649,6 +677,16 @@ int main(int argc, char** argv) {
         continue;
       }
       std::set<std::string> done_plans;
+      // The ranking's barrier for this model and N: measured on the first group started for it
+      // (start_ranked, as tessera-host does), which the first plan then runs on; every later plan
+      // of this N is ranked with the same value. --barrier-us forces it.
+      std::optional<ranking_barrier> barrier;
+      std::unique_ptr<tile_group> started;
+      tile_group_config g;
+      g.tiles = static_cast<uint32_t>(n);
+      g.tile_memory = *memory;
+      g.run_timeout = std::chrono::minutes(10);
+      auto compile = [&shape](const placement_request& r) { return compile_decoder(shape, r); };
       std::vector<std::pair<std::string, collective>> runs;  // every plan under every --collective
       for (const auto& mode : o.plans)
         for (const collective reduce : reduces) runs.emplace_back(mode, reduce);
@@ -667,11 +705,25 @@ int main(int argc, char** argv) {
           if (req.forced->tiles() != n) continue;  // a forced plan runs on its own tile count only
         }
         // The plan first (KV as many blocks as fit), then the plan again with the KV the rows need.
-        auto c = compile_decoder(shape, req);
-        if (!c)
-          return fail(c.error().with_context(name + " on " + std::to_string(n) + " tiles, --plan " + mode + " --collective " +
-                                             reduce_name));
+        if (o.barrier_us) req.machine.sync_seconds = *o.barrier_us * 1e-6;
+        if (barrier) req.machine.sync_seconds = barrier->seconds;
+        const std::string what = name + " on " + std::to_string(n) + " tiles, --plan " + mode + " --collective " + reduce_name;
+        result<compiled_model> c = status::internal("not compiled");
+        if (!barrier) {
+          auto s = start_ranked(req, g, compile, !o.barrier_us);
+          if (!s) return fail(s.error().with_context(what));
+          barrier = s->barrier;
+          started = std::move(s->group);
+          c = std::move(s->compiled);
+          req.machine.sync_seconds = barrier->seconds;
+          std::fprintf(stderr, "%s on %d tiles: plans ranked with %s%s\n", name.c_str(), n, barrier->describe().c_str(),
+                       o.barrier_us ? ", forced by --barrier-us" : "");
+        } else {
+          c = compile(req);
+        }
+        if (!c) return fail(c.error().with_context(what));
         const plan chosen = c->chosen;
+        std::fprintf(stderr, "%s: chose %s\n", what.c_str(), chosen.to_string().c_str());
         if (!done_plans.insert(chosen.to_string()).second) {
           std::fprintf(stderr, "%s on %d tiles: --plan %s chose %s, measured already\n", name.c_str(), n, mode.c_str(),
                        chosen.to_string().c_str());
@@ -693,11 +745,8 @@ int main(int argc, char** argv) {
           req.feed_tokens = async == "on";  // the program that forwards the samples to the first stage
           c = compile_decoder(shape, req);
           if (!c) return fail(c.error().with_context(name + " on " + std::to_string(n) + " tiles, plan " + chosen.to_string()));
-          tile_group_config g;
-          g.tiles = static_cast<uint32_t>(n);
-          g.tile_memory = *memory;
-          g.run_timeout = std::chrono::minutes(10);
-          auto group = tile_group::start(g);
+          // The group the barrier was measured on runs the first plan; later ones start their own.
+          auto group = started ? result<std::unique_ptr<tile_group>>(std::move(started)) : tile_group::start(g);
           if (!group) return fail(group.error());
           auto dec = tile_decoder::deploy(**group, std::move(*c), model);
           if (!dec) return fail(dec.error());
@@ -710,6 +759,8 @@ int main(int argc, char** argv) {
           e.max_seqs = cm.max_sequences;
           e.token_budget = cm.token_budget;
           e.block_tokens = cm.kv.block_tokens;
+          e.barrier = o.barrier_us ? "forced" : "measured";
+          e.barrier_s = barrier->seconds;
           e.step = tile_steps(**dec);
           if (req.feed_tokens) e.submit = tile_submits(**dec);
           for (const auto& t : (*group)->tiles()) e.tiles.push_back(t.pid);

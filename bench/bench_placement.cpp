@@ -16,18 +16,23 @@
 // slices, waiting at barriers; wall time summed over tiles, so a tile descheduled by a busy core
 // counts) and this process's CPU while they ran, and the targets for the automatic plan
 // (bf16 and int8: N = 2 >= 0.9x, N = 8 >= 0.7x; fp32: 0.85x and 0.60x) marked met or missed.
+// The automatic plan is ranked with the barrier measured on the tiles started for it
+// (deploy_bert with measure_barrier: start_ranked, as tessera-host does for decoders), printed per
+// row (ranking barrier); --barrier-us X ranks with X instead, for plans that do not vary with load.
 // Output: a Markdown table, RESULT lines (key=value), --csv and --json.
 //
 //   tessera-bench-placement                       # bert-base, fp32 and bf16, N = 2 8, W = 2 4
 //   tessera-bench-placement --model bert-tiny --requests 16 --dtype bf16 --json out.json
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -84,6 +89,9 @@ struct row {
   double load = 0;      // 1-minute load average when the row started
   double target = 0;    // 0: none
   std::string verdict, cpu_verdict;
+  // Tiles: the barrier cost the plan ranking charged, "measured" on its tiles or "forced" by --barrier-us.
+  std::string barrier = "-";
+  double barrier_s = 0;
 
   std::string what() const {
     if (mode == "single") return "single process, " + std::to_string(threads) + " thread" + (threads > 1 ? "s" : "");
@@ -139,6 +147,8 @@ int main(int argc, char** argv) {
       ("tp", po::value(&tp_list)->default_value(tp_list), "tensor-parallel widths W (plan 1,1,W), comma-separated, or none")
       ("auto-only", "no tensor-parallel rows (as --tp none)")
       ("tile-memory", po::value(&memory_text)->default_value(memory_text), "memory cap of each tile")
+      ("barrier-us", po::value<double>(), "rank the plans with this barrier cost a superstep, in microseconds (> 0), "
+       "for reproducible plans; default: measured on the tiles started for each row (measure_barrier)")
       ("csv", po::value(&csv), "also write the rows as CSV")
       ("json", po::value(&json), "also write the rows as a JSON array")
       ("trace", po::value(&trace),
@@ -156,6 +166,12 @@ int main(int argc, char** argv) {
     if (w < 2) return fail("--tp takes widths of 2 or more (W = 1 is one tile of the automatic plan), not " + tp_list);
   auto tile_memory = parse_bytes(memory_text);
   if (!tile_memory) return fail("--tile-memory: " + tile_memory.error().message());
+  std::optional<double> barrier_us;
+  if (vm.count("barrier-us")) {
+    barrier_us = vm["barrier-us"].as<double>();
+    if (!(*barrier_us > 0) || !std::isfinite(*barrier_us) || *barrier_us > 1e7)
+      return fail("--barrier-us " + std::to_string(*barrier_us) + ": use a barrier cost above 0 and at most 1e7 microseconds");
+  }
   std::vector<models::dtype> dtypes;
   for (size_t p = 0; p <= dtypes_text.size();) {
     size_t c = dtypes_text.find(',', p);
@@ -226,8 +242,11 @@ int main(int argc, char** argv) {
       req.max_sequences = max_seqs;
       req.dtype = dt;
       if (tp) req.forced = host::plan{1, 1, n, 1};
+      if (barrier_us) req.machine.sync_seconds = *barrier_us * 1e-6;
+      host::deploy_hooks hooks;
+      hooks.measure_barrier = !barrier_us;  // ranked with the barrier these tiles pay
       // bf16: shards are converted as they stream; int8: quantized, with the scales calibrated in `model`.
-      auto d = host::deploy_bert(model, req);
+      auto d = host::deploy_bert(model, req, {}, hooks);
       if (!d.ok()) return fail(d.error().to_string());
       auto& deployed = d->model;
       const auto& chosen = deployed->compiled().chosen;
@@ -247,6 +266,10 @@ int main(int argc, char** argv) {
       row r{.dtype = dname, .mode = tp ? "tp" : "auto", .tiles = n, .threads = n, .load = bench::load_1min()};
       r.plan = std::to_string(chosen.replicas) + "," + std::to_string(chosen.stages) + "," +
                std::to_string(chosen.width) + "," + std::to_string(chosen.micro_batches);
+      r.barrier = d->barrier.measured ? "measured" : "forced";
+      r.barrier_s = d->barrier.seconds;
+      std::fprintf(stderr, "%s %d tiles, %s: plan %s ranked with %s%s\n", dname.c_str(), n, tp ? "tp" : "auto",
+                   r.plan.c_str(), d->barrier.describe().c_str(), barrier_us ? ", forced by --barrier-us" : "");
       // Replicas pull batches from a shared queue, as the tile backend does when serving.
       uint64_t bytes = 0, hidden = 0, partial = 0, compute_ns = 0, exchange_ns = 0, sync_ns = 0;
       const double host0 = self_cpu_seconds(), c0 = host0 + cpu_seconds_of(pids);
@@ -321,9 +344,9 @@ int main(int argc, char** argv) {
               "same dtype; N > %d tiles share the cores: per CPU-second is the fair column\n\n", cores, cores);
   std::printf("| dtype | configuration | tiles | threads | plan R,S,W,M | seconds | req/s | req/CPU-s | vs single "
               "(threads) | per CPU-s vs single | bytes/req | hidden bytes/req | partial bytes/req | supersteps/batch | "
-              "tile compute ms/req | exchange wait ms/req | barrier wait ms/req | host CPU ms/req | max abs logit diff | load | "
-              "target |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "tile compute ms/req | exchange wait ms/req | barrier wait ms/req | host CPU ms/req | max abs logit diff | "
+              "ranking barrier us | load | target |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows) {
     std::string target = "-";
     if (r.target > 0) {
@@ -331,11 +354,13 @@ int main(int argc, char** argv) {
       std::snprintf(buf, sizeof buf, ">= %.2fx: %s (per CPU-s: %s)", r.target, r.verdict.c_str(), r.cpu_verdict.c_str());
       target = buf;
     }
+    char barrier[48] = "-";
+    if (r.barrier != "-") std::snprintf(barrier, sizeof barrier, "%.1f %s", r.barrier_s * 1e6, r.barrier.c_str());
     std::printf("| %s | %s | %d | %d | %s | %.2f | %.2f | %.2f | %.2fx (%d) | %.2fx | %.0f | %.0f | %.0f | %lld | %.1f | "
-                "%.1f | %.1f | %.1f | %.1e | %.2f | %s |\n",
+                "%.1f | %.1f | %.1f | %.1e | %s | %.2f | %s |\n",
                 r.dtype.c_str(), r.what().c_str(), r.tiles, r.threads, r.plan.c_str(), r.seconds, r.req_per_s,
                 r.req_per_cpu_s, r.ratio, r.baseline_threads, r.cpu_ratio, r.bytes, r.hidden_bytes, r.partial_bytes,
-                (long long)r.supersteps, r.compute_ms, r.exchange_ms, r.barrier_ms, r.host_cpu_ms, r.max_diff, r.load,
+                (long long)r.supersteps, r.compute_ms, r.exchange_ms, r.barrier_ms, r.host_cpu_ms, r.max_diff, barrier, r.load,
                 target.c_str());
   }
   std::printf("\n");
@@ -343,23 +368,26 @@ int main(int argc, char** argv) {
     std::printf("RESULT bench=placement model=%s dtype=%s mode=%s tiles=%d threads=%d plan=%s cores=%d secs=%.3f "
                 "req_per_s=%.3f req_per_cpu_s=%.3f baseline_threads=%d ratio=%.3f cpu_ratio=%.3f bytes_per_req=%.0f "
                 "hidden_bytes_per_req=%.0f partial_bytes_per_req=%.0f compute_ms_per_req=%.2f exchange_ms_per_req=%.2f "
-                "barrier_ms_per_req=%.2f host_cpu_ms_per_req=%.2f max_abs_diff=%.2e load1=%.2f target=%.2f verdict=%s cpu_verdict=%s\n",
+                "barrier_ms_per_req=%.2f host_cpu_ms_per_req=%.2f max_abs_diff=%.2e load1=%.2f target=%.2f verdict=%s cpu_verdict=%s "
+                "ranking_barrier=%s ranking_barrier_us=%.1f\n",
                 model_name.c_str(), r.dtype.c_str(), r.mode.c_str(), r.tiles, r.threads, r.plan.c_str(), cores,
                 r.seconds, r.req_per_s, r.req_per_cpu_s, r.baseline_threads, r.ratio, r.cpu_ratio, r.bytes,
                 r.hidden_bytes, r.partial_bytes, r.compute_ms, r.exchange_ms, r.barrier_ms, r.host_cpu_ms, r.max_diff, r.load,
-                r.target, r.verdict.empty() ? "-" : r.verdict.c_str(), r.cpu_verdict.empty() ? "-" : r.cpu_verdict.c_str());
+                r.target, r.verdict.empty() ? "-" : r.verdict.c_str(), r.cpu_verdict.empty() ? "-" : r.cpu_verdict.c_str(),
+                r.barrier.c_str(), r.barrier_s * 1e6);
   if (!csv.empty()) {
     std::ofstream f(csv);
     f << "dtype,mode,tiles,threads,plan,cores,seconds,cpu_seconds,req_per_s,req_per_cpu_s,baseline_threads,ratio,"
          "cpu_ratio,bytes_per_request,hidden_bytes_per_request,partial_bytes_per_request,supersteps_per_batch,"
          "compute_ms_per_request,exchange_ms_per_request,barrier_ms_per_request,host_cpu_ms_per_request,max_abs_diff,load1,target,verdict,"
-         "cpu_verdict\n";
+         "cpu_verdict,ranking_barrier,ranking_barrier_seconds\n";
     for (const auto& r : rows)
       f << r.dtype << ',' << r.mode << ',' << r.tiles << ',' << r.threads << ",\"" << r.plan << "\"," << cores << ','
         << r.seconds << ',' << r.cpu_seconds << ',' << r.req_per_s << ',' << r.req_per_cpu_s << ','
         << r.baseline_threads << ',' << r.ratio << ',' << r.cpu_ratio << ',' << r.bytes << ',' << r.hidden_bytes << ','
         << r.partial_bytes << ',' << r.supersteps << ',' << r.compute_ms << ',' << r.exchange_ms << ',' << r.barrier_ms
-        << ',' << r.host_cpu_ms << ',' << r.max_diff << ',' << r.load << ',' << r.target << ',' << r.verdict << ',' << r.cpu_verdict << '\n';
+        << ',' << r.host_cpu_ms << ',' << r.max_diff << ',' << r.load << ',' << r.target << ',' << r.verdict << ',' << r.cpu_verdict
+        << ',' << r.barrier << ',' << r.barrier_s << '\n';
     if (!f) return fail("cannot write " + csv);
   }
   if (!json.empty()) {
@@ -375,7 +403,8 @@ int main(int argc, char** argv) {
                    {"exchange_ms_per_request", r.exchange_ms}, {"barrier_ms_per_request", r.barrier_ms},
                    {"host_cpu_ms_per_request", r.host_cpu_ms},
                    {"max_abs_diff", r.max_diff}, {"load1", r.load}, {"target", r.target}, {"verdict", r.verdict},
-                   {"cpu_verdict", r.cpu_verdict}});
+                   {"cpu_verdict", r.cpu_verdict}, {"ranking_barrier", r.barrier},
+                   {"ranking_barrier_seconds", r.barrier_s}});
     std::ofstream f(json);
     f << a.dump(1) << "\n";
     if (!f) return fail("cannot write " + json);

@@ -117,33 +117,19 @@ placement_request decoder_request(const tile_group_config& group_cfg, const mode
   return req;
 }
 
-// A started group and the plan compiled for it: compiled once with the constant barrier cost to
-// refuse what does not fit before any tile starts, then the group's barrier measured
-// (measure_barrier: empty supersteps on these tiles) and compiled again with it, so the plan
-// ranking charges the barrier these tiles pay; both printed.
-struct started_plan {
-  std::unique_ptr<tile_group> group;
-  compiled_model compiled;
-};
-result<started_plan> start_and_compile(const tile_group_config& group_cfg, const model_options& o,
+// A started group and the plan compiled for it (start_ranked): compiled once with the constant
+// barrier cost to refuse what does not fit before any tile starts, then the group's barrier
+// measured (measure_barrier: empty supersteps on these tiles) and compiled again with it, so the
+// plan ranking charges the barrier these tiles pay; both printed.
+result<ranked_start> start_and_compile(const tile_group_config& group_cfg, const model_options& o,
                                        const models::model_shape& shape) {
-  placement_request req = decoder_request(group_cfg, o);
-  auto first = compile_decoder(shape, req);
-  if (!first) return first.error();
-  auto group = tile_group::start(group_cfg);
-  if (!group) return group.error();
-  auto probe = measure_barrier(**group);
-  if (!probe) return probe.error();
-  const double constant = req.machine.sync_seconds;
-  req.machine.sync_seconds = probe->seconds;
-  auto compiled = compile_decoder(shape, req);
-  if (!compiled) return compiled.error();
-  std::printf("cost model: barrier %.1f us a superstep, measured on these %u tiles (median of %d empty supersteps; "
-              "the constant was %.0f us)\n",
-              probe->seconds * 1e6, probe->tiles, probe->supersteps, constant * 1e6);
-  std::printf("%s", compiled->describe().c_str());
+  auto started = start_ranked(decoder_request(group_cfg, o), group_cfg,
+                              [&shape](const placement_request& req) { return compile_decoder(shape, req); });
+  if (!started) return started.error();
+  std::printf("cost model: %s\n", started->barrier.describe().c_str());
+  std::printf("%s", started->compiled.describe().c_str());
   std::fflush(stdout);
-  return started_plan{std::move(*group), std::move(*compiled)};
+  return started;
 }
 
 // --plan-only: the plan a run would deploy, from the shape alone for a preset (llama-2-7b has no

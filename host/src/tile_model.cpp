@@ -1,5 +1,7 @@
 #include "tessera/host/tile_model.hpp"
 
+#include <cstdio>
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -24,20 +26,55 @@ result<std::unique_ptr<tile_model>> tile_model::deploy(tile_group& group, compil
   return std::unique_ptr<tile_model>(new tile_model(group, std::move(compiled), model));
 }
 
+std::string ranking_barrier::describe() const {
+  char buf[200];
+  if (measured)
+    std::snprintf(buf, sizeof buf,
+                  "barrier %.1f us a superstep, measured on these %u tiles (median of %d empty supersteps; the constant "
+                  "was %.0f us)",
+                  seconds * 1e6, tiles, supersteps, given * 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "barrier %.1f us a superstep, given (not measured)", seconds * 1e6);
+  return buf;
+}
+
+result<ranked_start> start_ranked(const placement_request& req, tile_group_config group, const plan_compiler& compile,
+                                  bool measure) {
+  auto compiled = compile(req);
+  if (!compiled) return compiled.error();
+  group.tiles = static_cast<uint32_t>(req.tiles);
+  group.tile_memory = req.tile_memory;
+  auto started = tile_group::start(group);
+  if (!started) return started.error().with_context("starting " + std::to_string(req.tiles) + " tiles");
+  ranked_start r;
+  r.group = std::move(*started);  // stopped by its destructor on the failures below
+  r.barrier.seconds = r.barrier.given = req.machine.sync_seconds;
+  if (measure) {
+    auto probe = measure_barrier(*r.group);
+    if (!probe) return probe.error();
+    placement_request at = req;
+    at.machine.sync_seconds = probe->seconds;
+    compiled = compile(at);
+    if (!compiled) return compiled.error().with_context("ranked with the measured barrier");
+    r.barrier = {probe->seconds, true, req.machine.sync_seconds, probe->supersteps, probe->tiles};
+  }
+  r.compiled = std::move(*compiled);
+  return r;
+}
+
 result<tile_deployment> deploy_bert(const models::bert_model& model, const placement_request& req,
                                     tile_group_config group, const deploy_hooks& hooks) {
   placement_request with_pooling = req;
   if (model.task == models::encoder_task::embedding) with_pooling.pooling = model.embedding.pooling;
-  auto compiled = compile_bert(model.config, with_pooling);
-  if (!compiled.ok()) return compiled.error();
-  if (hooks.compiled) hooks.compiled(*compiled);
-  group.tiles = static_cast<uint32_t>(req.tiles);
-  group.tile_memory = req.tile_memory;
-  auto started = tile_group::start(group);
-  if (!started.ok()) return started.error().with_context("starting " + std::to_string(req.tiles) + " tiles");
+  auto started = start_ranked(
+      with_pooling, group, [&](const placement_request& r) { return compile_bert(model.config, r); },
+      hooks.measure_barrier);
+  if (!started.ok()) return started.error();
+  if (hooks.compiled) hooks.compiled(started->compiled);
   tile_deployment d;
-  d.group = std::move(*started);
-  auto deployed = tile_model::deploy(*d.group, std::move(*compiled), model, hooks.progress);
+  d.group = std::move(started->group);
+  d.barrier = started->barrier;
+  auto deployed = tile_model::deploy(*d.group, std::move(started->compiled), model, hooks.progress);
   if (!deployed.ok()) return deployed.error().with_context("deploying the model on the tile group");
   d.model = std::move(*deployed);
   return d;

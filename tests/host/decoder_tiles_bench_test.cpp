@@ -4,23 +4,46 @@
 // tiles, bytes exchanged and barriers under tensor parallelism (none between replicas), a modelled
 // time; the table, CSV and JSON agree. Greedy tokens chosen on the LM-head tile (--sample tile)
 // equal those taken from the logits rows sent back (--sample host), and async scheduling's (the ids
-// of step t+1 taken on the tiles from step t's samples) those of the synchronous path. Bad options and a plan that does not fit are refused with
-// exit code 2 and a message naming them.
+// of step t+1 taken on the tiles from step t's samples) those of the synchronous path. The automatic
+// plan is ranked with the barrier measured on the bench's tiles (or the one --barrier-us forces):
+// its row's plan is compile_decoder's choice at that value. Bad options and a plan that does not
+// fit are refused with exit code 2 and a message naming them.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tessera/host/placement.hpp"
+#include "tessera/models/shape.hpp"
 #include "tessera/test/child_process.hpp"
+#include "tessera/test/ranking_barrier.hpp"
 #include "tessera/test/refusals.hpp"
 #include "tessera/test/tool_tables.hpp"
 
 using namespace tessera::test_support;
 namespace fs = std::filesystem;
+namespace host = tessera::host;
+
+namespace {
+
+// The bench's first request for --plan auto on `tiles` tiles (collective auto, KV as many blocks
+// as fit), ranked with a barrier of `barrier_s` a superstep.
+host::placement_request bench_request(int tiles, uint64_t memory, int token_budget, int max_batch, double barrier_s) {
+  host::placement_request req;
+  req.tiles = tiles;
+  req.tile_memory = memory;
+  req.token_budget = token_budget;
+  req.max_sequences = max_batch;
+  req.machine.sync_seconds = barrier_s;
+  return req;
+}
+
+}  // namespace
 
 TEST(DecoderTilesBench, RowsForOneProcessAndTilesAreSane) {
   const fs::path dir = fs::temp_directory_path() / ("tessera-dtbench-" + std::to_string(getpid()));
@@ -172,6 +195,40 @@ TEST(DecoderTilesBench, AsyncSchedulingChoosesTheSameTokens) {
   fs::remove_all(dir);
 }
 
+TEST(DecoderTilesBench, TheAutomaticPlanIsRankedWithTheBarrierMeasuredOnItsTiles) {
+  // llama-tiny on 2 tiles too small for a whole replica each: lanes (W = 2) or a pipeline (S = 2),
+  // ranked by the barrier. The bench measures the barrier on the tiles it started, logs it and puts
+  // it in its row and table, and the row's plan is compile_decoder's choice at exactly that value
+  // (the bench's request: collective auto, KV as many blocks as fit); --barrier-us forces it.
+  auto shape = tessera::models::shape_preset("llama-tiny");
+  ASSERT_TRUE(shape);
+  const int budget = 32, batch = 2;
+  std::vector<uint64_t> memories;
+  for (uint64_t kib = 1024; kib <= 64 * 1024; kib += 256) memories.push_back(kib << 10);
+  auto plan_at = [&](uint64_t memory, double barrier_s) -> std::optional<std::string> {
+    auto c = host::compile_decoder(*shape, bench_request(2, memory, budget, batch, barrier_s));
+    if (!c || c->chosen.replicas > 1) return std::nullopt;
+    return c->chosen.to_string();
+  };
+  const fs::path dir = fs::temp_directory_path() / ("tessera-dtbench-b-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  expect_ranked_with_barrier(memories, plan_at, [&](uint64_t memory, const std::vector<std::string>& extra) {
+    const std::string json = (dir / "rows.json").string();
+    std::vector<std::string> args{bin("tessera-bench-decoder-tiles"), "--model", "llama-tiny", "--tiles", "2", "--plan", "auto",
+                                  "--prompt", "20", "--batch", std::to_string(batch), "--decode", "2", "--token-budget",
+                                  std::to_string(budget), "--tile-memory", std::to_string(memory >> 10) + "KiB", "--json", json};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = run_to_end(args, 300);
+    EXPECT_EQ(r.rc, 0) << r.out << r.err;
+    std::ifstream jf(json);
+    auto rows = r.rc == 0 ? nlohmann::json::parse(jf) : nlohmann::json::array();
+    EXPECT_EQ(rows.size(), 1u) << rows.dump(1);
+    EXPECT_NE(r.out.find("| ranking barrier us |"), std::string::npos) << r.out;
+    return std::make_pair(r, rows.empty() ? nlohmann::json::object() : rows[0]);
+  });
+  fs::remove_all(dir);
+}
+
 TEST(DecoderTilesBench, RefusesBadOptionsNamingThem) {
   expect_refusals(bin("tessera-bench-decoder-tiles"), {
       {{"--plan", "wide"}, "--plan wide"},
@@ -183,6 +240,10 @@ TEST(DecoderTilesBench, RefusesBadOptionsNamingThem) {
       {{"--async-scheduling", "maybe"}, "--async-scheduling maybe"},
       {{"--async-scheduling", "on", "--sample", "host"}, "--sample tile"},
       {{"--tile-memory", "lots"}, "--tile-memory"},
+      {{"--barrier-us", "0"}, "--barrier-us"},
+      {{"--barrier-us=-5"}, "--barrier-us"},
+      {{"--barrier-us", "nan"}, "--barrier-us"},
+      {{"--barrier-us", "fast"}, "barrier-us"},
       {{"--model", "no-such-model", "--tiles", "0"}, "no-such-model"},
       // 768 prompt tokens + 1024 generated are beyond GPT-2's 1024 positions.
       {{"--model", "gpt2-tiny", "--tiles", "0", "--prompt", "768", "--decode", "1024", "--batch", "1"}, "positions"},

@@ -3,7 +3,9 @@
 // W = 2 forced tensor-parallel, each with sane rates; every ratio is the printed rate over its
 // baseline's printed rate, targets marked met exactly when the ratio reaches them; bf16 sends half
 // fp32's hidden-row bytes and the same partial-sum bytes; the table, RESULT lines, CSV and JSON
-// agree. Bad options are refused with exit code 2 and a message naming them.
+// agree. The automatic plan is ranked with the barrier measured on the bench's tiles (or the one
+// --barrier-us forces): its row's plan is compile_bert's choice at that value. Bad options are
+// refused with exit code 2 and a message naming them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,12 +13,16 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tessera/host/placement.hpp"
+#include "tessera/models/config.hpp"
 #include "tessera/test/child_process.hpp"
+#include "tessera/test/ranking_barrier.hpp"
 #include "tessera/test/refusals.hpp"
 #include "tessera/test/tool_tables.hpp"
 
@@ -140,6 +146,51 @@ TEST(PlacementBench, Bf16AndFp32RowsAreSaneAndAgree) {
   fs::remove_all(dir);
 }
 
+TEST(PlacementBench, TheAutomaticPlanIsRankedWithTheBarrierMeasuredOnItsTiles) {
+  // bert-tiny on 2 tiles that cannot each hold a replica: lanes or a pipeline, ranked by the
+  // barrier. The bench's row says the barrier it measured on its tiles (also on its RESULT line),
+  // and its plan is compile_bert's choice at exactly that value; --barrier-us forces it.
+  auto cfg = tessera::models::preset_config("bert-tiny");
+  ASSERT_TRUE(cfg);
+  const int budget = 512, seqs = 64;
+  std::vector<uint64_t> memories;
+  for (uint64_t mib = 2; mib <= 256; ++mib) memories.push_back(mib << 20);
+  auto plan_at = [&](uint64_t memory, double barrier_s) -> std::optional<std::string> {
+    tessera::host::placement_request req;
+    req.tiles = 2;
+    req.tile_memory = memory;
+    req.token_budget = budget;
+    req.max_sequences = seqs;
+    req.machine.sync_seconds = barrier_s;
+    auto c = tessera::host::compile_bert(*cfg, req);
+    if (!c || c->chosen.replicas > 1) return std::nullopt;
+    const auto& p = c->chosen;
+    return std::to_string(p.replicas) + "," + std::to_string(p.stages) + "," + std::to_string(p.width) + "," +
+           std::to_string(p.micro_batches);
+  };
+  const fs::path dir = fs::temp_directory_path() / ("tessera-pbench-b-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  expect_ranked_with_barrier(memories, plan_at, [&](uint64_t memory, const std::vector<std::string>& extra) {
+    const std::string js = (dir / "rows.json").string();
+    std::vector<std::string> args{bin("tessera-bench-placement"), "--model", "bert-tiny", "--dtype", "fp32", "--requests",
+                                  "4", "--tiles", "2", "--tp", "none", "--token-budget", std::to_string(budget),
+                                  "--max-seqs", std::to_string(seqs), "--tile-memory",
+                                  std::to_string(memory >> 20) + "MiB", "--json", js};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = run_to_end(args, 300);
+    EXPECT_EQ(r.rc, 0) << r.out << r.err;
+    std::ifstream jf(js);
+    const auto rows = r.rc == 0 ? json::parse(jf) : json::array();
+    json tiles = json::object();
+    for (const auto& row : rows)
+      if (row["mode"] == "auto") tiles = row;
+    if (tiles.contains("ranking_barrier"))
+      EXPECT_NE(r.out.find("ranking_barrier=" + tiles["ranking_barrier"].get<std::string>()), std::string::npos) << r.out;
+    return std::make_pair(r, tiles);
+  });
+  fs::remove_all(dir);
+}
+
 TEST(PlacementBench, RefusesBadOptionsNamingThem) {
   expect_refusals(bin("tessera-bench-placement"), {
       {{"--dtype", "fp16"}, "--dtype fp16"},
@@ -148,6 +199,9 @@ TEST(PlacementBench, RefusesBadOptionsNamingThem) {
       {{"--tiles", "2,x"}, "--tiles"},
       {{"--tp", "1"}, "--tp"},
       {{"--tile-memory", "lots"}, "--tile-memory"},
+      {{"--barrier-us", "0"}, "--barrier-us"},
+      {{"--barrier-us=-5"}, "--barrier-us"},
+      {{"--barrier-us", "fast"}, "barrier-us"},
       {{"--requests", "0"}, "--requests"},
       {{"--model", "no-such-model"}, "no-such-model"},
       // bert-tiny's embedding alone is over 1 MiB a tile.

@@ -73,23 +73,60 @@ class tile_model {
   models::bert_model model_;  // shares the weights' storage: cheap, and kept for recovery
 };
 
+/// The barrier cost a plan was ranked with (machine_model::sync_seconds): measured on the tiles
+/// started for it (measure_barrier), or given (the request's machine model: its constant, or a
+/// value a tool forces for reproducibility, e.g. a bench's --barrier-us).
+struct ranking_barrier {
+  double seconds = 0;      ///< charged a superstep
+  bool measured = false;
+  double given = 0;        ///< the request's sync_seconds before measuring
+  int supersteps = 0;      ///< measured: empty supersteps of the probe
+  uint32_t tiles = 0;      ///< measured: on this many tiles
+  /// "barrier 48.5 us a superstep, measured on these 2 tiles (median of 16 empty supersteps; the
+  /// constant was 150 us)" or "barrier 150 us a superstep, given (not measured)".
+  std::string describe() const;
+};
+
+/// A group started for a plan and the plan compiled for it, ranked with the group's barrier.
+struct ranked_start {
+  std::unique_ptr<tile_group> group;
+  compiled_model compiled;
+  ranking_barrier barrier;
+};
+/// compile_bert or compile_decoder bound to a model.
+using plan_compiler = std::function<result<compiled_model>(const placement_request&)>;
+
+/// The one way a tool starts tiles for a plan ranked with the barrier they pay: with `measure`,
+/// compile(req) once with req.machine.sync_seconds (what does not fit is refused before any tile
+/// starts), tile_group::start(group) with the request's tile count and tile memory,
+/// measure_barrier on it, and compile(req) again with req.machine.sync_seconds = the measured
+/// barrier; without, compile(req) as given, then start. A failure says which step failed; a group
+/// already started is stopped.
+result<ranked_start> start_ranked(const placement_request& req, tile_group_config group, const plan_compiler& compile,
+                                  bool measure = true);
+
 /// A tile group and the model deployed on it. The model refers to the group: `model` is destroyed
 /// first (members go in reverse order), and a caller moving them apart keeps the group alive as long.
 struct tile_deployment {
   std::unique_ptr<tile_group> group;
   std::unique_ptr<tile_model> model;
+  ranking_barrier barrier;  ///< what the plan was ranked with
 };
 
 struct deploy_hooks {
-  /// Called with the compiled model before the group starts (tessera-host prints the plan).
+  /// Called with the compiled model before its weights stream (tessera-host prints the plan).
   std::function<void(const compiled_model&)> compiled;
   /// progress(bytes sent, total bytes) while weights stream.
   std::function<void(uint64_t, uint64_t)> progress;
+  /// Rank the plan with the barrier measured on the started tiles (start_ranked) rather than
+  /// req.machine.sync_seconds.
+  bool measure_barrier = false;
 };
 
-/// compile_bert(model.config, req), tile_group::start(group) with the request's tile count and
-/// tile memory, tile_model::deploy: the one way from a model to a running tile group. A failure
-/// says which step failed; a group already started is stopped.
+/// compile_bert(model.config, req) and tile_group::start(group) with the request's tile count and
+/// tile memory (start_ranked: with hooks.measure_barrier the plan is ranked with the barrier
+/// measured on the started tiles), tile_model::deploy: the one way from a model to a running tile
+/// group. A failure says which step failed; a group already started is stopped.
 result<tile_deployment> deploy_bert(const models::bert_model& model, const placement_request& req,
                                     tile_group_config group = {}, const deploy_hooks& hooks = {});
 
