@@ -4,6 +4,7 @@
 //
 //   build/bin/tessera-bench-decoders --models llama-tiny,gpt2 --threads 2 --prompt 128 --decode 32 --batches 1,32
 //   build/bin/tessera-bench-decoders --models gpt2,llama-1b --dtypes fp32,bf16   (bf16 / fp32 ratios, one run)
+//   build/bin/tessera-bench-decoders --models gpt2 --threads 1 --batches 32 --decode 1 --linear   (decode GEMMs vs sgemm)
 //
 // Prefill: for each batch size B, B prompts of --prompt seeded tokens in one mixed step (packed, no
 // padding; a prefill under 1 s is timed again, warm: the first pays its fresh workspaces' page
@@ -23,17 +24,20 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <immintrin.h>
 #include <iostream>
 #include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_common.hpp"
 #include "tessera/models/batch.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/gguf_reader.hpp"
+#include "tessera/models/huge_pages.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/common/cli.hpp"
 #include "tessera/common/text.hpp"
@@ -217,6 +221,71 @@ attn_time time_attention(const model_shape& c, int B, int rows, int ctx, int rep
   return t;
 }
 
+// --linear: the fp32 linear() of a decode step of T rows (the few-row kernel from 4 to 48 rows)
+// against oneDNN's sgemm (dnnl_sgemm, W as the model stores it, [out, in], transposed) on one GEMM
+// shape: FLOPs per CPU-second, best of `reps` calls, each on another copy of W (the copies exceed
+// 96 MB, more than the L3 cache here), so the weights come from memory as in a decode step.
+struct linear_time {
+  double tessera = 0, sgemm = 0, flops = 0;
+};
+linear_time time_linear(int64_t T, int64_t out, int64_t in, int reps) {
+  const int64_t n = out * in, copies = std::max<int64_t>(2, (int64_t{96} << 20) / (n * 4) + 1);
+  splitmix64 r(11);
+  std::vector<float> w(static_cast<size_t>(n * copies)), x(static_cast<size_t>(T * in)), y(static_cast<size_t>(T * out));
+  for (auto& v : w) v = r.unit_float() - 0.5f;
+  for (auto& v : x) v = r.unit_float() - 0.5f;
+  auto best = [&](auto&& f) {
+    double b = 1e30;
+    for (int i = 0; i < reps; ++i) {
+      const float* wi = w.data() + (i % copies) * n;
+      const double c0 = cpu_now();
+      f(wi);
+      b = std::min(b, cpu_now() - c0);
+    }
+    return b;
+  };
+  linear_time t;
+  t.flops = 2.0 * T * out * in;
+  t.tessera = best([&](const float* wi) { linear(x.data(), T, in, wi, nullptr, out, y.data()); });
+  t.sgemm = best([&](const float* wi) { sgemm_abt(x.data(), wi, y.data(), T, out, in); });
+  return t;
+}
+
+// Sum of n floats (n a multiple of 32) in four AVX2 accumulators: a read as fast as the memory gives.
+__attribute__((target("avx2"))) float sum_floats(const float* p, int64_t n) {
+  __m256 a = _mm256_setzero_ps(), b = a, c = a, d = a;
+  for (int64_t i = 0; i < n; i += 32) {
+    a = _mm256_add_ps(a, _mm256_loadu_ps(p + i));
+    b = _mm256_add_ps(b, _mm256_loadu_ps(p + i + 8));
+    c = _mm256_add_ps(c, _mm256_loadu_ps(p + i + 16));
+    d = _mm256_add_ps(d, _mm256_loadu_ps(p + i + 24));
+  }
+  alignas(32) float r[8];
+  _mm256_store_ps(r, _mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
+  return r[0] + r[1] + r[2] + r[3] + r[4] + r[5] + r[6] + r[7];
+}
+
+// The memory's read rate on `threads` threads (GB/s of wall time, best of 3 reads of 512 MB, each
+// thread its own part), on 4 KB pages (a plain vector) or on huge pages (huge_page_allocator, as
+// the decoders' weights and KV cache): what weights and a KV cache that do not fit in cache stream at.
+template <class Alloc>
+double read_gbps(int threads) {
+  const int64_t n = int64_t{128} << 20, part = n / threads / 32 * 32;
+  std::vector<float, Alloc> a(static_cast<size_t>(n), 0.0f);  // written: real pages
+  std::vector<float> sums(static_cast<size_t>(threads));
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const double t0 = now();
+    std::vector<std::thread> ts;
+    for (int k = 0; k < threads; ++k)
+      ts.emplace_back([&a, &sums, k, part] { sums[static_cast<size_t>(k)] = sum_floats(a.data() + k * part, part); });
+    for (auto& t : ts) t.join();
+    best = std::min(best, now() - t0);
+  }
+  if (sums[0] != 0.0f) std::printf("(sum %g)\n", double(sums[0]));  // keeps the reads
+  return double(part) * threads * 4 / best / 1e9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -237,6 +306,8 @@ int main(int argc, char** argv) {
       "(loaded again, kept), of a preset or folder the fp32 matrices quantised to Q8_0")(
       "attention", "also time the attention kernel alone against oneDNN batched matmul + softmax: a prefill "
                    "chunk (1 x --prompt rows) and a decode step (each --batches count of one row after --prompt)")(
+      "linear", "also time the fp32 linear() of a decode step (each --batches count of rows) against oneDNN's sgemm "
+                "on the model's GEMM shapes and the LM head, weights from memory, and the memory's read rate")(
       "sgemm", "after each prefill, oneDNN's sgemm alone on its GEMM shapes: prefill GFLOP/s (GEMMs, attention, "
                "LM head) against sgemm's");
   po::variables_map vm;
@@ -324,6 +395,27 @@ int main(int argc, char** argv) {
                     "onednn_ms=%.4f speedup=%.3f\n", name.c_str(), B, rows, prompt, threads, 1e3 * t.tessera,
                     1e3 * t.onednn, t.onednn / t.tessera);
       }
+    }
+    if (vm.count("linear") && dt == dtype::fp32) {
+      const auto& c = m->shape();
+      const int64_t h = c.hidden_size, f = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
+      const std::vector<std::array<int64_t, 2>> shapes{{qw + 2 * kvw, h}, {h, qw}, {f, h}, {h, f}, {c.vocab_size, h}};
+      for (int B : bs)
+        for (const auto& [out, in] : shapes) {
+          const linear_time t = time_linear(B, out, in, 6);
+          std::printf("%-12s linear %d rows x %lld -> %lld: tessera %.1f GFLOP per CPU-second, oneDNN sgemm %.1f: "
+                      "%.2fx\n", name.c_str(), B, static_cast<long long>(in), static_cast<long long>(out),
+                      t.flops / t.tessera / 1e9, t.flops / t.sgemm / 1e9, t.sgemm / t.tessera);
+          std::printf("RESULT bench=decoders model=%s phase=linear rows=%d in=%lld out=%lld threads=%d "
+                      "tessera_gflops_cpu=%.2f sgemm_gflops_cpu=%.2f ratio=%.3f\n", name.c_str(), B,
+                      static_cast<long long>(in), static_cast<long long>(out), threads, t.flops / t.tessera / 1e9,
+                      t.flops / t.sgemm / 1e9, t.sgemm / t.tessera);
+        }
+      using small = std::allocator<float>;
+      using huge = huge_page_allocator<float>;
+      std::printf("memory read rate, GB/s on 1 and %d threads: 4 KB pages %.1f, %.1f; huge pages %.1f, %.1f "
+                  "(load average %s)\n", threads, read_gbps<small>(1), read_gbps<small>(threads), read_gbps<huge>(1),
+                  read_gbps<huge>(threads), load_average().c_str());
     }
     for (size_t bi = 0; bi < bs.size(); ++bi) {
       const int B = bs[bi];

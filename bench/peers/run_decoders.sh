@@ -74,7 +74,7 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$log"
 import re, sys
 rows, threads = {}, int(sys.argv[2])
 for line in open(sys.argv[1]):
-    if not line.startswith("RESULT bench=decoders") or "prefill_vs_sgemm" in line or "phase=attention" in line:
+    if not line.startswith("RESULT bench=decoders") or "prefill_vs_sgemm" in line or "phase=attention" in line or "phase=linear" in line:
         continue
     f = dict(kv.split("=", 1) for kv in line.split()[1:])
     key = (f["model"], int(f["prompt"]), f["phase"], int(f["seqs"]))

@@ -135,7 +135,7 @@ result<decoder_model> decoder_model::bind(const model_shape& shape, std::map<std
       for (const char* n : {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"})
         if (p(pre + n)) room += m.tensors_.at(pre + n).numel();
     }
-    m.transposed_ = std::make_shared<std::vector<float>>(static_cast<size_t>(room));
+    m.transposed_ = std::make_shared<std::vector<float, huge_page_allocator<float>>>(static_cast<size_t>(room));
     float* dst = m.transposed_->data();
     // Row-major [rows, cols] `name` transposed into dst (advanced), or null without data.
     auto transposed = [&](const std::string& name, int64_t rows, int64_t cols) -> float* {

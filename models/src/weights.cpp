@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "tessera/models/batch.hpp"
+#include "tessera/models/huge_pages.hpp"
 
 namespace tessera::models {
 
@@ -272,7 +273,9 @@ seeded_tensors make_seeded_tensors(const std::vector<tensor_spec>& specs, uint64
                                    const std::function<void(const tensor_spec&, uint64_t, float*)>& fill) {
   int64_t total = 0;
   for (const auto& s : specs) total += (tensor_view{s.shape, nullptr}.numel() + 15) / 16 * 16;  // 64-byte starts
-  auto buffer = std::make_shared<std::vector<float>>(static_cast<size_t>(total));
+  // On huge pages: a decoder's seeded matrices (the LM head, every matrix of a preset not in GPT-2's
+  // Conv1D layout) are streamed once a decode step (tessera/models/huge_pages.hpp).
+  auto buffer = std::make_shared<std::vector<float, huge_page_allocator<float>>>(static_cast<size_t>(total));
   seeded_tensors out;
   int64_t off = 0;
   for (const auto& s : specs) {

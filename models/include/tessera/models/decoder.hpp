@@ -26,6 +26,7 @@
 #include "tessera/common/status.hpp"
 #include "tessera/models/bf16.hpp"
 #include "tessera/models/decoder_config.hpp"
+#include "tessera/models/huge_pages.hpp"
 #include "tessera/models/kernels_q8.hpp"
 #include "tessera/models/kv_cache.hpp"
 #include "tessera/models/shape.hpp"
@@ -159,7 +160,8 @@ class decoder_model {
   model_shape shape_;
   decoder_weights w_;
   std::shared_ptr<const void> storage_;
-  std::shared_ptr<std::vector<float>> transposed_;  // GPT-2 Conv1D weights in [out, in]
+  // GPT-2 Conv1D weights in [out, in], on huge pages (streamed once a decode step)
+  std::shared_ptr<std::vector<float, huge_page_allocator<float>>> transposed_;
   std::map<std::string, tensor_view, std::less<>> tensors_;
   std::shared_ptr<const struct bf16_decoder_weights> bf16_;  // set_dtype(bf16)
   bool bf16_only_ = false;  // seeded_bf16: no fp32 matrices

@@ -25,6 +25,7 @@
 
 #include "tessera/common/status.hpp"
 #include "tessera/models/bf16.hpp"
+#include "tessera/models/huge_pages.hpp"
 
 namespace tessera::models {
 
@@ -123,8 +124,9 @@ class paged_kv_cache {
   }
   int layers_, kv_heads_, head_dim_;
   kv_layout layout_;
-  std::vector<float> k_, v_;         // fp32 cache
-  std::vector<bfloat16> k16_, v16_;  // bf16 cache
+  // Huge pages: decode streams the whole cache a step (tessera/models/huge_pages.hpp).
+  std::vector<float, huge_page_allocator<float>> k_, v_;             // fp32 cache
+  std::vector<bfloat16, huge_page_allocator<bfloat16>> k16_, v16_;  // bf16 cache
 };
 
 }  // namespace tessera::models
