@@ -7,7 +7,8 @@
 // Why: with the kernel's THP setting "madvise" (Debian's default) anonymous memory gets 4 KB
 // pages, and in a virtual machine every 4 KB of a stream is a TLB miss with a two-level page
 // walk. On the 2-core KVM guest here a 512 MB read ran at 9.6-13.2 GB/s on 4 KB pages and
-// 17.5-21.2 GB/s on huge pages (tessera-bench-decoders --linear prints both rates).
+// 17.5-21.2 GB/s on huge pages, alternated at load 5-8 (tessera-bench-decoders --linear prints
+// both rates; they move with the neighbours).
 // Blocks from kHugePageMinBytes up are mmap'd 2 MB-aligned with madvise(MADV_HUGEPAGE) before
 // their first touch; smaller ones come from operator new. Where the kernel gives no huge pages
 // (THP "never", no free 2 MB frames) the memory is plain 4 KB pages: only the speed differs.
