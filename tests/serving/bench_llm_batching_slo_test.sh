@@ -46,8 +46,16 @@ grep -qE "^continuous / static-16 at p99 TTFT <= 60000 ms \(async on\): [0-9.]+x
 grep -q "^continuous / static-16 at p99 TTFT <= 1 ms (async on): no ratio, no rate met the SLO for continuous and static-16$" "$out" ||
   fail "no 'no rate met the SLO' line for the 1 ms SLO: $(cat "$out")"
 [ "$(grep -c "no rate met the SLO (p99 TTFT <= 1 ms): lowest p99 TTFT" "$out")" = 2 ] || fail "want each batching's miss at 1 ms said"
-grep -q "^  continuous .* out tok/s at [13] req/s offered" "$out" || fail "no best rate printed for continuous"
+grep -q "^  continuous .* out tok/s at 3 req/s offered .* -- the highest rate tried" "$out" ||
+  fail "the loose SLO's best rate (3 req/s, the highest tried) is not printed and flagged: $(cat "$out")"
 grep -q "Load average .* at the start, .* at the end" "$out" || fail "no load average printed"
+
+# --only slo: the SLO mode at its default SLO, 1000 ms (one rate, 3 requests; the server's default async).
+run --only slo --rates 4 --requests 3 --prompt 8 --output 4 --out-dir "$tmp/default" >"$tmp/default.out" 2>"$tmp/default.err" ||
+  { tail -20 "$tmp/default.err" >&2; fail "--only slo exited non-zero"; }
+[ "$(cut -d, -f1,2 "$tmp/default/bench-llm-batching-slo-summary.csv" | tail -n +2)" = "1000,default" ] ||
+  fail "--only slo: want one summary row at 1000 ms: $(cat "$tmp/default/bench-llm-batching-slo-summary.csv")"
+grep -q "^continuous / static-16 at p99 TTFT <= 1000 ms (async default): " "$tmp/default.out" || fail "--only slo: no ratio line"
 
 # Bad values: exit 2, naming the option, no server started.
 bad() {  # expected-text args...
@@ -66,6 +74,8 @@ bad "--async-scheduling applies to tiles" --reference --async-scheduling on
 bad "--clients does not apply with --slo-ttft-p99" --slo-ttft-p99 1000 --clients 8
 bad "--requests must be a positive integer" --slo-ttft-p99 1000 --requests 0
 bad "--prompt takes N or U[lo,hi]" --slo-ttft-p99 1000 --prompt 'U[8]'
+bad "--only prefix does not apply with --slo-ttft-p99" --only prefix --slo-ttft-p99 1000
+bad "--only batching|prefix|slo, not 'fast'" --only fast
 bad "--slo-ttft-p99 needs a value" --slo-ttft-p99
 bad "unknown option --colour" --colour red
 [ -e "$tmp/bad" ] && fail "a refused command line still wrote $tmp/bad"
