@@ -1,4 +1,6 @@
 // tessera-tile: one emulated tile. Usually started by tessera-host or a launcher script.
+#include <signal.h>
+
 #include <csignal>
 #include <iostream>
 #include <boost/program_options.hpp>
@@ -74,9 +76,16 @@ int main(int argc, char** argv) {
   cfg.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
   cfg.exchange_timeout = std::chrono::milliseconds(exchange_timeout_ms);
   cfg.host_silence_limit = std::chrono::milliseconds(silence_ms);
-  if (vm.count("die-with-parent")) prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // A blocked signal mask survives exec: whatever the launcher blocked, this tile takes SIGTERM
+  // and SIGINT (else --die-with-parent's SIGTERM stays pending and the tile outlives its host).
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGINT);
+  pthread_sigmask(SIG_UNBLOCK, &stops, nullptr);
   std::signal(SIGTERM, [](int) { tessera::tile::tile_daemon::request_stop(); });
   std::signal(SIGINT, [](int) { tessera::tile::tile_daemon::request_stop(); });
+  if (vm.count("die-with-parent")) prctl(PR_SET_PDEATHSIG, SIGTERM);
   tessera::tile::tile_daemon daemon(cfg);
   return daemon.run();
 }

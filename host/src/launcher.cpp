@@ -26,6 +26,23 @@ std::string default_bin_dir() {
   return p.substr(0, p.rfind('/'));
 }
 
+int spawn_child(pid_t* pid, const std::string& path, const void* file_actions, char* const argv[]) {
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, stops;
+  sigemptyset(&none);
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGINT);
+  sigaddset(&stops, SIGTERM);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &stops);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  int rc = posix_spawn(pid, path.c_str(), static_cast<const posix_spawn_file_actions_t*>(file_actions), &attr, argv,
+                       environ);
+  posix_spawnattr_destroy(&attr);
+  return rc;
+}
+
 local_launcher::local_launcher(local_launcher_config cfg) : cfg_(std::move(cfg)) {
   if (cfg_.tile_binary.empty()) cfg_.tile_binary = default_bin_dir() + "/tessera-tile";
 }
@@ -54,7 +71,7 @@ result<pid_t> local_launcher::spawn(const std::vector<std::string>& args, uint32
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   }
   pid_t pid = 0;
-  int rc = posix_spawn(&pid, cfg_.tile_binary.c_str(), &fa, nullptr, argv.data(), environ);
+  int rc = spawn_child(&pid, cfg_.tile_binary, &fa, argv.data());
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0)
     return status::io_error("cannot start " + cfg_.tile_binary + ": " + std::strerror(rc) +

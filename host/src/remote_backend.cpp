@@ -18,6 +18,7 @@
 #include <zmq.hpp>
 
 #include "tessera/common/log.hpp"
+#include "tessera/host/launcher.hpp"
 #include "tessera/exchange/channel.hpp"
 #include "tessera/exchange/codec.hpp"
 #include "tessera/exchange/security.hpp"
@@ -111,7 +112,7 @@ struct remote_backend::impl {
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_addclosefrom_np(&fa, 3);  // the HTTP port and client sockets stay ours
     pid_t pid = 0;
-    int rc = posix_spawn(&pid, c.spawn_binary.c_str(), &fa, nullptr, argv.data(), environ);
+    int rc = spawn_child(&pid, c.spawn_binary, &fa, argv.data());
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) return status::io_error("cannot start " + c.spawn_binary + ": " + std::strerror(rc));
     return pid;

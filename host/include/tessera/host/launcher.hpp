@@ -21,6 +21,13 @@ namespace tessera::host {
 /// Where tessera's executables are: $TESSERA_BIN_DIR, else the directory of this executable.
 std::string default_bin_dir();
 
+/// posix_spawn of one of our child processes (a tile, tessera-gpu) with `file_actions` (may be
+/// null); returns posix_spawn's error number. The child starts with no signal blocked and SIGINT
+/// and SIGTERM at their default action, whatever the calling thread blocks: a serving host blocks
+/// them for its signal thread, a blocked mask survives exec, and a tile that inherited it never
+/// took the SIGTERM --die-with-parent sends when the host dies (it lived on as an orphan).
+int spawn_child(pid_t* pid, const std::string& path, const void* file_actions, char* const argv[]);
+
 struct local_launcher_config {
   std::string tile_binary;  ///< empty: default_bin_dir() + "/tessera-tile"
   std::string log_dir;      ///< empty: tiles inherit this process's stderr
